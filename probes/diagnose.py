@@ -1,0 +1,117 @@
+"""diagnose(history) -> Verdict: which bottleneck limits the target, whether it is hung, with the evidence
+(numbers from the frames, the responsible frame) and the knob to turn.
+
+A pure function of the frames: no I/O and no clock reads (time comes from the frames), so live runs,
+replays and tests get the same answer. It looks only at a recent window of the history, so one call
+costs the same after ten minutes as after ten seconds.
+
+Method, in the order an expert would check:
+1. Liveness: any sign of progress (CPU time, I/O bytes, the main thread's stack moving, GPU work, the
+   log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits.
+2. Bottleneck, by rules in priority order: compiling, checkpointing, collectives (the main thread's
+   stacks say so); a busy GPU (clocks, power and SM activity, not util% alone), held down or not; a CPU
+   quota that throttles; storage or network reads; the input pipeline; host compute; waiting.
+3. Hysteresis: the previous verdict stands while its rule still holds nearly as well as the newcomer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from probes.diagnose_evidence import Evidence, gather
+from probes.diagnose_rules import Candidate, evaluate_rules, hung_bottleneck
+from probes.frame import Frame, Verdict
+
+BOTTLENECKS = (
+    "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
+    "compile_warmup", "checkpoint_save", "idle", "unknown",
+)
+LIVENESS_STATES = ("progressing", "hung", "exited", "unknown")
+
+# A new bottleneck replaces the previous one only if the previous rule has weakened below this share of
+# its entry strength or the newcomer is clearly stronger: one noisy tick must not flip the verdict.
+STAY_SCORE = 0.2
+SWITCH_MARGIN = 0.25
+CONFIDENCE_FULL_SAMPLES = 40
+CONFIDENCE_FULL_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class _Liveness:
+    state: str
+    stuck_for_s: float = 0.0  # seconds since the last sign of progress
+
+
+def diagnose(history: Sequence[Frame], previous: Verdict | None = None, hang_after_s: float = 5.0) -> Verdict:
+    """The verdict on `history` (oldest frame first). Pass the previous verdict for stability."""
+    if not history:
+        return Verdict()
+    latest = history[-1]
+    if not latest.target.alive:
+        return _exited(latest, previous)
+    evidence = gather(history, hang_after_s)
+    liveness = _Liveness(evidence.liveness, evidence.stuck_for_s)
+    if liveness.state == "hung":
+        candidate = hung_bottleneck(evidence, hang_after_s)
+        confidence = min(1.0, 0.6 + 0.4 * (liveness.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+    else:
+        candidates = evaluate_rules(evidence)
+        candidate = _choose(candidates, previous)
+        confidence = _confidence(candidate, evidence, previous, latest.time)
+    since = latest.time
+    if previous is not None and (previous.bottleneck, previous.liveness) == (candidate.bottleneck, liveness.state):
+        since = previous.since if previous.since is not None else latest.time
+    return Verdict(
+        bottleneck=candidate.bottleneck,
+        liveness=liveness.state,
+        confidence=round(max(0.0, min(1.0, confidence)), 2),
+        evidence=tuple(candidate.evidence),
+        advice=tuple(candidate.advice),
+        since=since,
+    )
+
+
+def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
+    target = latest.target
+    reason = f" ({target.exit_reason})" if target.exit_reason else ""
+    lines = [f"PID {target.pid} has exited{reason}."]
+    if previous is not None and previous.bottleneck != "unknown":
+        lines.append(f"Before it exited: {previous.bottleneck}" +
+                     (f" — {previous.evidence[0]}" if previous.evidence else ""))
+    since = target.exited_at if target.exited_at is not None else latest.time
+    if previous is not None and previous.liveness == "exited" and previous.since is not None:
+        since = previous.since
+    return Verdict(
+        bottleneck=previous.bottleneck if previous is not None else "unknown",
+        liveness="exited",
+        confidence=1.0,
+        evidence=tuple(lines),
+        advice=("Check its exit status and the end of its log; dmesg shows whether the OOM killer ended it.",),
+        since=since,
+    )
+
+
+def _choose(candidates: list[Candidate], previous: Verdict | None) -> Candidate:
+    """The first candidate (they come in priority order), unless the previous verdict still holds."""
+    winner = candidates[0]
+    if previous is None or previous.bottleneck == winner.bottleneck or previous.liveness == "hung":
+        return winner
+    held = next((c for c in candidates if c.bottleneck == previous.bottleneck), None)
+    if held is None or held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
+        return winner
+    return held
+
+
+def _confidence(candidate: Candidate, evidence: Evidence, previous: Verdict | None, now: float) -> float:
+    """Strength of the rule, scaled by how much evidence there is and how long it has held."""
+    if candidate.bottleneck == "unknown":
+        return 0.0
+    support = min(1.0, evidence.main.samples / CONFIDENCE_FULL_SAMPLES) if evidence.main.samples else 0.3
+    if candidate.from_metrics:  # GPU and cgroup rules rest on counters, not on stack samples
+        support = max(support, min(1.0, len(evidence.metric_frames) / 3))
+    held_for = 0.0
+    if previous is not None and previous.bottleneck == candidate.bottleneck and previous.since is not None:
+        held_for = max(0.0, now - previous.since)
+    persistence = min(1.0, held_for / CONFIDENCE_FULL_SECONDS)
+    return min(1.0, candidate.score) * (0.45 + 0.35 * support + 0.2 * persistence)

@@ -1,0 +1,439 @@
+"""The facts the diagnosis rules read, gathered once per call from a recent window of frames: stack
+profiles (main thread, other threads, DataLoader workers), CPU, cgroup throttling, GPU readings, signs
+of progress and how long they have been absent, and children that died.
+
+Pure: frames in, an Evidence out. Per-frame stack summaries are memoised by the frame's identity
+(frames are immutable and the history keeps them alive), so each frame is classified once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from probes.diagnose_stacks import COMPILE, ThreadProfile, classify_cached, is_main_thread
+from probes.frame import (
+    ROLE_COMPILE_WORKER,
+    ROLE_DATALOADER_WORKER,
+    ROLE_MAIN,
+    Frame,
+    GpuDevice,
+    ProgressReading,
+    StackCount,
+    StackFrame,
+    ThreadStack,
+)
+
+STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
+METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
+COMPILE_HISTORY_S = 60.0  # how far back recompilations are looked for
+MAX_LOOKBACK_FRAMES = 300  # bounds every walk over the history, whatever its length
+CPU_PROGRESS_PCT = 2.0  # tree CPU below this (percent of one core) is "no CPU time"
+GPU_PROGRESS_UTIL_PCT = 5.0
+COMPILE_FRAME_SHARE = 0.1  # a sample window "compiled" if this share of its main-thread samples did
+TRAIN_FRAME_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class _FrameStacks:
+    """One frame's stack counts, split by thread kind, with the main thread's distinct stacks."""
+
+    main_counts: tuple = ()
+    other_counts: tuple = ()  # other threads of the main process
+    worker_counts: tuple = ()  # DataLoader workers, all threads
+    main_stacks: frozenset = frozenset()
+    main_compile: int = 0
+    main_samples: int = 0
+
+
+_FRAME_CACHE_LIMIT = 2048
+_frame_cache: dict[int, tuple[object, int, _FrameStacks]] = {}
+
+
+def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
+    cached = _frame_cache.get(id(frame.stacks))
+    if cached is not None and cached[0] is frame.stacks and cached[1] == main_pid:
+        return cached[2]
+    workers = {p.pid for p in frame.processes if p.role == ROLE_DATALOADER_WORKER}
+    main, other, worker = [], [], []
+    for count in frame.stacks.counts:
+        if is_main_thread(count.pid, count.tid, count.thread_name, count.frames, main_pid):
+            main.append(count)
+        elif count.pid == main_pid:
+            other.append(count)
+        elif count.pid in workers:
+            worker.append(count)
+    summary = _FrameStacks(
+        main_counts=tuple(main),
+        other_counts=tuple(other),
+        worker_counts=tuple(worker),
+        main_stacks=frozenset(c.frames for c in main),
+        main_compile=sum(c.count for c in main if classify_cached(c.frames, c.idle).activity == COMPILE),
+        main_samples=sum(c.count for c in main),
+    )
+    if len(_frame_cache) >= _FRAME_CACHE_LIMIT:
+        _frame_cache.clear()
+    _frame_cache[id(frame.stacks)] = (frame.stacks, main_pid, summary)
+    return summary
+
+
+@dataclass
+class GpuSummary:
+    """The target's GPUs over the metric window (means), or why there are none."""
+
+    devices: list[GpuDevice] = field(default_factory=list)  # latest reading of each in-target device
+    available: bool = False
+    reason: str | None = None
+    util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
+    reasons: tuple[str, ...] = ()
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.devices)
+
+    def label(self) -> str:
+        if len(self.devices) == 1:
+            return f"GPU {self.devices[0].index}"
+        return f"{len(self.devices)} GPUs (mean)"
+
+
+@dataclass
+class DeadChild:
+    pid: int
+    name: str
+    role: str
+    how: str  # "exited" or "zombie"
+
+
+@dataclass
+class Evidence:
+    latest: Frame
+    main_pid: int
+    stack_frames: list[Frame]
+    metric_frames: list[Frame]
+    main: ThreadProfile
+    others: ThreadProfile
+    workers: ThreadProfile
+    worker_cpu: dict[int, float]
+    main_cpu_pct: float | None
+    tree_cpu_pct: float | None
+    effective_cpus: float | None
+    throttled_fraction: float | None
+    gpu: GpuSummary
+    liveness: str
+    stuck_for_s: float
+    stuck_stack: tuple[StackFrame, ...] | None  # the main thread's stack while nothing moved
+    stuck_thread: str | None
+    unchanged_for_s: float  # how long the main thread's sampled stack has stayed one stack
+    dead_children: list[DeadChild]
+    compile_windows: int  # sample windows in which the main thread compiled
+    recompile_windows: int  # of those, how many came with or after training steps
+    compile_cpu_pct: float | None  # inductor compile workers' CPU
+    disk_wait_threads: int
+    read_bytes_per_s: float | None
+    read_chars_per_s: float | None
+    main_write_per_s: float | None
+    active_tick_share: float | None  # share of ticks with CPU time, for loops that sleep
+    hang_after_s: float = 5.0
+    signals: list[str] = field(default_factory=list)  # the kinds of progress seen
+
+
+def _recent(history: Sequence[Frame], seconds: float, limit: int = MAX_LOOKBACK_FRAMES) -> list[Frame]:
+    """Frames within `seconds` of the latest, oldest first, at most `limit` of them."""
+    latest = history[-1].time
+    out = []
+    for index in range(len(history) - 1, max(-1, len(history) - 1 - limit), -1):
+        frame = history[index]
+        if frame.time < latest - seconds:
+            break
+        out.append(frame)
+    out.reverse()
+    return out
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _main_pid(frame: Frame) -> int:
+    return next((p.pid for p in frame.processes if p.role == ROLE_MAIN), frame.target.pid)
+
+
+def _alive(frame: Frame):
+    return [p for p in frame.processes if p.alive and p.state != "zombie"]
+
+
+def _tree_cpu(frame: Frame) -> float | None:
+    values = [p.cpu_pct for p in _alive(frame) if p.cpu_pct is not None]
+    return sum(values) if values else None
+
+
+def _io_chars(frame: Frame) -> float | None:
+    values = [(p.read_chars_per_s or 0.0) + (p.write_chars_per_s or 0.0)
+              for p in _alive(frame) if p.read_chars_per_s is not None or p.write_chars_per_s is not None]
+    return sum(values) if values else None
+
+
+def _target_devices(frame: Frame) -> list[GpuDevice]:
+    if not frame.gpu.available:
+        return []
+    return [d for d in frame.gpu.devices if d.in_target]
+
+
+def _latest_main_dump(frame: Frame, main_pid: int) -> ThreadStack | None:
+    """The main thread in the latest py-spy dump (each thread's current stack, with py-spy's idle flag)."""
+    return next((t for t in frame.stacks.threads
+                 if is_main_thread(t.pid, t.tid, t.name, t.frames, main_pid)), None)
+
+
+def _progress_signals(frame: Frame, older: Frame | None, stacks: _FrameStacks,
+                      newer_stacks: frozenset | None) -> list[str]:
+    """The kinds of progress one frame shows (empty: none)."""
+    signals = []
+    cpu = _tree_cpu(frame)
+    if cpu is not None and cpu >= CPU_PROGRESS_PCT:
+        signals.append("cpu")
+    io = _io_chars(frame)
+    if io is not None and io > 0:
+        signals.append("io")
+    if len(stacks.main_stacks) > 1 or (stacks.main_stacks and newer_stacks and stacks.main_stacks != newer_stacks):
+        signals.append("stack")
+    if any((d.util_gpu_pct or 0.0) >= GPU_PROGRESS_UTIL_PCT for d in _target_devices(frame)):
+        signals.append("gpu")
+    if older is not None and _log_advanced(frame.progress, older.progress):
+        signals.append("log")
+    return signals
+
+
+def _log_advanced(now: ProgressReading | None, before: ProgressReading | None) -> bool:
+    if now is None or before is None:
+        return False
+    if now.iteration is not None and before.iteration is not None and now.iteration != before.iteration:
+        return True
+    return now.last_update is not None and before.last_update is not None and now.last_update > before.last_update
+
+
+def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float):
+    """(state, seconds since the last progress, kinds of progress seen lately).
+
+    Walks back from the latest frame until it finds progress (bounded). Hung needs measured silence
+    (CPU readings present) for at least `hang_after_s`; before anything is measured it is unknown.
+    """
+    newest = len(history) - 1
+    oldest = max(0, newest - MAX_LOOKBACK_FRAMES)
+    latest_time = history[newest].time
+    newer_stacks: frozenset | None = None
+    measured = False
+    last_progress: float | None = None
+    recent_signals: list[str] = []
+    for index in range(newest, oldest - 1, -1):
+        frame = history[index]
+        older = history[index - 1] if index > 0 else None
+        stacks = _frame_stacks(frame, main_pid)
+        signals = _progress_signals(frame, older, stacks, newer_stacks)
+        if stacks.main_stacks:
+            newer_stacks = stacks.main_stacks
+        if _tree_cpu(frame) is not None:
+            measured = True
+        if signals:
+            last_progress = frame.time
+            recent_signals = signals
+            break
+    observed_from = history[oldest].time - history[oldest].interval_s
+    if last_progress is not None:
+        stuck_for = latest_time - last_progress
+        if stuck_for < hang_after_s:
+            return "progressing", stuck_for, recent_signals
+    else:
+        stuck_for = latest_time - observed_from
+    if measured and stuck_for >= hang_after_s:
+        return "hung", stuck_for, []
+    return ("progressing" if last_progress is not None else "unknown"), stuck_for, recent_signals
+
+
+def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[StackFrame, ...] | None]:
+    """How long (seconds) the main thread's sampled stack has been one and the same, and that stack."""
+    stack: tuple[StackFrame, ...] | None = None
+    start: float | None = None
+    for frame in reversed(frames):
+        stacks = _frame_stacks(frame, main_pid)
+        if not stacks.main_stacks:
+            continue
+        if len(stacks.main_stacks) > 1:
+            break
+        (only,) = stacks.main_stacks
+        if stack is None:
+            stack = only
+        elif only != stack:
+            break
+        start = frame.time - frame.interval_s
+    if stack is None or start is None:
+        return 0.0, None
+    return frames[-1].time - start, stack
+
+
+def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
+    """Children seen in the window that are gone (or zombies) now."""
+    latest = frames[-1]
+    now = {p.pid: p for p in latest.processes}
+    dead: dict[int, DeadChild] = {}
+    for p in latest.processes:
+        if p.pid != main_pid and (p.state == "zombie" or not p.alive):
+            dead[p.pid] = DeadChild(p.pid, p.name, p.role, "zombie" if p.state == "zombie" else "exited")
+    for frame in frames[:-1]:
+        for p in frame.processes:
+            if p.pid != main_pid and p.pid not in now and p.pid not in dead:
+                dead[p.pid] = DeadChild(p.pid, p.name, p.role, "exited")
+    return list(dead.values())
+
+
+def _compile_windows(history: Sequence[Frame], main_pid: int) -> tuple[int, int]:
+    """(sample windows with compiling, of which recompiles): a window that compiled while also
+    training, or compiled after a window of training only, means compiles keep coming back."""
+    frames = _recent(history, COMPILE_HISTORY_S)
+    compiled = recompiles = 0
+    trained_before = False
+    for frame in frames:
+        stacks = _frame_stacks(frame, main_pid)
+        if not stacks.main_samples:
+            continue
+        compile_share = stacks.main_compile / stacks.main_samples
+        train_share = 1.0 - compile_share
+        did_compile = compile_share >= COMPILE_FRAME_SHARE
+        did_train = train_share >= TRAIN_FRAME_SHARE
+        if did_compile:
+            compiled += 1
+            if did_train or trained_before:
+                recompiles += 1
+        trained_before = trained_before or (did_train and not did_compile)
+    return compiled, recompiles
+
+
+def _gpu_summary(frames: list[Frame]) -> GpuSummary:
+    latest = frames[-1]
+    if not latest.gpu.available:
+        return GpuSummary(available=False, reason=latest.gpu.reason)
+    per_frame = [_target_devices(f) for f in frames]
+    devices = per_frame[-1]
+    if not devices:
+        return GpuSummary(available=True, reason="no GPU is used by the target's processes")
+    readings = [d for ds in per_frame for d in ds]
+    reasons: list[str] = []
+    for d in devices:
+        for reason in d.clock_event_reasons or ():
+            if reason not in reasons:
+                reasons.append(reason)
+    used = [d.mem_used_bytes for d in devices if d.mem_used_bytes is not None]
+    total = [d.mem_total_bytes for d in devices if d.mem_total_bytes is not None]
+    return GpuSummary(
+        devices=devices,
+        available=True,
+        util_pct=_mean(d.util_gpu_pct for d in readings),
+        sm_clock_mhz=_mean(d.sm_clock_mhz for d in readings),
+        max_sm_clock_mhz=_mean(d.max_sm_clock_mhz for d in readings),
+        power_w=_mean(d.power_w for d in readings),
+        power_limit_w=_mean(d.power_limit_w for d in readings),
+        sm_active_pct=_mean(d.gpm_sm_active_pct for d in readings),
+        tensor_active_pct=_mean(d.gpm_tensor_active_pct for d in readings),
+        reasons=tuple(reasons),
+        mem_used_bytes=sum(used) if used else None,
+        mem_total_bytes=sum(total) if total else None,
+    )
+
+
+def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
+    """Everything the rules need, from the recent end of `history` (oldest first, not empty)."""
+    latest = history[-1]
+    main_pid = _main_pid(latest)
+    stack_frames = _recent(history, STACK_WINDOW_S)
+    metric_frames = _recent(history, METRIC_WINDOW_S)
+
+    main, others, workers = ThreadProfile(), ThreadProfile(), ThreadProfile()
+    for frame in stack_frames:
+        stacks = _frame_stacks(frame, main_pid)
+        for count in stacks.main_counts:
+            main.add(count)
+        for count in stacks.other_counts:
+            others.add(count)
+        for count in stacks.worker_counts:
+            workers.add(count)
+    main_dump = _latest_main_dump(latest, main_pid)
+    if not main.samples and main_dump is not None:
+        # No sample window has finished yet: the latest dump stands in as one sample.
+        thread = main_dump
+        main.add(StackCount(pid=thread.pid, tid=thread.tid, thread_name=thread.name, idle=thread.idle,
+                            frames=thread.frames, count=1))
+
+    worker_pids = [p.pid for p in _alive(latest) if p.role == ROLE_DATALOADER_WORKER]
+    worker_cpu = {}
+    for pid in worker_pids:
+        value = _mean(f.process(pid).cpu_pct for f in metric_frames if f.process(pid) is not None)
+        if value is not None:
+            worker_cpu[pid] = value
+    main_cpu = _mean(f.process(main_pid).cpu_pct for f in metric_frames if f.process(main_pid) is not None)
+    tree_cpu = _mean(_tree_cpu(f) for f in metric_frames)
+    compile_cpu = _mean(
+        sum(p.cpu_pct or 0.0 for p in _alive(f) if p.role == ROLE_COMPILE_WORKER) or None for f in metric_frames)
+
+    state, stuck_for, signals = _liveness(history, main_pid, hang_after_s)
+    unchanged_for, unchanged_stack = _unchanged_for(_recent(history, max(STACK_WINDOW_S, stuck_for + 1.0)),
+                                                    main_pid)
+    stuck_stack, stuck_thread = unchanged_stack, "MainThread"
+    if main_dump is not None and (stuck_stack is None or state == "hung"):
+        stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
+    compiled, recompiles = _compile_windows(history, main_pid)
+    active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
+
+    return Evidence(
+        latest=latest,
+        main_pid=main_pid,
+        stack_frames=stack_frames,
+        metric_frames=metric_frames,
+        main=main,
+        others=others,
+        workers=workers,
+        worker_cpu=worker_cpu,
+        main_cpu_pct=main_cpu,
+        tree_cpu_pct=tree_cpu,
+        effective_cpus=latest.cpu.effective_cpus,
+        throttled_fraction=_mean(f.cpu.throttled_fraction for f in metric_frames),
+        gpu=_gpu_summary(metric_frames),
+        liveness=state,
+        stuck_for_s=stuck_for,
+        stuck_stack=stuck_stack,
+        stuck_thread=stuck_thread,
+        unchanged_for_s=unchanged_for,
+        dead_children=_dead_children(_recent(history, max(STACK_WINDOW_S, stuck_for + 2.0)), main_pid),
+        compile_windows=compiled,
+        recompile_windows=recompiles,
+        compile_cpu_pct=compile_cpu,
+        disk_wait_threads=sum(p.disk_wait_threads or 0 for p in _alive(latest)),
+        read_bytes_per_s=_mean(sum(p.read_bytes_per_s or 0.0 for p in _alive(f)) for f in metric_frames),
+        read_chars_per_s=_mean(_io_chars_read(f) for f in metric_frames),
+        main_write_per_s=_mean(_written(f, main_pid) for f in metric_frames),
+        active_tick_share=(sum(active_ticks) / len(active_ticks)) if active_ticks else None,
+        hang_after_s=hang_after_s,
+        signals=signals,
+    )
+
+
+def _io_chars_read(frame: Frame) -> float | None:
+    values = [p.read_chars_per_s for p in _alive(frame) if p.read_chars_per_s is not None]
+    return sum(values) if values else None
+
+
+def _written(frame: Frame, pid: int) -> float | None:
+    """Bytes per second one process writes (write() calls, so page-cache writes count too)."""
+    process = frame.process(pid)
+    if process is None:
+        return None
+    return process.write_chars_per_s if process.write_chars_per_s is not None else process.write_bytes_per_s

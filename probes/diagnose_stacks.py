@@ -1,0 +1,275 @@
+"""What a sampled stack is doing, for the diagnosis: each stack is put in one activity (compiling,
+saving a checkpoint, in a collective, blocked on network reads, waiting for the DataLoader, preparing
+data, waiting, computing) by the library frames it contains, and a thread's samples over a window are
+summed into a profile that also remembers which frame is responsible.
+
+Pure functions over probes.frame types. Classifying one stack is cached (stacks repeat tick after tick),
+so diagnosing a long history costs little.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from probes.frame import StackCount, StackFrame
+from probes.stacks import frame_matches
+
+# Activities, most specific first: when one stack holds several markers, the first listed wins
+# (a collective inside a distributed checkpoint is the checkpoint; a socket read inside a DataLoader
+# fetch is I/O).
+COMPILE = "compile"
+CHECKPOINT = "checkpoint"
+COMMS = "comms"
+IO = "io"
+DATA_WAIT = "data_wait"  # the main thread waits for DataLoader workers
+DATA_PREP = "data_prep"  # the thread itself loads, decodes, tokenizes or collates samples
+QUEUE_WAIT = "queue_wait"  # blocked in a queue's get() outside the DataLoader
+WAIT = "wait"  # idle: sleeping, a lock, an event, a select
+COMPUTE = "compute"  # running (Python, or a native call under a Python line)
+ACTIVITIES = (COMPILE, CHECKPOINT, COMMS, IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT, WAIT, COMPUTE)
+
+# Frames inside these files mean torch.compile is compiling (not running compiled code, which goes
+# through eval_frame.py and the runtime wrappers instead).
+_COMPILE_FILES = (
+    "torch/_dynamo/convert_frame.py",
+    "torch/_dynamo/symbolic_convert.py",
+    "torch/_dynamo/output_graph.py",
+    "torch/_functorch/aot_autograd.py",
+    "torch/_functorch/_aot_autograd/graph_compile.py",
+    "torch/_functorch/partitioners.py",
+    "torch/_inductor/compile_fx.py",
+    "torch/_inductor/graph.py",
+    "torch/_inductor/scheduler.py",
+    "torch/_inductor/codecache.py",
+    "torch/_inductor/async_compile.py",
+    "torch/_inductor/compile_worker/",
+)
+_CHECKPOINT_MARKERS = (
+    ("save", "torch/serialization.py"),
+    ("_save", "torch/serialization.py"),
+    ("save_file", "safetensors/torch.py"),
+    ("_save_checkpoint", "transformers/trainer.py"),
+    ("save_checkpoint", "lightning/pytorch/trainer/trainer.py"),
+    ("save_checkpoint", "deepspeed/runtime/engine.py"),
+)
+_CHECKPOINT_FILES = ("torch/distributed/checkpoint/",)
+_COMMS_FILES = (
+    "torch/distributed/distributed_c10d.py",
+    "torch/distributed/_functional_collectives.py",
+    "torch/distributed/c10d_logger.py",
+)
+# Network and object-store clients; a socket read under any of them is I/O.
+_IO_FILES = (
+    "/socket.py", "/ssl.py", "/http/client.py", "/urllib/request.py", "/urllib3/", "/requests/",
+    "/fsspec/", "/s3fs/", "/gcsfs/", "/botocore/", "/aiohttp/", "/smart_open/",
+)
+_IO_FUNCTIONS = frozenset({"read", "readinto", "recv", "recv_into", "readline", "_safe_read",
+                           "_read_status", "getresponse", "urlopen", "open", "_fill_buffer",
+                           "_readinto_chunked", "connect", "create_connection", "do_open"})
+_DATALOADER_FILE = "torch/utils/data/dataloader.py"
+# Only the multi-process iterator waits on workers; the single-process one fetches on the main thread.
+_DATALOADER_WAIT_FUNCTIONS = ("_try_get_data", "_get_data")
+_MULTIPROCESS_ITERATOR = "_MultiProcessingDataLoaderIter."
+_DATA_FILES = ("torch/utils/data/", "/datasets/", "/tokenizers/", "/tiktoken/", "/torchvision/transforms/",
+               "/PIL/", "/webdataset/", "/streaming/", "transformers/tokenization_")
+# Data preparation in the user's own code, by name: get_batch, load_batch, tokenize, collate_fn, ...
+_DATA_FUNCTION = re.compile(
+    r"(^|_)(get_?batch(es)?|next_batch|load_batch|fetch_batch|read_batch|tokeni[sz]e\w*|"
+    r"detokeni[sz]e|collate\w*|preprocess\w*|augment\w*)$",
+    re.IGNORECASE,
+)
+_QUEUE_GET = (("get", "multiprocessing/queues.py"), ("get", "/queue.py"), ("get", "multiprocessing/managers.py"))
+
+_LIBRARY_PATH = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d+(\.\d+)?/|^<)")
+_SHORT_PATH = re.compile(r".*/(?:site-packages|dist-packages|lib/python\d+(?:\.\d+)?)/")
+
+
+def short_path(file: str) -> str:
+    """A file as a person reads it: torch/utils/data/dataloader.py, socket.py, train.py."""
+    shortened = _SHORT_PATH.sub("", file)
+    if shortened != file:
+        return shortened
+    return file.rsplit("/", 1)[-1]
+
+
+def describe(frame: StackFrame) -> str:
+    """'Class.method (file.py:123)'."""
+    where = short_path(frame.file) if frame.file else "?"
+    return f"{frame.function} ({where}:{frame.line})" if frame.line else f"{frame.function} ({where})"
+
+
+def is_library(frame: StackFrame) -> bool:
+    """True for the interpreter's standard library and installed packages; False for the user's code."""
+    return bool(_LIBRARY_PATH.search(frame.file)) or frame.native
+
+
+def _base_name(function: str) -> str:
+    return function.rsplit(".", 1)[-1]
+
+
+def _in_files(frame: StackFrame, fragments: Iterable[str]) -> bool:
+    return any(fragment in frame.file for fragment in fragments)
+
+
+def _is_compile(frame: StackFrame) -> bool:
+    return _in_files(frame, _COMPILE_FILES)
+
+
+def _is_checkpoint(frame: StackFrame) -> bool:
+    return _in_files(frame, _CHECKPOINT_FILES) or any(
+        frame_matches(frame, function, suffix) for function, suffix in _CHECKPOINT_MARKERS)
+
+
+def _is_comms(frame: StackFrame) -> bool:
+    return _in_files(frame, _COMMS_FILES)
+
+
+def _is_io(frame: StackFrame) -> bool:
+    return _base_name(frame.function) in _IO_FUNCTIONS and _in_files(frame, _IO_FILES)
+
+
+def _is_dataloader_wait(frame: StackFrame) -> bool:
+    if not frame.file.endswith(_DATALOADER_FILE):
+        return False
+    return frame.function.startswith(_MULTIPROCESS_ITERATOR) or any(
+        frame_matches(frame, function, _DATALOADER_FILE) for function in _DATALOADER_WAIT_FUNCTIONS)
+
+
+def _is_data_prep(frame: StackFrame) -> bool:
+    name = _base_name(frame.function)
+    if _in_files(frame, _DATA_FILES):
+        return True
+    if _DATA_FUNCTION.search(name):
+        return True
+    # A Dataset's __getitem__ in the user's code (torch.nn containers have one too: not data).
+    return name == "__getitem__" and not is_library(frame)
+
+
+def _is_queue_get(frame: StackFrame) -> bool:
+    return any(frame_matches(frame, function, suffix) for function, suffix in _QUEUE_GET)
+
+
+@dataclass(frozen=True)
+class StackActivity:
+    """One stack, classified: what it does and the frame that says so."""
+
+    activity: str
+    responsible: StackFrame | None  # the marker frame (or the innermost frame for wait/compute)
+    user_frame: StackFrame | None  # the innermost frame of the user's own code at or above it
+
+
+def _innermost_user_frame(frames: Sequence[StackFrame], start: int) -> StackFrame | None:
+    return next((f for f in frames[start:] if not is_library(f)), None)
+
+
+def classify_stack(frames: Sequence[StackFrame], idle: bool) -> StackActivity:
+    """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread."""
+    frames = tuple(f for f in frames if not f.native) or tuple(frames)
+    first: dict[str, int] = {}  # activity -> index of its innermost marker
+    last: dict[str, int] = {}  # activity -> index of its outermost marker
+    for index, frame in enumerate(frames):
+        for activity, test in _MARKER_TESTS:
+            if test(frame):
+                first.setdefault(activity, index)
+                last[activity] = index
+    for activity in (COMPILE, CHECKPOINT, COMMS, IO, DATA_WAIT, DATA_PREP):
+        if activity in first:
+            # What blocks is innermost for I/O and data preparation; for the others the entry point
+            # (torch.save, all_reduce, DataLoader.__next__, the compile entry) is what a person knows.
+            index = first[activity] if activity in (IO, DATA_PREP) else last[activity]
+            if activity == DATA_WAIT:  # name the DataLoader's entry, __next__, as people know it
+                while index + 1 < len(frames) and frames[index + 1].file.endswith(_DATALOADER_FILE):
+                    index += 1
+            return StackActivity(activity, frames[index], _innermost_user_frame(frames, index))
+    innermost = frames[0] if frames else None
+    if QUEUE_WAIT in first:
+        index = last[QUEUE_WAIT]
+        return StackActivity(QUEUE_WAIT, frames[index], _innermost_user_frame(frames, index))
+    if idle:
+        return StackActivity(WAIT, innermost, _innermost_user_frame(frames, 0))
+    return StackActivity(COMPUTE, innermost, _innermost_user_frame(frames, 0))
+
+
+_MARKER_TESTS = (
+    (COMPILE, _is_compile),
+    (CHECKPOINT, _is_checkpoint),
+    (COMMS, _is_comms),
+    (IO, _is_io),
+    (DATA_WAIT, _is_dataloader_wait),
+    (DATA_PREP, _is_data_prep),
+    (QUEUE_WAIT, _is_queue_get),
+)
+
+_CLASSIFY_CACHE_LIMIT = 4096
+_classify_cache: dict[tuple[tuple[StackFrame, ...], bool], StackActivity] = {}
+
+
+def classify_cached(frames: tuple[StackFrame, ...], idle: bool) -> StackActivity:
+    """classify_stack, memoised: the same stacks come back tick after tick."""
+    key = (frames, idle)
+    found = _classify_cache.get(key)
+    if found is None:
+        if len(_classify_cache) >= _CLASSIFY_CACHE_LIMIT:
+            _classify_cache.clear()
+        found = _classify_cache[key] = classify_stack(frames, idle)
+    return found
+
+
+@dataclass
+class ThreadProfile:
+    """One thread's (or a group of threads') samples over a window, by activity."""
+
+    samples: int = 0
+    by_activity: Counter = field(default_factory=Counter)
+    # activity -> Counter of (responsible frame, user frame) -> samples
+    where: dict[str, Counter] = field(default_factory=dict)
+    stacks: Counter = field(default_factory=Counter)  # exact stack -> samples
+
+    def add(self, count: StackCount) -> None:
+        classified = classify_cached(count.frames, count.idle)
+        self.samples += count.count
+        self.by_activity[classified.activity] += count.count
+        self.where.setdefault(classified.activity, Counter())[
+            (classified.responsible, classified.user_frame)] += count.count
+        self.stacks[count.frames] += count.count
+
+    def share(self, *activities: str) -> float:
+        if not self.samples:
+            return 0.0
+        return sum(self.by_activity[a] for a in activities) / self.samples
+
+    def top(self, *activities: str) -> tuple[StackFrame | None, StackFrame | None, float]:
+        """(responsible frame, user frame, share of these activities' samples) of the commonest spot."""
+        merged: Counter = Counter()
+        for activity in activities:
+            merged.update(self.where.get(activity, {}))
+        if not merged:
+            return None, None, 0.0
+        (responsible, user_frame), samples = merged.most_common(1)[0]
+        return responsible, user_frame, samples / max(1, sum(merged.values()))
+
+
+def is_main_thread(count_pid: int, tid: int, thread_name: str | None, frames: Sequence[StackFrame],
+                   main_pid: int) -> bool:
+    """The interpreter's main thread of `main_pid`: named MainThread, or the thread whose id is the PID,
+    or (when py-spy gave neither) the one whose outermost frame is the script's <module>."""
+    if count_pid != main_pid:
+        return False
+    if thread_name is not None:
+        return thread_name == "MainThread"
+    if tid == main_pid:
+        return True
+    return bool(frames) and frames[-1].function in ("<module>", "_run_module_as_main")
+
+
+def format_where(responsible: StackFrame | None, user_frame: StackFrame | None) -> str:
+    """'SocketIO.readinto (socket.py:706), called from fetch_shard (train.py:15)'."""
+    if responsible is None:
+        return "an unknown frame"
+    text = describe(responsible)
+    if user_frame is not None and user_frame != responsible:
+        text += f", called from {describe(user_frame)}"
+    return text

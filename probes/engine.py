@@ -1,0 +1,142 @@
+"""The engine: attaches to a target PID and, once a tick, reads every probe into one Frame.
+
+Each probe owns one outside system (proctree: /proc, cgroup: /sys/fs/cgroup, nvml: the GPU driver,
+pyspy: the py-spy binary, progress: the target's log). The stack sampler runs on its own threads at its
+own rate; a tick only drains what it gathered, so the tick (default 1 s) and the stack rate are separate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psutil
+
+from probes.cgroup import CgroupCpuProbe
+from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
+from probes.nvml import NvmlGpuProbe
+from probes.progress import LogProgressProbe
+from probes.proctree import ProcessTreeProbe
+from probes.pyspy import StackSampler
+from probes.redact import redact_argv
+
+DEFAULT_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    interval_s: float = DEFAULT_INTERVAL_S
+    stack_rate_hz: float | None = None  # None: the sampler's measured default
+    native: bool = False
+    nonblocking: bool = True
+    sample_stacks: bool = True
+    read_gpu: bool = True
+    log_path: str | None = None
+    tokens_per_iter: int | None = None
+
+
+class Engine:
+    """Reads the target once per tick(); call close() to stop the samplers it started."""
+
+    def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None) -> None:
+        self.pid = pid
+        self.config = config
+        self._seq = 0
+        self._tree = ProcessTreeProbe(pid, redact=redact_argv)
+        self._cgroup = CgroupCpuProbe(pid)
+        self._gpu = NvmlGpuProbe(nvml) if config.read_gpu else None
+        self._progress = LogProgressProbe(pid, config.log_path, config.tokens_per_iter)
+        self._sampler: StackSampler | None = None
+        if config.sample_stacks:
+            kwargs = {"native": config.native, "nonblocking": config.nonblocking}
+            if config.stack_rate_hz is not None:
+                kwargs["rate_hz"] = config.stack_rate_hz
+            self._sampler = StackSampler(**kwargs)
+        self._me = psutil.Process()
+        self._last_tick_end: float | None = None
+        self._last_cpu: tuple[float, float] | None = None  # (monitor cpu s, sampler cpu s)
+
+    def tick(self) -> Frame:
+        started = time.monotonic()
+        hints = {}
+        if self._sampler is not None:
+            hints = {pid: "dataloader_worker" for pid in self._sampler.worker_pids()}
+        target, processes = self._tree.read(role_hints=hints)
+        live_pids = [p.pid for p in processes if p.alive]
+        if self._sampler is not None:
+            self._sampler.set_targets(live_pids)
+            stacks = self._sampler.collect()
+        else:
+            stacks = StacksReading(available=False, reason="stack sampling turned off (--no-stacks)")
+        runnable = sum(p.runnable_threads or 0 for p in processes if p.alive)
+        tree_cpu = sum(p.cpu_seconds or 0.0 for p in processes)
+        cpu = self._cgroup.read(runnable_threads=runnable, tree_cpu_seconds=tree_cpu)
+        if self._gpu is not None:
+            gpu = self._gpu.read(self._tree.pid_aliases())
+        else:
+            gpu = GpuReading(available=False, reason="GPU reading turned off (--no-gpu)")
+        progress = self._progress.read()
+        ended = time.monotonic()
+        interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
+        self._last_tick_end = ended
+        self._seq += 1
+        return Frame(
+            seq=self._seq,
+            time=time.time(),
+            interval_s=round(interval, 4),
+            target=target,
+            processes=processes,
+            cpu=cpu,
+            gpu=gpu,
+            stacks=stacks,
+            progress=progress,
+            overhead=self._overhead(ended - started, interval),
+        )
+
+    def _overhead(self, tick_seconds: float, interval: float) -> MonitorOverhead:
+        try:
+            times = self._me.cpu_times()
+            monitor = times.user + times.system
+        except psutil.Error:
+            return MonitorOverhead(tick_seconds=tick_seconds)
+        sampler = self._sampler.sampler_cpu_seconds() if self._sampler is not None else 0.0
+        previous, self._last_cpu = self._last_cpu, (monitor, sampler)
+        if previous is None or interval <= 0:
+            return MonitorOverhead(tick_seconds=round(tick_seconds, 4))
+        return MonitorOverhead(
+            monitor_cpu_pct=round(100.0 * (monitor - previous[0]) / interval, 1),
+            sampler_cpu_pct=round(100.0 * (sampler - previous[1]) / interval, 1),
+            tick_seconds=round(tick_seconds, 4),
+            behind=tick_seconds > self.config.interval_s,
+        )
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+        if self._gpu is not None:
+            self._gpu.close()
+
+
+def run_ticks(engine: Engine, stop: threading.Event, duration_s: float | None = None) -> Iterator[Frame]:
+    """Yield a frame every interval until `stop` is set or `duration_s` has passed.
+
+    Ticks are scheduled against a fixed clock so a slow tick shortens the next sleep instead of
+    drifting; a tick that overruns its slot is flagged `behind` by the engine.
+    """
+    interval = engine.config.interval_s
+    start = time.monotonic()
+    next_tick = start + interval
+    while not stop.is_set():
+        if duration_s is not None:
+            next_tick = min(next_tick, start + duration_s)
+        if stop.wait(max(0.0, next_tick - time.monotonic())):
+            return
+        yield engine.tick()
+        if duration_s is not None and time.monotonic() - start >= duration_s - 1e-3:
+            return
+        next_tick += interval
+        if next_tick < time.monotonic():  # fell behind: start afresh rather than firing a burst
+            next_tick = time.monotonic() + interval

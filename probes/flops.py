@@ -1,0 +1,138 @@
+"""FLOP and parameter counts of a nanoGPT-architecture GPT, and MFU computed from them.
+
+The count is nanoGPT's own (``GPT.estimate_mfu``, after the PaLM paper's appendix B), so a number
+gputop prints can be put next to the one nanoGPT printed:
+
+    FLOP per token = 6·N + 12·L·H·Q·T
+
+N is the parameter count without the position embeddings (the lm_head shares the token embedding's
+weight, so it is counted once), L layers, H heads, Q = n_embd / H, T the block size. 6·N is forward
+plus backward through the weights; 12·L·H·Q·T is the attention score and value matmuls.
+
+nanoGPT divides by 312 TFLOP/s, the A100's bf16 dense peak, on whatever GPU it runs; on a faster GPU
+that prints an MFU above 100%. ``explain_nanogpt_mfu`` turns such a number back into TFLOP/s and
+divides by the right peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probes.peaks import PeakFlops
+
+NANOGPT_PROMISED_FLOPS = 312e12  # hard-coded in nanoGPT's estimate_mfu: "A100 GPU bfloat16 peak flops"
+FORMULA = "6·N + 12·L·H·Q·T"
+
+
+@dataclass(frozen=True)
+class GptShape:
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    vocab_size: int
+    bias: bool = False  # nanoGPT's default for training from scratch
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def problem(self) -> str | None:
+        """Why this shape cannot be built, or None."""
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            if getattr(self, name) < 1:
+                return f"{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})"
+        if self.n_embd % self.n_head:
+            return f"n-embd ({self.n_embd}) must be a multiple of n-head ({self.n_head})"
+        return None
+
+    def describe(self) -> str:
+        return (f"{self.n_layer} layers, {self.n_head} heads, {self.n_embd} embd, "
+                f"block {self.block_size}, vocab {self.vocab_size}{', bias' if self.bias else ''}")
+
+
+# nanoGPT's configurations, with its vocabulary padded to a multiple of 64 (50257 -> 50304).
+PRESETS: dict[str, GptShape] = {
+    "tiny": GptShape(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=256),
+    "gpt2": GptShape(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
+    "gpt2-medium": GptShape(n_layer=24, n_head=16, n_embd=1024, block_size=1024, vocab_size=50304),
+    "gpt2-large": GptShape(n_layer=36, n_head=20, n_embd=1280, block_size=1024, vocab_size=50304),
+    "gpt2-xl": GptShape(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50304),
+}
+
+
+def count_params(shape: GptShape, *, include_position_embeddings: bool = False) -> int:
+    """Parameters of nanoGPT's GPT with this shape (lm_head tied to wte, so counted once)."""
+    d = shape.n_embd
+    bias = 1 if shape.bias else 0
+    layer_norm = d + bias * d
+    attention = (d * 3 * d + bias * 3 * d) + (d * d + bias * d)  # c_attn, c_proj
+    mlp = (d * 4 * d + bias * 4 * d) + (4 * d * d + bias * d)  # c_fc, c_proj
+    per_layer = 2 * layer_norm + attention + mlp
+    total = shape.vocab_size * d + shape.n_layer * per_layer + layer_norm  # wte, blocks, ln_f
+    if include_position_embeddings:
+        total += shape.block_size * d
+    return total
+
+
+def flops_per_token(shape: GptShape) -> int:
+    """nanoGPT's 6·N + 12·L·H·Q·T for one token of a full-length sequence, forward and backward."""
+    n = count_params(shape)
+    return 6 * n + 12 * shape.n_layer * shape.n_head * shape.head_dim * shape.block_size
+
+
+def formula_with_values(shape: GptShape) -> str:
+    """'6·N + 12·L·H·Q·T = 6·1,555,201,600 + 12·48·25·64·1024', for showing the work."""
+    return (f"{FORMULA} = 6·{count_params(shape):,} + "
+            f"12·{shape.n_layer}·{shape.n_head}·{shape.head_dim}·{shape.block_size}")
+
+
+@dataclass(frozen=True)
+class MfuEstimate:
+    flops_per_token: int
+    tokens_per_iter: int
+    flops_per_iter: float
+    seconds_per_iter: float
+    achieved_flops_per_s: float
+    peak: PeakFlops | None
+    mfu: float | None  # fraction of peak (0.52 = 52%); None without a peak
+
+
+def estimate_mfu(shape: GptShape, tokens_per_iter: int, seconds_per_iter: float,
+                 peak: PeakFlops | None) -> MfuEstimate:
+    per_token = flops_per_token(shape)
+    per_iter = float(per_token) * tokens_per_iter
+    achieved = per_iter / seconds_per_iter
+    mfu = achieved / peak.flops_per_s if peak is not None and peak.flops_per_s > 0 else None
+    return MfuEstimate(per_token, tokens_per_iter, per_iter, seconds_per_iter, achieved, peak, mfu)
+
+
+def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_name: str | None) -> list[str]:
+    """Sentences that turn nanoGPT's printed mfu back into TFLOP/s and an MFU against the real peak."""
+    implied = reported_pct / 100.0 * NANOGPT_PROMISED_FLOPS
+    lines = [
+        (f"nanoGPT's mfu divides by {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s, the A100's bf16 dense peak "
+         "hard-coded in estimate_mfu, whatever GPU it runs on.")
+    ]
+    measured = ""
+    if estimate is not None:
+        measured = (f"; from tokens per iteration and iteration time: "
+                    f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s")
+    lines.append(f"{reported_pct:g}% of 312 TFLOP/s = {implied / 1e12:.1f} TFLOP/s achieved{measured}.")
+    peak = estimate.peak if estimate is not None else None
+    if peak is not None:
+        gpu = gpu_name or "this GPU"
+        ours = f" ({estimate.mfu * 100:.1f}% from the iteration time)" if estimate.mfu is not None else ""
+        lines.append(f"Against {gpu}'s {peak.flops_per_s / 1e12:.1f} TFLOP/s {peak.dtype} dense peak that is "
+                     f"{implied / peak.flops_per_s * 100:.1f}% MFU{ours}.")
+    else:
+        lines.append("Pass --gpu NAME or --peak-tflops to put that against this GPU's peak.")
+    if reported_pct > 100:
+        lines.append("An MFU above 100% cannot be: the denominator is wrong, not the hardware outrunning itself.")
+    if estimate is not None and estimate.achieved_flops_per_s > 0:
+        gap = abs(implied - estimate.achieved_flops_per_s) / estimate.achieved_flops_per_s
+        if gap > 0.10:
+            lines.append(f"The two differ by {gap * 100:.0f}%: nanoGPT's figure is a running average "
+                         "(0.9·previous + 0.1·latest, from its 5th iteration on), so it lags a changing "
+                         "iteration time; check the tokens per iteration too.")
+    return lines

@@ -1,0 +1,296 @@
+"""The Frame: every reading of one tick, as a tree of frozen dataclasses that round-trips through JSON.
+
+Each probe returns one of the readings below and never raises: a value it cannot read is None, and a
+probe that cannot run at all says so with ``available=False`` and a ``reason`` a person can act on.
+Live frames and frames replayed from a recording are the same type, so every consumer (snapshot,
+diagnosis, TUI, tests) sees identical input.
+
+Conventions: times are seconds (``time`` is Unix time), sizes are bytes, rates are per second,
+percentages are 0-100, and stacks are listed innermost frame first, as py-spy prints them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+FRAME_SCHEMA = "gputop.frame/1"
+
+# Roles a process of the target's tree can play.
+ROLE_MAIN = "main"
+ROLE_DATALOADER_WORKER = "dataloader_worker"
+ROLE_COMPILE_WORKER = "compile_worker"
+ROLE_FORKSERVER = "forkserver"
+ROLE_RESOURCE_TRACKER = "resource_tracker"
+ROLE_OTHER = "other"
+ROLES = (
+    ROLE_MAIN,
+    ROLE_DATALOADER_WORKER,
+    ROLE_COMPILE_WORKER,
+    ROLE_FORKSERVER,
+    ROLE_RESOURCE_TRACKER,
+    ROLE_OTHER,
+)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """The process gputop was pointed at."""
+
+    pid: int
+    alive: bool
+    cmdline: tuple[str, ...] = ()  # secrets already redacted (probes.redact)
+    exe: str | None = None
+    python_version: str | None = None  # "3.11.7" when the target is a Python interpreter
+    exited_at: float | None = None  # Unix time the target was first seen gone
+    exit_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process of the target's tree, read once this tick."""
+
+    pid: int
+    ppid: int | None
+    role: str  # one of ROLES
+    name: str  # /proc/PID/comm
+    cmdline: tuple[str, ...] = ()  # redacted
+    state: str | None = None  # psutil status: running, sleeping, disk-sleep, zombie, ...
+    alive: bool = True
+    cpu_pct: float | None = None  # percent of one core since the last tick
+    cpu_seconds: float | None = None  # cumulative user + system
+    num_threads: int | None = None
+    runnable_threads: int | None = None  # threads in state R now
+    disk_wait_threads: int | None = None  # threads in state D now (uninterruptible, usually I/O)
+    rss_bytes: int | None = None
+    read_bytes_per_s: float | None = None
+    write_bytes_per_s: float | None = None
+    read_chars_per_s: float | None = None  # rchar: includes sockets and page-cache hits
+    write_chars_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """The CPU the target may use (cgroup quota, affinity) and how much of it it gets."""
+
+    cgroup_version: str | None = None  # "v1", "v2", or None when no cgroup could be read
+    cgroup_path: str | None = None  # the target's cgroup, relative to the controller's mount
+    quota_cpus: float | None = None  # cpu.max / cfs quota as CPUs, minimum over the ancestor chain
+    quota_source: str | None = None  # the directory whose limit is the minimum
+    period_us: int | None = None
+    affinity_cpus: int | None = None  # CPUs in the target's affinity mask
+    effective_cpus: float | None = None  # min(affinity, quota)
+    usage_cpus: float | None = None  # the cgroup's (or, lacking it, the tree's) CPU use, in CPUs
+    throttled_fraction: float | None = None  # share of CFS periods throttled since the last tick
+    throttled_seconds_per_s: float | None = None
+    nr_periods: int | None = None  # cumulative counters, as read
+    nr_throttled: int | None = None
+    throttled_seconds_total: float | None = None
+    pressure_some_avg10: float | None = None  # cpu.pressure "some avg10", percent
+    runnable_threads: int | None = None  # across the target's tree
+    reason: str | None = None  # why something above is None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process NVML lists on a device."""
+
+    pid: int  # as NVML reports it (a host PID inside containers)
+    used_memory_bytes: int | None = None
+    in_target: bool = False  # belongs to the target's process tree
+    local_pid: int | None = None  # the PID in our namespace, when it maps
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU, read once this tick. Any field the driver does not support is None."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    sm_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None  # enforced limit
+    util_gpu_pct: float | None = None  # a kernel was running; says nothing of how busy the SMs were
+    util_mem_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    temperature_c: float | None = None
+    clock_event_reasons: tuple[str, ...] | None = None  # e.g. ("sw_power_cap",); () = none active
+    gpm_sm_active_pct: float | None = None  # Hopper GPM metrics, where supported
+    gpm_sm_occupancy_pct: float | None = None
+    gpm_tensor_active_pct: float | None = None
+    gpm_dram_bw_pct: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    in_target: bool = False  # some process of the target's tree runs on it
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    available: bool
+    reason: str | None = None  # why not available, or what is partially missing
+    driver_version: str | None = None
+    devices: tuple[GpuDevice, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    function: str  # qualname on Python 3.11+ (e.g. "Class.method")
+    file: str  # full path as the interpreter sees it
+    line: int = 0
+    native: bool = False  # a native (C/C++) frame, present only with native sampling
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """A thread's stack as of one sample."""
+
+    pid: int
+    tid: int
+    name: str | None = None
+    idle: bool = False  # py-spy judged it idle (waiting, sleeping)
+    owns_gil: bool = False
+    frames: tuple[StackFrame, ...] = ()  # innermost first
+
+
+@dataclass(frozen=True)
+class StackCount:
+    """How many samples this tick saw one exact stack on one thread."""
+
+    pid: int
+    tid: int
+    thread_name: str | None
+    idle: bool
+    frames: tuple[StackFrame, ...]  # innermost first
+    count: int
+
+
+@dataclass(frozen=True)
+class StacksReading:
+    available: bool
+    reason: str | None = None  # why not available, with the fix
+    sampler: str | None = None  # e.g. "py-spy 0.4.0 (nonblocking)"
+    rate_hz: float | None = None  # the asked-for rate per process
+    achieved_rate_hz: float | None = None  # samples per second per process actually taken this tick
+    samples: int = 0  # samples (process dumps) taken this tick
+    native: bool = False
+    threads: tuple[ThreadStack, ...] = ()  # each thread's latest stack
+    counts: tuple[StackCount, ...] = ()  # samples taken this tick, grouped by identical stack
+    errors: tuple[str, ...] = ()  # per-process failures this tick that did not stop sampling
+
+
+@dataclass(frozen=True)
+class ProgressReading:
+    """The target's own progress, parsed from its log (filled by the log probe)."""
+
+    source: str | None = None  # the log file read
+    format: str | None = None  # nanogpt, hf_trainer, tqdm, lightning, generic
+    iteration: int | None = None
+    seconds_per_iter: float | None = None
+    tokens_per_s: float | None = None
+    reported_mfu_pct: float | None = None
+    last_line: str | None = None
+    last_update: float | None = None  # Unix time the last progress line was seen
+
+
+@dataclass(frozen=True)
+class MonitorOverhead:
+    """What gputop itself costs, so the user can see it."""
+
+    monitor_cpu_pct: float | None = None  # gputop process, percent of one core
+    sampler_cpu_pct: float | None = None  # py-spy children, percent of one core
+    tick_seconds: float | None = None  # how long collecting this frame took
+    behind: bool = False  # sampling fell behind its schedule
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """diagnose(history): which bottleneck, hung versus slow, with the evidence and the fix."""
+
+    bottleneck: str = "unknown"
+    liveness: str = "unknown"  # progressing, hung, exited, unknown
+    confidence: float = 0.0
+    evidence: tuple[str, ...] = ()
+    advice: tuple[str, ...] = ()
+    since: float | None = None  # Unix time this bottleneck/liveness pair was first concluded
+
+
+@dataclass(frozen=True)
+class Frame:
+    seq: int
+    time: float  # Unix time at the end of the tick
+    interval_s: float
+    target: TargetInfo
+    processes: tuple[ProcessSample, ...] = ()
+    cpu: CpuReading = field(default_factory=CpuReading)
+    gpu: GpuReading = field(default_factory=lambda: GpuReading(available=False, reason="not read"))
+    stacks: StacksReading = field(default_factory=lambda: StacksReading(available=False, reason="not read"))
+    progress: ProgressReading | None = None
+    overhead: MonitorOverhead = field(default_factory=MonitorOverhead)
+    schema: str = FRAME_SCHEMA
+
+    def process(self, pid: int) -> ProcessSample | None:
+        return next((p for p in self.processes if p.pid == pid), None)
+
+
+# --- JSON round trip -------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def to_jsonable(obj: Any) -> Any:
+    """A dataclass tree as plain dicts, lists and scalars (tuples become lists)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+_HINTS_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS_CACHE.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS_CACHE[cls] = hints
+    return hints
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                continue
+            return _convert(arg, value)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        inner = args[0] if args else Any
+        return tuple(_convert(inner, v) for v in value)
+    if origin is dict:
+        return dict(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_jsonable(tp, value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def from_jsonable(cls: type[T], data: dict[str, Any]) -> T:
+    """Rebuild a dataclass tree written by to_jsonable; unknown keys (newer writers) are ignored."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)

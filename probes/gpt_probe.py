@@ -1,0 +1,552 @@
+"""The reference GPT step behind ``gputop probe``: what this GPU does on a known workload.
+
+A nanoGPT-architecture GPT (our own implementation, same module names and initialisation) trains for a
+few steps on one synthetic batch that already sits on the device: forward, backward, gradient clipping,
+AdamW (fused on CUDA). Nothing is read from disk, so the step time is the compute the model costs here;
+a training job that takes much longer per iteration on the same shape loses the difference elsewhere
+(input pipeline, host, collectives).
+
+Timing: the first step (torch.compile, cuBLAS autotuning, allocator growth) and the other warm-up steps
+are excluded and reported separately; the timed steps are measured with CUDA events on a GPU and
+``time.perf_counter`` on the CPU, and the median is reported. One step is one micro-batch forward and
+backward plus one optimizer step; with ``grad_accum`` the optimizer iteration is *predicted* as
+grad_accum × (forward + backward) + optimizer, which is what nanoGPT's loop does.
+
+torch is imported inside functions only: gputop's monitor must work without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from probes.flops import GptShape, count_params, flops_per_token, formula_with_values
+from probes.peaks import peak_flops, user_peak
+
+PROBE_SCHEMA = "gputop.probe/1"
+DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")
+TORCH_MISSING = "the probe needs torch: pip install 'gputop[probe]'"
+
+
+class ProbeInputError(ValueError):
+    """A configuration this machine cannot run (no CUDA, a dtype the device lacks, a bad shape)."""
+
+
+class ProbeOutOfMemory(RuntimeError):
+    """The configuration does not fit; carries the largest batch size that did."""
+
+    def __init__(self, message: str, batch_size: int, largest_fitting_batch: int):
+        super().__init__(message)
+        self.batch_size = batch_size
+        self.largest_fitting_batch = largest_fitting_batch
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    shape: GptShape
+    model: str = "custom"  # preset name, for output
+    batch_size: int = 12
+    grad_accum: int = 1
+    dtype: str = "auto"  # one of DTYPE_CHOICES
+    compile: bool = False
+    steps: int = 10  # timed steps
+    warmup: int = 3  # untimed steps before them; the first one includes compilation
+    device: str = "auto"  # auto, cpu, cuda, cuda:N
+    peak_tflops: float | None = None  # overrides the table
+    learning_rate: float = 6e-4
+    seed: int = 1337
+
+    def problem(self) -> str | None:
+        shape_problem = self.shape.problem()
+        if shape_problem:
+            return shape_problem
+        if self.dtype not in DTYPE_CHOICES:
+            return f"--dtype must be one of {', '.join(DTYPE_CHOICES)} (got {self.dtype!r})"
+        for name, minimum in (("batch_size", 1), ("grad_accum", 1), ("steps", 1), ("warmup", 1)):
+            if getattr(self, name) < minimum:
+                return f"--{name.replace('_', '-')} must be at least {minimum} (got {getattr(self, name)})"
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            return f"--peak-tflops must be positive (got {self.peak_tflops})"
+        return None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str
+    shape: GptShape
+    device: str  # "cuda:0", "cpu"
+    device_name: str  # the GPU's name as CUDA reports it, or the CPU model
+    torch_version: str
+    dtype: str  # bf16, fp16 or fp32: what the matmuls ran in
+    tf32: bool  # fp32 matmuls allowed to use TF32 tensor cores
+    compiled: bool
+    fused_adamw: bool
+    params: int  # without position embeddings, as in the FLOP formula
+    params_with_position_embeddings: int
+    flops_per_token: int
+    flops_formula: str
+    batch_size: int
+    grad_accum: int
+    tokens_per_step: int  # batch_size × block_size
+    tokens_per_iter: int  # × grad_accum
+    warmup_steps: int
+    timed_steps: int
+    timing: str  # "CUDA events" or "time.perf_counter"
+    first_step_seconds: float  # wall time, includes compilation and autotuning
+    compile_seconds: float | None  # first step minus a timed step, when compiling
+    step_seconds: float  # median forward + backward + optimizer, one micro-batch
+    step_seconds_min: float
+    step_seconds_max: float
+    fwd_bwd_seconds: float  # median
+    optimizer_seconds: float  # median, clipping and zero_grad included
+    iter_seconds: float  # predicted: grad_accum × fwd_bwd + optimizer
+    tokens_per_s: float
+    achieved_flops_per_s: float
+    peak_dtype: str  # the column of the peak table used: bf16, fp16, tf32 or fp32
+    peak_flops_per_s: float | None
+    peak_source: str  # where the peak comes from, or why there is none
+    mfu: float | None  # fraction of peak
+    peak_memory_bytes: int | None  # CUDA max_memory_allocated; None on the CPU
+    losses: tuple[float, ...]  # every step's loss, warm-up included
+    schema: str = PROBE_SCHEMA
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def gpt_class():
+    """nanoGPT's GPT as an nn.Module class, built on first use so that importing this module needs no torch."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class LayerNorm(nn.Module):
+        # nn.LayerNorm cannot drop its bias; nanoGPT trains without biases.
+        def __init__(self, ndim: int, bias: bool):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(ndim))
+            self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+        def forward(self, x):
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, shape: GptShape):
+            super().__init__()
+            self.c_attn = nn.Linear(shape.n_embd, 3 * shape.n_embd, bias=shape.bias)
+            self.c_proj = nn.Linear(shape.n_embd, shape.n_embd, bias=shape.bias)
+            self.n_head = shape.n_head
+            self.n_embd = shape.n_embd
+
+        def forward(self, x):
+            batch, seq, channels = x.size()
+            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+            heads = (batch, seq, self.n_head, channels // self.n_head)
+            q, k, v = (t.view(heads).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(batch, seq, channels))
+
+    class MLP(nn.Module):
+        def __init__(self, shape: GptShape):
+            super().__init__()
+            self.c_fc = nn.Linear(shape.n_embd, 4 * shape.n_embd, bias=shape.bias)
+            self.gelu = nn.GELU()
+            self.c_proj = nn.Linear(4 * shape.n_embd, shape.n_embd, bias=shape.bias)
+
+        def forward(self, x):
+            return self.c_proj(self.gelu(self.c_fc(x)))
+
+    class Block(nn.Module):
+        def __init__(self, shape: GptShape):
+            super().__init__()
+            self.ln_1 = LayerNorm(shape.n_embd, shape.bias)
+            self.attn = CausalSelfAttention(shape)
+            self.ln_2 = LayerNorm(shape.n_embd, shape.bias)
+            self.mlp = MLP(shape)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self, shape: GptShape):
+            super().__init__()
+            self.shape = shape
+            self.transformer = nn.ModuleDict({
+                "wte": nn.Embedding(shape.vocab_size, shape.n_embd),
+                "wpe": nn.Embedding(shape.block_size, shape.n_embd),
+                "h": nn.ModuleList([Block(shape) for _ in range(shape.n_layer)]),
+                "ln_f": LayerNorm(shape.n_embd, shape.bias),
+            })
+            self.lm_head = nn.Linear(shape.n_embd, shape.vocab_size, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+            self.apply(self._init_weights)
+            for name, param in self.named_parameters():
+                if name.endswith("c_proj.weight"):  # GPT-2's scaled init of residual projections
+                    torch.nn.init.normal_(param, mean=0.0, std=0.02 / (2 * shape.n_layer) ** 0.5)
+
+        @staticmethod
+        def _init_weights(module):
+            if isinstance(module, nn.Linear):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+        def num_params(self, non_embedding: bool = True) -> int:
+            total = sum(p.numel() for p in self.parameters())
+            if non_embedding:
+                total -= self.transformer.wpe.weight.numel()
+            return total
+
+        def forward(self, idx, targets):
+            _, seq = idx.size()
+            pos = torch.arange(0, seq, dtype=torch.long, device=idx.device)
+            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+            for block in self.transformer.h:
+                x = block(x)
+            logits = self.lm_head(self.transformer.ln_f(x))
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            return logits, loss
+
+    return GPT
+
+
+def largest_fitting_batch(fits: Callable[[int], bool], failed_batch: int) -> int:
+    """Largest batch in [1, failed_batch) for which fits() is True (binary search; memory is monotone
+    in batch size); 0 when even 1 does not fit."""
+    lo, hi = 0, failed_batch  # invariant: lo fits (0 trivially), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# --- device, dtype and peak ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    device: str
+    device_type: str
+    device_name: str
+    dtype: str
+    tf32: bool
+    peak_dtype: str
+    capability: tuple[int, int] | None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return "CPU: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU: " + (platform.processor() or platform.machine() or "unknown")
+
+
+def _plan(config: ProbeConfig, torch) -> _Plan:
+    requested = config.device.strip().lower()
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        if config.dtype == "fp16":
+            raise ProbeInputError("--dtype fp16 needs a CUDA GPU; use bf16 or fp32 on the CPU")
+        dtype = "fp32" if config.dtype == "auto" else config.dtype
+        return _Plan("cpu", "cpu", _cpu_name(), dtype, False, dtype, None)
+    if not requested.startswith("cuda"):
+        raise ProbeInputError(f"--device must be auto, cpu, cuda or cuda:N (got {config.device!r})")
+    if not torch.cuda.is_available():
+        raise ProbeInputError("--device cuda asked for, but torch sees no CUDA GPU "
+                              f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+    index_text = requested.partition(":")[2] or "0"
+    if not index_text.isdigit() or int(index_text) >= torch.cuda.device_count():
+        raise ProbeInputError(f"no GPU {config.device!r}: torch sees {torch.cuda.device_count()}")
+    index = int(index_text)
+    capability = torch.cuda.get_device_capability(index)
+    has_bf16 = capability[0] >= 8  # Ampere and later; older GPUs only emulate it
+    dtype = config.dtype
+    if dtype == "auto":
+        dtype = "bf16" if has_bf16 else "fp16"
+    if dtype == "bf16" and not has_bf16:
+        raise ProbeInputError(f"--dtype bf16 needs compute capability 8.0 or later (this GPU is "
+                              f"{capability[0]}.{capability[1]}); use --dtype fp16")
+    tf32 = capability[0] >= 8
+    peak_dtype = "tf32" if dtype == "fp32" and tf32 else dtype
+    return _Plan(f"cuda:{index}", "cuda", torch.cuda.get_device_name(index), dtype, tf32, peak_dtype,
+                 capability)
+
+
+def _peak(config: ProbeConfig, plan: _Plan) -> tuple[float | None, str]:
+    if config.peak_tflops is not None:
+        return user_peak(config.peak_tflops, plan.peak_dtype).flops_per_s, "--peak-tflops"
+    if plan.device_type == "cpu":
+        return None, "no CPU peak is known; pass --peak-tflops for an MFU"
+    peak = peak_flops(plan.device_name, plan.peak_dtype)
+    if peak is None:
+        return None, (f"{plan.device_name} has no {plan.peak_dtype} entry in gputop's peak table; "
+                      "pass --peak-tflops")
+    return peak.flops_per_s, peak.source
+
+
+def _is_oom(exc: BaseException, torch) -> bool:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+# --- the step --------------------------------------------------------------------------------------
+
+
+class _Trainer:
+    """A model, its optimizer and one synthetic batch on the device; step() is one training step."""
+
+    def __init__(self, config: ProbeConfig, plan: _Plan, batch_size: int, compile_model: bool, torch):
+        self.torch = torch
+        self.plan = plan
+        torch.manual_seed(config.seed)
+        with torch.device(plan.device):  # initialise on the device: no host copy of a 1.5B model
+            self.model = gpt_class()(config.shape)
+        self.params = self.model.num_params()
+        self.params_with_position_embeddings = self.model.num_params(non_embedding=False)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.fused = plan.device_type == "cuda"
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.learning_rate, betas=(0.9, 0.95), **({"fused": True} if self.fused else {}),
+        )
+        self.scaler = torch.amp.GradScaler(plan.device_type, enabled=plan.dtype == "fp16")
+        self.forward = torch.compile(self.model) if compile_model else self.model
+        autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.dtype)
+        self.autocast = (
+            functools.partial(torch.autocast, device_type=plan.device_type, dtype=autocast_dtype)
+            if autocast_dtype is not None else contextlib.nullcontext
+        )
+        generator = torch.Generator(device="cpu").manual_seed(config.seed)
+        # One fixed batch: the probe measures compute, and a model that sees the same batch again
+        # learns it, so the loss falls and shows the step really trains.
+        tokens = torch.randint(config.shape.vocab_size, (batch_size, config.shape.block_size + 1),
+                               generator=generator)
+        self.inputs = tokens[:, :-1].contiguous().to(plan.device)
+        self.targets = tokens[:, 1:].contiguous().to(plan.device)
+
+    def step(self, marks: Callable[[int], None] | None = None):
+        """One forward/backward and optimizer step; marks(0|1|2) at start, after backward, at end."""
+        torch = self.torch
+        if marks:
+            marks(0)
+        with self.autocast():
+            _, loss = self.forward(self.inputs, self.targets)
+        self.scaler.scale(loss).backward()
+        if marks:
+            marks(1)
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if marks:
+            marks(2)
+        return loss.detach()
+
+    def synchronize(self) -> None:
+        if self.plan.device_type == "cuda":
+            self.torch.cuda.synchronize(self.plan.device)
+
+
+class _CudaTimer:
+    def __init__(self, torch, steps: int):
+        self.events = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(steps)]
+        self.current = 0
+
+    def marks(self, which: int) -> None:
+        self.events[self.current][which].record()
+        if which == 2:
+            self.current += 1
+
+    def durations(self) -> list[tuple[float, float]]:
+        """(fwd+bwd, optimizer) seconds per step; call after synchronising."""
+        return [(e[0].elapsed_time(e[1]) / 1000.0, e[1].elapsed_time(e[2]) / 1000.0) for e in self.events]
+
+
+class _WallTimer:
+    def __init__(self, steps: int):
+        self.times = [[0.0, 0.0, 0.0] for _ in range(steps)]
+        self.current = 0
+
+    def marks(self, which: int) -> None:
+        self.times[self.current][which] = time.perf_counter()
+        if which == 2:
+            self.current += 1
+
+    def durations(self) -> list[tuple[float, float]]:
+        return [(t[1] - t[0], t[2] - t[1]) for t in self.times]
+
+
+def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch) -> ProbeResult:
+    if plan.device_type == "cuda":
+        torch.cuda.reset_peak_memory_stats(plan.device)
+    say(f"building {config.model} ({config.shape.describe()}) on {plan.device}")
+    trainer = _Trainer(config, plan, config.batch_size, config.compile, torch)
+    losses = []
+
+    say("warm-up step 1" + (" (includes torch.compile)" if config.compile else ""))
+    start = time.perf_counter()
+    losses.append(trainer.step())
+    trainer.synchronize()
+    first_step = time.perf_counter() - start
+    for _ in range(config.warmup - 1):
+        losses.append(trainer.step())
+    trainer.synchronize()
+
+    say(f"timing {config.steps} steps")
+    timer = _CudaTimer(torch, config.steps) if plan.device_type == "cuda" else _WallTimer(config.steps)
+    for _ in range(config.steps):
+        losses.append(trainer.step(timer.marks))
+    trainer.synchronize()
+
+    durations = timer.durations()
+    steps = [fwd_bwd + opt for fwd_bwd, opt in durations]
+    step = statistics.median(steps)
+    fwd_bwd = statistics.median(d[0] for d in durations)
+    optimizer = statistics.median(d[1] for d in durations)
+    iteration = config.grad_accum * fwd_bwd + optimizer
+    tokens_per_step = config.batch_size * config.shape.block_size
+    tokens_per_iter = tokens_per_step * config.grad_accum
+    per_token = flops_per_token(config.shape)
+    achieved = per_token * tokens_per_iter / iteration
+    peak, peak_source = _peak(config, plan)
+    return ProbeResult(
+        model=config.model,
+        shape=config.shape,
+        device=plan.device,
+        device_name=plan.device_name,
+        torch_version=torch.__version__,
+        dtype=plan.dtype,
+        tf32=plan.tf32,
+        compiled=config.compile,
+        fused_adamw=trainer.fused,
+        params=trainer.params,
+        params_with_position_embeddings=trainer.params_with_position_embeddings,
+        flops_per_token=per_token,
+        flops_formula=formula_with_values(config.shape),
+        batch_size=config.batch_size,
+        grad_accum=config.grad_accum,
+        tokens_per_step=tokens_per_step,
+        tokens_per_iter=tokens_per_iter,
+        warmup_steps=config.warmup,
+        timed_steps=config.steps,
+        timing="CUDA events" if plan.device_type == "cuda" else "time.perf_counter",
+        first_step_seconds=first_step,
+        compile_seconds=max(first_step - step, 0.0) if config.compile else None,
+        step_seconds=step,
+        step_seconds_min=min(steps),
+        step_seconds_max=max(steps),
+        fwd_bwd_seconds=fwd_bwd,
+        optimizer_seconds=optimizer,
+        iter_seconds=iteration,
+        tokens_per_s=tokens_per_iter / iteration,
+        achieved_flops_per_s=achieved,
+        peak_dtype=plan.peak_dtype,
+        peak_flops_per_s=peak,
+        peak_source=peak_source,
+        mfu=achieved / peak if peak else None,
+        peak_memory_bytes=torch.cuda.max_memory_allocated(plan.device) if plan.device_type == "cuda" else None,
+        losses=tuple(float(loss) for loss in losses),
+    )
+
+
+def _search_largest_batch(config: ProbeConfig, plan: _Plan, torch) -> int:
+    """Largest batch below the one that failed for which one step fits (without torch.compile)."""
+
+    def release() -> None:
+        if config.compile:
+            torch._dynamo.reset()  # compiled graphs keep the failed model's tensors alive
+        gc.collect()
+        if plan.device_type == "cuda":
+            torch.cuda.empty_cache()
+
+    def one_step(batch_size: int) -> None:
+        trainer = _Trainer(config, plan, batch_size, False, torch)
+        trainer.step()
+        trainer.synchronize()
+
+    def fits(batch_size: int) -> bool:
+        try:
+            one_step(batch_size)
+        except Exception as exc:
+            if not _is_oom(exc, torch):
+                raise
+            ok = False
+        else:
+            ok = True
+        release()  # after the except block: the failed step's frames are gone, so its tensors are too
+        return ok
+
+    release()
+    return largest_fitting_batch(fits, config.batch_size)
+
+
+def _oom_message(config: ProbeConfig, plan: _Plan, largest: int, torch) -> str:
+    where = plan.device_name
+    if plan.device_type == "cuda":
+        total = torch.cuda.get_device_properties(plan.device).total_memory
+        where = f"{plan.device_name} ({total / 2**30:.1f} GiB)"
+    tried = f"{config.model} at batch {config.batch_size} × block {config.shape.block_size}"
+    if largest == 0:
+        params = count_params(config.shape, include_position_embeddings=True)
+        return (f"out of memory: {tried} does not fit on {where}, not even at batch 1; weights, gradients "
+                f"and AdamW state alone take about {params * 16 / 2**30:.1f} GiB in fp32")
+    accum = config.grad_accum * config.batch_size / largest
+    keep = f" --grad-accum {accum:g}" if accum == int(accum) else ""
+    return (f"out of memory: {tried} does not fit on {where}; the largest batch that fit is {largest} "
+            f"(found without torch.compile): try --batch-size {largest}{keep}")
+
+
+def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> ProbeResult:
+    """Train the reference GPT for config.warmup + config.steps steps and report what it achieved.
+
+    Raises ProbeInputError for a configuration this machine cannot run, ProbeOutOfMemory (with the
+    largest batch that fit) when it does not fit, and ImportError when torch is missing.
+    """
+    problem = config.problem()
+    if problem:
+        raise ProbeInputError(problem)
+    import torch
+
+    say = say or (lambda _message: None)
+    plan = _plan(config, torch)
+    if plan.device_type == "cuda":
+        torch.cuda.set_device(plan.device)  # CUDA events record on the current device's stream
+        torch.set_float32_matmul_precision("high" if plan.tf32 else "highest")
+    try:
+        return _measure(config, plan, say, torch)
+    except Exception as exc:
+        if not _is_oom(exc, torch):
+            raise
+    # Outside the except block, so the failed step's tensors (held by the traceback) can be freed.
+    say(f"out of memory at batch {config.batch_size}; searching for the largest batch that fits")
+    largest = _search_largest_batch(config, plan, torch)
+    raise ProbeOutOfMemory(_oom_message(config, plan, largest, torch), config.batch_size, largest)
+
+

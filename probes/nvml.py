@@ -1,0 +1,424 @@
+"""The GPU probe: every NVIDIA GPU's clocks, power, utilisation, memory, clock event reasons, compute
+processes and (Hopper and newer) GPM metrics, read through NVML once per tick.
+
+This is the only module in gputop that touches NVML (nvidia-ml-py, imported as ``pynvml``). It imports it
+lazily, initialises it on the first read, and never raises: a machine without a driver or a GPU gives
+``GpuReading(available=False, reason=...)``, and a field one GPU or driver cannot report is None while the
+other fields of the tick stay intact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.frame import GpuDevice, GpuProcess, GpuReading
+
+# A driver can be installed or loaded while gputop runs; asking again is cheap but not free.
+INIT_RETRY_INTERVAL_S = 30.0
+
+# NVML computes GPM metrics only between samples taken at least this far apart.
+GPM_MIN_SAMPLE_INTERVAL_S = 0.1
+
+# Clock event reason bits, by the suffix of their pynvml constant, and the stable name gputop reports.
+# The "ClocksEventReason" constants replaced the deprecated "ClocksThrottleReason" ones (same bits);
+# an older nvidia-ml-py defines only the latter, and either may lack the newest reasons.
+_CLOCK_EVENT_REASONS = (
+    ("GpuIdle", "gpu_idle"),
+    ("ApplicationsClocksSetting", "applications_clocks_setting"),
+    ("SwPowerCap", "sw_power_cap"),
+    ("HwSlowdown", "hw_slowdown"),
+    ("SyncBoost", "sync_boost"),
+    ("SwThermalSlowdown", "sw_thermal_slowdown"),
+    ("HwThermalSlowdown", "hw_thermal_slowdown"),
+    ("HwPowerBrakeSlowdown", "hw_power_brake_slowdown"),
+    ("DisplayClockSetting", "display_clock_setting"),
+    ("BoardLimit", "board_limit"),
+    ("Reliability", "reliability"),
+)
+
+# GpuDevice field <- pynvml GPM metric constant.
+_GPM_METRICS = (
+    ("gpm_sm_active_pct", "NVML_GPM_METRIC_SM_UTIL"),
+    ("gpm_sm_occupancy_pct", "NVML_GPM_METRIC_SM_OCCUPANCY"),
+    ("gpm_tensor_active_pct", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+    ("gpm_dram_bw_pct", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+)
+
+
+def decode_clock_event_reasons(nvml: Any, mask: int) -> tuple[str, ...]:
+    """The active reasons in an NVML clock event bitmask, lowest bit first; unnamed bits as unknown_0x..."""
+    names = []
+    named_bits = 0
+    for suffix, name in _CLOCK_EVENT_REASONS:
+        bit = getattr(nvml, "nvmlClocksEventReason" + suffix, None)
+        if bit is None:
+            bit = getattr(nvml, "nvmlClocksThrottleReason" + suffix, None)
+        if bit is None:
+            continue
+        named_bits |= bit
+        if mask & bit:
+            names.append((bit, name))
+    unnamed = mask & ~named_bits
+    bit = 1
+    while unnamed:
+        if unnamed & bit:
+            names.append((bit, f"unknown_{bit:#x}"))
+            unnamed &= ~bit
+        bit <<= 1
+    return tuple(name for _, name in sorted(names))
+
+
+def _text(value: Any) -> str | None:
+    """NVML strings: str from current nvidia-ml-py, bytes from old versions."""
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _GpmState:
+    """One device's pair of GPM sample buffers; ``previous`` holds the sample the next metrics start from."""
+
+    previous: Any
+    current: Any
+    previous_taken_at: float | None = None
+    last_metrics: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class _DeviceState:
+    """What the probe remembers about one device between ticks."""
+
+    index: int
+    handle: Any
+    static: dict[str, Any] = field(default_factory=dict)  # name, uuid, max SM clock: read once
+    gpm_supported: bool | None = None  # None: not asked yet
+    gpm: _GpmState | None = None
+
+
+class _FieldErrors:
+    """Per-device failures of one tick, grouped by message, for GpuReading.reason."""
+
+    def __init__(self) -> None:
+        self.by_device: dict[int, dict[str, list[str]]] = {}
+
+    def add(self, index: int, field_name: str, exc: BaseException) -> None:
+        message = str(exc) or type(exc).__name__
+        self.by_device.setdefault(index, {}).setdefault(message, []).append(field_name)
+
+    def lines(self) -> list[str]:
+        return [
+            f"GPU {index}: {message} ({', '.join(fields)})"
+            for index, by_message in sorted(self.by_device.items())
+            for message, fields in by_message.items()
+        ]
+
+
+class NvmlGpuProbe:
+    """Reads every GPU NVML can see, once per ``read()``; see the module docstring."""
+
+    def __init__(self, nvml: Any = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """nvml: a module with pynvml's API (tests pass a fake); None imports pynvml on first read.
+
+        clock: monotonic seconds, for the init retry and GPM sample spacing (tests pass a fake clock).
+        """
+        self._nvml = nvml
+        self._clock = clock
+        self._initialized = False
+        self._last_init_attempt: float | None = None
+        self._unavailable = GpuReading(available=False, reason="NVML not initialised yet")
+        self._driver_version: str | None = None
+        self._devices: list[_DeviceState] = []
+
+    # --- public API --------------------------------------------------------------------------------
+
+    def read(self, target_pids: Mapping[int, int] | None = None) -> GpuReading:
+        """One reading of every device. target_pids maps a PID as NVML may report it to its local PID."""
+        try:
+            if not self._initialized and not self._try_init():
+                return self._unavailable
+            return self._read_devices(target_pids or {})
+        # A probe never raises into the UI: whatever broke (a bug, a driver oddity) becomes the reason.
+        except Exception as exc:  # noqa: BLE001
+            return GpuReading(available=False, reason=f"NVML read failed: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        """Free GPM sample buffers and shut NVML down; a later read() initialises it again."""
+        if not self._initialized:
+            return
+        for device in self._devices:
+            self._free_gpm_samples(device)
+        self._devices = []
+        self._guarded(self._nvml.nvmlShutdown)
+        self._initialized = False
+        self._last_init_attempt = None
+
+    # --- initialisation ----------------------------------------------------------------------------
+
+    def _try_init(self) -> bool:
+        now = self._clock()
+        if self._last_init_attempt is not None and now - self._last_init_attempt < INIT_RETRY_INTERVAL_S:
+            return False
+        self._last_init_attempt = now
+        reason = self._init()
+        if reason is not None:
+            self._unavailable = GpuReading(available=False, reason=reason)
+            return False
+        self._initialized = True
+        return True
+
+    def _init(self) -> str | None:
+        """Initialise NVML and find the devices; the reason it cannot, or None."""
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                return "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+            self._nvml = pynvml
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            return self._init_failure_reason(exc)
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
+        except nvml.NVMLError as exc:
+            self._guarded(nvml.nvmlShutdown)
+            return f"NVML could not list the GPUs: {exc}"
+        if not handles:
+            self._guarded(nvml.nvmlShutdown)
+            return "no NVIDIA GPU visible (the driver is loaded but NVML lists no device)"
+        self._devices = [_DeviceState(index=index, handle=handle) for index, handle in enumerate(handles)]
+        self._driver_version = _text(self._guarded(nvml.nvmlSystemGetDriverVersion))
+        return None
+
+    def _init_failure_reason(self, exc: Exception) -> str:
+        nvml = self._nvml
+        if isinstance(exc, nvml.NVMLError_LibraryNotFound):
+            return "NVML library not found (no NVIDIA driver on this machine: libnvidia-ml.so.1 is missing)"
+        if isinstance(exc, nvml.NVMLError_DriverNotLoaded):
+            return "NVIDIA driver not loaded (NVML is installed, but the kernel module is not running)"
+        if isinstance(exc, nvml.NVMLError_NoPermission):
+            return "no permission to use NVML (check access to /dev/nvidia*)"
+        mismatch = getattr(nvml, "NVMLError_LibRmVersionMismatch", None)
+        if mismatch is not None and isinstance(exc, mismatch):
+            return "NVML and the loaded NVIDIA driver differ in version (driver updated without a reboot?)"
+        return f"NVML could not initialise: {exc}"
+
+    # --- one tick ----------------------------------------------------------------------------------
+
+    def _read_devices(self, target_pids: Mapping[int, int]) -> GpuReading:
+        errors = _FieldErrors()
+        devices = tuple(self._read_device(device, target_pids, errors) for device in self._devices)
+        notes = errors.lines()
+        no_gpm = [str(device.index) for device in self._devices if device.gpm_supported is False]
+        if no_gpm:
+            notes.append(f"GPM metrics not supported on GPU {', '.join(no_gpm)} (they need Hopper or newer)")
+        return GpuReading(
+            available=True,
+            reason="; ".join(notes) or None,
+            driver_version=self._driver_version,
+            devices=devices,
+        )
+
+    def _call(
+        self, device: _DeviceState, errors: _FieldErrors, field_name: str, function_name: str, *args: Any
+    ) -> Any:
+        """One guarded per-device NVML read: None when the function, the driver or the GPU lacks it."""
+        nvml = self._nvml
+        function = getattr(nvml, function_name, None)
+        if function is None:
+            return None
+        try:
+            return function(device.handle, *args)
+        except nvml.NVMLError_NotSupported:
+            return None
+        except nvml.NVMLError as exc:
+            errors.add(device.index, field_name, exc)
+            return None
+
+    def _read_device(
+        self, device: _DeviceState, target_pids: Mapping[int, int], errors: _FieldErrors
+    ) -> GpuDevice:
+        nvml = self._nvml
+        static = device.static
+        for key, function_name, args in (
+            ("name", "nvmlDeviceGetName", ()),
+            ("uuid", "nvmlDeviceGetUUID", ()),
+            ("max_sm_clock", "nvmlDeviceGetMaxClockInfo", (nvml.NVML_CLOCK_SM,)),
+        ):
+            if static.get(key) is None:
+                static[key] = self._call(device, errors, key, function_name, *args)
+
+        sm_clock = self._call(device, errors, "sm_clock", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
+        power_mw = self._call(device, errors, "power", "nvmlDeviceGetPowerUsage")
+        limit_mw = self._call(device, errors, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
+        utilization = self._call(device, errors, "utilization", "nvmlDeviceGetUtilizationRates")
+        memory = self._call(device, errors, "memory", "nvmlDeviceGetMemoryInfo")
+        temperature = self._call(
+            device, errors, "temperature", "nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU
+        )
+        reasons = self._clock_event_reasons(device, errors)
+        processes = self._processes(device, errors, target_pids)
+        gpm = self._gpm_metrics(device, errors)
+
+        return GpuDevice(
+            index=device.index,
+            name=_text(static["name"]),
+            uuid=_text(static["uuid"]),
+            sm_clock_mhz=sm_clock,
+            max_sm_clock_mhz=static["max_sm_clock"],
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            util_gpu_pct=None if utilization is None else float(utilization.gpu),
+            util_mem_pct=None if utilization is None else float(utilization.memory),
+            mem_used_bytes=None if memory is None else int(memory.used),
+            mem_total_bytes=None if memory is None else int(memory.total),
+            temperature_c=None if temperature is None else float(temperature),
+            clock_event_reasons=reasons,
+            processes=processes,
+            in_target=any(process.in_target for process in processes),
+            **gpm,
+        )
+
+    def _clock_event_reasons(self, device: _DeviceState, errors: _FieldErrors) -> tuple[str, ...] | None:
+        """Decoded reasons; drivers before 535 (and old nvidia-ml-py) only know the throttle-reasons call."""
+        nvml = self._nvml
+        for function_name in (
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+        ):
+            function = getattr(nvml, function_name, None)
+            if function is None:
+                continue
+            try:
+                return decode_clock_event_reasons(nvml, function(device.handle))
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+                continue
+            except nvml.NVMLError as exc:
+                errors.add(device.index, "clock_event_reasons", exc)
+                return None
+        return None
+
+    def _processes(
+        self, device: _DeviceState, errors: _FieldErrors, target_pids: Mapping[int, int]
+    ) -> tuple[GpuProcess, ...]:
+        nvml = self._nvml
+        # The unversioned call needs the driver's _v3 symbol and says so with NVMLLibraryMismatchError
+        # (not an NVMLError); a driver older than 510 has only _v2.
+        library_mismatch = getattr(nvml, "NVMLLibraryMismatchError", ())
+        try:
+            infos = self._call(device, errors, "processes", "nvmlDeviceGetComputeRunningProcesses")
+        except library_mismatch:
+            infos = self._call(device, errors, "processes", "nvmlDeviceGetComputeRunningProcesses_v2")
+        processes = []
+        for info in infos or ():
+            used = info.usedGpuMemory  # None when NVML cannot tell (NVML_VALUE_NOT_AVAILABLE)
+            pid = int(info.pid)
+            local_pid = target_pids.get(pid)
+            processes.append(
+                GpuProcess(
+                    pid=pid,
+                    used_memory_bytes=None if used is None else int(used),
+                    in_target=local_pid is not None,
+                    local_pid=local_pid,
+                )
+            )
+        return tuple(processes)
+
+    # --- GPM ---------------------------------------------------------------------------------------
+
+    def _gpm_metrics(self, device: _DeviceState, errors: _FieldErrors) -> dict[str, float | None]:
+        """This tick's GPM metrics (GpuDevice field -> value): computed between the previous tick's sample
+        and one taken now, so the first tick after start (or after a failed sample) has none."""
+        nvml = self._nvml
+        empty: dict[str, float | None] = {name: None for name, _ in _GPM_METRICS}
+        if device.gpm_supported is None:
+            device.gpm_supported = self._query_gpm_support(device)
+        if not device.gpm_supported:
+            return empty
+        gpm = device.gpm
+        now = self._clock()
+        if gpm.previous_taken_at is not None and now - gpm.previous_taken_at < GPM_MIN_SAMPLE_INTERVAL_S:
+            # Too soon for NVML to compute anything new: the last interval's values still describe now.
+            return {**empty, **gpm.last_metrics}
+        try:
+            nvml.nvmlGpmSampleGet(device.handle, gpm.current)
+        except nvml.NVMLError_NotSupported:
+            # e.g. MIG mode on the device: it will not start working on its own, so stop asking.
+            self._free_gpm_samples(device)
+            device.gpm_supported = False
+            return empty
+        except nvml.NVMLError as exc:
+            errors.add(device.index, "gpm_sample", exc)
+            gpm.previous_taken_at = None
+            gpm.last_metrics = {}
+            return empty
+        metrics: dict[str, float | None] = {}
+        if gpm.previous_taken_at is not None:
+            try:
+                metrics = self._metrics_between(gpm.previous, gpm.current)
+            except nvml.NVMLError as exc:
+                errors.add(device.index, "gpm_metrics", exc)
+        gpm.previous, gpm.current = gpm.current, gpm.previous
+        gpm.previous_taken_at = now
+        gpm.last_metrics = metrics
+        return {**empty, **metrics}
+
+    def _query_gpm_support(self, device: _DeviceState) -> bool:
+        """Whether GPM works on the device; allocates its two sample buffers when it does."""
+        nvml = self._nvml
+        if not all(hasattr(nvml, name) for name in ("nvmlGpmQueryDeviceSupport", "c_nvmlGpmMetricsGet_t")):
+            return False
+        try:
+            if not nvml.nvmlGpmQueryDeviceSupport(device.handle).isSupportedDevice:
+                return False
+        except nvml.NVMLError:
+            return False
+        samples = []
+        try:
+            samples.append(nvml.nvmlGpmSampleAlloc())
+            samples.append(nvml.nvmlGpmSampleAlloc())
+        except nvml.NVMLError:
+            for sample in samples:
+                self._guarded(nvml.nvmlGpmSampleFree, sample)
+            return False
+        device.gpm = _GpmState(previous=samples[0], current=samples[1])
+        return True
+
+    def _metrics_between(self, sample1: Any, sample2: Any) -> dict[str, float | None]:
+        nvml = self._nvml
+        wanted = [(name, getattr(nvml, constant, None)) for name, constant in _GPM_METRICS]
+        wanted = [(name, metric_id) for name, metric_id in wanted if metric_id is not None]
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(wanted)
+        request.sample1 = sample1
+        request.sample2 = sample2
+        for slot, (_, metric_id) in enumerate(wanted):
+            request.metrics[slot].metricId = metric_id
+        nvml.nvmlGpmMetricsGet(request)
+        result: dict[str, float | None] = {}
+        for slot, (name, _) in enumerate(wanted):
+            metric = request.metrics[slot]
+            result[name] = float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
+        return result
+
+    def _free_gpm_samples(self, device: _DeviceState) -> None:
+        if device.gpm is not None:
+            for sample in (device.gpm.previous, device.gpm.current):
+                self._guarded(self._nvml.nvmlGpmSampleFree, sample)
+            device.gpm = None
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    def _guarded(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Call an NVML function whose failure changes nothing for the user (cleanup, optional facts)."""
+        try:
+            return function(*args)
+        except self._nvml.NVMLError:
+            return None

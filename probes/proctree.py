@@ -1,0 +1,380 @@
+"""The target's process tree, read from /proc (through psutil): who is in it, what role each plays, and
+what each costs (CPU, threads by state, memory, I/O).
+
+This module is the only one that walks /proc for the tree. One ``read()`` per tick: rates (CPU percent,
+I/O per second) are deltas against the previous read of the same process. When the target exits, the
+last readings are kept and returned marked ``alive=False`` so the screen can show what it was doing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from probes.frame import (
+    ROLE_COMPILE_WORKER,
+    ROLE_DATALOADER_WORKER,
+    ROLE_FORKSERVER,
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_RESOURCE_TRACKER,
+    ROLES,
+    ProcessSample,
+    TargetInfo,
+)
+
+# torch names each DataLoader worker's main thread (and so /proc/PID/comm) this, in _worker_loop.
+DATALOADER_WORKER_COMM = "pt_data_worker"
+# Workers started through the forkserver inherit the forkserver's command line, so the comm check must
+# come before these command-line checks.
+_COMPILE_WORKER_MARKERS = ("torch/_inductor/compile_worker", "torch._inductor.compile_worker")
+_FORKSERVER_MARKER = "from multiprocessing.forkserver import main"
+_RESOURCE_TRACKER_MARKER = "multiprocessing.resource_tracker"
+
+_PYTHON_EXE = re.compile(r"python(\d+\.\d+)")
+_LIBPYTHON = re.compile(r"/libpython(\d+\.\d+)[^/\s]*\.so")
+_FULL_VERSION = re.compile(r"(?<![\d.])(\d+\.\d+\.\d+)(?![\d.])")
+
+
+def target_exists(pid: int) -> bool:
+    """True when `pid` names a running (not zombie) process we can see."""
+    if pid <= 0:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _scan_tasks(pid: int, with_children: bool) -> tuple[int, int, list[int]] | None:
+    """(threads in state R, threads in state D, child PIDs) from /proc/PID/task/*; None if it is gone.
+
+    Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
+    threads gives both the thread states and the next level of the tree.
+    """
+    runnable = disk_wait = 0
+    children: list[int] = []
+    try:
+        entries = list(os.scandir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+    for entry in entries:
+        stat = _read_text(f"{entry.path}/stat")
+        if not stat:
+            continue  # the thread ended between listing and reading
+        # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
+        fields = stat.rpartition(")")[2].split()
+        state = fields[0] if fields else ""
+        if state == "R":
+            runnable += 1
+        elif state == "D":
+            disk_wait += 1
+        if with_children:
+            children.extend(int(c) for c in (_read_text(f"{entry.path}/children") or "").split())
+    return runnable, disk_wait, children
+
+
+def _python_version(exe: str | None, pid: int) -> str | None:
+    """The version of a Python interpreter ("3.11.7", or "3.11" when only that shows), else None.
+
+    Cheap on purpose: the interpreter's file name (python3.11) or the libpython it maps gives major.minor;
+    a full version is taken from the same path when it carries one (pyenv's versions/3.11.7, uv's
+    cpython-3.11.7-...), since reading the interpreter's memory would cost far more.
+    """
+    candidates = []
+    if exe:
+        match = _PYTHON_EXE.search(os.path.basename(exe))
+        if match:
+            candidates.append((match.group(1), exe))
+    if not candidates:
+        maps = _read_text(f"/proc/{pid}/maps") or ""
+        match = _LIBPYTHON.search(maps)
+        if match:
+            line_start = maps.rfind("\n", 0, match.start()) + 1
+            path = maps[line_start : match.end()].split()[-1]
+            candidates.append((match.group(1), path))
+    if not candidates:
+        return None
+    major_minor, path = candidates[0]
+    for full in _FULL_VERSION.findall(os.path.dirname(path)):
+        if full.startswith(major_minor + "."):
+            return full
+    return major_minor
+
+
+@dataclass
+class _Previous:
+    """What the last read of one process saw: the baseline for its CPU percent and I/O rates."""
+
+    create_time: float
+    at: float
+    cpu_seconds: float | None
+    io: tuple[int, int, int, int] | None  # read_bytes, write_bytes, read_chars, write_chars
+
+
+class ProcessTreeProbe:
+    """Reads the target and all its descendants once per call to read()."""
+
+    def __init__(self, pid: int, redact: Callable[[Sequence[str]], tuple[str, ...]] = tuple) -> None:
+        self.pid = pid
+        self._redact = redact
+        self._root: psutil.Process | None = None
+        self._target_static: TargetInfo | None = None  # cmdline, exe, python_version: read once
+        self._previous: dict[int, _Previous] = {}
+        self._last_samples: tuple[ProcessSample, ...] = ()
+        self._tree_pids: tuple[int, ...] = ()
+        self._exited_at: float | None = None
+        self._exit_reason: str | None = None
+        # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) walks only the tree; without it psutil
+        # finds children by reading every process's stat, a cost that grows with the whole host.
+        me = os.getpid()
+        self._children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
+        try:
+            self._root = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._mark_exited("no such process")
+        except psutil.Error as error:
+            self._mark_exited(f"cannot read the process: {error}")
+
+    # --- public -----------------------------------------------------------------------------------
+
+    def read(
+        self, role_hints: Mapping[int, str] | None = None
+    ) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
+        """The target and its process tree now. Never raises."""
+        try:
+            return self._read(role_hints or {})
+        except Exception:  # noqa: BLE001 - a probe never raises into the engine; show the last read
+            return self._target_info(alive=self._exited_at is None), self._last_samples
+
+    def pid_aliases(self) -> dict[int, int]:
+        """{PID as NVML may report it: our PID} for every process of the tree (as of the last read).
+
+        NVML reports PIDs in the host's namespace. The first NSpid field of /proc/PID/status is the PID
+        in the namespace of the procfs being read: the host PID when that /proc is the host's. Inside a
+        container with its own /proc the host PID appears nowhere in /proc, so it cannot be mapped here.
+        """
+        pids = self._tree_pids or self._list_tree_pids()
+        aliases: dict[int, int] = {}
+        for pid in pids:
+            status = _read_text(f"/proc/{pid}/status") or ""
+            nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+            if nspid and nspid[0].isdigit():
+                aliases.setdefault(int(nspid[0]), pid)
+        aliases.update({pid: pid for pid in pids})  # our own PIDs win any collision
+        return aliases
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _read(self, role_hints: Mapping[int, str]) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
+        if self._exited_at is None and not self._root_running():
+            self._mark_exited(self._exit_reason or "process ended")
+        if self._exited_at is not None:
+            return self._target_info(alive=False), self._last_samples
+
+        tree = self._walk_tree()
+        now = time.monotonic()
+        samples = []
+        seen = set()
+        for pid, runnable, disk_wait in tree:
+            sample = self._sample(pid, now, role_hints, runnable, disk_wait)
+            if sample is not None:
+                samples.append(sample)
+                seen.add(sample.pid)
+        for gone in set(self._previous) - seen:
+            if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
+                del self._previous[gone]
+
+        if self.pid not in seen:  # the target died while we read it
+            self._mark_exited("process ended")
+            return self._target_info(alive=False), self._last_samples
+        self._last_samples = tuple(samples)
+        self._tree_pids = tuple(seen)
+        return self._target_info(alive=True), self._last_samples
+
+    def _root_running(self) -> bool:
+        if self._root is None:
+            return False
+        try:
+            # is_running() compares create times, so a PID reused by another process counts as gone.
+            if not self._root.is_running():
+                self._exit_reason = (
+                    "process ended (its PID now belongs to another process)"
+                    if psutil.pid_exists(self.pid)
+                    else "process ended"
+                )
+                return False
+            if self._root.status() == psutil.STATUS_ZOMBIE:
+                self._exit_reason = "process ended (zombie, not yet reaped by its parent)"
+                return False
+        except psutil.NoSuchProcess:
+            self._exit_reason = "process ended"
+            return False
+        except psutil.Error:
+            return True  # unreadable is not gone; the sample below will show what can be read
+        return True
+
+    def _walk_tree(self) -> list[tuple[int, int, int]]:
+        """(pid, runnable threads, disk-wait threads) for the target and every descendant, parents first."""
+        found = []
+        if self._children_files:
+            queue, queued = [self.pid], {self.pid}
+            while queue:
+                pid = queue.pop(0)
+                scan = _scan_tasks(pid, with_children=True)
+                if scan is None:
+                    continue  # gone since its parent listed it
+                found.append((pid, scan[0], scan[1]))
+                for child in scan[2]:
+                    if child not in queued:
+                        queued.add(child)
+                        queue.append(child)
+            return found
+        assert self._root is not None
+        try:
+            pids = [self.pid, *(child.pid for child in self._root.children(recursive=True))]
+        except psutil.Error:
+            pids = [self.pid]
+        for pid in pids:
+            scan = _scan_tasks(pid, with_children=False)
+            if scan is not None:
+                found.append((pid, scan[0], scan[1]))
+        return found
+
+    def _list_tree_pids(self) -> tuple[int, ...]:
+        if self._root is None or self._exited_at is not None:
+            return ()
+        return tuple(pid for pid, _, _ in self._walk_tree())
+
+    def _sample(
+        self, pid: int, now: float, role_hints: Mapping[int, str], runnable: int, disk_wait: int
+    ) -> ProcessSample | None:
+        try:
+            proc = self._root if pid == self.pid and self._root is not None else psutil.Process(pid)
+            with proc.oneshot():
+                create_time = proc.create_time()
+                ppid = proc.ppid()
+                raw_cmdline = tuple(proc.cmdline())
+                state = proc.status()
+                cpu_times = _or_none(proc.cpu_times)
+                memory = _or_none(proc.memory_info)
+                num_threads = _or_none(proc.num_threads)
+                io = _or_none(proc.io_counters)
+        except psutil.Error:
+            return None  # vanished between listing and reading, or unreadable as a whole
+        comm = (_read_text(f"/proc/{pid}/comm") or "").rstrip("\n")
+        if not comm:
+            try:
+                comm = proc.name()
+            except psutil.Error:
+                return None
+
+        cpu_seconds = cpu_times.user + cpu_times.system if cpu_times is not None else None
+        io_tuple = (io.read_bytes, io.write_bytes, io.read_chars, io.write_chars) if io is not None else None
+        previous = self._previous.get(pid)
+        if previous is not None and previous.create_time != create_time:
+            previous = None  # same PID, different process
+        self._previous[pid] = _Previous(create_time, now, cpu_seconds, io_tuple)
+
+        cpu_pct = None
+        rates: list[float | None] = [None, None, None, None]
+        if previous is not None and now > previous.at:
+            elapsed = now - previous.at
+            if cpu_seconds is not None and previous.cpu_seconds is not None:
+                cpu_pct = round(max(0.0, cpu_seconds - previous.cpu_seconds) / elapsed * 100.0, 1)
+            if io_tuple is not None and previous.io is not None:
+                rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io)]
+
+        return ProcessSample(
+            pid=pid,
+            ppid=ppid,
+            role=self._role(pid, comm, raw_cmdline, role_hints),
+            name=comm,
+            cmdline=self._redact(raw_cmdline),
+            state=state,
+            alive=True,
+            cpu_pct=cpu_pct,
+            cpu_seconds=cpu_seconds,
+            num_threads=num_threads,
+            runnable_threads=runnable,
+            disk_wait_threads=disk_wait,
+            rss_bytes=memory.rss if memory is not None else None,
+            read_bytes_per_s=rates[0],
+            write_bytes_per_s=rates[1],
+            read_chars_per_s=rates[2],
+            write_chars_per_s=rates[3],
+        )
+
+    def _role(self, pid: int, comm: str, cmdline: tuple[str, ...], role_hints: Mapping[int, str]) -> str:
+        if pid == self.pid:
+            return ROLE_MAIN
+        if comm == DATALOADER_WORKER_COMM:
+            return ROLE_DATALOADER_WORKER
+        hint = role_hints.get(pid)
+        if hint in ROLES and hint != ROLE_MAIN:
+            return hint
+        joined = " ".join(cmdline)
+        if any(marker in joined for marker in _COMPILE_WORKER_MARKERS):
+            return ROLE_COMPILE_WORKER
+        if _FORKSERVER_MARKER in joined:
+            return ROLE_FORKSERVER
+        if _RESOURCE_TRACKER_MARKER in joined:
+            return ROLE_RESOURCE_TRACKER
+        return ROLE_OTHER
+
+    # --- target -----------------------------------------------------------------------------------
+
+    def _mark_exited(self, reason: str | None) -> None:
+        if self._exited_at is None:
+            self._exited_at = time.time()
+            self._exit_reason = reason
+            self._last_samples = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)
+            self._tree_pids = ()
+            self._previous.clear()
+
+    def _target_info(self, alive: bool) -> TargetInfo:
+        static = self._target_static
+        if static is None and alive and self._root is not None:
+            static = self._target_static = self._read_static()
+        return TargetInfo(
+            pid=self.pid,
+            alive=alive,
+            cmdline=static.cmdline if static else (),
+            exe=static.exe if static else None,
+            python_version=static.python_version if static else None,
+            exited_at=None if alive else self._exited_at,
+            exit_reason=None if alive else self._exit_reason,
+        )
+
+    def _read_static(self) -> TargetInfo | None:
+        assert self._root is not None
+        try:
+            cmdline = self._redact(tuple(self._root.cmdline()))
+        except psutil.Error:
+            return None
+        exe = _or_none(self._root.exe) or None
+        return TargetInfo(
+            pid=self.pid, alive=True, cmdline=cmdline, exe=exe, python_version=_python_version(exe, self.pid)
+        )
+
+
+def _or_none(read: Callable[[], object]):
+    """One psutil read, or None when that one value is denied or unsupported (the process may be fine)."""
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess, NotImplementedError, OSError):
+        return None

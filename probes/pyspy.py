@@ -1,0 +1,782 @@
+"""The stack sampler: the only module that runs the py-spy binary.
+
+For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
+
+* a rolling ``py-spy record --format raw`` window. One ``record`` costs a fixed start (~0.02-0.07
+  core-seconds: attach, find the interpreter) plus ~0.012 core-seconds per sample with 100 threads
+  (cost grows with threads x rate), while a ``py-spy dump`` costs ~0.035 core-seconds each on the same
+  target, so a dump per sample would be several times dearer. ``record`` writes its file only when it
+  ends, so windows are short at first (1 s, so the first hot frames arrive fast) and then double up to
+  5 s to amortise the start cost. Counts therefore arrive in lumps, one per finished window.
+* a ``py-spy dump --json`` every ``dump_every_s`` (first one at once). Raw output carries no idle flag;
+  the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. Those
+  are the reading's ``threads``, and they mark the windows' counts idle or not. One dump every 5 s
+  costs a tenth of what a dump per sample would.
+
+py-spy runs ``--nonblocking`` by default: its blocking mode pauses the target on every sample and can
+slow a torch process with many threads 5-15x (py-spy issue 872). ``--native`` cannot be combined
+with ``--nonblocking``, so native sampling is blocking. The default rate (5 Hz) was measured: with 100
+idle threads plus a busy one, record used 0.03 core at 2 Hz, 0.05-0.1 at 5 Hz, 0.13 at 10 Hz and 0.29
+at 20 Hz; with one thread under 0.01 core at any of these rates.
+
+Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
+(:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
+(capped at 30 s); a process that exits is reported once and left alone. Every child ends by itself
+within a window even if gputop is killed, and :meth:`StackSampler.close` kills them at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from probes.frame import StackCount, StackFrame, StacksReading, ThreadStack
+from probes.stacks import frame_matches, merge_counts
+
+DEFAULT_RATE_HZ = 5.0
+DEFAULT_DUMP_EVERY_S = 5.0
+FIRST_WINDOW_S = 1.0
+MAX_WINDOW_S = 5.0
+MAX_BACKOFF_S = 30.0
+DUMP_TIMEOUT_S = 15.0
+PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+
+# A process counts as failing after this many "other" failures in a row: nonblocking reads of a
+# running process occasionally fail once, which should not flip the whole reading to unavailable.
+TRANSIENT_FAILURES_TOLERATED = 1
+# How many (thread, innermost frame) -> idle observations to remember for marking counts.
+FRAME_ACTIVITY_MEMORY = 4096
+
+_STATUS_STARTING = "starting"
+_STATUS_OK = "ok"
+_STATUS_FAILING = "failing"
+_STATUS_EXITED = "exited"
+
+_FAILURE_EXITED = "exited"
+_FAILURE_PERMISSION = "permission"
+_FAILURE_NOT_PYTHON = "not_python"
+_FAILURE_OTHER = "other"
+
+_THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
+_PROCESS_PART = re.compile(r'^process \d+:"')
+# The file may not contain parentheses, so a C++ name such as "std::function<void ()>" stays whole.
+_FRAME_PART = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+# Fallback for a path that contains parentheses: split at the first " (" (Python names have none).
+_FRAME_PART_LOOSE = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
+
+_PYTHON_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx")
+_TORCH_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
+# Where py-spy's own fallback heuristic calls a thread idle (innermost Python frame).
+_KNOWN_WAITS = (("wait", "threading.py"), ("select", "selectors.py"))
+
+
+def find_pyspy() -> str | None:
+    """The py-spy beside the running interpreter (same bin dir) first, then the one on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def pyspy_version(path: str) -> str | None:
+    """'0.4.3' from ``py-spy --version``, or None when it cannot be run."""
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+\.\d+[\w.\-]*)", out)
+    return match.group(1) if match else None
+
+
+def install_hint() -> str:
+    return f"install it with: {sys.executable} -m pip install py-spy"
+
+
+# --- parsing py-spy's output -----------------------------------------------------------------------
+
+
+def _parse_frame(text: str, native_sampling: bool) -> StackFrame:
+    match = _FRAME_PART.match(text) or _FRAME_PART_LOOSE.match(text)
+    if match is None:  # a frame py-spy printed without a file
+        return StackFrame(function=text, file="", line=0, native=native_sampling)
+    file = match.group("file")
+    line = int(match.group("line") or 0)
+    native = native_sampling and not (file.endswith(_PYTHON_SOURCE_SUFFIXES) or file.startswith("<"))
+    return StackFrame(function=match.group("function"), file=file, line=line, native=native)
+
+
+def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
+    """Parse ``py-spy record --format raw --threads`` output into StackCounts (frames innermost first).
+
+    Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, frames joined by
+    ';' outermost first. Frames without a line number print as ``name (file)``; with ``--subprocesses``
+    lines start with ``process PID:"cmdline"`` parts, which are skipped. The thread id is the OS id,
+    or the pthread id in hex when py-spy could not find the OS id. ``idle`` is left False: raw output
+    has no idle flag (the sampler marks it from dumps).
+    """
+    counts: list[StackCount] = []
+    for line in text.splitlines():
+        stack, _, count_text = line.rstrip().rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        parts = stack.split(";")
+        if parts and _PROCESS_PART.match(parts[0]):
+            while parts and not parts[0].endswith('"'):  # a command line may itself contain ';'
+                parts.pop(0)
+            parts = parts[1:]
+        tid, thread_name = 0, None
+        thread_match = _THREAD_PART.match(parts[0]) if parts else None
+        if thread_match:
+            tid_text = thread_match.group("tid")
+            tid = int(tid_text, 16) if tid_text.startswith("0x") else int(tid_text)
+            thread_name = thread_match.group("name")
+            parts = parts[1:]
+            # A thread name containing ';' spills into the next parts; frames always end in ")".
+            while thread_name is not None and parts and not parts[0].endswith(")"):
+                thread_name += ";" + parts.pop(0)
+        frames = tuple(_parse_frame(part, native) for part in reversed(parts))
+        counts.append(
+            StackCount(pid=pid, tid=tid, thread_name=thread_name, idle=False, frames=frames,
+                       count=int(count_text))
+        )
+    return counts
+
+
+def parse_dump(text: str, pid: int) -> list[ThreadStack]:
+    """Parse ``py-spy dump --json`` output into ThreadStacks (idle = py-spy found the thread inactive)."""
+    threads = []
+    for trace in json.loads(text):
+        tid = trace.get("os_thread_id") or trace.get("thread_id") or 0
+        frames = tuple(
+            StackFrame(function=f.get("name", ""), file=f.get("filename", ""), line=int(f.get("line") or 0))
+            for f in trace.get("frames", ())
+        )
+        threads.append(
+            ThreadStack(
+                pid=pid,
+                tid=int(tid),
+                name=trace.get("thread_name"),
+                idle=not trace.get("active", True),
+                owns_gil=bool(trace.get("owns_gil", False)),
+                frames=frames,
+            )
+        )
+    return threads
+
+
+def samples_in(counts: Sequence[StackCount]) -> int:
+    """Samples one raw window took: with --idle every thread is in every sample, so the thread seen
+    most often (threads can start mid-window) was seen once per sample."""
+    per_thread: dict[int, int] = {}
+    for count in counts:
+        per_thread[count.tid] = per_thread.get(count.tid, 0) + count.count
+    return max(per_thread.values(), default=0)
+
+
+# --- explaining failures ---------------------------------------------------------------------------
+
+
+def ptrace_scope() -> str | None:
+    try:
+        return Path(PTRACE_SCOPE_PATH).read_text().strip()
+    except OSError:
+        return None
+
+
+def permission_reason(pid: int) -> str:
+    scope = ptrace_scope()
+    if scope is None:
+        scope_note = "kernel.yama.ptrace_scope is not set here (no Yama)"
+    elif scope == "0":
+        scope_note = "kernel.yama.ptrace_scope is 0"
+    else:
+        scope_note = (
+            f"kernel.yama.ptrace_scope is {scope}, which lets only root (or a parent) attach; "
+            "`sysctl kernel.yama.ptrace_scope=0` lifts that"
+        )
+    return (
+        f"py-spy may not read PID {pid}: permission denied. Run gputop as the target's user or as root; "
+        f"in Docker start the container with --cap-add SYS_PTRACE; {scope_note}"
+    )
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def explain_failure(pid: int, output: str) -> tuple[str, str]:
+    """(kind, reason a person can act on) for a py-spy run that failed on ``pid``."""
+    if _process_gone(pid):
+        return _FAILURE_EXITED, f"PID {pid} exited"
+    lowered = output.lower()
+    if "permission denied" in lowered or "operation not permitted" in lowered or "(os error 1)" in lowered:
+        return _FAILURE_PERMISSION, permission_reason(pid)
+    if "failed to find python version" in lowered or "failed to find a python interpreter" in lowered:
+        return _FAILURE_NOT_PYTHON, f"PID {pid} is not a Python process (py-spy found no interpreter)"
+    error_lines = [line.strip() for line in output.splitlines() if line.strip().startswith("Error:")]
+    other_lines = [line.strip() for line in output.splitlines() if line.strip()]
+    detail = (error_lines or other_lines or ["no output"])[-1]
+    return _FAILURE_OTHER, f"py-spy failed on PID {pid}: {detail[:200]}"
+
+
+# --- one py-spy child ------------------------------------------------------------------------------
+
+
+class _PyspyRun:
+    """One py-spy child, started with posix_spawn and reaped with wait4 so its CPU time is known.
+
+    ``signal`` may be called from another thread: the lock makes sure a reaped pid (which the kernel
+    may hand to some other process) is never signalled.
+    """
+
+    def __init__(self, target_pid: int, argv: list[str], stdout_path: str, stderr_path: str | None) -> None:
+        self.target_pid = target_pid
+        self._lock = threading.Lock()
+        self.returncode: int | None = None
+        self.cpu_seconds = 0.0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, stdout_path, flags, 0o600),
+        ]
+        if stderr_path is None:
+            actions.append((os.POSIX_SPAWN_DUP2, 1, 2))
+        else:
+            actions.append((os.POSIX_SPAWN_OPEN, 2, stderr_path, flags, 0o600))
+        env = dict(os.environ, RUST_BACKTRACE="0")  # one-line errors instead of backtraces
+        self.pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # kernels before 5.3: poll instead
+            self._pidfd = None
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True once the child has exited and been reaped."""
+        deadline = time.monotonic() + timeout
+        while self.returncode is None:
+            remaining = deadline - time.monotonic()
+            if self._pidfd is not None:
+                ready, _, _ = select.select([self._pidfd], [], [], max(remaining, 0.0))
+                if ready:
+                    self._reap(block=True)
+                elif remaining <= 0:
+                    return False
+            else:
+                self._reap(block=False)
+                if self.returncode is None:
+                    if remaining <= 0:
+                        return False
+                    time.sleep(min(0.1, remaining))
+        return True
+
+    def _reap(self, block: bool) -> None:
+        with self._lock:
+            if self.returncode is not None:
+                return
+            try:
+                pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:  # someone else reaped it; its CPU time is lost
+                pid, status, usage = self.pid, 0, None
+            if pid == 0:
+                return
+            self.returncode = os.waitstatus_to_exitcode(status)
+            if usage is not None:
+                self.cpu_seconds = usage.ru_utime + usage.ru_stime
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+
+    def signal(self, sig: int) -> None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def live_cpu_seconds(self) -> float:
+        """CPU used so far: from wait4 once reaped, from /proc while running."""
+        with self._lock:
+            if self.returncode is not None:
+                return self.cpu_seconds
+            try:
+                times = psutil.Process(self.pid).cpu_times()
+            except psutil.Error:
+                return 0.0
+            return times.user + times.system
+
+    def kill_and_reap(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait(5.0)
+
+
+# --- per-process sampling --------------------------------------------------------------------------
+
+
+@dataclass
+class _Window:
+    pid: int
+    counts: list[StackCount]
+    samples: int
+    wall_seconds: float
+
+
+@dataclass
+class _ProcessState:
+    status: str = _STATUS_STARTING
+    reason: str | None = None
+    consecutive_other_failures: int = 0
+    threads: tuple[ThreadStack, ...] = ()
+    rate_hz: float | None = None
+    is_worker: bool = False
+    behind_reported: bool = False
+
+
+@dataclass
+class _ProcessSampler:
+    """The two loops (record windows, dumps) for one process."""
+
+    pid: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+
+class StackSampler:
+    """Samples the stacks of a set of processes with py-spy on background threads; thread-safe.
+
+    ``collect()`` drains what was gathered since the previous call. Counts arrive once per finished
+    record window (1 s at first, then up to ``max_window_s``), so most ticks carry no counts: sum
+    them over several frames. Each count's ``idle`` comes from the dumps: the flag py-spy last gave
+    the same thread at the same innermost Python frame (file and line), else any thread there, else
+    py-spy's own fallback (threading wait, selectors select), else busy.
+    ``achieved_rate_hz`` is samples per second of wall time over the latest windows, gaps included.
+    """
+
+    def __init__(
+        self,
+        rate_hz: float = DEFAULT_RATE_HZ,
+        native: bool = False,
+        nonblocking: bool = True,
+        dump_every_s: float = DEFAULT_DUMP_EVERY_S,
+        pyspy_path: str | None = None,
+        *,
+        first_window_s: float = FIRST_WINDOW_S,
+        max_window_s: float = MAX_WINDOW_S,
+    ) -> None:
+        self.rate_hz = float(rate_hz)
+        self.native = native
+        self.nonblocking = nonblocking and not native  # py-spy cannot combine them
+        self.dump_every_s = dump_every_s
+        self.first_window_s = first_window_s
+        self.max_window_s = max(max_window_s, first_window_s)
+        self.pyspy_path = pyspy_path or find_pyspy()
+        self.version: str | None = None
+        self._unavailable_reason: str | None = None
+        if self.pyspy_path is None:
+            self._unavailable_reason = f"py-spy not found beside {sys.executable} or on PATH; {install_hint()}"
+        else:
+            self.version = pyspy_version(self.pyspy_path)
+            if self.version is None:
+                self._unavailable_reason = f"py-spy at {self.pyspy_path} does not run; {install_hint()}"
+
+        self._lock = threading.Lock()
+        self._closed = False
+        self._workdir = tempfile.mkdtemp(prefix="gputop-pyspy-")
+        self._samplers: dict[int, _ProcessSampler] = {}
+        self._retired: list[_ProcessSampler] = []
+        self._states: dict[int, _ProcessState] = {}
+        self._windows: list[_Window] = []
+        self._events: list[str] = []  # one-off errors since the last collect
+        self._children: set[_PyspyRun] = set()
+        self._finished_cpu_seconds = 0.0
+        # Idle flags the dumps gave to innermost Python frames: per thread, and for any thread.
+        self._thread_position_idle: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
+        self._position_idle: OrderedDict[tuple[str, str, int], bool] = OrderedDict()
+
+    # --- public API ---------------------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        mode = "native, blocking" if self.native else ("nonblocking" if self.nonblocking else "blocking")
+        return f"py-spy {self.version or '?'} ({mode})"
+
+    def set_targets(self, pids: Sequence[int]) -> None:
+        """Sample exactly these processes: start samplers for new pids, stop those for dropped ones."""
+        wanted = list(dict.fromkeys(int(p) for p in pids))
+        with self._lock:
+            if self._closed:
+                return
+            for pid in list(self._samplers):
+                if pid not in wanted:
+                    sampler = self._samplers.pop(pid)
+                    sampler.stop.set()
+                    self._retired.append(sampler)
+                    self._states.pop(pid, None)
+            if self._unavailable_reason is not None:
+                for pid in wanted:
+                    self._states.setdefault(pid, _ProcessState())
+                return
+            for pid in wanted:
+                if pid in self._samplers:
+                    continue
+                self._states[pid] = _ProcessState()
+                sampler = _ProcessSampler(pid)
+                sampler.threads = [
+                    threading.Thread(target=self._record_loop, args=(sampler,),
+                                     name=f"gputop-pyspy-record-{pid}", daemon=True),
+                    threading.Thread(target=self._dump_loop, args=(sampler,),
+                                     name=f"gputop-pyspy-dump-{pid}", daemon=True),
+                ]
+                self._samplers[pid] = sampler
+                for thread in sampler.threads:
+                    thread.start()
+            retired_children = [c for c in self._children if c.target_pid not in wanted]
+        for child in retired_children:
+            child.signal(signal.SIGKILL)
+
+    def collect(self) -> StacksReading:
+        """Everything gathered since the previous collect()."""
+        with self._lock:
+            windows, self._windows = self._windows, []
+            events, self._events = self._events, []
+            states = dict(self._states)
+            counts = [self._mark_idle(c) for w in windows for c in w.counts]
+            for window in windows:
+                state = states.get(window.pid)
+                if state is not None and window.wall_seconds > 0:
+                    state.rate_hz = window.samples / window.wall_seconds
+            failing = [s.reason for s in states.values() if s.status == _STATUS_FAILING and s.reason]
+            threads = tuple(t for s in states.values() if s.status == _STATUS_OK for t in s.threads)
+            rates = [s.rate_hz for s in states.values() if s.rate_hz is not None and s.status != _STATUS_EXITED]
+        samples = sum(w.samples for w in windows)
+        available, reason = self._availability(states)
+        return StacksReading(
+            available=available,
+            reason=reason,
+            sampler=self.description if self.pyspy_path else None,
+            rate_hz=self.rate_hz,
+            achieved_rate_hz=round(sum(rates) / len(rates), 2) if rates else None,
+            samples=samples,
+            native=self.native,
+            threads=threads,
+            counts=merge_counts(counts),
+            errors=tuple(dict.fromkeys(events + failing)),
+        )
+
+    def worker_pids(self) -> set[int]:
+        """Pids whose stacks run torch's DataLoader ``_worker_loop`` (with fork it sits under the
+        parent's copied frames, so it is looked for anywhere in the stack, not only at the root)."""
+        with self._lock:
+            return {pid for pid, state in self._states.items() if state.is_worker}
+
+    def sampler_cpu_seconds(self) -> float:
+        """CPU seconds used by this sampler's py-spy children so far, finished and running."""
+        with self._lock:
+            running = list(self._children)
+            finished = self._finished_cpu_seconds
+        return finished + sum(child.live_cpu_seconds() for child in running)
+
+    def close(self) -> None:
+        """Stop every sampler and kill every py-spy child; returns once they are reaped."""
+        with self._lock:
+            self._closed = True
+            samplers = list(self._samplers.values()) + self._retired
+            self._samplers.clear()
+            self._retired = []
+            for sampler in samplers:
+                sampler.stop.set()
+            children = list(self._children)
+        for child in children:
+            child.signal(signal.SIGKILL)
+        for sampler in samplers:
+            for thread in sampler.threads:
+                thread.join(timeout=10)
+        with self._lock:
+            leftovers = list(self._children)
+        for child in leftovers:  # only if a loop thread is stuck: never leave a child behind
+            child.kill_and_reap()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    # --- availability and idle marking -------------------------------------------------------------
+
+    def _availability(self, states: dict[int, _ProcessState]) -> tuple[bool, str | None]:
+        if self._unavailable_reason is not None:
+            return False, self._unavailable_reason
+        if not states:
+            return False, "no target process to sample"
+        if any(s.status in (_STATUS_STARTING, _STATUS_OK) for s in states.values()):
+            return True, None
+        reasons = [s.reason for s in states.values() if s.reason]
+        return False, "; ".join(dict.fromkeys(reasons)) or "no process could be sampled"
+
+    @staticmethod
+    def _innermost_python(frames: Sequence[StackFrame]) -> StackFrame | None:
+        return next((f for f in frames if not f.native), None)
+
+    def _mark_idle(self, count: StackCount) -> StackCount:
+        idle = self._judge_idle(count.pid, count.tid, self._innermost_python(count.frames))
+        return count if idle == count.idle else StackCount(
+            pid=count.pid, tid=count.tid, thread_name=count.thread_name, idle=idle,
+            frames=count.frames, count=count.count,
+        )
+
+    def _judge_idle(self, pid: int, tid: int, frame: StackFrame | None) -> bool:
+        """Whether a sample at ``frame`` (innermost Python frame) was idle, judged from the dumps.
+
+        Threads wait at a few recurring places (a lock, a queue, a socket) that the dumps soon see,
+        while busy code moves through many lines that a dump every few seconds rarely catches; so a
+        place no dump has seen is taken as busy rather than given the thread's latest flag.
+        """
+        if frame is None:
+            return False
+        position = (frame.function, frame.file, frame.line)
+        seen = self._thread_position_idle.get((pid, tid, *position))
+        if seen is None:
+            seen = self._position_idle.get(position)
+        if seen is None:
+            seen = any(frame_matches(frame, name, suffix) for name, suffix in _KNOWN_WAITS)
+        return seen
+
+    def _remember_activity(self, threads: Sequence[ThreadStack]) -> None:
+        for thread in threads:
+            frame = self._innermost_python(thread.frames)
+            if frame is None:
+                continue
+            position = (frame.function, frame.file, frame.line)
+            for memory, key in ((self._thread_position_idle, (thread.pid, thread.tid, *position)),
+                                (self._position_idle, position)):
+                memory[key] = thread.idle
+                memory.move_to_end(key)
+                while len(memory) > FRAME_ACTIVITY_MEMORY:
+                    memory.popitem(last=False)
+
+    # --- children ---------------------------------------------------------------------------------
+
+    def _spawn(self, target_pid: int, argv: list[str], stdout_path: str,
+               stderr_path: str | None) -> _PyspyRun | str:
+        """Start a child, or return why it could not start."""
+        with self._lock:
+            if self._closed:
+                return "sampler closed"
+            try:
+                child = _PyspyRun(target_pid, argv, stdout_path, stderr_path)
+            except OSError as exc:
+                return f"could not start py-spy at {argv[0]}: {exc}"
+            self._children.add(child)
+        return child
+
+    def _finish(self, child: _PyspyRun) -> None:
+        with self._lock:
+            self._children.discard(child)
+            self._finished_cpu_seconds += child.cpu_seconds
+
+    def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
+             timeout: float) -> tuple[int | None, str | None]:
+        """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error)."""
+        child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
+        if isinstance(child, str):
+            return None, child
+        try:
+            if not child.wait(timeout):
+                child.signal(signal.SIGINT)  # record writes what it has on SIGINT
+                if not child.wait(2.0):
+                    child.kill_and_reap()
+        finally:
+            if child.running:
+                child.kill_and_reap()
+            self._finish(child)
+        return child.returncode, None
+
+    # --- the two loops ----------------------------------------------------------------------------
+
+    def _record_argv(self, pid: int, window_s: float, out_path: str) -> list[str]:
+        argv = [self.pyspy_path or "py-spy", "record", "--pid", str(pid), "--rate", f"{self.rate_hz:g}",
+                "--idle", "--threads", "--full-filenames", "--format", "raw",
+                "--duration", str(max(1, round(window_s))), "-o", out_path]
+        if self.native:
+            argv.append("--native")
+        elif self.nonblocking:
+            argv.append("--nonblocking")
+        return argv
+
+    def _dump_argv(self, pid: int) -> list[str]:
+        argv = [self.pyspy_path or "py-spy", "dump", "--pid", str(pid), "--json"]
+        if self.nonblocking or self.native:  # a dump is never native, so it need not block
+            argv.append("--nonblocking")
+        return argv
+
+    def _record_loop(self, sampler: _ProcessSampler) -> None:
+        pid = sampler.pid
+        out_path = os.path.join(self._workdir, f"record-{pid}.txt")
+        log_path = os.path.join(self._workdir, f"record-{pid}.log")
+        window_s = self.first_window_s
+        failures = 0
+        while not sampler.stop.is_set():
+            _remove(out_path)
+            started = time.monotonic()
+            returncode, spawn_error = self._run(
+                sampler, self._record_argv(pid, window_s, out_path), log_path, None,
+                timeout=3 * window_s + 10,
+            )
+            wall_seconds = time.monotonic() - started
+            if sampler.stop.is_set():
+                return
+            log = _read(log_path)
+            raw = _read(out_path) if returncode == 0 else ""
+            if raw:
+                counts = parse_raw(raw, pid, native=self.native)
+                self._deliver_window(_Window(pid, counts, samples_in(counts), wall_seconds))
+            if returncode == 0 and "process exited" in log:
+                self._note_failure(pid, _FAILURE_EXITED, f"PID {pid} exited")
+                return
+            if returncode == 0 and raw:
+                failures = 0
+                self._note_success(pid, behind="behind in sampling" in log)
+                window_s = min(window_s * 2, self.max_window_s)
+                continue
+            kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
+            if returncode == 0 and kind == _FAILURE_OTHER:
+                reason = f"py-spy recorded no samples of PID {pid}"
+            self._note_failure(pid, kind, reason)
+            if kind == _FAILURE_EXITED:
+                return
+            failures += 1
+            sampler.stop.wait(_backoff(failures))
+
+    def _dump_loop(self, sampler: _ProcessSampler) -> None:
+        pid = sampler.pid
+        out_path = os.path.join(self._workdir, f"dump-{pid}.json")
+        err_path = os.path.join(self._workdir, f"dump-{pid}.err")
+        failures = 0
+        while not sampler.stop.is_set():
+            returncode, spawn_error = self._run(sampler, self._dump_argv(pid), out_path, err_path,
+                                                timeout=DUMP_TIMEOUT_S)
+            if sampler.stop.is_set():
+                return
+            threads = None
+            if returncode == 0:
+                try:
+                    threads = parse_dump(_read(out_path), pid)
+                except (ValueError, TypeError, AttributeError):
+                    threads = None
+            if threads is not None:
+                failures = 0
+                self._deliver_dump(pid, threads)
+                sampler.stop.wait(self.dump_every_s)
+                continue
+            if spawn_error:
+                kind, reason = _FAILURE_OTHER, spawn_error
+            elif returncode == 0:
+                kind, reason = _FAILURE_OTHER, f"py-spy dump of PID {pid} printed no readable JSON"
+            else:
+                kind, reason = explain_failure(pid, _read(err_path))
+            self._note_failure(pid, kind, reason)
+            if kind == _FAILURE_EXITED:
+                return
+            failures += 1
+            sampler.stop.wait(max(_backoff(failures), min(self.dump_every_s, MAX_BACKOFF_S)))
+
+    # --- results, under the lock -----------------------------------------------------------------
+
+    def _deliver_window(self, window: _Window) -> None:
+        worker = any(_is_worker_stack(c.frames) for c in window.counts)
+        with self._lock:
+            state = self._states.get(window.pid)
+            if state is None:  # dropped from the targets meanwhile
+                return
+            self._windows.append(window)
+            state.is_worker = state.is_worker or worker
+
+    def _deliver_dump(self, pid: int, threads: list[ThreadStack]) -> None:
+        worker = any(_is_worker_stack(t.frames) for t in threads)
+        with self._lock:
+            state = self._states.get(pid)
+            if state is None:
+                return
+            state.threads = tuple(threads)
+            state.is_worker = state.is_worker or worker
+            self._remember_activity(threads)
+            self._mark_ok(state)
+
+    def _note_success(self, pid: int, behind: bool) -> None:
+        with self._lock:
+            state = self._states.get(pid)
+            if state is None:
+                return
+            self._mark_ok(state)
+            if behind and not state.behind_reported:
+                state.behind_reported = True
+                self._events.append(
+                    f"PID {pid}: py-spy fell behind {self.rate_hz:g} Hz; the achieved rate is lower"
+                )
+
+    @staticmethod
+    def _mark_ok(state: _ProcessState) -> None:
+        if state.status != _STATUS_EXITED:
+            state.status, state.reason, state.consecutive_other_failures = _STATUS_OK, None, 0
+
+    def _note_failure(self, pid: int, kind: str, reason: str) -> None:
+        with self._lock:
+            state = self._states.get(pid)
+            if state is None or state.status == _STATUS_EXITED:
+                return
+            if kind == _FAILURE_EXITED:
+                state.status, state.reason, state.threads = _STATUS_EXITED, reason, ()
+                self._events.append(reason)
+                return
+            if kind == _FAILURE_OTHER:
+                state.consecutive_other_failures += 1
+                if state.consecutive_other_failures <= TRANSIENT_FAILURES_TOLERATED:
+                    self._events.append(reason)
+                    return
+            state.status, state.reason = _STATUS_FAILING, reason
+
+
+def _is_worker_stack(frames: Sequence[StackFrame]) -> bool:
+    function, file_suffix = _TORCH_WORKER_LOOP
+    return any(frame_matches(f, function, file_suffix) for f in frames)
+
+
+def _backoff(failures: int) -> float:
+    return min(MAX_BACKOFF_S, 2.0 ** (failures - 1))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,107 @@
+"""Snapshot: one JSON document (schema gputop.snapshot/1) summing up a run, written atomically.
+
+The snapshot is what scripts, CI and bug reports consume: the latest readings, hot frames aggregated over
+the whole sampled window, and the verdict. Command lines and environments inside it were redacted when they
+were read (probes.redact), so it can be attached to an issue as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from probes import __version__
+from probes.frame import Frame, Verdict, to_jsonable
+from probes.stacks import hot_frames
+
+SNAPSHOT_SCHEMA = "gputop.snapshot/1"
+HOT_FRAMES_LIMIT = 30
+PER_PROCESS_HOT_FRAMES_LIMIT = 10
+
+
+def build_snapshot(frames: Sequence[Frame], verdict: Verdict) -> dict[str, Any]:
+    """The snapshot document for these frames (oldest first) and the verdict reached on them."""
+    if not frames:
+        raise ValueError("a snapshot needs at least one frame")
+    latest = frames[-1]
+    counts = [c for f in frames for c in f.stacks.counts]
+    samples = sum(f.stacks.samples for f in frames)
+    elapsed = sum(f.interval_s for f in frames)
+    roles = {p.pid: p.role for p in latest.processes}
+    by_process = []
+    for pid in sorted({c.pid for c in counts}):
+        proc_counts = [c for c in counts if c.pid == pid]
+        by_process.append({
+            "pid": pid,
+            "role": roles.get(pid, "other"),
+            "samples": sum(c.count for c in proc_counts),
+            "hot_frames": [to_jsonable(h) for h in
+                           hot_frames(proc_counts, limit=PER_PROCESS_HOT_FRAMES_LIMIT)],
+        })
+    stacks = latest.stacks
+    errors = sorted({e for f in frames for e in f.stacks.errors})
+    monitor = [f.overhead.monitor_cpu_pct for f in frames if f.overhead.monitor_cpu_pct is not None]
+    sampler = [f.overhead.sampler_cpu_pct for f in frames if f.overhead.sampler_cpu_pct is not None]
+    return {
+        "schema": SNAPSHOT_SCHEMA,
+        "gputop_version": __version__,
+        "created": datetime.fromtimestamp(latest.time, tz=timezone.utc).isoformat(),
+        "duration_s": round(elapsed, 3),
+        "frames": len(frames),
+        "target": to_jsonable(latest.target),
+        "processes": to_jsonable(latest.processes),
+        "cpu": to_jsonable(latest.cpu),
+        "gpus": to_jsonable(latest.gpu),
+        "stacks": {
+            "available": any(f.stacks.available for f in frames),
+            "reason": stacks.reason,
+            "sampler": stacks.sampler,
+            "native": stacks.native,
+            "rate_hz": stacks.rate_hz,
+            "samples": samples,
+            "achieved_rate_hz": round(samples / elapsed, 2) if elapsed > 0 else None,
+            "threads": to_jsonable(stacks.threads),
+            "hot_frames": [to_jsonable(h) for h in hot_frames(counts, limit=HOT_FRAMES_LIMIT)],
+            "by_process": by_process,
+            "errors": errors,
+        },
+        "progress": to_jsonable(latest.progress),
+        "overhead": {
+            "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
+            "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
+        },
+        "verdict": {
+            "bottleneck": verdict.bottleneck,
+            "liveness": verdict.liveness,
+            "confidence": round(verdict.confidence, 2),
+            "evidence": list(verdict.evidence),
+            "advice": list(verdict.advice),
+        },
+    }
+
+
+def write_json_atomic(document: dict[str, Any], path: str) -> None:
+    """Write JSON to path through a temp file and a rename, so readers never see half a file.
+
+    "-" writes to stdout.
+    """
+    text = json.dumps(document, indent=2) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

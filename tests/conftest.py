@@ -1,0 +1,80 @@
+"""Shared fixtures: start real target processes (tests/targets/*.py) and always clean them up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+TARGETS = Path(__file__).parent / "targets"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = parent.children(recursive=True) + [parent]
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+@pytest.fixture
+def spawn_target():
+    """spawn_target("name.py", *args, ready=lambda proc: bool, env={...}) -> subprocess.Popen.
+
+    Starts ``python tests/targets/name.py args`` in its own session; every process it started
+    (DataLoader workers included) is killed when the test ends.
+    """
+    started: list[subprocess.Popen] = []
+
+    def start(script: str, *args: str, ready=None, timeout: float = 30.0, env=None, **popen_kwargs):
+        full_env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+        full_env.update(env or {})
+        proc = subprocess.Popen(
+            [sys.executable, str(TARGETS / script), *args],
+            env=full_env,
+            start_new_session=True,
+            **popen_kwargs,
+        )
+        started.append(proc)
+        if ready is not None:
+            deadline = time.monotonic() + timeout
+            while not ready(proc):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"target {script} exited early with {proc.returncode}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"target {script} not ready after {timeout}s")
+                time.sleep(0.1)
+        return proc
+
+    yield start
+    for proc in started:
+        _kill_tree(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=5)
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
+    """Poll predicate() until it returns something truthy; return it, or fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s: {predicate}")

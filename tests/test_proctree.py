@@ -1,0 +1,199 @@
+"""The process-tree probe against real processes: a family with a grandchild, torch DataLoaders in the
+fork and forkserver contexts, a target that exits, and the PID aliases NVML matching relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import wait_for
+
+from probes.frame import (
+    ROLE_COMPILE_WORKER,
+    ROLE_DATALOADER_WORKER,
+    ROLE_FORKSERVER,
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_RESOURCE_TRACKER,
+)
+from probes.proctree import ProcessTreeProbe, _python_version, target_exists
+
+
+@pytest.fixture
+def family(spawn_target, tmp_path):
+    """(target Popen, {"busy": pid, "idle": pid, "grandchild": pid, "compile_worker": pid})."""
+    ready_file = tmp_path / "pids.json"
+    proc = spawn_target("proctree_family.py", str(ready_file), ready=lambda _: ready_file.exists())
+    return proc, json.loads(ready_file.read_text())
+
+
+def _by_pid(samples):
+    return {s.pid: s for s in samples}
+
+
+def test_reads_whole_tree_with_roles_and_cpu(family):
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid, redact=lambda argv: tuple(a.replace("600", "<n>") for a in argv))
+
+    busy_proc = psutil.Process(pids["busy"])
+    busy_before = time.monotonic(), sum(busy_proc.cpu_times()[:2])
+    info, first = probe.read()
+    assert info.alive and info.pid == proc.pid and info.exited_at is None
+    assert info.python_version is not None and info.python_version.startswith(
+        f"{sys.version_info.major}.{sys.version_info.minor}"
+    )
+    assert info.exe and os.path.basename(info.exe).startswith("python")
+    assert info.cmdline[-2].endswith("proctree_family.py")
+    assert all(s.cpu_pct is None for s in first), "no CPU percent before there is a previous read"
+
+    time.sleep(1.0)
+    _, second = probe.read(role_hints={pids["idle"]: ROLE_DATALOADER_WORKER})
+    busy_after = time.monotonic(), sum(busy_proc.cpu_times()[:2])
+    by_pid = _by_pid(second)
+    assert set(by_pid) == {proc.pid, *pids.values()}, "the grandchild is found by walking recursively"
+
+    assert by_pid[proc.pid].role == ROLE_MAIN
+    assert by_pid[pids["busy"]].role == ROLE_OTHER
+    assert by_pid[pids["idle"]].role == ROLE_DATALOADER_WORKER, "role hints from the stack sampler apply"
+    assert by_pid[pids["grandchild"]].role == ROLE_OTHER
+    assert by_pid[pids["grandchild"]].ppid == pids["idle"]
+    assert by_pid[pids["compile_worker"]].role == ROLE_COMPILE_WORKER
+
+    busy, idle = by_pid[pids["busy"]], by_pid[pids["grandchild"]]
+    # The spinner gets ~100% of a core on an idle machine, less when the two cores are contended, so it
+    # is checked against its own CPU time over the same window; the sleeper gets nothing.
+    busy_share = 100 * (busy_after[1] - busy_before[1]) / (busy_after[0] - busy_before[0])
+    assert abs(busy.cpu_pct - busy_share) <= 10.0 and busy.cpu_pct >= 30.0, (busy, busy_share)
+    assert idle.cpu_pct <= 5.0, idle
+    assert busy.runnable_threads == 1 and busy.disk_wait_threads == 0 and busy.num_threads == 1
+    assert idle.runnable_threads == 0 and idle.state == "sleeping"
+    assert busy.cpu_seconds > 0.2 and busy.rss_bytes > 1_000_000
+    assert busy.name.startswith("python")
+    assert by_pid[pids["grandchild"]].cmdline[-1].endswith("time.sleep(<n>)"), "cmdline goes through redact"
+    assert idle.read_chars_per_s == 0.0 and idle.write_chars_per_s == 0.0
+    # The parent writes 100 kB every 0.1 s (sleep overshoot makes it a little less than 1 MB/s).
+    assert 500_000 <= by_pid[proc.pid].write_chars_per_s <= 1_100_000, by_pid[proc.pid]
+
+
+def test_psutil_walk_finds_the_same_tree(family):
+    """Kernels without /proc/PID/task/TID/children fall back to psutil's walk; both must agree."""
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid)
+    via_children_files = {s.pid: s.ppid for s in probe.read()[1]}
+    probe._children_files = False
+    via_psutil = {s.pid: s.ppid for s in probe.read()[1]}
+    assert via_children_files == via_psutil
+    assert set(via_psutil) == {proc.pid, *pids.values()}
+
+
+def test_pid_aliases_cover_the_tree(family):
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid)
+    _, samples = probe.read()
+    aliases = probe.pid_aliases()
+    for sample in samples:
+        assert aliases[sample.pid] == sample.pid
+        with open(f"/proc/{sample.pid}/status") as f:
+            nspid = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
+        assert aliases[int(nspid[0])] == sample.pid
+    assert set(aliases.values()) == {proc.pid, *pids.values()}
+
+
+def test_target_exit_keeps_last_readings(family):
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid)
+    probe.read()
+    time.sleep(0.3)
+    _, live = probe.read()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=5)
+
+    info, after = probe.read()
+    assert not info.alive and info.exited_at is not None and info.exit_reason
+    assert info.cmdline, "what the target was is still known after it exits"
+    assert [s.pid for s in after] == [s.pid for s in live]
+    assert all(not s.alive for s in after)
+    assert _by_pid(after)[pids["busy"]].cpu_pct == _by_pid(live)[pids["busy"]].cpu_pct
+
+    again, after_again = probe.read()
+    assert again.exited_at == info.exited_at, "exited_at is set once"
+    assert after_again == after
+    assert not target_exists(proc.pid)
+
+
+def test_zombie_target_counts_as_exited(spawn_target, tmp_path):
+    ready_file = tmp_path / "pids.json"
+    proc = spawn_target("proctree_family.py", str(ready_file), ready=lambda _: ready_file.exists())
+    probe = ProcessTreeProbe(proc.pid)
+    probe.read()
+    os.kill(proc.pid, signal.SIGKILL)  # not reaped: the target stays a zombie while its children live on
+    wait_for(lambda: not target_exists(proc.pid), timeout=5)
+    info, samples = probe.read()
+    assert not info.alive and "zombie" in info.exit_reason
+    assert samples and all(not s.alive for s in samples)
+
+
+def test_missing_pid_never_raises():
+    assert not target_exists(2**22 + 7)
+    probe = ProcessTreeProbe(2**22 + 7)
+    info, samples = probe.read()
+    assert not info.alive and samples == () and info.exit_reason
+    assert probe.pid_aliases() == {}
+
+
+def test_dataloader_workers_fork_and_forkserver(spawn_target):
+    # Both targets start at once so their torch imports overlap.
+    targets = {ctx: spawn_target("proctree_dataloader.py", ctx) for ctx in ("fork", "forkserver")}
+    probes = {ctx: ProcessTreeProbe(proc.pid) for ctx, proc in targets.items()}
+
+    def roles(ctx):
+        _, samples = probes[ctx].read()
+        workers = [s for s in samples if s.role == ROLE_DATALOADER_WORKER]
+        return samples if len(workers) == 2 else None
+
+    fork = _by_pid(wait_for(lambda: roles("fork"), timeout=30))
+    forkserver = _by_pid(wait_for(lambda: roles("forkserver"), timeout=30))
+
+    main_pid = targets["fork"].pid
+    fork_workers = [s for s in fork.values() if s.role == ROLE_DATALOADER_WORKER]
+    assert all(w.ppid == main_pid and w.name == "pt_data_worker" for w in fork_workers)
+
+    main_pid = targets["forkserver"].pid
+    server = [s for s in forkserver.values() if s.role == ROLE_FORKSERVER]
+    assert len(server) == 1 and server[0].ppid == main_pid
+    workers = [s for s in forkserver.values() if s.role == ROLE_DATALOADER_WORKER]
+    # Forkserver workers are grandchildren and carry the forkserver's command line: comm decides.
+    assert all(w.ppid == server[0].pid for w in workers)
+    assert all("from multiprocessing.forkserver import main" in " ".join(w.cmdline) for w in workers)
+    assert [s.role for s in forkserver.values()].count(ROLE_RESOURCE_TRACKER) == 1
+    assert forkserver[main_pid].role == ROLE_MAIN
+
+
+@pytest.mark.parametrize(
+    ("exe", "expected"),
+    [
+        ("/root/.pyenv/versions/3.11.7/bin/python3.11", "3.11.7"),
+        ("/home/u/.local/share/uv/python/cpython-3.12.4-linux-x86_64-gnu/bin/python3.12", "3.12.4"),
+        ("/opt/conda/bin/python3.10", "3.10"),
+        ("/opt/tools-1.2.3/bin/python3.11", "3.11"),  # a version-like path that is not Python's
+    ],
+)
+def test_python_version_from_the_interpreter_path(exe, expected):
+    assert _python_version(exe, pid=os.getpid()) == expected
+
+
+def test_non_python_target_has_no_python_version():
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        info, samples = ProcessTreeProbe(sleeper.pid).read()
+        assert info.alive and info.python_version is None and info.exe.endswith("sleep")
+        assert [s.name for s in samples] == ["sleep"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

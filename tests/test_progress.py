@@ -1,0 +1,268 @@
+"""probes.progress: log line parsers on real-format lines, incremental tailing, and a live target."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from probes.frame import ProgressReading
+from probes.progress import INITIAL_TAIL_BYTES, LogProgressProbe, parse_line
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def segments(name: str) -> list[str]:
+    """A fixture log split the way a terminal would show its updates (tqdm redraws with \\r)."""
+    return [s for s in re.split(r"[\r\n]", (LOGS / name).read_text(encoding="utf-8")) if s.strip()]
+
+
+def parsed(name: str):
+    return [(line, record) for line in segments(name) if (record := parse_line(line)) is not None]
+
+
+# --- parse_line ----------------------------------------------------------------------------------------
+
+
+def test_nanogpt_iteration_line():
+    record = parse_line("iter 10: loss 3.2451, time 21034.12ms, mfu 164.21%")
+    assert record.format == "nanogpt"
+    assert record.iteration == 10
+    assert record.loss == pytest.approx(3.2451)
+    assert record.seconds_per_iter == pytest.approx(21.03412)
+    assert record.reported_mfu_pct == pytest.approx(164.21)
+
+
+def test_nanogpt_placeholder_mfu_and_eval_line():
+    early = parse_line("iter 0: loss 10.9876, time 98432.55ms, mfu -100.00%")
+    assert early.reported_mfu_pct is None  # nanoGPT's "not measured yet"
+    assert early.seconds_per_iter == pytest.approx(98.43255)
+    evaluation = parse_line("step 2000: train loss 2.8512, val loss 2.9034")
+    assert (evaluation.format, evaluation.iteration, evaluation.seconds_per_iter) == ("nanogpt", 2000, None)
+
+
+def test_nanogpt_fixture_every_iter_line_parses():
+    records = parsed("nanogpt.log")
+    iters = [r for _, r in records if r.seconds_per_iter is not None]
+    assert [r.iteration for r in iters] == list(range(11))
+    assert all(r.format == "nanogpt" for _, r in records)
+    assert [r.reported_mfu_pct is not None for r in iters] == [False] * 5 + [True] * 6
+
+
+def test_hf_trainer_log_dict():
+    record = parse_line("{'loss': 2.1, 'grad_norm': 1.2345, 'learning_rate': 4.75e-05, 'epoch': 0.5}")
+    assert record.format == "hf_trainer"
+    assert record.loss == pytest.approx(2.1)
+    assert record.epoch == pytest.approx(0.5)
+    summary = parse_line("{'train_runtime': 500.0, 'train_samples_per_second': 16.0, "
+                         "'train_steps_per_second': 2.0, 'train_loss': 2.2, 'epoch': 1.0}")
+    assert summary.seconds_per_iter == pytest.approx(0.5)
+    assert summary.loss == pytest.approx(2.2)
+
+
+def test_tqdm_rates_both_ways():
+    fast = parse_line("  5%|▌         | 50/1000 [00:25<07:55,  2.00it/s]")
+    assert (fast.format, fast.iteration, fast.total) == ("tqdm", 50, 1000)
+    assert fast.seconds_per_iter == pytest.approx(0.5)
+    slow = parse_line("  1%|          | 2/200 [00:05<08:15,  2.50s/it]")
+    assert slow.seconds_per_iter == pytest.approx(2.5)
+    starting = parse_line("  0%|          | 0/1000 [00:00<?, ?it/s]")
+    assert (starting.iteration, starting.seconds_per_iter) == (0, None)
+    unbounded = parse_line("120it [00:30,  3.99it/s]")
+    assert (unbounded.iteration, unbounded.total) == (120, None)
+
+
+def test_lightning_bars():
+    record = parse_line("Epoch 0:  12%|█▏        | 120/1000 [00:30<03:40, 3.99it/s, v_num=0, loss=2.31]")
+    assert record.format == "lightning"
+    assert record.iteration == 120
+    assert record.loss == pytest.approx(2.31)
+    assert record.seconds_per_iter == pytest.approx(1 / 3.99)
+    second_epoch = parse_line("Epoch 1:  12%|█▏        | 120/1000 [00:30<03:40, 3.99it/s, v_num=0, loss=2.01]")
+    assert second_epoch.iteration == 1120  # keeps counting across epochs
+    rich = parse_line("Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 120/1000 0:00:30 • 0:03:40 3.99it/s v_num: 0 loss: 2.31")
+    assert (rich.format, rich.iteration) == ("lightning", 120)
+    assert rich.seconds_per_iter == pytest.approx(1 / 3.99)
+    assert parse_line("Validation DataLoader 0:  40%|████      | 20/50 [00:01<00:01, 15.20it/s]") is None
+
+
+def test_generic_lines():
+    record = parse_line("2024-05-01 12:00:10,400 INFO train.py: step 120/5000 | loss 2.2876 | step_time 520ms")
+    assert (record.format, record.iteration, record.total) == ("generic", 120, 5000)
+    assert record.seconds_per_iter == pytest.approx(0.52)
+    assert record.timestamp is not None
+    assert parse_line("global_step=300 loss=1.95 time=0.25") .seconds_per_iter == pytest.approx(0.25)
+
+
+def test_noise_is_ignored():
+    assert parsed("noise.log") == []
+    assert parse_line("") is None
+    assert parse_line("step 5") is None  # a bare step number is too common in ordinary messages
+
+
+# --- LogProgressProbe on fixture logs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "iteration", "seconds_per_iter"),
+    [
+        ("nanogpt.log", "nanogpt", 10, 21.03412),
+        ("hf_trainer.log", "hf_trainer", 52, 1 / 1.92),  # the nested eval bar (25/63) is not the training bar
+        ("tqdm.log", "tqdm", 6, 2.49),
+        ("lightning.log", "lightning", 120, 1 / 3.99),  # the validation bar after it is skipped
+        ("generic.log", "generic", 120, 0.52),
+        ("generic_untimed.log", "generic", 120, 0.5),  # from the lines' own timestamps, 5 s per 10 steps
+    ],
+)
+def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):
+    log = tmp_path / name
+    shutil.copy(LOGS / name, log)
+    probe = LogProgressProbe(pid=1, log_path=str(log), tokens_per_iter=1000)
+    reading = probe.read()
+    assert isinstance(reading, ProgressReading)
+    assert (reading.format, reading.iteration, reading.source) == (fmt, iteration, str(log))
+    assert reading.seconds_per_iter == pytest.approx(seconds_per_iter, rel=1e-6)
+    assert reading.tokens_per_s == pytest.approx(1000 / seconds_per_iter, rel=1e-6)
+    assert reading.last_line and reading.last_update
+
+
+def test_nanogpt_reported_mfu_is_passed_on(tmp_path):
+    log = tmp_path / "train.log"
+    shutil.copy(LOGS / "nanogpt.log", log)
+    assert LogProgressProbe(1, str(log)).read().reported_mfu_pct == pytest.approx(164.21)
+
+
+def test_tail_is_incremental_and_follows_tqdm_redraws(tmp_path):
+    log = tmp_path / "bar.log"
+    log.write_text("\r  0%|          | 0/100 [00:00<?, ?it/s]", encoding="utf-8")
+    probe = LogProgressProbe(1, str(log))
+    assert probe.read().iteration == 0  # the newest bar has no terminator yet and still counts
+    first_update = probe.read().last_update
+    time.sleep(0.05)
+    assert probe.read().last_update == first_update  # nothing new written: not "seen" again
+    with log.open("a", encoding="utf-8") as out:
+        out.write("\r  7%|▋         | 7/100 [00:14<03:06,  2.00s/it]")
+    reading = probe.read()
+    assert (reading.iteration, reading.seconds_per_iter) == (7, 2.0)
+    assert reading.last_update > first_update
+
+
+def test_split_multibyte_character_and_partial_line(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    probe = LogProgressProbe(1, str(log))
+    assert probe.read() is None
+    line = "iter 3: loss 5.0000, time 300.00ms, mfu 12.00% \u2588\n".encode()
+    with log.open("ab") as out:
+        out.write(line[:20])  # half a line, as a reader racing the writer sees it
+    assert probe.read() is None
+    with log.open("ab") as out:
+        out.write(line[20:-3])  # stop inside the 3-byte UTF-8 character
+    with log.open("ab") as out:
+        out.write(line[-3:])
+    reading = probe.read()
+    assert reading.iteration == 3
+    assert reading.last_line.endswith("\u2588")
+
+
+def test_untimed_lines_timed_by_when_they_appear(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("", encoding="utf-8")
+    probe = LogProgressProbe(1, str(log))
+    probe.read()
+    for step in range(4):
+        with log.open("a", encoding="utf-8") as out:
+            out.write(f"step {step * 10} | loss 2.0\n")
+        probe.read()
+        time.sleep(0.2)
+    reading = probe.read()
+    assert reading.iteration == 30
+    # 10 steps per 0.2 s of appearing, give or take scheduling on a busy machine
+    assert reading.seconds_per_iter == pytest.approx(0.02, rel=0.5)
+
+
+def test_starts_near_the_end_of_a_big_log(tmp_path):
+    log = tmp_path / "big.log"
+    with log.open("w", encoding="utf-8") as out:
+        out.write("iter 1: loss 9.0000, time 100.00ms, mfu 1.00%\n")  # far before the tail
+        filler = "x" * 99 + "\n"
+        out.write(filler * (3 * INITIAL_TAIL_BYTES // len(filler)))
+    probe = LogProgressProbe(1, str(log))
+    assert probe.read() is None
+    assert "no progress lines" in probe.reason
+    with log.open("a", encoding="utf-8") as out:
+        out.write("iter 2: loss 8.0000, time 100.00ms, mfu 1.00%\n")
+    assert probe.read().iteration == 2
+
+
+def test_truncated_log_is_read_from_the_start(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("iter 50: loss 3.0000, time 100.00ms, mfu 1.00%\n" * 3, encoding="utf-8")
+    probe = LogProgressProbe(1, str(log))
+    assert probe.read().iteration == 50
+    log.write_text("iter 0: loss 9.0000, time 200.00ms, mfu -100.00%\n", encoding="utf-8")  # a restart
+    reading = probe.read()
+    assert (reading.iteration, reading.seconds_per_iter) == (0, 0.2)
+
+
+def test_never_raises_and_says_why(tmp_path):
+    missing = LogProgressProbe(1, str(tmp_path / "nope.log"))
+    assert missing.read() is None
+    assert "does not exist" in missing.reason
+    directory = LogProgressProbe(1, str(tmp_path))
+    assert directory.read() is None
+    assert directory.reason
+    gone = LogProgressProbe(pid=2**22 + 12345)
+    assert gone.read() is None
+    assert "no process" in gone.reason
+
+
+# --- a real process with stdout redirected to a file ---------------------------------------------------
+
+
+def test_live_target_stdout_file(spawn_target, tmp_path):
+    log = tmp_path / "train.log"
+    with log.open("w") as stdout:
+        proc = spawn_target("nanogpt_like.py", "--interval", "0.3", stdout=stdout, stderr=stdout)
+    probe = LogProgressProbe(proc.pid, tokens_per_iter=1_048_576)
+    try:
+        reading = wait_for(lambda: (r := probe.read()) and r.iteration is not None and r.iteration >= 6 and r,
+                           timeout=20)
+        assert reading.source == str(log)  # found through /proc/PID/fd/1; stderr is the same file, read once
+        assert len(probe._files) == 1
+        assert reading.format == "nanogpt"
+        assert reading.seconds_per_iter == pytest.approx(0.3, abs=0.15)
+        assert reading.tokens_per_s == pytest.approx(1_048_576 / reading.seconds_per_iter)
+        assert reading.reported_mfu_pct == pytest.approx(42.0)
+    finally:
+        probe.close()
+
+
+def test_live_target_untimed_lines(spawn_target, tmp_path):
+    log = tmp_path / "train.log"
+    with log.open("w") as stdout:
+        proc = spawn_target("nanogpt_like.py", "--interval", "0.3", "--style", "untimed", stdout=stdout)
+    probe = LogProgressProbe(proc.pid)
+    try:
+        def timed():
+            reading = probe.read()
+            return reading if reading and reading.seconds_per_iter and reading.iteration >= 8 else None
+
+        reading = wait_for(timed, interval=0.1, timeout=20)
+        assert reading.format == "generic"
+        assert reading.seconds_per_iter == pytest.approx(0.3, abs=0.15)
+    finally:
+        probe.close()
+
+
+def test_target_writing_to_a_pipe_needs_log(spawn_target):
+    import subprocess
+
+    proc = spawn_target("nanogpt_like.py", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    probe = LogProgressProbe(proc.pid)
+    assert probe.read() is None
+    assert "--log PATH" in probe.reason

@@ -1,0 +1,1 @@
+"""gputop's user-facing side: the `gputop` command, the Textual app and its panes, and exports."""

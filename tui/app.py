@@ -1,0 +1,415 @@
+"""The gputop screen: one Textual app for live monitoring, replays and the demo.
+
+`make_app()` is the single factory the CLI and the tests use. Live, a thread worker loops
+`engine.tick()` through `probes.engine.run_ticks`, folds each frame into a `Monitor` (bounded history,
+verdict, recording) and posts one `FrameArrived` message carrying an immutable `MonitorView`; the UI
+thread only renders what arrives, so a slow py-spy or GPU driver never freezes the screen.
+
+A replay folds every recorded frame through the same `Monitor` at start-up and shows the end state at
+once (all at once, not at the recorded pace: the screen is deterministic, which tests and screenshots
+need; the verdict timeline still tells how the run changed). "Since" texts are measured against
+`clock()`: wall time live, the last frame's time in a replay, or whatever a test freezes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Container
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
+
+from probes.diagnose import diagnose
+from probes.engine import Engine, run_ticks
+from probes.frame import Frame, Verdict
+from probes.history import History
+from probes.recording import Recorder
+from tui.export import save_snapshot
+from tui.panes.cpu import CpuPane
+from tui.panes.gpu import GpuPane
+from tui.panes.help import HelpScreen
+from tui.panes.model import MonitorView, VerdictChange
+from tui.panes.stacks import HotTable, StacksPane
+from tui.panes.text import duration
+from tui.panes.verdict import VerdictPane
+
+TIMELINE_LIMIT = 50
+WIDE_LAYOUT_MIN_COLUMNS = 120
+SHORT_LAYOUT_MAX_ROWS = 32
+SAMPLER_STOP_TIMEOUT_S = 10.0
+
+
+class Monitor:
+    """Folds frames into the bounded history, the verdict and its timeline, and the recording.
+
+    Used by one thread at a time (the sampling worker live, the UI thread for a replay); what it hands
+    out is an immutable MonitorView.
+    """
+
+    def __init__(self, *, hang_after_s: float, record_path: str | Path | None = None,
+                 replay: bool = False) -> None:
+        self.hang_after_s = hang_after_s
+        self.replay = replay
+        self.history = History()
+        self.verdict: Verdict | None = None
+        self.timeline: list[VerdictChange] = []
+        self.first_time: float | None = None
+        self.recorder: Recorder | None = None
+        self.record_problem: str | None = None
+        if record_path is not None:
+            self.recorder = Recorder(record_path)
+
+    def ingest(self, frame: Frame) -> MonitorView:
+        self.history.append(frame)
+        if self.first_time is None:
+            self.first_time = frame.time
+        self._record(frame)
+        frames = tuple(self.history)
+        self.verdict = diagnose(frames, self.verdict, self.hang_after_s)
+        pair = (self.verdict.bottleneck, self.verdict.liveness)
+        if not self.timeline or (self.timeline[-1].bottleneck, self.timeline[-1].liveness) != pair:
+            since = self.verdict.since if self.verdict.since is not None else frame.time
+            self.timeline.append(VerdictChange(since, *pair))
+            del self.timeline[:-TIMELINE_LIMIT]
+        return MonitorView(frames=frames, verdict=self.verdict, timeline=tuple(self.timeline),
+                           first_time=self.first_time, replay=self.replay)
+
+    def _record(self, frame: Frame) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.append(frame)
+        except OSError as exc:  # disk full, file removed: keep monitoring, say recording stopped
+            self.record_problem = f"recording to {self.recorder.path} stopped: {exc.strerror or exc}"
+            self.close()
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            recorder, self.recorder = self.recorder, None
+            recorder.close()
+
+
+class FrameArrived(Message):
+    """One new frame, with the history and verdict it produced."""
+
+    def __init__(self, view: MonitorView) -> None:
+        super().__init__()
+        self.view = view
+
+
+class SamplingStopped(Message):
+    """The sampling loop ended by itself: the target exited, or a probe failed unexpectedly."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class StatusBar(Static):
+    """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
+
+
+class GputopApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gputop"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("q", "quit", "Quit", tooltip="Quit gputop (the target keeps running)"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="Show every key"),
+        Binding("p", "pause", "Pause", tooltip="Freeze the view; sampling and recording continue"),
+        Binding("s", "save", "Save", tooltip="Write a snapshot (JSON) and a screenshot (SVG) here"),
+        Binding("1", "focus_pane('verdict')", "Verdict", show=False, key_display="1 2 3 4",
+                tooltip="Go to the Verdict, GPU, CPU or Stacks pane"),
+        Binding("2", "focus_pane('gpu')", "GPU", show=False),
+        Binding("3", "focus_pane('cpu')", "CPU", show=False),
+        Binding("4", "focus_pane('stacks')", "Stacks", show=False),
+        Binding("slash", "filter", "Filter", key_display="/",
+                tooltip="Filter hot frames by function or file (esc clears)"),
+        Binding("i", "toggle_idle", "Idle", tooltip="Show or hide idle threads (waiting, sleeping) in stacks"),
+        Binding("w", "cycle_window", "Window", tooltip="Change the window hot frames are summed over"),
+        Binding("d", "toggle_now", "Now", tooltip="Each thread's current stack (like py-spy dump) / hot frames"),
+        Binding("l", "toggle_lines", "Lines", show=False,
+                tooltip="Hot frames per function, or per line (file:line)"),
+        Binding("n", "native", "Native", tooltip="Native (C/C++) frames: needs a restart with --native"),
+    ]
+
+    def __init__(self, *, engine: Engine | None, replay_frames: Sequence[Frame] | None,
+                 record_path: str | Path | None, hang_after_s: float,
+                 clock: Callable[[], float] | None, save_dir: str | Path | None) -> None:
+        super().__init__()
+        if (engine is None) == (replay_frames is None):
+            raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
+        self.engine = engine
+        self.replay_frames = tuple(replay_frames or ())
+        self.monitor = Monitor(hang_after_s=hang_after_s, record_path=record_path,
+                               replay=replay_frames is not None)
+        self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
+        self._clock = clock
+        self.view: MonitorView | None = None  # the latest view received
+        self.paused = False
+        self._frames_while_paused = 0
+        self._stop_sampling = threading.Event()
+        self._sampling_done = threading.Event()
+        self._sampling_note: str | None = None
+        self._last_saved: str | None = None
+
+    # --- time -----------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        if self.view is not None and self.view.replay:
+            return self.view.latest.time
+        return time.time()
+
+    # --- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield VerdictPane()
+        with Container(id="body"):
+            yield GpuPane()
+            with Container(id="lower"):
+                yield CpuPane()
+                yield StacksPane(native_available=bool(self.engine and self.engine.config.native))
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_size(*self.size)
+        self.query_one(StacksPane).focus_view()
+        if self.engine is not None:
+            waiting = f"Attaching to PID {self.engine.pid}: the first reading comes within a second."
+            for pane in (self.query_one(VerdictPane), self.query_one(GpuPane), self.query_one(CpuPane),
+                         self.query_one(StacksPane)):
+                pane.show_waiting(waiting if isinstance(pane, VerdictPane) else "waiting for the first reading…")
+            self._render_status()
+            self._sample()
+        else:
+            self._sampling_done.set()
+            view = None
+            for frame in self.replay_frames:
+                view = self.monitor.ingest(frame)
+            self.view = view
+            self._render_all()
+
+    def on_resize(self, event) -> None:
+        self._apply_size(*event.size)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        # Textual CSS has no media queries: classes on the screen switch the layout (app.tcss).
+        self.screen.set_class(width >= WIDE_LAYOUT_MIN_COLUMNS, "-wide")
+        self.screen.set_class(height < SHORT_LAYOUT_MAX_ROWS, "-short")
+
+    # --- sampling (off the UI thread) -----------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
+    def _sample(self) -> None:
+        worker = get_current_worker()
+        engine = self.engine
+        reason = None
+        try:
+            # The first tick at once, not after one interval, so the screen has data within a second.
+            frame = engine.tick()
+            self._deliver(frame)
+            if frame.target.alive:
+                for frame in run_ticks(engine, self._stop_sampling):
+                    if worker.is_cancelled:
+                        break
+                    self._deliver(frame)
+                    if not frame.target.alive:
+                        break
+            if not frame.target.alive:
+                reason = "the target exited: showing its last readings"
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the screen: say so, keep the data
+            reason = f"sampling stopped: {type(exc).__name__}: {exc}"
+        finally:
+            self.monitor.close()
+            self._sampling_done.set()
+            self.post_message(SamplingStopped(reason))
+
+    def _deliver(self, frame: Frame) -> None:
+        self.post_message(FrameArrived(self.monitor.ingest(frame)))
+
+    async def on_unmount(self) -> None:
+        self._stop_sampling.set()
+        # Wait for the sampling thread, so the caller may close the engine safely once run() returns.
+        await asyncio.to_thread(self._sampling_done.wait, SAMPLER_STOP_TIMEOUT_S)
+
+    # --- messages -------------------------------------------------------------------------------
+
+    @on(FrameArrived)
+    def _on_frame(self, message: FrameArrived) -> None:
+        self.view = message.view
+        if self.paused:
+            self._frames_while_paused += 1
+            self._render_status()
+            return
+        self._render_all()
+
+    @on(SamplingStopped)
+    def _on_sampling_stopped(self, message: SamplingStopped) -> None:
+        self._sampling_note = message.reason
+        if self.monitor.record_problem:
+            self.notify(self.monitor.record_problem, severity="error", timeout=10)
+        if message.reason and message.reason.startswith("sampling stopped"):
+            self.notify(message.reason, severity="error", timeout=15)
+        self._render_status()
+
+    @on(CpuPane.ProcessChosen)
+    def _on_process_chosen(self, message: CpuPane.ProcessChosen) -> None:
+        stacks = self.query_one(StacksPane)
+        stacks.scope_to_process(message.pid)
+        stacks.focus_view()
+
+    # --- rendering ------------------------------------------------------------------------------
+
+    def _render_all(self) -> None:
+        view = self.view
+        self._render_status()
+        if view is None:
+            return
+        now = self.now()
+        shown = view.shown_frames
+        self.query_one(VerdictPane).show(view, now)
+        self.query_one(GpuPane).show(shown)
+        self.query_one(CpuPane).show(shown[-1])
+        self.query_one(StacksPane).show(shown)
+
+    def _render_status(self) -> None:
+        self.query_one(StatusBar).update(self.status_text())
+
+    def status_text(self) -> Text:
+        text = Text()
+        text.append(" gputop ", style="bold reverse")
+        view = self.view
+        if view is None:
+            pid = self.engine.pid if self.engine is not None else "?"
+            text.append(f" PID {pid} · attaching…")
+            return text
+        target = view.latest.target
+        command = " ".join([target.cmdline[0].rsplit("/", 1)[-1], *target.cmdline[1:]]) if target.cmdline else ""
+        text.append(f" PID {target.pid} ", style="bold")
+        text.append(command[:60], style="dim")
+        if view.replay:
+            span = view.latest.time - view.frames[0].time
+            text.append(f" · replay: {len(view.frames)} frames over {duration(span)}", style="bold cyan")
+        elif not target.alive:
+            exited = "" if target.exited_at is None else f" {duration(self.now() - target.exited_at)} ago"
+            text.append(f" · EXITED{exited}", style="bold red")
+        elif self.paused:
+            text.append(f" · PAUSED (sampling continues: {self._frames_while_paused} new) p resumes",
+                        style="bold black on yellow")
+        else:
+            text.append(f" · live every {view.latest.interval_s:.2g} s")
+        overhead = view.latest.overhead
+        if overhead.behind and target.alive and not view.replay:
+            text.append(f" · ⚠ sampling behind ({overhead.tick_seconds or 0:.1f} s per reading)", style="bold yellow")
+        costs = [f"{label} {value:.0f}% CPU" for label, value in
+                 (("gputop", overhead.monitor_cpu_pct), ("py-spy", overhead.sampler_cpu_pct)) if value is not None]
+        if costs and not view.replay:
+            text.append(" · " + ", ".join(costs), style="dim")
+        if self._sampling_note and self._sampling_note.startswith("sampling stopped"):
+            text.append(f" · {self._sampling_note}", style="bold red")
+        if self._last_saved:
+            text.append(f" · saved {self._last_saved}", style="green")
+        return text
+
+    # --- actions --------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
+        self.push_screen(HelpScreen(self.help_bindings()))
+
+    def help_bindings(self) -> list[tuple[str, list[Binding]]]:
+        """Every documented key, grouped by where it works: generated from the bindings themselves."""
+        everywhere = [b for b in self.BINDINGS if isinstance(b, Binding) and b.tooltip]
+        focus_moves = [b for b in Screen.BINDINGS if isinstance(b, Binding) and "focus" in b.action]
+        stacks = StacksPane.HELP_BINDINGS + [b for b in HotTable.BINDINGS if b.tooltip]
+        return [("Everywhere", everywhere + focus_moves), ("Stacks pane", stacks)]
+
+    def action_pause(self) -> None:
+        if self.view is not None and self.view.replay:
+            self.notify("a replay is already still: nothing to pause", timeout=3)
+            return
+        self.paused = not self.paused
+        was_behind = self._frames_while_paused
+        self._frames_while_paused = 0
+        if not self.paused and was_behind:
+            self._render_all()
+        else:
+            self._render_status()
+
+    def action_save(self) -> None:
+        if self.view is None:
+            self.notify("nothing to save yet: no reading has arrived", severity="warning")
+            return
+        try:
+            saved = save_snapshot(self.view.frames, self.view.verdict, self.export_screenshot(), self.save_dir)
+        except OSError as exc:
+            self.notify(f"could not save in {self.save_dir}: {exc.strerror or exc}", severity="error")
+            return
+        self._last_saved = f"{saved.json_path.name} (+ .svg)"
+        self.notify(f"saved {saved.json_path} and {saved.svg_path.name}", timeout=6)
+        self._render_status()
+
+    def action_focus_pane(self, pane_id: str) -> None:
+        pane = self.query_one(f"#{pane_id}")
+        if isinstance(pane, GpuPane) and not pane.can_focus:
+            self.notify("no GPU to show: see the GPU line for why", timeout=4)
+            return
+        if isinstance(pane, StacksPane):
+            pane.focus_view()
+        elif isinstance(pane, CpuPane):
+            pane.query_one("#processes").focus()
+        else:
+            pane.focus()
+
+    def action_filter(self) -> None:
+        self.query_one(StacksPane).open_filter()
+
+    def action_toggle_idle(self) -> None:
+        self.query_one(StacksPane).toggle_idle()
+
+    def action_cycle_window(self) -> None:
+        self.query_one(StacksPane).cycle_window()
+
+    def action_toggle_lines(self) -> None:
+        self.query_one(StacksPane).toggle_lines()
+
+    def action_toggle_now(self) -> None:
+        self.query_one(StacksPane).toggle_now()
+
+    def action_native(self) -> None:
+        if self.view is not None and self.view.replay:
+            native = self.view.latest.stacks.native
+            self.notify(f"this recording was made {'with' if native else 'without'} native frames", timeout=5)
+        elif self.engine is not None and self.engine.config.native:
+            self.notify("native frames are on (started with --native)", timeout=5)
+        else:
+            pid = self.engine.pid if self.engine is not None else "PID"
+            self.notify(f"native frames need a restart: gputop --pid {pid} --native "
+                        "(py-spy then pauses the target for each sample)", timeout=8)
+
+
+def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | None = None,
+             record_path: str | Path | None = None, hang_after_s: float = 5.0,
+             clock: Callable[[], float] | None = None, save_dir: str | Path | None = None) -> GputopApp:
+    """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
+    tests; `save_dir` is where `s` writes (default: the current directory)."""
+    return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
+                     hang_after_s=hang_after_s, clock=clock, save_dir=save_dir)

@@ -1,0 +1,260 @@
+"""The `gputop` command: argument parsing, input checks, and dispatch to the TUI or a headless job.
+
+Bad input ends here with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from probes import __version__
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+DEFAULT_SNAPSHOT_DURATION_S = 10.0
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; the message is the one line they will see."""
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _interval(text: str) -> float:
+    from probes.engine import MIN_INTERVAL_S
+
+    value = _positive_float(text)
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S} s, got {text}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a PID is a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a PID is a positive number, got {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) so scripts get a readable stderr."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"gputop: {message} (see gputop --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gputop",
+        description="Why is my training job slow, or is it hung? Attach to its PID and see, with evidence.",
+        epilog="Examples: gputop demo | gputop --pid 1234 | gputop --pid 1234 --snapshot out.json --duration 10"
+               " | gputop replay run.jsonl | gputop probe --model gpt2 | gputop mfu --model gpt2-xl ...",
+    )
+    parser.add_argument("--version", action="version", version=f"gputop {__version__}")
+    add_attach_arguments(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    replay = sub.add_parser("replay", help="show a recording (--record FILE.jsonl) in the TUI, or snapshot it")
+    replay.add_argument("recording", help="a .jsonl file written by --record")
+    replay.add_argument("--snapshot", metavar="PATH", help="write the recording's snapshot JSON and exit")
+    replay.add_argument("--hang-after", type=_positive_float, default=None, metavar="S")
+    replay.set_defaults(func=run_replay)
+
+    demo = sub.add_parser("demo", help="start a bundled training process and watch it in the TUI")
+    demo.add_argument("--interval", type=_interval, default=1.0, metavar="S")
+    demo.set_defaults(func=run_demo)
+
+    try:
+        from tui.probe_commands import register
+    except ImportError:  # pragma: no cover - the probe commands ship with gputop; keep the monitor usable
+        pass
+    else:
+        register(sub)
+    return parser
+
+
+def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
+    from probes.engine import DEFAULT_INTERVAL_S
+
+    parser.add_argument("--pid", type=_pid, help="the training process to watch (its workers are found)")
+    parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
+                        help=f"seconds between readings (default {DEFAULT_INTERVAL_S}, at least 0.25)")
+    parser.add_argument("--rate", type=_positive_float, default=None, metavar="HZ",
+                        help="py-spy stack samples per second per process (default: measured, see README)")
+    parser.add_argument("--native", action="store_true",
+                        help="include native (C/C++) frames; pauses the target while sampling")
+    parser.add_argument("--blocking", action="store_true",
+                        help="pause the target for each stack sample (py-spy's default; can slow torch 5-15x)")
+    parser.add_argument("--no-gpu", action="store_true", help="do not read NVML")
+    parser.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
+    parser.add_argument("--log", metavar="PATH", help="the target's log, to read its own iteration rate "
+                        "(default: its stdout/stderr when they are files)")
+    parser.add_argument("--tokens-per-iter", type=int, default=None, metavar="N",
+                        help="tokens per optimizer iteration, to turn s/iter into tokens/s")
+    parser.add_argument("--hang-after", type=_positive_float, default=None, metavar="S",
+                        help="call the target hung after this long with no progress (default 5)")
+    parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
+    parser.add_argument("--snapshot", metavar="PATH",
+                        help="headless: sample, write one JSON document ('-' = stdout) and exit")
+    parser.add_argument("--duration", type=_positive_float, default=None, metavar="S",
+                        help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
+
+
+def engine_config(args: argparse.Namespace):
+    from probes.engine import EngineConfig
+
+    native = bool(args.native)
+    return EngineConfig(
+        interval_s=args.interval,
+        stack_rate_hz=args.rate,
+        native=native,
+        nonblocking=not (args.blocking or native),
+        sample_stacks=not args.no_stacks,
+        read_gpu=not args.no_gpu,
+        log_path=args.log,
+        tokens_per_iter=args.tokens_per_iter,
+    )
+
+
+def _hang_kwargs(args: argparse.Namespace) -> dict:
+    return {} if args.hang_after is None else {"hang_after_s": args.hang_after}
+
+
+def check_target(pid: int) -> None:
+    from probes.proctree import target_exists
+
+    if not target_exists(pid):
+        raise UsageError(f"no process with PID {pid} (check it with: ps -p {pid})")
+
+
+def check_writable(path: str | None, what: str) -> None:
+    import os
+
+    if path in (None, "-"):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write the {what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write the {what} {path}: no write permission in {folder}")
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    if args.pid is None:
+        raise UsageError("say which process to watch: gputop --pid PID (or try: gputop demo)")
+    check_target(args.pid)
+    check_writable(args.snapshot, "snapshot")
+    check_writable(args.record, "recording")
+    if args.snapshot is not None or args.duration is not None:
+        return run_headless(args)
+    from tui.app import make_app
+    from probes.engine import Engine
+
+    engine = Engine(args.pid, engine_config(args))
+    app = make_app(engine=engine, record_path=args.record, **_hang_kwargs(args))
+    try:
+        app.run()
+    finally:
+        engine.close()
+    return EXIT_OK
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    """Sample for --duration seconds; write the snapshot and/or the recording. Ctrl-C still writes."""
+    from probes.diagnose import diagnose
+    from probes.engine import Engine, run_ticks
+    from probes.history import History
+    from probes.recording import Recorder
+    from probes.snapshot import build_snapshot, write_json_atomic
+
+    duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
+    engine = Engine(args.pid, engine_config(args))
+    history = History()
+    recorder = Recorder(args.record, meta={"pid": args.pid}) if args.record else None
+    stop = threading.Event()
+    interrupted = False
+    verdict = None
+    previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        for frame in run_ticks(engine, stop, duration_s=duration):
+            history.append(frame)
+            verdict = diagnose(list(history), verdict, **_hang_kwargs(args))
+            if recorder is not None:
+                recorder.append(frame)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        engine.close()
+        if recorder is not None:
+            recorder.close()
+    if not len(history):
+        print("gputop: no reading was taken before the run stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED if interrupted else 1
+    if args.snapshot is not None:
+        frames = list(history)
+        write_json_atomic(build_snapshot(frames, diagnose(frames, verdict, **_hang_kwargs(args))), args.snapshot)
+        if args.snapshot != "-":
+            print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from probes.recording import RecordingError, read_recording
+
+    try:
+        frames = list(read_recording(args.recording))
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    if not frames:
+        raise UsageError(f"{args.recording} holds no frames")
+    if args.snapshot is not None:
+        from probes.diagnose import diagnose
+        from probes.snapshot import build_snapshot, write_json_atomic
+
+        check_writable(args.snapshot, "snapshot")
+        verdict = None
+        for i in range(1, len(frames) + 1):
+            verdict = diagnose(frames[:i], verdict, **_hang_kwargs(args))
+        write_json_atomic(build_snapshot(frames, verdict), args.snapshot)
+        return EXIT_OK
+    from tui.app import make_app
+
+    make_app(replay_frames=frames, **_hang_kwargs(args)).run()
+    return EXIT_OK
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from tui.demo import run_demo as start_demo
+
+    return start_demo(interval_s=args.interval)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None) or run_attach
+    try:
+        code = func(args)
+    except UsageError as exc:
+        print(f"gputop: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    sys.exit(code)

@@ -1,0 +1,197 @@
+"""The bundled training process `gputop demo` watches: a small PyTorch loop that walks through real
+bottlenecks, one phase after another, so a newcomer sees gputop's verdict change.
+
+Phases (repeated until stopped):
+  data        2 DataLoader workers whose ``__getitem__`` burns CPU; the model step is tiny, so the main
+              process waits for batches in ``_next_data``.
+  compute     batches are cheap; a wider model's forward/backward dominates (on the GPU when there is one).
+  checkpoint  the model and optimizer state are saved with ``torch.save``, again and again, to a file that
+              takes writes at a shared filesystem's pace (20 MB/s), so the demo does not hammer the disk.
+  hang        a worker blocks forever inside ``__getitem__``: the loop stops making progress (tests use it).
+
+Progress lines follow nanoGPT's format (``iter N: loss L, time Tms, mfu M%``) so the log probe reads them.
+Run as a script: it needs nothing from gputop, only torch. With ``--parent-pid`` it exits when that process
+is gone, so a killed or disconnected gputop leaves no orphan training behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+PHASES = ("data", "compute", "checkpoint", "hang")
+SAMPLE_FEATURES = 256
+
+
+class SlowTokenDataset(Dataset):
+    """Each item costs real CPU work in Python, the way heavy decoding or augmentation does."""
+
+    def __init__(self, work_per_item: int) -> None:
+        self.work_per_item = work_per_item
+
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        checksum = 0
+        for i in range(self.work_per_item):
+            checksum = (checksum * 31 + i + index) % 1_000_003
+        generator = torch.Generator().manual_seed(checksum)
+        return torch.randn(SAMPLE_FEATURES, generator=generator)
+
+
+class StuckDataset(Dataset):
+    """A worker that never returns an item, as when a read blocks on a dead network mount."""
+
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def make_model(hidden: int, device: torch.device) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(SAMPLE_FEATURES, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+        nn.Linear(hidden, SAMPLE_FEATURES),
+    ).to(device)
+
+
+class Trainer:
+    """Owns the iteration counter and the nanoGPT-style log line, shared by every phase."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.iteration = 0
+
+    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
+        started = time.perf_counter()
+        batch = batch.to(self.device, non_blocking=True)
+        loss = (model(batch) - batch).pow(2).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_value = loss.item()  # waits for the GPU, as a real training loop's logging does
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        print(f"iter {self.iteration}: loss {loss_value:.4f}, time {elapsed_ms:.2f}ms, mfu -100.00%", flush=True)
+        self.iteration += 1
+
+
+def run_loader_phase(trainer: Trainer, dataset: Dataset, hidden: int, workers: int, batch_size: int,
+                     seconds: float) -> None:
+    model = make_model(hidden, trainer.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=True)
+    deadline = time.monotonic() + seconds
+    for batch in loader:
+        trainer.step(model, optimizer, batch)
+        if time.monotonic() >= deadline:
+            break
+    del loader  # shuts its workers down before the next phase starts its own
+
+
+class SharedFilesystemFile:
+    """A file that accepts writes at most `bytes_per_s`, the way a busy network filesystem does."""
+
+    def __init__(self, path: str, bytes_per_s: float) -> None:
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in close(), as torch.save needs a file object
+        self._bytes_per_s = bytes_per_s
+        self._written = 0
+        self._started = time.monotonic()
+
+    def write(self, data: bytes) -> int:
+        written = self._file.write(data)
+        self._written += written
+        ahead_s = self._written / self._bytes_per_s - (time.monotonic() - self._started)
+        if ahead_s > 0:
+            time.sleep(ahead_s)
+        return written
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+
+def run_checkpoint_phase(trainer: Trainer, hidden: int, directory: str, seconds: float) -> None:
+    model = make_model(hidden, trainer.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    trainer.step(model, optimizer, torch.randn(8, SAMPLE_FEATURES))  # so the optimizer has state to save
+    path = os.path.join(directory, "checkpoint.pt")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        print(f"saving checkpoint to {path}", flush=True)
+        checkpoint_file = SharedFilesystemFile(path, bytes_per_s=20e6)
+        try:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_file)
+        finally:
+            checkpoint_file.close()
+
+
+def exit_when_parent_is_gone(parent_pid: int) -> None:
+    """Stop training once the watching gputop is gone; DataLoader workers notice and exit on their own."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", default="data,compute,checkpoint",
+                        help=f"comma-separated, run in order and repeated; from {', '.join(PHASES)}")
+    parser.add_argument("--phase-seconds", type=float, default=20.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--checkpoint-dir", default=None, help="default: a temporary folder, removed at exit")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    parser.add_argument("--once", action="store_true", help="run the phases once instead of repeating")
+    args = parser.parse_args()
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown or not phases:
+        parser.error(f"unknown phase {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
+    if args.parent_pid is not None:
+        threading.Thread(target=exit_when_parent_is_gone, args=(args.parent_pid,), daemon=True).start()
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # leave the other cores to the DataLoader workers and to gputop
+    compute_hidden = 4096 if device.type == "cuda" else 1024
+    trainer = Trainer(device)
+    print(f"demo training on {device}: phases {', '.join(phases)}, {args.phase_seconds:g} s each", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gputop-demo-ckpt-") as scratch:
+        checkpoint_dir = args.checkpoint_dir or scratch
+        while True:
+            for phase in phases:
+                print(f"phase {phase}", flush=True)
+                if phase == "data":
+                    run_loader_phase(trainer, SlowTokenDataset(work_per_item=40_000), hidden=64,
+                                     workers=args.workers, batch_size=8, seconds=args.phase_seconds)
+                elif phase == "compute":
+                    run_loader_phase(trainer, SlowTokenDataset(work_per_item=10), hidden=compute_hidden,
+                                     workers=args.workers, batch_size=256, seconds=args.phase_seconds)
+                elif phase == "checkpoint":
+                    run_checkpoint_phase(trainer, compute_hidden, checkpoint_dir, seconds=args.phase_seconds / 2)
+                else:
+                    run_loader_phase(trainer, StuckDataset(), hidden=64, workers=args.workers, batch_size=8,
+                                     seconds=float("inf"))
+            if args.once:
+                return
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,41 @@
+"""Saving what the screen shows (`s`): the snapshot JSON (probes.snapshot, schema gputop.snapshot/1) and
+an SVG screenshot beside it, named after the target's PID and the time of the latest reading."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from probes.frame import Frame, Verdict
+from probes.snapshot import build_snapshot, write_json_atomic
+
+
+@dataclass(frozen=True)
+class SavedSnapshot:
+    json_path: Path
+    svg_path: Path
+
+
+def snapshot_stem(frames: Sequence[Frame], directory: Path) -> str:
+    """gputop-PID-YYYYmmdd-HHMMSS, with -2, -3, ... when a save in the same second already exists."""
+    latest = frames[-1]
+    stem = f"gputop-{latest.target.pid}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(latest.time))}"
+    candidate, number = stem, 1
+    while (directory / f"{candidate}.json").exists() or (directory / f"{candidate}.svg").exists():
+        number += 1
+        candidate = f"{stem}-{number}"
+    return candidate
+
+
+def save_snapshot(frames: Sequence[Frame], verdict: Verdict, screenshot_svg: str,
+                  directory: str | Path) -> SavedSnapshot:
+    """Write both files into `directory`; raises OSError when it cannot (the caller says so on screen)."""
+    directory = Path(directory)
+    stem = snapshot_stem(frames, directory)
+    json_path = directory / f"{stem}.json"
+    svg_path = directory / f"{stem}.svg"
+    write_json_atomic(build_snapshot(frames, verdict), str(json_path))
+    svg_path.write_text(screenshot_svg, encoding="utf-8")
+    return SavedSnapshot(json_path=json_path, svg_path=svg_path)

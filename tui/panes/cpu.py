@@ -1,0 +1,180 @@
+"""The CPU pane: the target's process tree with roles (main, DataLoader workers, compile workers, ...),
+CPU%, threads and state; the cgroup's quota, usage, throttled share and pressure; and a warning when more
+threads want to run than there are CPUs to run them. `enter` on a process shows its stacks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from probes.frame import CpuReading, Frame, ProcessSample
+from tui.panes.text import clip, percent, role_words, size
+
+# (heading, width, right-aligned); the command column takes whatever room is left.
+PROCESS_COLUMNS = (("PID", 7, False), ("role", 19, False), ("CPU%", 5, True), ("run/thr", 7, True),
+                   ("state", 10, False), ("RSS", 9, True))
+# DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
+TABLE_CHROME = 2 * (len(PROCESS_COLUMNS) + 1) + 2
+MIN_COMMAND_WIDTH = 10
+
+
+def tree_order(processes: Sequence[ProcessSample], root_pid: int) -> list[tuple[int, ProcessSample]]:
+    """(depth, process) in depth-first order from the target; processes whose parent is not in the
+    tree (re-parented after a crash) follow at depth 1."""
+    by_parent: dict[int | None, list[ProcessSample]] = {}
+    for process in processes:
+        by_parent.setdefault(process.ppid, []).append(process)
+    ordered: list[tuple[int, ProcessSample]] = []
+    seen: set[int] = set()
+
+    def visit(process: ProcessSample, depth: int) -> None:
+        if process.pid in seen:
+            return
+        seen.add(process.pid)
+        ordered.append((depth, process))
+        for child in sorted(by_parent.get(process.pid, []), key=lambda p: p.pid):
+            visit(child, depth + 1)
+
+    root = next((p for p in processes if p.pid == root_pid), None)
+    if root is not None:
+        visit(root, 0)
+    for process in sorted(processes, key=lambda p: p.pid):
+        visit(process, 1)
+    return ordered
+
+
+def _command(process: ProcessSample) -> str:
+    if process.cmdline:
+        return " ".join(part.rsplit("/", 1)[-1] if i == 0 else part for i, part in enumerate(process.cmdline))
+    return process.name
+
+
+def command_width(available: int) -> int:
+    """Room for the command column, or 0 when too little is left to be worth showing."""
+    room = available - TABLE_CHROME - sum(width for _, width, _ in PROCESS_COLUMNS)
+    return room if room >= MIN_COMMAND_WIDTH else 0
+
+
+def process_row(depth: int, process: ProcessSample, command_room: int) -> tuple[Text, ...]:
+    dim = "" if process.alive else "dim"
+    indent = "  " * max(0, depth - 1) + ("└ " if depth else "")
+    threads = "-" if process.num_threads is None else str(process.num_threads)
+    runnable = "-" if process.runnable_threads is None else str(process.runnable_threads)
+    state = (process.state or "-") if process.alive else "exited"
+    cpu_style = "bold" if (process.cpu_pct or 0) >= 90 else ""
+    cells = (
+        Text(str(process.pid), style=dim),
+        Text(indent + role_words(process.role), style=dim or ("bold" if depth == 0 else "")),
+        Text(percent(process.cpu_pct), style=dim or cpu_style, justify="right"),
+        Text(f"{runnable}/{threads}", style=dim, justify="right"),
+        Text(state, style=dim or ("bold yellow" if state == "disk-sleep" else "")),
+        Text(size(process.rss_bytes), style=dim, justify="right"),
+    )
+    return (*cells, Text(clip(_command(process), command_room), style="dim")) if command_room else cells
+
+
+def cgroup_text(cpu: CpuReading) -> Text:
+    """One or two lines on the CPUs the target may use and gets; a warning line when oversubscribed."""
+    text = Text()
+    effective = "-" if cpu.effective_cpus is None else f"{cpu.effective_cpus:g}"
+    text.append(f"CPUs {effective}", style="bold")
+    limits = []
+    if cpu.quota_cpus is not None:
+        limits.append(f"quota {cpu.quota_cpus:g}")
+    elif cpu.cgroup_version is not None:
+        limits.append("no quota")
+    if cpu.affinity_cpus is not None:
+        limits.append(f"affinity {cpu.affinity_cpus}")
+    if limits:
+        text.append(f" ({', '.join(limits)})", style="dim")
+    if cpu.usage_cpus is not None:
+        text.append(f" · using {cpu.usage_cpus:.1f}")
+    if cpu.throttled_fraction is not None:
+        throttled = cpu.throttled_fraction * 100
+        text.append(" · throttled ")
+        text.append(f"{throttled:.0f}%", style="bold red" if throttled >= 10 else "")
+    if cpu.pressure_some_avg10 is not None:
+        text.append(f" · pressure {cpu.pressure_some_avg10:.0f}%")
+    if (cpu.runnable_threads is not None and cpu.effective_cpus is not None
+            and cpu.runnable_threads > cpu.effective_cpus):
+        text.append(f"\n⚠ {cpu.runnable_threads} runnable threads > {effective} CPUs: threads wait for a core",
+                    style="bold yellow")
+    if cpu.reason:
+        text.append(f"\n{cpu.reason}", style="dim")
+    return text
+
+
+class ProcessTable(DataTable):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    def set_columns(self, command_room: int) -> None:
+        """Rebuild the columns when the room for the command changed (a resize)."""
+        if getattr(self, "_command_room", None) == command_room:
+            return
+        self._command_room = command_room
+        self.clear(columns=True)
+        for heading, width, right in PROCESS_COLUMNS:
+            self.add_column(Text(heading, justify="right" if right else "left"), width=width)
+        if command_room:
+            self.add_column("command", width=command_room)
+
+
+class CpuPane(Vertical):
+    """Holds the cgroup summary over the process table; remembers the selected PID across refreshes."""
+
+    class ProcessChosen(Message):
+        """The user pressed enter (or clicked) on a process: show its stacks."""
+
+        def __init__(self, pid: int) -> None:
+            super().__init__()
+            self.pid = pid
+
+    def __init__(self) -> None:
+        super().__init__(id="cpu", classes="pane")
+        self.border_title = "3 CPU"
+        self._frame: Frame | None = None
+
+    def compose(self):
+        yield Static(id="cgroup-text")
+        yield ProcessTable(id="processes", cursor_type="row")
+
+    def on_resize(self) -> None:
+        if self._frame is not None:
+            self.show(self._frame)
+
+    def show_waiting(self, message: str) -> None:
+        self.query_one("#cgroup-text", Static).update(Text(message, style="dim"))
+
+    def show(self, frame: Frame) -> None:
+        self.query_one("#cgroup-text", Static).update(cgroup_text(frame.cpu))
+        self._frame = frame
+        table = self.query_one(ProcessTable)
+        selected = self._selected_pid(table)
+        command_room = command_width(table.size.width or self.size.width)
+        table.set_columns(command_room)
+        table.clear()
+        for depth, process in tree_order(frame.processes, frame.target.pid):
+            table.add_row(*process_row(depth, process, command_room), key=str(process.pid))
+        if selected is not None and str(selected) in {str(k.value) for k in table.rows}:
+            table.move_cursor(row=table.get_row_index(str(selected)), animate=False, scroll=False)
+
+    @staticmethod
+    def _selected_pid(table: DataTable) -> int | None:
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return int(key) if key is not None else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.ProcessChosen(int(event.row_key.value)))

@@ -1,0 +1,60 @@
+"""The help screen (`?`): every key, generated from the bindings themselves so it cannot drift from them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEY_COLUMN_WIDTH = 12
+
+
+def help_text(groups: Sequence[tuple[str, Sequence[Binding]]], key_display) -> Text:
+    """Key and explanation per binding, under a heading per group; `key_display(binding)` names a key."""
+    text = Text()
+    for index, (title, bindings) in enumerate(groups):
+        if index:
+            text.append("\n")
+        text.append(f"{title}\n", style="bold underline")
+        for binding in bindings:
+            text.append(f"  {key_display(binding):<{KEY_COLUMN_WIDTH}}", style="bold cyan")
+            text.append(f"{binding.tooltip or binding.description}\n")
+    text.append("\nMouse: click a pane to focus it, a row to select it, a tree node to open it.\n", style="dim")
+    text.append("Close this help with ?, esc or q.", style="dim")
+    return text
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape,q,question_mark", "dismiss", "Close help"),
+        Binding("j", "scroll('down')", "Down", show=False),
+        Binding("k", "scroll('up')", "Up", show=False),
+    ]
+
+    def __init__(self, groups: Sequence[tuple[str, Sequence[Binding]]]) -> None:
+        super().__init__()
+        self.groups = groups
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box") as box:
+            box.border_title = "gputop keys"
+            yield Static(help_text(self.groups, self._key_display), id="help-text")
+
+    def _key_display(self, binding: Binding) -> str:
+        if binding.key_display:
+            return binding.key_display
+        return " / ".join(self.app.get_key_display(Binding(key, binding.action))
+                          for key in binding.key.split(","))
+
+    def action_scroll(self, direction: str) -> None:
+        box = self.query_one("#help-box", VerticalScroll)
+        if direction == "down":
+            box.scroll_down()
+        else:
+            box.scroll_up()

@@ -1,0 +1,460 @@
+"""The Stacks pane: where the target's threads spend their samples.
+
+Three views, one at a time:
+  hot   hot frames (own%, total%, function, file:line) summed over a window (`w`), for all processes,
+        one process (enter on it in the CPU pane) or one thread (enter on it in the now view);
+        idle threads toggle with `i`, `/` filters by function or file.
+  tree  `enter` on a hot frame: who calls it and what it calls, as expandable trees.
+  now   `d`: each thread's current stack, innermost first, like `py-spy dump`.
+`esc` goes back one step: tree -> hot, thread -> process -> all processes. Aggregation is probes.stacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from probes.frame import Frame, StackCount, StackFrame, ThreadStack
+from probes.stacks import CallNode, call_tree, hot_frames
+from tui.panes.text import clip, clip_left, duration, role_words, short_path
+
+WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
+DEFAULT_WINDOW_INDEX = 1
+HOT_FRAMES_LIMIT = 200
+CALL_TREE_OPEN_LEVELS = 2
+PERCENT_COLUMN_WIDTH = 6
+# DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
+TABLE_CHROME = 2 * 4 + 2
+MIN_FUNCTION_WIDTH = 16
+
+FrameKey = tuple[str, str, int]
+
+
+def window_counts(frames: Sequence[Frame], window_s: float | None) -> tuple[list[StackCount], float]:
+    """The stack counts of the frames within `window_s` of the latest, and the seconds they cover."""
+    if not frames:
+        return [], 0.0
+    cutoff = None if window_s is None else frames[-1].time - window_s
+    chosen = [f for f in frames if cutoff is None or f.time > cutoff]
+    return [c for f in chosen for c in f.stacks.counts], sum(f.interval_s for f in chosen)
+
+
+def frame_label(function: str, file: str, line: int, native: bool = False) -> str:
+    where = short_path(file) + (f":{line}" if line else "")
+    return f"{function} ({where})" + (" [native]" if native else "")
+
+
+def matches_filter(function: str, file: str, text: str) -> bool:
+    needle = text.lower()
+    return needle in function.lower() or needle in file.lower()
+
+
+def drill_counts(counts: Sequence[StackCount], key: FrameKey,
+                 by_line: bool) -> tuple[list[StackCount], list[StackCount]]:
+    """Stacks cut at the chosen frame, so probes.stacks.call_tree builds its caller and callee trees.
+
+    Callers: the chosen frame and everything outside it, flipped so the chosen frame is the root.
+    Callees: the chosen frame and everything inside it. A recursive frame is cut at its outermost call.
+    `key`'s line is 0 when frames are grouped by function (by_line False).
+    """
+    callers, callees = [], []
+    for count in counts:
+        positions = [i for i, f in enumerate(count.frames)
+                     if (f.function, f.file, f.line if by_line else 0) == key]
+        if not positions:
+            continue
+        outermost = positions[-1]  # stacks are innermost first
+        callees.append(dataclasses.replace(count, frames=count.frames[: outermost + 1]))
+        callers.append(dataclasses.replace(count, frames=tuple(reversed(count.frames[outermost:]))))
+    return callers, callees
+
+
+def hot_column_widths(available: int, longest_function: int) -> tuple[int, int]:
+    """(function, file) widths that fit the table into `available` cells: the function column takes
+    what it needs up to half the room left, the file column the rest."""
+    room = max(0, available - TABLE_CHROME - 2 * PERCENT_COLUMN_WIDTH)
+    function = min(longest_function, max(MIN_FUNCTION_WIDTH, room // 2))
+    return function, max(8, room - function)
+
+
+class HotTable(DataTable):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "cursor_down", "Down", show=False, tooltip="Move down (also ↓; k / ↑ moves up)"),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    def set_columns(self, function_width: int, file_width: int, by_line: bool) -> None:
+        """Rebuild the columns when the room or the file heading changed (a resize, `l`)."""
+        wanted = (function_width, file_width, by_line)
+        if getattr(self, "_column_spec", None) == wanted:
+            return
+        self._column_spec = wanted
+        self.clear(columns=True)
+        self.add_column(Text("own%", justify="right"), width=PERCENT_COLUMN_WIDTH, key="own")
+        self.add_column(Text("total%", justify="right"), width=PERCENT_COLUMN_WIDTH, key="total")
+        self.add_column("function", width=function_width, key="function")
+        self.add_column("file:line" if by_line else "file", width=file_width, key="where")
+
+
+class StackTree(Tree):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+
+class StacksPane(Vertical):
+    HELP_BINDINGS: ClassVar[list[Binding]] = [
+        Binding("enter", "", "Drill down", tooltip="Hot frame: its callers and callees. Thread (now view): "
+                "its hot frames. Process (CPU pane): its hot frames"),
+        Binding("escape", "back", "Back", tooltip="Back one step: call tree -> hot frames, thread -> "
+                "process -> all"),
+        Binding("space", "", "Expand", tooltip="Expand or collapse a node of a tree"),
+    ]
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "back", "Back", show=False)]
+
+    def __init__(self, *, native_available: bool) -> None:
+        super().__init__(id="stacks", classes="pane")
+        self.border_title = "4 Stacks"
+        self.native_available = native_available
+        self.window_index = DEFAULT_WINDOW_INDEX
+        self.include_idle = False  # py-spy top's default; a hint says when idle threads hold most samples
+        self.by_line = False
+        self.filter_text = ""
+        self.scope_pid: int | None = None
+        self.scope_tid: int | None = None
+        self.mode = "hot"
+        self.drill_key: FrameKey | None = None
+        self._frames: tuple[Frame, ...] = ()
+
+    def compose(self):
+        yield Static(id="stacks-header")
+        with ContentSwitcher(initial="hot"):
+            yield HotTable(id="hot", cursor_type="row")
+            yield StackTree("call tree", id="calltree")
+            now = StackTree("threads", id="now")
+            now.auto_expand = False  # enter on a thread scopes the hot frames; space expands
+            yield now
+        yield Input(placeholder="filter hot frames: part of a function or file name (enter keeps, esc clears)",
+                    id="filter")
+
+    # --- state changes, called by the app's key actions ------------------------------------------
+
+    @property
+    def window_s(self) -> float | None:
+        return WINDOW_CHOICES_S[self.window_index]
+
+    def cycle_window(self) -> None:
+        self.window_index = (self.window_index + 1) % len(WINDOW_CHOICES_S)
+        self._refresh()
+
+    def toggle_idle(self) -> None:
+        self.include_idle = not self.include_idle
+        self._refresh()
+
+    def toggle_lines(self) -> None:
+        self.by_line = not self.by_line
+        if self.mode == "tree":  # the drilled frame was chosen under the other grouping
+            self._switch("hot")
+        else:
+            self._refresh()
+
+    def toggle_now(self) -> None:
+        self._switch("hot" if self.mode == "now" else "now")
+
+    def scope_to_process(self, pid: int) -> None:
+        self.scope_pid, self.scope_tid = pid, None
+        self._switch("hot")
+
+    def open_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        if self.mode != "hot":
+            self._switch("hot")
+        field.focus()
+
+    def focus_view(self) -> None:
+        self.query_one(f"#{self._view_id()}").focus()
+
+    def action_back(self) -> None:
+        field = self.query_one("#filter", Input)
+        if field.has_focus or (field.display and self.filter_text):
+            field.value = ""
+            field.display = False
+            self.filter_text = ""
+            self._refresh()
+            self.focus_view()
+        elif self.mode in ("tree", "now"):
+            self._switch("hot")
+        elif self.scope_tid is not None:
+            self.scope_tid = None
+            self._refresh()
+        elif self.scope_pid is not None:
+            self.scope_pid = None
+            self._refresh()
+
+    def _view_id(self) -> str:
+        return {"hot": "hot", "tree": "calltree", "now": "now"}[self.mode]
+
+    def _switch(self, mode: str) -> None:
+        had_focus = self.has_focus_within
+        self.mode = mode
+        self.query_one(ContentSwitcher).current = self._view_id()
+        self._refresh()
+        if had_focus or mode != "hot":
+            self.focus_view()
+
+    # --- input events -------------------------------------------------------------------------
+
+    def on_resize(self) -> None:
+        self._refresh()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.filter_text = event.value.strip()
+        self._refresh()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if not self.filter_text:
+            self.query_one("#filter", Input).display = False
+        self.focus_view()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is None:
+            return
+        function, file, line = event.row_key.value.split("\0")
+        self.drill_key = (function, file, int(line))
+        self._switch("tree")
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+        if event.control.id != "now":
+            return
+        event.stop()
+        data = event.node.data
+        if isinstance(data, tuple) and data[0] == "thread":
+            self.scope_pid, self.scope_tid = data[1], data[2]
+            self._switch("hot")
+        elif isinstance(data, tuple) and data[0] == "process":
+            self.scope_to_process(data[1])
+
+    # --- rendering ----------------------------------------------------------------------------
+
+    def show_waiting(self, message: str) -> None:
+        self.query_one("#stacks-header", Static).update(Text(message, style="dim"))
+
+    def show(self, frames: Sequence[Frame]) -> None:
+        self._frames = tuple(frames)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if not self._frames:
+            return
+        counts, seconds = window_counts(self._frames, self.window_s)
+        self.query_one("#stacks-header", Static).update(self._header(counts, seconds))
+        if self.mode == "hot":
+            self._fill_hot(counts)
+        elif self.mode == "tree":
+            self._fill_call_tree(counts)
+        else:
+            self._fill_now()
+
+    def _scope_words(self) -> str:
+        latest = self._frames[-1]
+        if self.scope_pid is None:
+            return "all processes"
+        process = latest.process(self.scope_pid)
+        role = role_words(process.role) if process else "gone"
+        words = f"PID {self.scope_pid} ({role})"
+        if self.scope_tid is not None:
+            name = next((t.name for t in latest.stacks.threads if t.tid == self.scope_tid and t.name), None)
+            words = f"thread {self.scope_tid}{f' {name!r}' if name else ''} of {words}"
+        return words
+
+    def _header(self, counts: Sequence[StackCount], seconds: float) -> Text:
+        stacks = self._frames[-1].stacks
+        text = Text()
+        window = "whole history" if self.window_s is None else f"last {duration(self.window_s)}"
+        view = {"hot": "hot frames", "tree": "call tree", "now": "now"}[self.mode]
+        text.append(view, style="bold")
+        if self.mode != "now":
+            text.append(f" · {window} (w)")
+        text.append(f" · {self._scope_words()}")
+        text.append(" · idle " + ("shown" if self.include_idle else "hidden") + " (i)")
+        if self.filter_text:
+            text.append(f" · filter {self.filter_text!r}", style="bold cyan")
+        samples = sum(c.count for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
+                      and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle))
+        if self.mode != "now":
+            rate = f" ({samples / seconds:.1f}/s)" if seconds > 0 and samples else ""
+            text.append(f" · {samples} samples{rate}", style="dim")
+        if stacks.sampler:
+            text.append(f" · {stacks.sampler}", style="dim")
+        if not stacks.available:
+            text.append(f"\n{stacks.reason or 'stack sampling is not available'}", style="bold red")
+        elif stacks.errors:
+            text.append(f"\n{stacks.errors[0]}", style="yellow")
+        elif self.mode == "hot" and not self.include_idle and self._idle_share(counts) >= 0.5:
+            text.append(f"\n{self._idle_share(counts):.0%} of samples are idle threads (waiting, sleeping): "
+                        "i shows them", style="yellow")
+        elif not samples and self.mode == "hot":
+            text.append("\nno stack samples in this window yet: py-spy reports every few seconds", style="dim")
+        return text
+
+    def _idle_share(self, counts: Sequence[StackCount]) -> float:
+        scoped = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
+                  and (self.scope_tid is None or c.tid == self.scope_tid)]
+        whole = sum(c.count for c in scoped)
+        return sum(c.count for c in scoped if c.idle) / whole if whole else 0.0
+
+    def _fill_hot(self, counts: Sequence[StackCount]) -> None:
+        table = self.query_one("#hot", HotTable)
+        selected = None
+        if table.row_count:
+            selected = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        rows = hot_frames(counts, pid=self.scope_pid, tid=self.scope_tid, include_idle=self.include_idle,
+                          by_line=self.by_line, limit=HOT_FRAMES_LIMIT)
+        if self.filter_text:
+            rows = [r for r in rows if matches_filter(r.function, r.file, self.filter_text)]
+        function_width, file_width = hot_column_widths(
+            table.size.width or self.size.width, max((len(r.function) for r in rows), default=8))
+        table.set_columns(function_width, file_width, self.by_line)
+        table.clear()
+        keys = []
+        for row in rows:
+            key = f"{row.function}\0{row.file}\0{row.line}"
+            keys.append(key)
+            hot = row.own_pct >= 10
+            table.add_row(
+                Text(f"{row.own_pct:.1f}", style="bold red" if row.own_pct >= 30 else "bold" if hot else "",
+                     justify="right"),
+                Text(f"{row.total_pct:.1f}", justify="right"),
+                Text(clip(row.function, function_width), style="bold" if hot else ""),
+                Text(clip_left(short_path(row.file) + (f":{row.line}" if row.line else ""), file_width),
+                     style="dim"),
+                key=key,
+            )
+        if selected in keys:
+            table.move_cursor(row=keys.index(selected), animate=False, scroll=False)
+
+    def _fill_call_tree(self, counts: Sequence[StackCount]) -> None:
+        if self.drill_key is None:
+            return
+        function, file, line = self.drill_key
+        selected = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
+                    and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle)]
+        callers, callees = drill_counts(selected, self.drill_key, self.by_line)
+        matched = sum(c.count for c in callees)
+
+        def build(root: TreeNode) -> None:
+            root.set_label(Text.assemble((frame_label(function, file, line), "bold"),
+                                         (f"  in {matched} samples of this window", "dim")))
+            for title, subset in (("called from", callers), ("calls", callees)):
+                branch = root.add(Text(title, style="bold cyan"), data=(title,), expand=True)
+                chosen = call_tree(subset, by_line=self.by_line).children
+                if not chosen or not chosen[0].children:
+                    branch.add_leaf(Text("(nothing: the frame is outermost)" if title == "called from"
+                                         else "(nothing: it runs its own code)", style="dim"))
+                    continue
+                for child in chosen[0].children:
+                    _add_call_node(branch, child, matched, depth=1, path=(title,))
+
+        _rebuild(self.query_one("#calltree", StackTree), build)
+
+    def _fill_now(self) -> None:
+        latest = self._frames[-1]
+        threads = [t for t in latest.stacks.threads
+                   if (self.scope_pid is None or t.pid == self.scope_pid) and (self.include_idle or not t.idle)]
+        by_pid: dict[int, list[ThreadStack]] = {}
+        for thread in threads:
+            by_pid.setdefault(thread.pid, []).append(thread)
+
+        def build(root: TreeNode) -> None:
+            root.set_label(Text(f"{len(threads)} threads, as last dumped (enter: a thread's hot frames)",
+                                style="bold"))
+            for pid, pid_threads in sorted(by_pid.items()):
+                process = latest.process(pid)
+                role = role_words(process.role) if process else "process"
+                process_node = root.add(Text(f"PID {pid} {role}", style="bold"), data=("process", pid),
+                                        expand=True)
+                for thread in sorted(pid_threads, key=lambda t: (t.idle, t.tid)):
+                    state = "idle" if thread.idle else "active"
+                    if thread.owns_gil:
+                        state += ", holds GIL"
+                    label = Text.assemble((f"Thread {thread.tid}", "bold"), f" {thread.name or ''} ",
+                                          (f"({state})", "dim" if thread.idle else "green"))
+                    thread_node = process_node.add(label, data=("thread", thread.pid, thread.tid), expand=True)
+                    for frame in thread.frames:
+                        thread_node.add_leaf(_frame_text(frame, self.filter_text))
+                    if not thread.frames:
+                        thread_node.add_leaf(Text("(no Python frames)", style="dim"))
+
+        _rebuild(self.query_one("#now", StackTree), build)
+
+
+def _frame_text(frame: StackFrame, highlight: str) -> Text:
+    label = frame_label(frame.function, frame.file, frame.line, frame.native)
+    text = Text(label, style="magenta" if frame.native else "")
+    if highlight and matches_filter(frame.function, frame.file, highlight):
+        text.stylize("bold cyan")
+    return text
+
+
+def _add_call_node(parent: TreeNode, node: CallNode, whole: int, depth: int, path: tuple) -> None:
+    share = 100.0 * node.total / whole if whole else 0.0
+    key = path + (node.key,)
+    label = Text.assemble((f"{share:5.1f}% ", "bold" if share >= 10 else ""),
+                          frame_label(node.function, node.file, node.line))
+    if not node.children:
+        parent.add_leaf(label, data=key)
+        return
+    branch = parent.add(label, data=key, expand=depth < CALL_TREE_OPEN_LEVELS)
+    for child in node.children:
+        _add_call_node(branch, child, whole, depth + 1, key)
+
+
+def _walk(node: TreeNode):
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(current.children)
+
+
+def _rebuild(tree: Tree, build) -> None:
+    """Refill a tree with fresh data, keeping what the user opened, closed and pointed at.
+
+    Nodes are matched by their `data` key; the cursor falls back to its old line when its node is gone.
+    """
+    expanded = {n.data: n.is_expanded for n in _walk(tree.root) if n.data is not None and n.children}
+    cursor = tree.cursor_node
+    cursor_key = cursor.data if cursor is not None else None
+    cursor_line = tree.cursor_line
+    tree.clear()
+    tree.root.expand()
+    build(tree.root)
+    target = None
+    for node in _walk(tree.root):
+        if node.data in expanded:
+            if expanded[node.data]:
+                node.expand()
+            else:
+                node.collapse()
+        if cursor_key is not None and node.data == cursor_key:
+            target = node
+
+    def restore_cursor() -> None:
+        if target is not None:
+            tree.move_cursor(target, animate=False)
+        elif cursor_line >= 0:
+            tree.move_cursor_to_line(min(cursor_line, tree.last_line), animate=False)
+
+    tree.call_after_refresh(restore_cursor)

@@ -1,0 +1,160 @@
+"""Small pure formatters the panes share: durations, sizes, bars, sparklines, short file paths, and the
+words shown for bottlenecks, liveness and process roles. No widgets here, so each is unit-testable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from probes.frame import (
+    ROLE_COMPILE_WORKER,
+    ROLE_DATALOADER_WORKER,
+    ROLE_FORKSERVER,
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_RESOURCE_TRACKER,
+)
+
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+BOTTLENECK_WORDS = {
+    "gpu_bound": "GPU-bound",
+    "gpu_throttled": "GPU throttled",
+    "data_bound": "input-bound (DataLoader)",
+    "io_bound": "storage-bound",
+    "cpu_bound": "host-CPU-bound",
+    "cpu_throttled": "CPU quota-throttled",
+    "comms_bound": "collectives-bound",
+    "compile_warmup": "compiling (warm-up)",
+    "checkpoint_save": "saving a checkpoint",
+    "idle": "idle",
+    "unknown": "no verdict yet",
+}
+
+LIVENESS_WORDS = {
+    "progressing": "progressing",
+    "hung": "HUNG",
+    "exited": "exited",
+    "unknown": "liveness unknown",
+}
+
+ROLE_WORDS = {
+    ROLE_MAIN: "main",
+    ROLE_DATALOADER_WORKER: "DataLoader worker",
+    ROLE_COMPILE_WORKER: "compile worker",
+    ROLE_FORKSERVER: "forkserver",
+    ROLE_RESOURCE_TRACKER: "resource tracker",
+    ROLE_OTHER: "other",
+}
+
+# Path fragments after which a file path is specific enough to read (site-packages/torch/...).
+_PATH_ANCHORS = ("/site-packages/", "/dist-packages/", "/lib/python3")
+
+
+def bottleneck_words(bottleneck: str) -> str:
+    return BOTTLENECK_WORDS.get(bottleneck, bottleneck.replace("_", " "))
+
+
+def liveness_words(liveness: str) -> str:
+    return LIVENESS_WORDS.get(liveness, liveness.replace("_", " "))
+
+
+def role_words(role: str) -> str:
+    return ROLE_WORDS.get(role, role.replace("_", " "))
+
+
+def duration(seconds: float) -> str:
+    """Compact, human: 0.4 s, 45 s, 3m05s, 2h14m."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s" if seconds < 1 else f"{seconds:.0f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def offset(seconds: float) -> str:
+    """A time since the start of watching, as +M:SS (or +H:MM:SS)."""
+    total = int(max(0.0, seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"+{hours}:{minutes:02d}:{secs:02d}" if hours else f"+{minutes}:{secs:02d}"
+
+
+def size(num_bytes: float | None) -> str:
+    if num_bytes is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(num_bytes) < 1024 or unit == "GiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def percent(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}%"
+
+
+def bar(value: float | None, maximum: float | None, width: int) -> Text:
+    """A horizontal bar, value against maximum; empty track when either is unknown."""
+    if value is None or not maximum or maximum <= 0:
+        return Text("·" * width, style="dim")
+    filled = round(width * min(1.0, max(0.0, value / maximum)))
+    style = "red" if value / maximum >= 0.95 else "green" if value / maximum >= 0.6 else "yellow"
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
+
+
+def sparkline(values: Sequence[float | None], width: int, top: float | None) -> str:
+    """The last values as block characters scaled to `top`, averaged into at most `width` buckets.
+
+    A bucket with no known value is a space, so gaps in the reading stay visible.
+    """
+    if width <= 0 or not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        buckets = [values[int(i * step):int((i + 1) * step)] for i in range(width)]
+    else:
+        buckets = [[v] for v in values]
+    scale = top if top and top > 0 else max((v for v in values if v is not None), default=0.0) or 1.0
+    out = []
+    for bucket in buckets:
+        known = [v for v in bucket if v is not None]
+        if not known:
+            out.append(" ")
+            continue
+        level = sum(known) / len(known) / scale
+        out.append(SPARK_LEVELS[min(len(SPARK_LEVELS) - 1, max(0, round(level * (len(SPARK_LEVELS) - 1))))])
+    return "".join(out)
+
+
+def short_path(path: str) -> str:
+    """The readable tail of a source path: after site-packages for libraries, else the last two parts."""
+    for anchor in _PATH_ANCHORS:
+        index = path.rfind(anchor)
+        if index >= 0:
+            tail = path[index + len(anchor):]
+            if anchor == "/lib/python3":  # stdlib: drop the version folder (".11/")
+                tail = tail.split("/", 1)[-1]
+            return tail
+    parts = path.rsplit("/", 2)
+    return "/".join(parts[-2:]) if len(parts) > 1 else path
+
+
+def clip(text: str, width: int) -> str:
+    """At most `width` cells, an ellipsis marking the cut at the end."""
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def clip_left(text: str, width: int) -> str:
+    """At most `width` cells, keeping the end (the file name and line of a path)."""
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]

@@ -1,0 +1,103 @@
+"""The Verdict pane (always on top): bottleneck and liveness in words, how sure, since when, the evidence,
+the advice, and a short timeline of how the verdict changed while watching."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from probes.frame import Verdict
+from tui.panes.model import MonitorView
+from tui.panes.text import bottleneck_words, duration, liveness_words, offset
+
+MAX_EVIDENCE_LINES = 3
+MAX_ADVICE_LINES = 2
+TIMELINE_ENTRIES = 4
+
+# Badge colours: red when the run is stuck or gone, yellow for a limit worth fixing, green for the
+# limit a healthy run should have (the GPU).
+_LIVENESS_STYLE = {"hung": "bold white on red", "exited": "bold white on grey37"}
+_BOTTLENECK_STYLE = {"gpu_bound": "bold black on green", "unknown": "bold white on grey37",
+                     "idle": "bold white on grey37"}
+_DEFAULT_BOTTLENECK_STYLE = "bold black on yellow"
+
+
+def verdict_badge(verdict: Verdict) -> Text:
+    style = _LIVENESS_STYLE.get(verdict.liveness) or _BOTTLENECK_STYLE.get(
+        verdict.bottleneck, _DEFAULT_BOTTLENECK_STYLE)
+    return Text(f" {bottleneck_words(verdict.bottleneck)} ", style=style)
+
+
+def verdict_renderable(view: MonitorView, now: float) -> Group:
+    """Everything the pane says, given the monitor's view and the time to measure "since" against.
+
+    Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
+    """
+    verdict = view.verdict
+    head = Text()
+    head.append_text(verdict_badge(verdict))
+    head.append(f"  {liveness_words(verdict.liveness)}", style="bold red" if verdict.liveness == "hung" else "bold")
+    head.append(f" · {verdict.confidence:.0%} sure")
+    if verdict.since is not None:
+        head.append(f" · for {duration(now - verdict.since)}")
+    target = view.latest.target
+    if not target.alive and target.exited_at is not None:
+        head.append(f" · exited {duration(now - target.exited_at)} ago", style="bold")
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(width=1)
+    lines.add_column(ratio=1)
+    for line in verdict.evidence[:MAX_EVIDENCE_LINES]:
+        lines.add_row(Text("•", style="dim"), Text(line))
+    for line in verdict.advice[:MAX_ADVICE_LINES]:
+        lines.add_row(Text("→", style="bold cyan"), Text(line, style="cyan"))
+    if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
+        lines.add_row(Text("•", style="dim"),
+                      Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
+    parts = [head, lines]
+    if len(view.timeline) > 1 and view.first_time is not None:
+        parts.append(timeline_text(view))
+    return Group(*parts)
+
+
+def timeline_text(view: MonitorView) -> Text:
+    """The last few verdict changes, as offsets since watching began."""
+    text = Text("timeline ", style="dim")
+    shown = view.timeline[-TIMELINE_ENTRIES:]
+    if len(view.timeline) > len(shown):
+        text.append("… ", style="dim")
+    for index, change in enumerate(shown):
+        if index:
+            text.append(" → ", style="dim")
+        text.append(offset(change.time - (view.first_time or change.time)), style="dim")
+        text.append(f" {bottleneck_words(change.bottleneck)}")
+        if change.liveness in ("hung", "exited"):
+            text.append(f" ({liveness_words(change.liveness)})", style="bold")
+    return text
+
+
+class VerdictPane(VerticalScroll):
+    """Scrollable when the evidence is longer than the room; focus it (1) to scroll with j/k."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "scroll_down", "Scroll down", show=False),
+        Binding("k", "scroll_up", "Scroll up", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="verdict", classes="pane")
+        self.border_title = "1 Verdict"
+
+    def compose(self):
+        yield Static(id="verdict-text")
+
+    def show_waiting(self, message: str) -> None:
+        self.query_one("#verdict-text", Static).update(Text(message, style="dim"))
+
+    def show(self, view: MonitorView, now: float) -> None:
+        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now))
