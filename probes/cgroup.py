@@ -146,7 +146,7 @@ class CgroupCpuProbe:
         """The target's CPU limits and use now. Never raises."""
         try:
             return self._read(runnable_threads, tree_cpu_seconds)
-        except Exception as error:  # noqa: BLE001 - a probe never raises into the engine
+        except Exception as error:
             return CpuReading(runnable_threads=runnable_threads, reason=f"cgroup read failed: {error}")
 
     # --- locating the cgroup ----------------------------------------------------------------------

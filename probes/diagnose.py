@@ -33,6 +33,9 @@ LIVENESS_STATES = ("progressing", "hung", "exited", "unknown")
 # its entry strength or the newcomer is clearly stronger: one noisy tick must not flip the verdict.
 STAY_SCORE = 0.2
 SWITCH_MARGIN = 0.25
+# A verdict reached on thin evidence (say GPU counters before the first stack samples) is provisional:
+# it is not held against the first real evidence.
+HOLD_MIN_CONFIDENCE = 0.45
 CONFIDENCE_FULL_SAMPLES = 40
 CONFIDENCE_FULL_SECONDS = 10.0
 
@@ -95,7 +98,8 @@ def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
 def _choose(candidates: list[Candidate], previous: Verdict | None) -> Candidate:
     """The first candidate (they come in priority order), unless the previous verdict still holds."""
     winner = candidates[0]
-    if previous is None or previous.bottleneck == winner.bottleneck or previous.liveness == "hung":
+    if previous is None or previous.bottleneck == winner.bottleneck or previous.liveness == "hung" \
+            or previous.confidence < HOLD_MIN_CONFIDENCE:
         return winner
     held = next((c for c in candidates if c.bottleneck == previous.bottleneck), None)
     if held is None or held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:

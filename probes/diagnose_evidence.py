@@ -27,6 +27,7 @@ from probes.frame import (
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
 COMPILE_HISTORY_S = 60.0  # how far back recompilations are looked for
+UNCHANGED_LOOKBACK_S = 60.0  # how far back a still main-thread stack is followed
 MAX_LOOKBACK_FRAMES = 300  # bounds every walk over the history, whatever its length
 CPU_PROGRESS_PCT = 2.0  # tree CPU below this (percent of one core) is "no CPU time"
 GPU_PROGRESS_UTIL_PCT = 5.0
@@ -40,7 +41,7 @@ class _FrameStacks:
 
     main_counts: tuple = ()
     other_counts: tuple = ()  # other threads of the main process
-    worker_counts: tuple = ()  # DataLoader workers, all threads
+    worker_counts: tuple = ()  # DataLoader workers' main threads
     main_stacks: frozenset = frozenset()
     main_compile: int = 0
     main_samples: int = 0
@@ -61,8 +62,9 @@ def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
             main.append(count)
         elif count.pid == main_pid:
             other.append(count)
-        elif count.pid in workers:
-            worker.append(count)
+        elif count.pid in workers and is_main_thread(count.pid, count.tid, count.thread_name, count.frames,
+                                                      count.pid):
+            worker.append(count)  # a worker's own work; its feeder and watchdog threads only wait
     summary = _FrameStacks(
         main_counts=tuple(main),
         other_counts=tuple(other),
@@ -385,8 +387,8 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         sum(p.cpu_pct or 0.0 for p in _alive(f) if p.role == ROLE_COMPILE_WORKER) or None for f in metric_frames)
 
     state, stuck_for, signals = _liveness(history, main_pid, hang_after_s)
-    unchanged_for, unchanged_stack = _unchanged_for(_recent(history, max(STACK_WINDOW_S, stuck_for + 1.0)),
-                                                    main_pid)
+    unchanged_for, unchanged_stack = _unchanged_for(
+        _recent(history, max(UNCHANGED_LOOKBACK_S, stuck_for + 1.0)), main_pid)
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"

@@ -48,8 +48,11 @@ THROTTLE_REASONS = {
     "reliability": "reliability limit",
 }
 WORKER_BUSY_CPU_PCT = 70.0
+WORKER_BUSY_ACTIVE_SHARE = 0.6
+WORKER_STARVED_CPU_PCT = 50.0
 SATURATED_FRACTION = 0.85
 LONG_CALL_S = 3.0
+LONG_CALL_MIN_CPU_PCT = 30.0  # a crowded machine gives a busy call less than a full core
 BUSY_CPU_PCT = 80.0
 
 
@@ -85,9 +88,15 @@ def _where(profile: ThreadProfile, *activities: str) -> str:
     return format_where(responsible, user_frame)
 
 
-def _main_share_line(ev: Evidence, share: float, doing: str, *activities: str) -> str:
-    return (f"main thread: {_pct(share)} of {ev.main.samples} samples {doing} "
-            f"{_where(ev.main, *activities)}")
+def _main_share_line(ev: Evidence, share: float, doing: str, *activities: str, sep: str = " in") -> str:
+    """'main thread: 87% of 40 samples waiting for the next batch in X, called from Y'. When X is not
+    nearly all of those samples, 'most often in X (55% of those)'."""
+    responsible, user_frame, top_share = ev.main.top(*activities)
+    where = format_where(responsible, user_frame)
+    head = " ".join(part for part in (f"main thread: {_pct(share)} of {ev.main.samples} samples", doing) if part)
+    if top_share >= 0.9:
+        return f"{head}{sep} {where}"
+    return f"{head}, most often in {where} ({_pct(top_share)} of those)"
 
 
 def _gpu_line(ev: Evidence) -> str:
@@ -164,7 +173,7 @@ def _checkpoint(ev: Evidence) -> Candidate | None:
     share = ev.main.share(CHECKPOINT)
     if share < 0.05:
         return None
-    lines = [_main_share_line(ev, share, "saving a checkpoint in", CHECKPOINT)]
+    lines = [_main_share_line(ev, share, "saving a checkpoint", CHECKPOINT)]
     if ev.main_write_per_s:
         lines.append(f"main process writing {_rate(ev.main_write_per_s)}")
     return Candidate("checkpoint_save", share, lines, [
@@ -179,7 +188,7 @@ def _comms(ev: Evidence) -> Candidate | None:
     share = ev.main.share(COMMS)
     if share < 0.05:
         return None
-    lines = [_main_share_line(ev, share, "in a collective:", COMMS)]
+    lines = [_main_share_line(ev, share, "in a collective", COMMS, sep=":")]
     g = ev.gpu
     if g.in_use and g.util_pct is not None and g.sm_active_pct is not None and g.util_pct >= 70 \
             and g.sm_active_pct < LAUNCH_BOUND_SM_ACTIVE_PCT:
@@ -215,7 +224,11 @@ def _gpu(ev: Evidence) -> Candidate | None:
     if strength == 0.5:
         lines.append("only util% is readable here: it says a kernel was running, not how many SMs were busy")
     if ev.main.samples:
-        lines.append(_main_share_line(ev, ev.main.share(COMPUTE, WAIT), "in", COMPUTE, WAIT))
+        lines.append(_main_share_line(ev, ev.main.share(COMPUTE, WAIT), "computing or waiting on the GPU",
+                                      COMPUTE, WAIT))
+        data = ev.main.share(DATA_WAIT, DATA_PREP, IO)
+        if data < 0.1:
+            lines.append(f"input pipeline: {_pct(data)} of main-thread samples — data loading is not the limit")
     clock_fraction = (g.sm_clock_mhz / g.max_sm_clock_mhz) if g.sm_clock_mhz and g.max_sm_clock_mhz else None
     held = [r for r in g.reasons if r in THROTTLE_REASONS]
     if held and clock_fraction is not None and clock_fraction < CLOCK_HELD_FRACTION:
@@ -264,7 +277,8 @@ def _cpu_throttled(ev: Evidence) -> Candidate | None:
     advice = [(f"Cap threads to the quota: torch.set_num_threads({threads}), or OMP_NUM_THREADS={threads} "
               f"MKL_NUM_THREADS={threads} before start.")]
     if ev.worker_cpu:
-        advice.append(f"DataLoader num_workers at most {max(0, threads - 1)} under this quota (now {len(ev.worker_cpu)}).")
+        advice.append(f"DataLoader num_workers at most {max(0, threads - 1)} under this quota "
+                      f"(now {len(ev.worker_cpu)}).")
     advice.append("Or raise the quota: cpu.max (v2) / cpu.cfs_quota_us (v1) of that cgroup, "
                   "or the container's --cpus.")
     return Candidate("cpu_throttled", min(1.0, 0.2 + fraction), lines, advice, from_metrics=True)
@@ -279,9 +293,9 @@ def _io(ev: Evidence) -> Candidate | None:
         return None
     lines = []
     if main_share >= via_workers:
-        lines.append(_main_share_line(ev, main_share, "blocked reading in", IO))
+        lines.append(_main_share_line(ev, main_share, "blocked reading", IO))
     else:
-        lines.append(_main_share_line(ev, ev.main.share(DATA_WAIT), "waiting for the next batch in", DATA_WAIT))
+        lines.append(_main_share_line(ev, ev.main.share(DATA_WAIT), "waiting for the next batch", DATA_WAIT))
         lines.append(f"DataLoader workers: {_pct(worker_share)} of their samples blocked reading in "
                      f"{_where(ev.workers, IO)}")
     figures = []
@@ -310,7 +324,7 @@ def _data(ev: Evidence) -> Candidate | None:
         return None
     lines, advice = [], []
     if prep >= wait + queue:
-        lines.append(_main_share_line(ev, prep, "preparing data on the main thread in", DATA_PREP))
+        lines.append(_main_share_line(ev, prep, "preparing data on the main thread", DATA_PREP))
         advice += [
             ("Move this work off the training loop: a DataLoader with num_workers > 0 runs it in parallel "
             "with the step."),
@@ -318,7 +332,7 @@ def _data(ev: Evidence) -> Candidate | None:
             "np.memmap, as nanoGPT's prepare.py does)."),
         ]
     else:
-        lines.append(_main_share_line(ev, wait + queue, "waiting for the next batch in", DATA_WAIT, QUEUE_WAIT))
+        lines.append(_main_share_line(ev, wait + queue, "waiting for the next batch", DATA_WAIT, QUEUE_WAIT))
         advice += _worker_findings(ev, lines)
     g = ev.gpu
     if g.in_use and g.util_pct is not None and g.util_pct < GPU_STARVED_UTIL_PCT:
@@ -332,27 +346,35 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
     if not cpus:
         return ["Use more DataLoader workers (num_workers) or make each sample cheaper to produce."]
     n = len(cpus)
+    mean_cpu = sum(cpus) / n
     if max(cpus) - min(cpus) <= 10:
-        lines.append(f"{n} DataLoader worker{'s' if n > 1 else ''} at {sum(cpus) / n:.0f}% CPU each")
+        lines.append(f"{n} DataLoader worker{'s' if n > 1 else ''} at {mean_cpu:.0f}% CPU each")
     else:
         lines.append(f"{n} DataLoader workers at " + ", ".join(f"{c:.0f}%" for c in cpus[:6]) + " CPU")
-    if ev.workers.samples:
-        busy = ev.workers.share(COMPUTE, DATA_PREP)
-        if busy >= 0.3:
-            lines.append(f"workers busy in {_where(ev.workers, COMPUTE, DATA_PREP)}")
+    # py-spy's "active" means running or waiting for a CPU: a worker active in most samples is busy
+    # even when a crowded machine gives it little CPU time.
+    active = ev.workers.share(COMPUTE, DATA_PREP, IO) if ev.workers.samples else None
+    if active is not None and active >= 0.3:
+        lines.append(f"workers busy in {_where(ev.workers, COMPUTE, DATA_PREP)}")
+    busy = mean_cpu >= WORKER_BUSY_CPU_PCT or (active is not None and active >= WORKER_BUSY_ACTIVE_SHARE)
     effective = ev.effective_cpus
     tree = (ev.tree_cpu_pct or 0.0) / 100.0
-    saturated = effective is not None and tree >= SATURATED_FRACTION * effective
-    busy_workers = sum(c >= WORKER_BUSY_CPU_PCT for c in cpus) >= max(1, n // 2) or (
-        saturated and min(cpus) >= 30.0)
-    if busy_workers and saturated:
+    if busy and effective is not None and tree >= SATURATED_FRACTION * effective:
         lines.append(f"the CPUs are saturated: the tree uses {tree:.1f} of {_cpus(effective)}")
         return [
             ("More workers will not help: every CPU is busy. Make each sample cheaper (the hot frame above), "
-            "move decoding/augmentation to the GPU, or pre-process the dataset offline."),
+             "move decoding/augmentation to the GPU, or pre-process the dataset offline."),
             "Or run where more CPUs are available.",
         ]
-    if busy_workers:
+    if busy and mean_cpu < WORKER_STARVED_CPU_PCT:
+        lines.append(f"the workers are runnable in {_pct(active or 0.0)} of their samples yet get {mean_cpu:.0f}% "
+                     f"CPU each: they wait for a CPU (the tree uses {tree:.1f} of "
+                     f"{_cpus(effective) if effective else 'the CPUs'}; other processes take the rest)")
+        return [
+            ("The workers are CPU-starved: more workers will not help until CPUs are free. Make each sample "
+            "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
+        ]
+    if busy:
         room = f"; {_cpus(effective)} available" if effective else ""
         return [
             f"Raise DataLoader num_workers (now {n}{room}): the workers are busy and CPU is left.",
@@ -360,7 +382,7 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
         ]
     return [
         ("The workers are mostly idle while the main thread waits: look at IPC of large batches "
-        "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
+         "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
     ]
 
 
@@ -380,22 +402,27 @@ def _cpu(ev: Evidence) -> Candidate | None:
                  "one (launch-bound)"),
                  f"main process at {main_cpu:.0f}% CPU: the host cannot issue kernels faster"]
         if ev.main.samples:
-            lines.append(_main_share_line(ev, compute, "running on the CPU in", COMPUTE))
+            lines.append(_main_share_line(ev, compute, "running on the CPU", COMPUTE))
         return Candidate("cpu_bound", max(0.6, compute), lines, [
             "Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead').",
             "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile).",
             "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
         ], from_metrics=True)
-    if compute < 0.05 or (main_cpu is not None and main_cpu < 40.0):
+    if compute < 0.05:
         return None
-    score = compute if main_cpu is None or main_cpu >= 70.0 else 0.8 * compute
-    lines = [_main_share_line(ev, compute, "running on the CPU in", COMPUTE)]
+    # Samples count as compute only when py-spy saw the thread active (running or runnable), so CPU%
+    # only weighs the rule: on a crowded machine a CPU-bound loop may get little CPU time.
+    score = compute if main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
+    lines = [_main_share_line(ev, compute, "running on the CPU", COMPUTE)]
     if main_cpu is not None:
         available = f" ({_cpus(ev.effective_cpus)} available)" if ev.effective_cpus else ""
         lines.append(f"main process at {main_cpu:.0f}% CPU{available}")
+        if main_cpu < 50.0 and compute >= 0.6:
+            lines.append("it is runnable most of the time yet gets little CPU: the CPUs are contended")
     advice = []
     innermost = ev.main.top(COMPUTE)[0]
-    if ev.unchanged_for_s >= LONG_CALL_S and main_cpu is not None and main_cpu >= BUSY_CPU_PCT and ev.stuck_stack:
+    if ev.unchanged_for_s >= LONG_CALL_S and main_cpu is not None and main_cpu >= LONG_CALL_MIN_CPU_PCT \
+            and ev.stuck_stack:
         call = describe(ev.stuck_stack[0])
         lines.insert(0, f"one call has run for {ev.unchanged_for_s:.0f} s without returning, {call}, at "
                         f"{main_cpu:.0f}% CPU: a long native operation — slow, not hung")
@@ -423,7 +450,7 @@ def _idle(ev: Evidence) -> Candidate | None:
     if ev.main.share(QUEUE_WAIT) >= 0.3 and _producer_busy(ev):
         return None  # waiting on a working producer: the data rule's case
     where = _where(ev.main, WAIT, QUEUE_WAIT)
-    lines = [_main_share_line(ev, waiting, "waiting in", WAIT, QUEUE_WAIT)]
+    lines = [_main_share_line(ev, waiting, "waiting", WAIT, QUEUE_WAIT)]
     if ev.active_tick_share is not None and ev.tree_cpu_pct is not None:
         ticks = len([f for f in ev.stack_frames if f.processes])
         lines.append(f"CPU time in {_pct(ev.active_tick_share)} of {ticks} ticks, {ev.tree_cpu_pct:.0f}% of a "

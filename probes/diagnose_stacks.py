@@ -59,7 +59,6 @@ _CHECKPOINT_FILES = ("torch/distributed/checkpoint/",)
 _COMMS_FILES = (
     "torch/distributed/distributed_c10d.py",
     "torch/distributed/_functional_collectives.py",
-    "torch/distributed/c10d_logger.py",
 )
 # Network and object-store clients; a socket read under any of them is I/O.
 _IO_FILES = (
@@ -73,8 +72,12 @@ _DATALOADER_FILE = "torch/utils/data/dataloader.py"
 # Only the multi-process iterator waits on workers; the single-process one fetches on the main thread.
 _DATALOADER_WAIT_FUNCTIONS = ("_try_get_data", "_get_data")
 _MULTIPROCESS_ITERATOR = "_MultiProcessingDataLoaderIter."
-_DATA_FILES = ("torch/utils/data/", "/datasets/", "/tokenizers/", "/tiktoken/", "/torchvision/transforms/",
-               "/PIL/", "/webdataset/", "/streaming/", "transformers/tokenization_")
+_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
+_DATA_FILES = (
+    "torch/utils/data/_utils/fetch.py", "torch/utils/data/_utils/collate.py", "torch/utils/data/dataset.py",
+    "torch/utils/data/datapipes/", "/datasets/", "/tokenizers/", "/tiktoken/", "/torchvision/transforms/",
+    "/PIL/", "/webdataset/", "/streaming/", "transformers/tokenization_",
+)
 # Data preparation in the user's own code, by name: get_batch, load_batch, tokenize, collate_fn, ...
 _DATA_FUNCTION = re.compile(
     r"(^|_)(get_?batch(es)?|next_batch|load_batch|fetch_batch|read_batch|tokeni[sz]e\w*|"
@@ -166,8 +169,18 @@ def _innermost_user_frame(frames: Sequence[StackFrame], start: int) -> StackFram
 
 
 def classify_stack(frames: Sequence[StackFrame], idle: bool) -> StackActivity:
-    """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread."""
+    """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread.
+
+    A phase (compiling, checkpointing, a collective) covers everything beneath it, so it wins wherever
+    it sits. Otherwise the innermost marker says what the thread does now: a socket read inside a
+    DataLoader fetch is I/O, a tokenizer under get_batch is data preparation. A queue get directly
+    under the DataLoader is the DataLoader's wait.
+    """
     frames = tuple(f for f in frames if not f.native) or tuple(frames)
+    # A forked DataLoader worker still shows the parent's frames beneath its _worker_loop: cut them.
+    loop = next((i for i, f in enumerate(frames) if frame_matches(f, *_WORKER_LOOP)), None)
+    if loop is not None:
+        frames = frames[: loop + 1]
     first: dict[str, int] = {}  # activity -> index of its innermost marker
     last: dict[str, int] = {}  # activity -> index of its outermost marker
     for index, frame in enumerate(frames):
@@ -175,22 +188,30 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool) -> StackActivity:
             if test(frame):
                 first.setdefault(activity, index)
                 last[activity] = index
-    for activity in (COMPILE, CHECKPOINT, COMMS, IO, DATA_WAIT, DATA_PREP):
+    for activity in (COMPILE, CHECKPOINT, COMMS):
         if activity in first:
-            # What blocks is innermost for I/O and data preparation; for the others the entry point
-            # (torch.save, all_reduce, DataLoader.__next__, the compile entry) is what a person knows.
-            index = first[activity] if activity in (IO, DATA_PREP) else last[activity]
-            if activity == DATA_WAIT:  # name the DataLoader's entry, __next__, as people know it
-                while index + 1 < len(frames) and frames[index + 1].file.endswith(_DATALOADER_FILE):
-                    index += 1
-            return StackActivity(activity, frames[index], _innermost_user_frame(frames, index))
+            # The entry point names a phase (torch.save, the compile entry); a collective is named by
+            # itself (all_reduce), not by the logging wrappers around it.
+            return _found(activity, frames, first[activity] if activity == COMMS else last[activity])
+    local = sorted((first[a], a) for a in (IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT) if a in first)
+    if local:
+        index, activity = local[0]
+        if activity == QUEUE_WAIT and DATA_WAIT in first:
+            activity, index = DATA_WAIT, last[DATA_WAIT]
+        elif activity == QUEUE_WAIT:
+            index = last[QUEUE_WAIT]
+        elif activity == DATA_WAIT:
+            index = last[DATA_WAIT]
+        return _found(activity, frames, index)
     innermost = frames[0] if frames else None
-    if QUEUE_WAIT in first:
-        index = last[QUEUE_WAIT]
-        return StackActivity(QUEUE_WAIT, frames[index], _innermost_user_frame(frames, index))
-    if idle:
-        return StackActivity(WAIT, innermost, _innermost_user_frame(frames, 0))
-    return StackActivity(COMPUTE, innermost, _innermost_user_frame(frames, 0))
+    return StackActivity(WAIT if idle else COMPUTE, innermost, _innermost_user_frame(frames, 0))
+
+
+def _found(activity: str, frames: Sequence[StackFrame], index: int) -> StackActivity:
+    if activity == DATA_WAIT:  # name the DataLoader's entry, __next__, as people know it
+        while index + 1 < len(frames) and frames[index + 1].file.endswith(_DATALOADER_FILE):
+            index += 1
+    return StackActivity(activity, frames[index], _innermost_user_frame(frames, index))
 
 
 _MARKER_TESTS = (
@@ -242,14 +263,26 @@ class ThreadProfile:
         return sum(self.by_activity[a] for a in activities) / self.samples
 
     def top(self, *activities: str) -> tuple[StackFrame | None, StackFrame | None, float]:
-        """(responsible frame, user frame, share of these activities' samples) of the commonest spot."""
-        merged: Counter = Counter()
+        """(responsible frame, user frame, share of these activities' samples) of the commonest spot.
+
+        Spots are grouped by function and file, lines aside (a hot loop spreads over several lines);
+        the frames returned carry the commonest line of the winning group.
+        """
+        exact: Counter = Counter()
         for activity in activities:
-            merged.update(self.where.get(activity, {}))
-        if not merged:
+            exact.update(self.where.get(activity, {}))
+        if not exact:
             return None, None, 0.0
-        (responsible, user_frame), samples = merged.most_common(1)[0]
-        return responsible, user_frame, samples / max(1, sum(merged.values()))
+        groups: Counter = Counter()
+        for (responsible, user_frame), samples in exact.items():
+            groups[_spot(responsible, user_frame)] += samples
+        best_group, samples = groups.most_common(1)[0]
+        responsible, user_frame = max((pair for pair in exact if _spot(*pair) == best_group), key=exact.__getitem__)
+        return responsible, user_frame, samples / max(1, sum(exact.values()))
+
+
+def _spot(responsible: StackFrame | None, user_frame: StackFrame | None) -> tuple:
+    return tuple((f.function, f.file) if f is not None else None for f in (responsible, user_frame))
 
 
 def is_main_thread(count_pid: int, tid: int, thread_name: str | None, frames: Sequence[StackFrame],

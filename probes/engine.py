@@ -17,10 +17,10 @@ import psutil
 from probes.cgroup import CgroupCpuProbe
 from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.nvml import NvmlGpuProbe
-from probes.progress import LogProgressProbe
 from probes.proctree import ProcessTreeProbe
+from probes.progress import LogProgressProbe
 from probes.pyspy import StackSampler
-from probes.redact import redact_argv
+from probes.redact import redact_argv, redact_environ
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.25
@@ -45,7 +45,7 @@ class Engine:
         self.pid = pid
         self.config = config
         self._seq = 0
-        self._tree = ProcessTreeProbe(pid, redact=redact_argv)
+        self._tree = ProcessTreeProbe(pid, redact=redact_argv, redact_environ=redact_environ)
         self._cgroup = CgroupCpuProbe(pid)
         self._gpu = NvmlGpuProbe(nvml) if config.read_gpu else None
         self._progress = LogProgressProbe(pid, config.log_path, config.tokens_per_iter)
@@ -118,6 +118,7 @@ class Engine:
             self._sampler.close()
         if self._gpu is not None:
             self._gpu.close()
+        self._progress.close()
 
 
 def run_ticks(engine: Engine, stop: threading.Event, duration_s: float | None = None) -> Iterator[Frame]:

@@ -47,6 +47,8 @@ class TargetInfo:
     python_version: str | None = None  # "3.11.7" when the target is a Python interpreter
     exited_at: float | None = None  # Unix time the target was first seen gone
     exit_reason: str | None = None
+    # Variables that shape performance (threads, devices, NCCL, torch, tokenizers, W&B/HF), redacted.
+    environment: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,30 @@ def _text(value: Any) -> str | None:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def gpu_names(nvml: Any = None) -> list[str]:
+    """Every GPU's name as NVML reports it ("NVIDIA H200"), in index order; [] when there is no driver,
+    no nvidia-ml-py or no GPU. Never raises. nvml: a module with pynvml's API (tests pass a fake)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return []
+    try:
+        nvml.nvmlInit()
+    except Exception:  # any NVML failure means the same here: no GPU name to offer
+        return []
+    try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
+        return [name for name in (_text(nvml.nvmlDeviceGetName(handle)) for handle in handles) if name]
+    except Exception:
+        return []
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 @dataclass
 class _GpmState:
     """One device's pair of GPM sample buffers; ``previous`` holds the sample the next metrics start from."""
@@ -142,7 +166,7 @@ class NvmlGpuProbe:
                 return self._unavailable
             return self._read_devices(target_pids or {})
         # A probe never raises into the UI: whatever broke (a bug, a driver oddity) becomes the reason.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return GpuReading(available=False, reason=f"NVML read failed: {type(exc).__name__}: {exc}")
 
     def close(self) -> None:

@@ -126,12 +126,27 @@ class _Previous:
     io: tuple[int, int, int, int] | None  # read_bytes, write_bytes, read_chars, write_chars
 
 
+# Environment variables worth showing beside a diagnosis: thread counts, devices, distributed setup,
+# torch and tokenizer switches. Secret-looking ones among them are redacted by the caller's redact_environ.
+ENVIRONMENT_PREFIXES = (
+    "CUDA_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "NVIDIA_", "TOKENIZERS_",
+    "HF_", "WANDB_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "PYTHONUNBUFFERED", "PYTHONOPTIMIZE",
+)
+
+
 class ProcessTreeProbe:
     """Reads the target and all its descendants once per call to read()."""
 
-    def __init__(self, pid: int, redact: Callable[[Sequence[str]], tuple[str, ...]] = tuple) -> None:
+    def __init__(
+        self,
+        pid: int,
+        redact: Callable[[Sequence[str]], tuple[str, ...]] = tuple,
+        redact_environ: Callable[[Mapping[str, str]], dict[str, str]] = dict,
+    ) -> None:
         self.pid = pid
         self._redact = redact
+        self._redact_environ = redact_environ
         self._root: psutil.Process | None = None
         self._target_static: TargetInfo | None = None  # cmdline, exe, python_version: read once
         self._previous: dict[int, _Previous] = {}
@@ -158,7 +173,7 @@ class ProcessTreeProbe:
         """The target and its process tree now. Never raises."""
         try:
             return self._read(role_hints or {})
-        except Exception:  # noqa: BLE001 - a probe never raises into the engine; show the last read
+        except Exception:
             return self._target_info(alive=self._exited_at is None), self._last_samples
 
     def pid_aliases(self) -> dict[int, int]:
@@ -356,6 +371,7 @@ class ProcessTreeProbe:
             cmdline=static.cmdline if static else (),
             exe=static.exe if static else None,
             python_version=static.python_version if static else None,
+            environment=static.environment if static else None,
             exited_at=None if alive else self._exited_at,
             exit_reason=None if alive else self._exit_reason,
         )
@@ -367,8 +383,18 @@ class ProcessTreeProbe:
         except psutil.Error:
             return None
         exe = _or_none(self._root.exe) or None
+        environ = _or_none(self._root.environ)
+        environment = None
+        if isinstance(environ, dict):
+            relevant = {k: v for k, v in environ.items() if k.startswith(ENVIRONMENT_PREFIXES)}
+            environment = self._redact_environ(dict(sorted(relevant.items())))
         return TargetInfo(
-            pid=self.pid, alive=True, cmdline=cmdline, exe=exe, python_version=_python_version(exe, self.pid)
+            pid=self.pid,
+            alive=True,
+            cmdline=cmdline,
+            exe=exe,
+            python_version=_python_version(exe, self.pid),
+            environment=environment,
         )
 
 

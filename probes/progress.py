@@ -224,7 +224,7 @@ class _TailedFile:
         self.open_path = open_path
         self.display = display
         self.identity = identity
-        self.handle = open(open_path, "rb")  # noqa: SIM115 - kept open across reads
+        self.handle = open(open_path, "rb")
         self.offset: int | None = None  # None until the first read positions it near the end
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""  # text after the last \r or \n
@@ -291,7 +291,7 @@ class LogProgressProbe:
     def read(self) -> ProgressReading | None:
         try:
             self._read_new_lines()
-        except Exception as exc:  # noqa: BLE001 - a probe never raises into the engine
+        except Exception as exc:
             self.reason = f"reading the log failed: {exc}"
         return self._reading()
 

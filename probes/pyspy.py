@@ -2,22 +2,24 @@
 
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
 
-* a rolling ``py-spy record --format raw`` window. One ``record`` costs a fixed start (~0.02-0.07
-  core-seconds: attach, find the interpreter) plus ~0.012 core-seconds per sample with 100 threads
-  (cost grows with threads x rate), while a ``py-spy dump`` costs ~0.035 core-seconds each on the same
-  target, so a dump per sample would be several times dearer. ``record`` writes its file only when it
-  ends, so windows are short at first (1 s, so the first hot frames arrive fast) and then double up to
-  5 s to amortise the start cost. Counts therefore arrive in lumps, one per finished window.
-* a ``py-spy dump --json`` every ``dump_every_s`` (first one at once). Raw output carries no idle flag;
-  the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. Those
-  are the reading's ``threads``, and they mark the windows' counts idle or not. One dump every 5 s
-  costs a tenth of what a dump per sample would.
+* a rolling ``py-spy record --format raw`` window. Measured here (py-spy 0.4.3, Python 3.11, a busy
+  main thread plus 100 idle threads): a sample costs ~0.012 core-seconds (it grows with threads x
+  rate) and each record start ~0.02-0.07, while one ``py-spy dump`` costs ~0.035 core-seconds, so a
+  dump per sample would cost about three times as much and spawn a process per sample. ``record``
+  writes its file only when it ends, so windows are short at first (1 s, so the first hot frames
+  arrive fast) and then double up to 5 s to amortise the start. Counts arrive in lumps, one per
+  finished window. py-spy spaces samples randomly (exponential gaps), so a window's wall time varies.
+* a ``py-spy dump --json`` every ``dump_every_s`` (the first at once). Raw output carries no idle flag;
+  the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. These
+  are the reading's ``threads``, and they tell which of the windows' samples were idle. One dump per
+  5 s costs a 25th of a dump per sample at 5 Hz.
 
 py-spy runs ``--nonblocking`` by default: its blocking mode pauses the target on every sample and can
 slow a torch process with many threads 5-15x (py-spy issue 872). ``--native`` cannot be combined
-with ``--nonblocking``, so native sampling is blocking. The default rate (5 Hz) was measured: with 100
-idle threads plus a busy one, record used 0.03 core at 2 Hz, 0.05-0.1 at 5 Hz, 0.13 at 10 Hz and 0.29
-at 20 Hz; with one thread under 0.01 core at any of these rates.
+with ``--nonblocking``, so native sampling is blocking (dumps stay nonblocking: they are never native).
+The default rate, 5 Hz, was measured with this sampler (records, dumps and starts together) on the
+100-idle-thread target: 0.047 core at 2 Hz, 0.076 at 5 Hz, 0.146 at 10 Hz; with one thread, 0.009
+core at 5 Hz.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
@@ -81,8 +83,14 @@ _FRAME_PART_LOOSE = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>
 
 _PYTHON_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx")
 _TORCH_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
-# Where py-spy's own fallback heuristic calls a thread idle (innermost Python frame).
-_KNOWN_WAITS = (("wait", "threading.py"), ("select", "selectors.py"))
+# Innermost Python frames that are blocking calls: py-spy's own fallback list (threading wait,
+# selectors select) plus socket accept and Thread.join's lock wait.
+_KNOWN_WAITS = (
+    ("wait", "threading.py"),
+    ("_wait_for_tstate_lock", "threading.py"),
+    ("select", "selectors.py"),
+    ("accept", "socket.py"),
+)
 
 
 def find_pyspy() -> str | None:
@@ -372,9 +380,9 @@ class StackSampler:
 
     ``collect()`` drains what was gathered since the previous call. Counts arrive once per finished
     record window (1 s at first, then up to ``max_window_s``), so most ticks carry no counts: sum
-    them over several frames. Each count's ``idle`` comes from the dumps: the flag py-spy last gave
-    the same thread at the same innermost Python frame (file and line), else any thread there, else
-    py-spy's own fallback (threading wait, selectors select), else busy.
+    them over several frames. Each count's ``idle`` is judged from its innermost Python frame: a known
+    blocking call (threading wait, selectors select, ...) is idle; elsewhere, the flag py-spy last
+    gave the same thread at that frame and line in a dump, else any thread there, else busy.
     ``achieved_rate_hz`` is samples per second of wall time over the latest windows, gaps included.
     """
 
@@ -432,12 +440,13 @@ class StackSampler:
         with self._lock:
             if self._closed:
                 return
-            for pid in list(self._samplers):
-                if pid not in wanted:
-                    sampler = self._samplers.pop(pid)
+            for pid in [p for p in self._states if p not in wanted]:
+                self._states.pop(pid)
+                sampler = self._samplers.pop(pid, None)
+                if sampler is not None:
                     sampler.stop.set()
                     self._retired.append(sampler)
-                    self._states.pop(pid, None)
+            self._retired = [s for s in self._retired if any(t.is_alive() for t in s.threads)]
             if self._unavailable_reason is not None:
                 for pid in wanted:
                     self._states.setdefault(pid, _ProcessState())
@@ -473,7 +482,7 @@ class StackSampler:
                     state.rate_hz = window.samples / window.wall_seconds
             failing = [s.reason for s in states.values() if s.status == _STATUS_FAILING and s.reason]
             threads = tuple(t for s in states.values() if s.status == _STATUS_OK for t in s.threads)
-            rates = [s.rate_hz for s in states.values() if s.rate_hz is not None and s.status != _STATUS_EXITED]
+            rates = [s.rate_hz for s in states.values() if s.rate_hz is not None and s.status == _STATUS_OK]
         samples = sum(w.samples for w in windows)
         available, reason = self._availability(states)
         return StacksReading(
@@ -547,20 +556,21 @@ class StackSampler:
         )
 
     def _judge_idle(self, pid: int, tid: int, frame: StackFrame | None) -> bool:
-        """Whether a sample at ``frame`` (innermost Python frame) was idle, judged from the dumps.
+        """Whether a sample at ``frame`` (innermost Python frame) was idle.
 
-        Threads wait at a few recurring places (a lock, a queue, a socket) that the dumps soon see,
-        while busy code moves through many lines that a dump every few seconds rarely catches; so a
-        place no dump has seen is taken as busy rather than given the thread's latest flag.
+        A known blocking call is idle even when a dump caught the thread running there (waking
+        up, say). Elsewhere the dumps decide: threads wait at a few recurring places that the dumps
+        soon see, while busy code moves through many lines that a dump every few seconds rarely
+        catches, so a place no dump has seen is taken as busy.
         """
         if frame is None:
             return False
+        if any(frame_matches(frame, name, suffix) for name, suffix in _KNOWN_WAITS):
+            return True
         position = (frame.function, frame.file, frame.line)
         seen = self._thread_position_idle.get((pid, tid, *position))
         if seen is None:
-            seen = self._position_idle.get(position)
-        if seen is None:
-            seen = any(frame_matches(frame, name, suffix) for name, suffix in _KNOWN_WAITS)
+            seen = self._position_idle.get(position, False)
         return seen
 
     def _remember_activity(self, threads: Sequence[ThreadStack]) -> None:
@@ -651,19 +661,19 @@ class StackSampler:
             raw = _read(out_path) if returncode == 0 else ""
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
-                self._deliver_window(_Window(pid, counts, samples_in(counts), wall_seconds))
+                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds))
             if returncode == 0 and "process exited" in log:
-                self._note_failure(pid, _FAILURE_EXITED, f"PID {pid} exited")
+                self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
                 return
             if returncode == 0 and raw:
                 failures = 0
-                self._note_success(pid, behind="behind in sampling" in log)
+                self._note_success(sampler, behind="behind in sampling" in log)
                 window_s = min(window_s * 2, self.max_window_s)
                 continue
             kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
             if returncode == 0 and kind == _FAILURE_OTHER:
                 reason = f"py-spy recorded no samples of PID {pid}"
-            self._note_failure(pid, kind, reason)
+            self._note_failure(sampler, kind, reason)
             if kind == _FAILURE_EXITED:
                 return
             failures += 1
@@ -687,7 +697,7 @@ class StackSampler:
                     threads = None
             if threads is not None:
                 failures = 0
-                self._deliver_dump(pid, threads)
+                self._deliver_dump(sampler, threads)
                 sampler.stop.wait(self.dump_every_s)
                 continue
             if spawn_error:
@@ -696,7 +706,7 @@ class StackSampler:
                 kind, reason = _FAILURE_OTHER, f"py-spy dump of PID {pid} printed no readable JSON"
             else:
                 kind, reason = explain_failure(pid, _read(err_path))
-            self._note_failure(pid, kind, reason)
+            self._note_failure(sampler, kind, reason)
             if kind == _FAILURE_EXITED:
                 return
             failures += 1
@@ -704,19 +714,25 @@ class StackSampler:
 
     # --- results, under the lock -----------------------------------------------------------------
 
-    def _deliver_window(self, window: _Window) -> None:
+    def _current_state(self, sampler: _ProcessSampler) -> _ProcessState | None:
+        """The pid's state, unless ``sampler`` was retired (its pid dropped, or dropped and re-added)."""
+        if self._samplers.get(sampler.pid) is not sampler:
+            return None
+        return self._states.get(sampler.pid)
+
+    def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
         worker = any(_is_worker_stack(c.frames) for c in window.counts)
         with self._lock:
-            state = self._states.get(window.pid)
-            if state is None:  # dropped from the targets meanwhile
+            state = self._current_state(sampler)
+            if state is None:
                 return
             self._windows.append(window)
             state.is_worker = state.is_worker or worker
 
-    def _deliver_dump(self, pid: int, threads: list[ThreadStack]) -> None:
+    def _deliver_dump(self, sampler: _ProcessSampler, threads: list[ThreadStack]) -> None:
         worker = any(_is_worker_stack(t.frames) for t in threads)
         with self._lock:
-            state = self._states.get(pid)
+            state = self._current_state(sampler)
             if state is None:
                 return
             state.threads = tuple(threads)
@@ -724,16 +740,16 @@ class StackSampler:
             self._remember_activity(threads)
             self._mark_ok(state)
 
-    def _note_success(self, pid: int, behind: bool) -> None:
+    def _note_success(self, sampler: _ProcessSampler, behind: bool) -> None:
         with self._lock:
-            state = self._states.get(pid)
+            state = self._current_state(sampler)
             if state is None:
                 return
             self._mark_ok(state)
             if behind and not state.behind_reported:
                 state.behind_reported = True
                 self._events.append(
-                    f"PID {pid}: py-spy fell behind {self.rate_hz:g} Hz; the achieved rate is lower"
+                    f"PID {sampler.pid}: py-spy fell behind {self.rate_hz:g} Hz; the achieved rate is lower"
                 )
 
     @staticmethod
@@ -741,9 +757,9 @@ class StackSampler:
         if state.status != _STATUS_EXITED:
             state.status, state.reason, state.consecutive_other_failures = _STATUS_OK, None, 0
 
-    def _note_failure(self, pid: int, kind: str, reason: str) -> None:
+    def _note_failure(self, sampler: _ProcessSampler, kind: str, reason: str) -> None:
         with self._lock:
-            state = self._states.get(pid)
+            state = self._current_state(sampler)
             if state is None or state.status == _STATUS_EXITED:
                 return
             if kind == _FAILURE_EXITED:

@@ -49,7 +49,7 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
             hide_next = False
             continue
         if "=" in arg:
-            name, _, value = arg.partition("=")
+            name = arg.partition("=")[0]
             if name_looks_secret(name):
                 out.append(f"{name}={REDACTED}")
                 continue

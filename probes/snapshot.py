@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from probes import __version__
+from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.frame import Frame, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
@@ -25,8 +26,10 @@ HOT_FRAMES_LIMIT = 30
 PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 
-def build_snapshot(frames: Sequence[Frame], verdict: Verdict) -> dict[str, Any]:
-    """The snapshot document for these frames (oldest first) and the verdict reached on them."""
+def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
+                   comparison: ComparisonInputs | None = None) -> dict[str, Any]:
+    """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
+    (--baseline, --model, --tokens-per-iter) fills progress.baseline."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -59,8 +62,10 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict) -> dict[str, Any]:
         "cpu": to_jsonable(latest.cpu),
         "gpus": to_jsonable(latest.gpu),
         "stacks": {
-            "available": any(f.stacks.available for f in frames),
-            "reason": stacks.reason,
+            # Sampled at some point, or still believed possible: a sampler says "available" before its
+            # first attach attempt has answered, so an early frame alone proves nothing.
+            "available": samples > 0 or stacks.available,
+            "reason": next((f.stacks.reason for f in reversed(frames) if f.stacks.reason), None),
             "sampler": stacks.sampler,
             "native": stacks.native,
             "rate_hz": stacks.rate_hz,
@@ -71,7 +76,7 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict) -> dict[str, Any]:
             "by_process": by_process,
             "errors": errors,
         },
-        "progress": to_jsonable(latest.progress),
+        "progress": _progress(latest, comparison),
         "overhead": {
             "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
             "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
@@ -84,6 +89,14 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict) -> dict[str, Any]:
             "advice": list(verdict.advice),
         },
     }
+
+
+def _progress(latest: Frame, comparison: ComparisonInputs | None) -> dict[str, Any] | None:
+    """The latest progress reading, plus how it compares with the baseline (null without one)."""
+    if latest.progress is None:
+        return None
+    compared = compare_progress(latest.progress, comparison, target_gpu_name(latest))
+    return {**to_jsonable(latest.progress), "baseline": to_jsonable(compared)}
 
 
 def write_json_atomic(document: dict[str, Any], path: str) -> None:

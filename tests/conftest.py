@@ -27,7 +27,19 @@ def _kill_tree(pid: int) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(procs, timeout=5)
+    # Only our direct child is ours to reap; orphaned grandchildren become zombies that wait_procs would
+    # wait on until its timeout when pid 1 does not reap them, so a zombie counts as gone.
+    deadline = time.monotonic() + 5
+    for proc in procs:
+        while time.monotonic() < deadline:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE and proc.pid != pid:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            if proc.pid == pid:
+                break  # reaped by the fixture's Popen.wait()
+            time.sleep(0.02)
 
 
 @pytest.fixture

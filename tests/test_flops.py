@@ -149,3 +149,19 @@ def test_mfu_through_a_real_process():
                           env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
     assert done.returncode == 0, done.stderr
     assert "51.8%" in done.stdout and "511.7 TFLOP/s" in done.stdout
+
+
+def test_mfu_through_the_gputop_command():
+    """The same through `python -m tui` (tui/cli.py, which calls register())."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    importable = subprocess.run([sys.executable, "-c", "import tui.cli"], capture_output=True, text=True,
+                                timeout=60, cwd=REPO, env=env, check=False)
+    if importable.returncode != 0:
+        pytest.skip(f"tui.cli does not import: {importable.stderr.strip().splitlines()[-1]}")
+    done = subprocess.run([sys.executable, "-m", "tui", *CASE_ARGS, "--nanogpt-mfu", "164"], capture_output=True,
+                          text=True, timeout=60, cwd=REPO, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "51.8%" in done.stdout and "511.7 TFLOP/s" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "tui", "mfu", "--model", "gpt2", "--iter-time", "-1"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -81,7 +81,8 @@ def test_substring_traps(name, model):
 
 @pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 3060 Ti", "NVIDIA GeForce RTX 3090 Ti",
                                   "NVIDIA GeForce RTX 4090 D", "NVIDIA GeForce RTX 4090 Laptop GPU",
-                                  "NVIDIA A40", "NVIDIA H800", "AMD Instinct MI300X", "", None])
+                                  "NVIDIA A40", "NVIDIA H800", "NVIDIA RTX A1000", "NVIDIA T400 4GB",
+                                  "NVIDIA L40G", "AMD Instinct MI300X", "", None])
 def test_unknown_or_different_chips_are_not_guessed(name):
     assert lookup_gpu(name) is None
     assert peak_flops(name, "bf16") is None

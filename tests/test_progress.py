@@ -130,6 +130,15 @@ def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):
     assert reading.last_line and reading.last_update
 
 
+def test_evaluation_bar_does_not_replace_the_training_bar(tmp_path):
+    text = (LOGS / "hf_trainer.log").read_text(encoding="utf-8")
+    during_eval = text[: text.index("18.21it/s]") + len("18.21it/s]\x1b[A")]  # the eval bar drawn last
+    log = tmp_path / "train.log"
+    log.write_text(during_eval, encoding="utf-8")
+    reading = LogProgressProbe(1, str(log)).read()
+    assert (reading.format, reading.iteration, reading.seconds_per_iter) == ("hf_trainer", 50, 0.5)
+
+
 def test_nanogpt_reported_mfu_is_passed_on(tmp_path):
     log = tmp_path / "train.log"
     shutil.copy(LOGS / "nanogpt.log", log)

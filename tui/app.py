@@ -45,7 +45,7 @@ from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
 
 TIMELINE_LIMIT = 50
-WIDE_LAYOUT_MIN_COLUMNS = 120
+WIDE_LAYOUT_MIN_COLUMNS = 140
 SHORT_LAYOUT_MAX_ROWS = 32
 SAMPLER_STOP_TIMEOUT_S = 10.0
 
@@ -233,7 +233,7 @@ class GputopApp(App[None]):
                         break
             if not frame.target.alive:
                 reason = "the target exited: showing its last readings"
-        except Exception as exc:  # noqa: BLE001 - a probe bug must not kill the screen: say so, keep the data
+        except Exception as exc:
             reason = f"sampling stopped: {type(exc).__name__}: {exc}"
         finally:
             self.monitor.close()
@@ -313,7 +313,7 @@ class GputopApp(App[None]):
             text.append(f" · PAUSED (sampling continues: {self._frames_while_paused} new) p resumes",
                         style="bold black on yellow")
         else:
-            text.append(f" · live every {view.latest.interval_s:.2g} s")
+            text.append(f" · live every {self.engine.config.interval_s:g} s")
         overhead = view.latest.overhead
         if overhead.behind and target.alive and not view.replay:
             text.append(f" · ⚠ sampling behind ({overhead.tick_seconds or 0:.1f} s per reading)", style="bold yellow")

@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     from probes.engine import DEFAULT_INTERVAL_S
+    from probes.flops import PRESETS
 
     parser.add_argument("--pid", type=_pid, help="the training process to watch (its workers are found)")
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
@@ -107,6 +108,11 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: its stdout/stderr when they are files)")
     parser.add_argument("--tokens-per-iter", type=int, default=None, metavar="N",
                         help="tokens per optimizer iteration, to turn s/iter into tokens/s")
+    parser.add_argument("--baseline", metavar="PROBE.json",
+                        help="a `gputop probe --json` result for the target's model and batch: show its "
+                             "observed s/iter against the probe's reference step, and the corrected MFU")
+    parser.add_argument("--model", choices=tuple(PRESETS), default=None,
+                        help="the target's nanoGPT preset, for the MFU from --tokens-per-iter without --baseline")
     parser.add_argument("--hang-after", type=_positive_float, default=None, metavar="S",
                         help="call the target hung after this long with no progress (default 5)")
     parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
@@ -136,6 +142,16 @@ def _hang_kwargs(args: argparse.Namespace) -> dict:
     return {} if args.hang_after is None else {"hang_after_s": args.hang_after}
 
 
+def comparison_inputs(args: argparse.Namespace):
+    """What the target's progress is compared with (--baseline, --model, --tokens-per-iter), or None."""
+    from probes.baseline import BaselineError, load_comparison_inputs
+
+    try:
+        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter)
+    except BaselineError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def check_target(pid: int) -> None:
     from probes.proctree import target_exists
 
@@ -161,10 +177,11 @@ def run_attach(args: argparse.Namespace) -> int:
     check_target(args.pid)
     check_writable(args.snapshot, "snapshot")
     check_writable(args.record, "recording")
+    comparison = comparison_inputs(args)
     if args.snapshot is not None or args.duration is not None:
-        return run_headless(args)
-    from tui.app import make_app
+        return run_headless(args, comparison)
     from probes.engine import Engine
+    from tui.app import make_app
 
     engine = Engine(args.pid, engine_config(args))
     app = make_app(engine=engine, record_path=args.record, **_hang_kwargs(args))
@@ -175,7 +192,7 @@ def run_attach(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_headless(args: argparse.Namespace) -> int:
+def run_headless(args: argparse.Namespace, comparison=None) -> int:
     """Sample for --duration seconds; write the snapshot and/or the recording. Ctrl-C still writes."""
     from probes.diagnose import diagnose
     from probes.engine import Engine, run_ticks
@@ -209,7 +226,8 @@ def run_headless(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED if interrupted else 1
     if args.snapshot is not None:
         frames = list(history)
-        write_json_atomic(build_snapshot(frames, diagnose(frames, verdict, **_hang_kwargs(args))), args.snapshot)
+        final_verdict = diagnose(frames, verdict, **_hang_kwargs(args))
+        write_json_atomic(build_snapshot(frames, final_verdict, comparison), args.snapshot)
         if args.snapshot != "-":
             print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
     return EXIT_INTERRUPTED if interrupted else EXIT_OK

@@ -103,7 +103,7 @@ class SharedFilesystemFile:
     """A file that accepts writes at most `bytes_per_s`, the way a busy network filesystem does."""
 
     def __init__(self, path: str, bytes_per_s: float) -> None:
-        self._file = open(path, "wb")  # noqa: SIM115 - closed in close(), as torch.save needs a file object
+        self._file = open(path, "wb")
         self._bytes_per_s = bytes_per_s
         self._written = 0
         self._started = time.monotonic()

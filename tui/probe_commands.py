@@ -30,6 +30,7 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
+from probes.nvml import gpu_names
 from probes.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
 
 EXIT_OK = 0
@@ -136,7 +137,8 @@ def register(subparsers) -> None:
     mfu.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
     mfu.add_argument("--iter-time", type=_positive_float, required=True, metavar="S",
                      help="seconds per optimizer iteration")
-    mfu.add_argument("--gpu", metavar="NAME", help='the GPU\'s name as nvidia-smi shows it, e.g. "NVIDIA H200"')
+    mfu.add_argument("--gpu", metavar="NAME", help='the GPU\'s name as nvidia-smi shows it, e.g. "NVIDIA H200" '
+                                                   "(default: this machine's, found through NVML)")
     mfu.add_argument("--peak-tflops", type=_positive_float, metavar="TF", help="dense peak, overriding the table")
     mfu.add_argument("--dtype", choices=DTYPES, default="bf16", help="which peak to use (default bf16)")
     mfu.add_argument("--nanogpt-mfu", type=float, metavar="PCT", help="the mfu nanoGPT printed, e.g. 164")
@@ -239,29 +241,38 @@ def run_mfu_command(args: argparse.Namespace) -> int:
         if args.batch_size is None:
             return _fail("pass --tokens-per-iter, or --batch-size (and --grad-accum) to compute it")
         tokens_per_iter = args.batch_size * shape.block_size * args.grad_accum
+    gpu = args.gpu
     if args.peak_tflops is not None:
         peak = user_peak(args.peak_tflops, args.dtype)
-    elif args.gpu:
-        peak = peak_flops(args.gpu, args.dtype)
+    else:
+        detected = gpu is None
+        if detected:
+            names = sorted(set(gpu_names()))
+            if not names:
+                return _fail("no NVIDIA GPU found through NVML: pass --gpu NAME or --peak-tflops")
+            if len(names) > 1:
+                return _fail(f"this machine has several GPU models ({', '.join(names)}): pass --gpu NAME")
+            gpu = names[0]
+        peak = peak_flops(gpu, args.dtype)
         if peak is None:
-            match = lookup_gpu(args.gpu)
+            match = lookup_gpu(gpu)
             if match is None:
-                return _fail(f"{args.gpu!r} is not in gputop's peak table; pass --peak-tflops")
+                return _fail(f"{gpu!r} is not in gputop's peak table; pass --peak-tflops")
             return _fail(f"{match.entry.model} has no {args.dtype} peak in gputop's table; "
                          "choose another --dtype or pass --peak-tflops")
-    else:
-        peak = None
+        if detected:
+            peak = dataclasses.replace(peak, source=f"{gpu}, found through NVML; {peak.source}")
     estimate = estimate_mfu(shape, tokens_per_iter, args.iter_time, peak)
-    explanation = (explain_nanogpt_mfu(args.nanogpt_mfu, estimate, args.gpu)
+    explanation = (explain_nanogpt_mfu(args.nanogpt_mfu, estimate, gpu)
                    if args.nanogpt_mfu is not None else None)
     if args.json:
-        print(json.dumps(_mfu_document(args, shape, estimate, explanation), indent=2))
+        print(json.dumps(_mfu_document(args, gpu, shape, estimate, explanation), indent=2))
     else:
         print("\n".join(format_mfu_report(args, shape, estimate, explanation)))
     return EXIT_OK
 
 
-def _mfu_document(args, shape: GptShape, estimate, explanation: list[str] | None) -> dict:
+def _mfu_document(args, gpu: str | None, shape: GptShape, estimate, explanation: list[str] | None) -> dict:
     peak = estimate.peak
     document = {
         "schema": MFU_SCHEMA,
@@ -274,10 +285,10 @@ def _mfu_document(args, shape: GptShape, estimate, explanation: list[str] | None
         "seconds_per_iter": estimate.seconds_per_iter,
         "flops_per_iter": estimate.flops_per_iter,
         "achieved_flops_per_s": estimate.achieved_flops_per_s,
-        "gpu": args.gpu,
-        "peak_dtype": peak.dtype if peak else None,
-        "peak_flops_per_s": peak.flops_per_s if peak else None,
-        "peak_source": peak.source if peak else None,
+        "gpu": gpu,
+        "peak_dtype": peak.dtype,
+        "peak_flops_per_s": peak.flops_per_s,
+        "peak_source": peak.source,
         "mfu": estimate.mfu,
         "nanogpt": None,
     }
@@ -286,7 +297,7 @@ def _mfu_document(args, shape: GptShape, estimate, explanation: list[str] | None
         document["nanogpt"] = {
             "reported_mfu_pct": args.nanogpt_mfu,
             "implied_flops_per_s": implied,
-            "mfu_against_peak": implied / peak.flops_per_s if peak else None,
+            "mfu_against_peak": implied / peak.flops_per_s,
             "explanation": explanation,
         }
     return document
@@ -301,9 +312,8 @@ def format_mfu_report(args, shape: GptShape, estimate, explanation: list[str] | 
         ("FLOP per iter", f"{_scientific(estimate.flops_per_iter)} ({estimate.tokens_per_iter:,} tokens)"),
         ("achieved", (f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s ({estimate.seconds_per_iter:g} s per "
                       f"iteration, {estimate.tokens_per_iter / estimate.seconds_per_iter:,.0f} tokens/s)")),
-        ("peak", f"{peak.flops_per_s / 1e12:.1f} TFLOP/s {peak.dtype} dense ({peak.source})" if peak
-         else "n/a: pass --gpu NAME or --peak-tflops"),
-        ("MFU", f"{estimate.mfu * 100:.1f}%" if estimate.mfu is not None else "n/a"),
+        ("peak", f"{peak.flops_per_s / 1e12:.1f} TFLOP/s {peak.dtype} dense ({peak.source})"),
+        ("MFU", f"{estimate.mfu * 100:.1f}%"),
     ]
     lines = [f"{label:<15} {value}" for label, value in rows]
     if explanation:

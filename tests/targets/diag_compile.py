@@ -1,7 +1,9 @@
-"""Target: torch.compile recompiling every few steps because the sequence length keeps changing.
+"""Target: torch.compile recompiling again and again because the sequence length keeps changing.
 
 Usage: diag_compile.py [--backend B] [--steps-per-shape N]. With dynamic=False every new length is a new
-graph; the recompile limit is raised so the storm goes on. Prints "ready" after the first compile.
+graph; the recompile limit is raised so the storm goes on (past the limit torch would silently fall back
+to eager). Each shape trains for N steps, so compiles and training steps interleave, as in a real run
+with unpadded variable-length batches. Prints "ready" after the first step (the first compile).
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ import torch
 class TinyBlock(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(32, 32)
+        self.up = torch.nn.Linear(128, 512)
+        self.down = torch.nn.Linear(512, 128)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.gelu(self.proj(x)).softmax(dim=1).sum(dim=1)
+        return self.down(torch.nn.functional.gelu(self.up(x))).softmax(dim=1).sum(dim=1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="aot_eager")
-    parser.add_argument("--steps-per-shape", type=int, default=20)
+    parser.add_argument("--steps-per-shape", type=int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch._dynamo.config.cache_size_limit = 100_000
@@ -32,12 +35,12 @@ def main() -> None:
     model = TinyBlock()
     compiled = torch.compile(model, backend=args.backend, dynamic=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    seq_len = 8
+    seq_len = 16
     step = 0
     while True:
         if step % args.steps_per_shape == 0:
-            seq_len += 1  # a new shape: variable-length batches without padding to buckets
-        loss = compiled(torch.randn(4, seq_len, 32)).square().mean()
+            seq_len += 1  # a new shape: variable-length batches, not padded to buckets
+        loss = compiled(torch.randn(32, seq_len, 128)).square().mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

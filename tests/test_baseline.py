@@ -1,0 +1,299 @@
+"""probes.baseline: the observed pace against the probe's reference step and the corrected MFU (the DESIGN.md
+case), baseline files that are not one, GPU names for `gputop mfu`, and a live nanoGPT-format target."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from probes.baseline import (
+    BaselineError,
+    ComparisonInputs,
+    compare_progress,
+    comparison_lines,
+    load_baseline,
+    load_comparison_inputs,
+    target_gpu_name,
+)
+from probes.flops import PRESETS, flops_per_token
+from probes.frame import Frame, GpuDevice, GpuReading, ProgressReading, TargetInfo, Verdict
+from probes.gpt_probe import ProbeResult
+from probes.nvml import gpu_names
+from probes.peaks import peak_flops
+from probes.snapshot import build_snapshot
+from tests.fake_pynvml import FakeGpu, FakeNvml
+from tui import probe_commands
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = "NVIDIA H200"
+CASE_TOKENS = 1_048_576  # batch 16 × block 1024 × grad-accum 64
+
+
+def xl_probe_on_h200(**changes) -> ProbeResult:
+    """What `gputop probe --model gpt2-xl --batch-size 16 --grad-accum 64` would report on an H200 whose
+    predicted iteration is 20.4 s: 64 × 0.3125 s forward+backward + 0.4 s optimizer."""
+    shape = PRESETS["gpt2-xl"]
+    per_token = flops_per_token(shape)
+    peak = peak_flops(H200, "bf16")
+    fields = dict(
+        model="gpt2-xl", shape=shape, device="cuda:0", device_name=H200, torch_version="2.5.1", dtype="bf16",
+        tf32=True, compiled=True, fused_adamw=True, params=1_555_201_600,
+        params_with_position_embeddings=1_556_840_000, flops_per_token=per_token, flops_formula="6·N + 12·L·H·Q·T",
+        batch_size=16, grad_accum=64, tokens_per_step=16_384, tokens_per_iter=CASE_TOKENS, warmup_steps=3,
+        timed_steps=10, timing="CUDA events", first_step_seconds=60.0, compile_seconds=59.7, step_seconds=0.7125,
+        step_seconds_min=0.71, step_seconds_max=0.72, fwd_bwd_seconds=0.3125, optimizer_seconds=0.4,
+        iter_seconds=20.4, tokens_per_s=CASE_TOKENS / 20.4, achieved_flops_per_s=per_token * CASE_TOKENS / 20.4,
+        peak_dtype="bf16", peak_flops_per_s=peak.flops_per_s, peak_source=peak.source,
+        mfu=per_token * CASE_TOKENS / 20.4 / peak.flops_per_s, peak_memory_bytes=120 * 2**30, losses=(11.0, 10.5),
+    )
+    return ProbeResult(**{**fields, **changes})
+
+
+def nanogpt_reading(seconds_per_iter: float = 21.0, reported_mfu_pct: float | None = 164.0) -> ProgressReading:
+    return ProgressReading(source="train.log", format="nanogpt", iteration=40, seconds_per_iter=seconds_per_iter,
+                           reported_mfu_pct=reported_mfu_pct, last_line="iter 40: loss 3.1, time 21000.00ms")
+
+
+def write_json(path: Path, document) -> str:
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return str(path)
+
+
+def gputop(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(needle in lines[0] for needle in needles), lines[0]
+
+
+# --- the comparison, pure -------------------------------------------------------------------------------
+
+
+def test_the_design_case_against_a_probe_baseline():
+    inputs = ComparisonInputs(baseline=xl_probe_on_h200(), baseline_path="xl.json", shape=PRESETS["gpt2-xl"],
+                              model="gpt2-xl", tokens_per_iter=CASE_TOKENS)
+    result = compare_progress(nanogpt_reading(), inputs, H200)
+    assert result.reference_seconds_per_iter == pytest.approx(20.4)
+    assert result.compute_bound_pct == pytest.approx(100 * 20.4 / 21.0)  # 97.1
+    assert result.other_cost_pct == pytest.approx(100 - 100 * 20.4 / 21.0)  # 2.9
+    assert result.observed_tokens_per_s == pytest.approx(CASE_TOKENS / 21.0)
+    assert result.achieved_flops_per_s == pytest.approx(513.05e12, rel=1e-3)
+    assert round(result.corrected_mfu_pct) == 52
+    assert result.reported_mfu_pct == 164.0
+    assert result.lines[0] == ("observed 21.0 s/iter; reference step 20.4 s → 97% of the compute-bound rate: "
+                               "the input pipeline and other work outside the model cost ~3%.")
+    text = "\n".join(result.lines)
+    assert ("Corrected MFU 51.8% (513.0 TFLOP/s of NVIDIA H200's 989.5 TFLOP/s bf16 dense peak); "
+            "the log printed 164%.") in result.lines
+    assert "312 TFLOP/s" in text and "above 100% cannot be" in text  # nanoGPT's denominator explained
+    assert comparison_lines(nanogpt_reading(), inputs, H200) == result.lines
+
+
+def test_corrected_mfu_without_a_baseline_from_model_and_tokens():
+    inputs = load_comparison_inputs(None, "gpt2-xl", CASE_TOKENS)
+    result = compare_progress(nanogpt_reading(), inputs, H200)
+    assert result.reference_seconds_per_iter is None and result.compute_bound_pct is None
+    assert round(result.corrected_mfu_pct) == 52
+    assert result.lines[0] == "observed 21.0 s/iter."
+    assert any("nanoGPT's mfu divides by 312" in line for line in result.lines)
+
+
+def test_reference_rescaled_to_the_jobs_tokens_per_iteration():
+    one_micro_step = xl_probe_on_h200(grad_accum=1, tokens_per_iter=16_384, iter_seconds=0.7125)
+    inputs = ComparisonInputs(baseline=one_micro_step, shape=PRESETS["gpt2-xl"], tokens_per_iter=CASE_TOKENS)
+    result = compare_progress(nanogpt_reading(), inputs, H200)
+    assert result.reference_grad_accum == 64
+    assert result.reference_seconds_per_iter == pytest.approx(64 * 0.3125 + 0.4)
+    assert "64 × 0.312 s forward+backward of 16,384 tokens + 0.4 s optimizer" in result.lines[1]
+
+
+def test_tokens_per_iteration_assumed_from_the_baseline_and_said_so():
+    inputs = ComparisonInputs(baseline=xl_probe_on_h200(), shape=PRESETS["gpt2-xl"])
+    result = compare_progress(nanogpt_reading(), inputs, None)
+    assert result.tokens_per_iter == CASE_TOKENS and result.tokens_per_iter_assumed
+    assert any("the probe's; pass --tokens-per-iter" in line for line in result.lines)
+    assert round(result.corrected_mfu_pct) == 52  # the baseline's own H200 peak, the target's GPU unknown
+
+
+def test_job_faster_than_the_probe_and_on_another_gpu():
+    inputs = ComparisonInputs(baseline=xl_probe_on_h200(), shape=PRESETS["gpt2-xl"], tokens_per_iter=CASE_TOKENS)
+    result = compare_progress(nanogpt_reading(seconds_per_iter=10.2, reported_mfu_pct=None), inputs,
+                              "NVIDIA A100-SXM4-80GB")
+    assert result.compute_bound_pct == pytest.approx(200.0) and result.other_cost_pct is None
+    assert "2× as fast as the probe's step" in result.lines[0]
+    assert any("the reference does not hold for this GPU" in line for line in result.lines)
+    assert result.peak_flops_per_s == pytest.approx(312e12)  # the target's GPU's peak, not the baseline's
+
+
+def test_agreeing_mfu_is_not_explained_and_missing_inputs_give_nothing():
+    inputs = load_comparison_inputs(None, "gpt2-xl", CASE_TOKENS)
+    on_a100 = compare_progress(nanogpt_reading(reported_mfu_pct=164.0), inputs, "NVIDIA A100-SXM4-80GB")
+    assert on_a100.corrected_mfu_pct == pytest.approx(164.4, abs=0.1)
+    assert not any("312 TFLOP/s" in line for line in on_a100.lines)
+    assert compare_progress(None, inputs) is None
+    assert compare_progress(ProgressReading(format="tqdm", iteration=3), inputs) is None  # no time yet
+    assert compare_progress(nanogpt_reading(), None) is None
+    assert load_comparison_inputs(None, None, CASE_TOKENS) is None  # nothing to compare with
+    untimed = compare_progress(nanogpt_reading(reported_mfu_pct=None), load_comparison_inputs(None, "gpt2", None))
+    assert untimed.lines == ("observed 21.0 s/iter.",
+                             "Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
+
+
+def test_snapshot_progress_carries_the_comparison():
+    inputs = load_comparison_inputs(None, "gpt2-xl", CASE_TOKENS)
+    frame = Frame(seq=1, time=time.time(), interval_s=1.0, target=TargetInfo(pid=1, alive=True),
+                  gpu=GpuReading(available=True, devices=(GpuDevice(index=0, name=H200, in_target=True),)),
+                  progress=nanogpt_reading())
+    assert target_gpu_name(frame) == H200
+    progress = json.loads(json.dumps(build_snapshot([frame], Verdict(), inputs)))["progress"]
+    assert progress["seconds_per_iter"] == 21.0 and progress["iteration"] == 40
+    assert round(progress["baseline"]["corrected_mfu_pct"]) == 52
+    assert progress["baseline"]["lines"][0] == "observed 21.0 s/iter."
+    assert build_snapshot([frame], Verdict())["progress"]["baseline"] is None
+
+
+# --- baseline files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: {**d, "schema": "gputop.mfu/1"}, "is not a gputop probe result"),
+        (lambda d: {k: v for k, v in d.items() if k != "fwd_bwd_seconds"}, "lacks fwd_bwd_seconds"),
+        (lambda d: {**d, "iter_seconds": -1.0}, "iter_seconds = -1.0"),
+        (lambda d: {**d, "tokens_per_step": "512"}, "tokens_per_step = '512'"),
+        (lambda d: {**d, "shape": {**d["shape"], "n_head": 7}}, "multiple of n-head"),
+        (lambda d: {**d, "shape": {"n_layer": 2}}, "a shape without the fields"),
+        (lambda d: [d], "is not a gputop probe result"),
+    ],
+)
+def test_bad_baseline_content_is_one_line(tmp_path, change, message):
+    bad = write_json(tmp_path / "bad.json", change(dataclasses.asdict(xl_probe_on_h200())))
+    with pytest.raises(BaselineError) as caught:
+        load_baseline(bad)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert "gputop probe --model MODEL --json" in str(caught.value)
+
+
+def test_bad_baseline_file_exits_2_before_attaching(tmp_path):
+    me = str(os.getpid())  # a live PID, so only the baseline can be what is wrong
+    not_json = tmp_path / "notes.json"
+    not_json.write_text("step 1 took 3 s\n")
+    started = time.monotonic()
+    assert_one_line_usage_error(gputop("--pid", me, "--baseline", str(tmp_path / "none.json"), "--snapshot", "-",
+                                       "--duration", "5"), "cannot read the baseline", "none.json")
+    assert_one_line_usage_error(gputop("--pid", me, "--baseline", str(not_json), "--duration", "5"),
+                                "is not JSON")
+    xl = write_json(tmp_path / "xl.json", dataclasses.asdict(xl_probe_on_h200()))
+    assert_one_line_usage_error(gputop("--pid", me, "--baseline", xl, "--model", "gpt2", "--duration", "5"),
+                                "--model gpt2", "is not the model the baseline")
+    assert time.monotonic() - started < 15  # none of them sampled for its 5 s
+
+
+# --- GPU names for `gputop mfu` --------------------------------------------------------------------------
+
+
+def test_gpu_names_through_nvml():
+    fake = FakeNvml([FakeGpu(name=H200), FakeGpu(name=H200)])
+    assert gpu_names(fake) == [H200, H200]
+    assert fake.init_count == 0  # shut down again
+    assert gpu_names(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)) == []
+    broken = FakeNvml([FakeGpu(errors={"nvmlDeviceGetName": pynvml.NVML_ERROR_UNKNOWN})])
+    assert gpu_names(broken) == [] and broken.init_count == 0
+    assert isinstance(gpu_names(), list)  # the real library: no GPU on most test machines, never raises
+
+
+def run_mfu(argv, capsys):
+    parser = argparse.ArgumentParser(prog="gputop")
+    probe_commands.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+MFU_CASE = ["mfu", "--model", "gpt2-xl", "--tokens-per-iter", str(CASE_TOKENS), "--iter-time", "21"]
+
+
+def test_mfu_without_gpu_finds_it_through_nvml(capsys, monkeypatch):
+    monkeypatch.setattr(probe_commands, "gpu_names", lambda: [H200])
+    code, out, err = run_mfu([*MFU_CASE, "--json"], capsys)
+    document = json.loads(out)
+    assert code == 0 and err == ""
+    assert document["gpu"] == H200 and round(document["mfu"] * 100) == 52
+    assert "found through NVML" in document["peak_source"]
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    ([], "no NVIDIA GPU found through NVML: pass --gpu NAME or --peak-tflops"),
+    ([H200, "NVIDIA L4"], "several GPU models (NVIDIA H200, NVIDIA L4): pass --gpu NAME"),
+])
+def test_mfu_without_gpu_or_peak_says_what_to_pass(capsys, monkeypatch, names, message):
+    monkeypatch.setattr(probe_commands, "gpu_names", lambda: names)
+    code, out, err = run_mfu(MFU_CASE, capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err
+
+
+# --- a live nanoGPT-format target --------------------------------------------------------------------------
+
+
+def test_live_target_observed_pace_in_the_snapshot(spawn_target, tmp_path):
+    log = tmp_path / "train.log"
+    with log.open("w") as stdout:
+        target = spawn_target("nanogpt_like.py", "--interval", "0.3", stdout=stdout, stderr=stdout)
+    baseline = tmp_path / "tiny.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # The probe runs while the first snapshot samples, to keep the test short.
+    with baseline.open("w") as out:
+        probe = subprocess.Popen([sys.executable, "-m", "tui", "probe", "--model", "tiny", "--device", "cpu",
+                                  "--steps", "3", "--json"], stdout=out, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+    try:
+        plain = gputop("--pid", str(target.pid), "--snapshot", "-", "--duration", "4", "--tokens-per-iter", "1024")
+        assert probe.wait(timeout=120) == 0
+    finally:
+        probe.kill()
+        probe.wait()
+    assert plain.returncode == 0, plain.stderr
+    progress = json.loads(plain.stdout)["progress"]
+    assert progress["source"] == str(log) and progress["format"] == "nanogpt"
+    assert progress["seconds_per_iter"] == pytest.approx(0.3, abs=0.15)
+    assert progress["tokens_per_s"] == pytest.approx(1024 / progress["seconds_per_iter"])
+    assert progress["baseline"] is None
+
+    compared = gputop("--pid", str(target.pid), "--snapshot", "-", "--duration", "4", "--tokens-per-iter", "1024",
+                      "--baseline", str(baseline))
+    assert compared.returncode == 0, compared.stderr
+    progress = json.loads(compared.stdout)["progress"]
+    observed = progress["seconds_per_iter"]
+    assert observed == pytest.approx(0.3, abs=0.15)
+    result = progress["baseline"]
+    probe_result = json.loads(baseline.read_text())
+    assert result["baseline_path"] == str(baseline)
+    assert result["observed_seconds_per_iter"] == observed
+    assert result["observed_tokens_per_s"] == pytest.approx(1024 / observed)
+    # 1024 tokens per iteration = 2 micro-steps of the probe's 8 × 64
+    assert result["reference_grad_accum"] == 2
+    assert result["reference_seconds_per_iter"] == pytest.approx(
+        2 * probe_result["fwd_bwd_seconds"] + probe_result["optimizer_seconds"])
+    assert result["compute_bound_pct"] == pytest.approx(100 * result["reference_seconds_per_iter"] / observed)
+    assert result["flops_per_token"] == flops_per_token(PRESETS["tiny"])
+    assert result["corrected_mfu_pct"] is None  # a CPU baseline and no GPU: no peak to divide by
+    assert result["reported_mfu_pct"] == 42.0
+    assert result["lines"] and result["lines"][0].startswith(f"observed {observed:.3g} s/iter; reference step")
+    loaded = load_baseline(str(baseline))
+    assert loaded.shape == PRESETS["tiny"] and loaded.losses == tuple(probe_result["losses"])

@@ -1,0 +1,166 @@
+"""The gputop command end to end: bad input gets one line and exit 2; snapshots of real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gputop(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.update(kwargs.pop("env", {}))
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=kwargs.pop("cwd", REPO), **kwargs)
+
+
+def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def ready(proc) -> bool:
+    return proc.stdout.readline().strip() == b"ready"
+
+
+def test_version():
+    result = gputop("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("gputop ")
+
+
+def test_no_such_pid_is_one_line_and_exit_2(tmp_path):
+    result = gputop("--pid", "999999", "--snapshot", str(tmp_path / "x.json"))
+    assert_one_line_usage_error(result, "999999")
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--pid", "1", "--duration", "0"], "--duration"),
+        (["--pid", "1", "--duration", "-3"], "--duration"),
+        (["--pid", "1", "--rate", "0"], "--rate"),
+        (["--pid", "1", "--interval", "0.1"], "--interval"),
+        (["--pid", "abc"], "--pid"),
+        (["--frobnicate"], "unrecognized"),
+        ([], "--pid"),
+    ],
+)
+def test_nonsense_flags_are_usage_errors(args, needle):
+    assert_one_line_usage_error(gputop(*args), needle)
+
+
+def test_snapshot_to_unwritable_folder_is_usage_error(spawn_target):
+    target = spawn_target("busy_loop.py", stdout=subprocess.PIPE, ready=ready)
+    result = gputop("--pid", str(target.pid), "--snapshot", "/no/such/folder/x.json", "--duration", "1")
+    assert_one_line_usage_error(result, "/no/such/folder")
+
+
+def test_replay_of_a_file_that_is_not_a_recording(tmp_path):
+    bogus = tmp_path / "bogus.jsonl"
+    bogus.write_text("hello\n")
+    assert_one_line_usage_error(gputop("replay", str(bogus)), "not a gputop recording")
+    assert_one_line_usage_error(gputop("replay", str(tmp_path / "missing.jsonl")), "cannot read")
+
+
+@pytest.mark.slow
+def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        result = gputop("--pid", str(sleeper.pid), "--snapshot", "-", "--duration", "2")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)
+    assert snap["schema"] == "gputop.snapshot/1"
+    assert snap["stacks"]["available"] is False
+    assert "Python" in snap["stacks"]["reason"]
+    assert snap["processes"][0]["pid"] == sleeper.pid
+    assert snap["cpu"]["affinity_cpus"] >= 1
+    assert snap["gpus"]["available"] is False and snap["gpus"]["reason"]
+
+
+@pytest.mark.slow
+def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tmp_path):
+    target = spawn_target("busy_loop.py", "--seconds", "2", stdout=subprocess.PIPE, ready=ready)
+    out = tmp_path / "snap.json"
+    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "5")
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(out.read_text())
+    assert snap["target"]["alive"] is False
+    assert snap["verdict"]["liveness"] == "exited"
+    # the last readings taken while it lived are kept
+    assert snap["processes"] and snap["processes"][0]["pid"] == target.pid
+    assert snap["stacks"]["samples"] > 0
+
+
+@pytest.mark.slow
+def test_snapshot_and_recording_keep_secrets_out(spawn_target, tmp_path):
+    secrets = ["hf_SUPERSECRETTOKEN", "sk-APIKEYVALUE", "hunter2pass", "AWSSECRETVALUE", "wandbKEYVALUE"]
+    target = spawn_target(
+        "busy_loop.py", "--api-key=sk-APIKEYVALUE", "--password", "hunter2pass", "--lr", "3e-4",
+        env={"HF_TOKEN": "hf_SUPERSECRETTOKEN", "AWS_SECRET_ACCESS_KEY": "AWSSECRETVALUE",
+             "WANDB_API_KEY": "wandbKEYVALUE", "OMP_NUM_THREADS": "3"},
+        stdout=subprocess.PIPE, ready=ready,
+    )
+    record = tmp_path / "run.jsonl"
+    result = gputop("--pid", str(target.pid), "--snapshot", "-", "--duration", "2", "--record", str(record))
+    assert result.returncode == 0, result.stderr
+    written = result.stdout + record.read_text()
+    for secret in secrets:
+        assert secret not in written
+    snap = json.loads(result.stdout)
+    cmdline = snap["target"]["cmdline"]
+    assert "--api-key=<redacted>" in cmdline and "3e-4" in cmdline
+    assert cmdline[cmdline.index("--password") + 1] == "<redacted>"
+    env = snap["target"]["environment"]
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["HF_TOKEN"] == "<redacted>"
+
+
+@pytest.mark.slow
+def test_record_then_replay_snapshot(spawn_target, tmp_path):
+    target = spawn_target("busy_loop.py", stdout=subprocess.PIPE, ready=ready)
+    record = tmp_path / "run.jsonl"
+    assert gputop("--pid", str(target.pid), "--record", str(record), "--duration", "3").returncode == 0
+    lines = record.read_text().splitlines()
+    assert json.loads(lines[0])["schema"] == "gputop.recording/1"
+    assert len(lines) >= 3
+    result = gputop("replay", str(record), "--snapshot", "-")
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)
+    assert snap["target"]["pid"] == target.pid
+    assert any(h["function"] == "train_step_for_gputop" for h in snap["stacks"]["hot_frames"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root (to start a target that drops to another user) and setpriv")
+def test_untraceable_target_runs_and_says_how_to_fix(spawn_target):
+    target = spawn_target("drop_privileges.py", stdout=subprocess.PIPE, ready=ready)
+    # gputop as root but without CAP_SYS_PTRACE: like an ordinary user facing another user's process.
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", sys.executable, "-m", "tui",
+         "--pid", str(target.pid), "--snapshot", "-", "--duration", "2"],
+        capture_output=True, text=True, timeout=60, env=env, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)
+    stacks = snap["stacks"]
+    assert stacks["available"] is False
+    assert "root" in stacks["reason"] and "SYS_PTRACE" in stacks["reason"]
+    assert snap["processes"][0]["pid"] == target.pid  # CPU data still there

@@ -1,0 +1,539 @@
+"""diagnose(history) on constructed frames: every bottleneck and liveness state, the evidence and advice
+it gives, its stability from tick to tick, and what one call costs on a full history.
+
+GPU numbers are H200-like (max SM clock 1980 MHz, power limit 700 W, 141 GiB) since this machine has no
+GPU; the CPU-side cases are also run against real processes in test_diagnose_e2e.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from probes.diagnose import diagnose
+from probes.diagnose_stacks import (
+    COMPILE,
+    COMPUTE,
+    DATA_PREP,
+    DATA_WAIT,
+    IO,
+    QUEUE_WAIT,
+    WAIT,
+    classify_stack,
+)
+from probes.frame import (
+    CpuReading,
+    Frame,
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    ProcessSample,
+    ProgressReading,
+    StackCount,
+    StackFrame,
+    StacksReading,
+    TargetInfo,
+    ThreadStack,
+    Verdict,
+)
+
+PID = 4242
+T0 = 1_700_000_000.0
+SITE = "/opt/venv/lib/python3.11/site-packages/"
+STDLIB = "/usr/lib/python3.11/"
+TRAIN = "/home/alice/nanogpt/train.py"
+GiB = 2**30
+
+
+def fr(function: str, file: str, line: int = 1) -> StackFrame:
+    return StackFrame(function=function, file=file, line=line)
+
+
+ROOT = (fr("main", TRAIN, 300), fr("<module>", TRAIN, 320))
+DATALOADER_WAIT = (
+    fr("_PollLikeSelector.select", STDLIB + "selectors.py", 415),
+    fr("Queue.get", STDLIB + "multiprocessing/queues.py", 113),
+    fr("_MultiProcessingDataLoaderIter._try_get_data", SITE + "torch/utils/data/dataloader.py", 1291),
+    fr("_MultiProcessingDataLoaderIter._get_data", SITE + "torch/utils/data/dataloader.py", 1464),
+    fr("_MultiProcessingDataLoaderIter._next_data", SITE + "torch/utils/data/dataloader.py", 1505),
+    fr("_BaseDataLoaderIter.__next__", SITE + "torch/utils/data/dataloader.py", 725),
+) + ROOT
+WORKER_GETITEM = (
+    fr("ImageDataset.__getitem__", "/home/alice/nanogpt/data.py", 57),
+    fr("_MapDatasetFetcher.fetch", SITE + "torch/utils/data/_utils/fetch.py", 52),
+    fr("_worker_loop", SITE + "torch/utils/data/_utils/worker.py", 349),
+) + DATALOADER_WAIT[3:]  # forked workers keep the parent's frames under _worker_loop
+TOKENIZE = (
+    fr("tokenize_text", TRAIN, 20),
+    fr("get_batch", TRAIN, 31),
+) + ROOT
+SOCKET_READ = (
+    fr("SocketIO.readinto", STDLIB + "socket.py", 706),
+    fr("HTTPResponse._safe_read", STDLIB + "http/client.py", 638),
+    fr("HTTPResponse.read", STDLIB + "http/client.py", 489),
+    fr("fetch_shard", TRAIN, 15),
+) + ROOT
+FORWARD = (
+    fr("Linear.forward", SITE + "torch/nn/modules/linear.py", 125),
+    fr("Module._call_impl", SITE + "torch/nn/modules/module.py", 1789),
+    fr("GPT.forward", "/home/alice/nanogpt/model.py", 180),
+    fr("train_step", TRAIN, 250),
+) + ROOT
+BACKWARD = (
+    fr("_engine_run_backward", SITE + "torch/autograd/graph.py", 829),
+    fr("backward", SITE + "torch/autograd/__init__.py", 353),
+    fr("Tensor.backward", SITE + "torch/_tensor.py", 625),
+    fr("train_step", TRAIN, 252),
+) + ROOT
+LONG_MATMUL = (fr("one_long_matmul", TRAIN, 22),) + ROOT
+SLEEP = (fr("main", TRAIN, 33), fr("<module>", TRAIN, 320))
+LOCK_WAIT = (fr("rotate_logs", TRAIN, 27),) + ROOT
+QUEUE_GET = (
+    fr("Connection._recv", STDLIB + "multiprocessing/connection.py", 395),
+    fr("Connection._recv_bytes", STDLIB + "multiprocessing/connection.py", 430),
+    fr("_ConnectionBase.recv_bytes", STDLIB + "multiprocessing/connection.py", 216),
+    fr("Queue.get", STDLIB + "multiprocessing/queues.py", 103),
+) + ROOT
+TORCH_SAVE = (
+    fr("_save", SITE + "torch/serialization.py", 1229),
+    fr("save", SITE + "torch/serialization.py", 966),
+    fr("save_checkpoint", TRAIN, 280),
+) + ROOT
+COMPILING = (
+    fr("InstructionTranslatorBase.run", SITE + "torch/_dynamo/symbolic_convert.py", 1950),
+    fr("trace_frame", SITE + "torch/_dynamo/convert_frame.py", 954),
+    fr("_compile", SITE + "torch/_dynamo/convert_frame.py", 2102),
+    fr("CatchErrorsWrapper.__call__", SITE + "torch/_dynamo/convert_frame.py", 2628),
+    fr("Module._call_impl", SITE + "torch/nn/modules/module.py", 1789),
+    fr("OptimizedModule.__call__", SITE + "torch/_dynamo/eval_frame.py", 511),
+    fr("train_step", TRAIN, 250),
+) + ROOT
+ALL_REDUCE = (
+    fr("all_reduce", SITE + "torch/distributed/distributed_c10d.py", 2501),
+    fr("_c10d_wrapper", SITE + "torch/distributed/c10d_logger.py", 81),
+    fr("average_gradients", TRAIN, 200),
+    fr("train_step", TRAIN, 255),
+) + ROOT
+PEER_LOCK_WAIT = (
+    fr("flush_metrics", TRAIN, 19),
+    fr("Thread.run", STDLIB + "threading.py", 982),
+    fr("Thread._bootstrap", STDLIB + "threading.py", 1002),
+)
+
+
+def main_count(stack, n: int = 5, idle: bool = False) -> StackCount:
+    return StackCount(pid=PID, tid=PID, thread_name="MainThread", idle=idle, frames=stack, count=n)
+
+
+def proc(pid: int = PID, role: str = "main", cpu: float | None = 100.0, **kw) -> ProcessSample:
+    name = {"main": "python", "dataloader_worker": "pt_data_worker"}.get(role, "python")
+    return ProcessSample(pid=pid, ppid=None if role == "main" else PID, role=role, name=name, cpu_pct=cpu,
+                         **kw)
+
+
+def h200(util=100.0, sm=1980, power=690.0, sm_active=92.0, reasons=(), mem_used=60 * GiB) -> GpuReading:
+    device = GpuDevice(index=0, name="NVIDIA H200", sm_clock_mhz=sm, max_sm_clock_mhz=1980, power_w=power,
+                       power_limit_w=700.0, util_gpu_pct=util, mem_used_bytes=mem_used,
+                       mem_total_bytes=141 * GiB, temperature_c=62.0, clock_event_reasons=reasons,
+                       gpm_sm_active_pct=sm_active, processes=(GpuProcess(pid=PID, in_target=True),),
+                       in_target=True)
+    return GpuReading(available=True, devices=(device,))
+
+
+def make_frame(i: int, counts=(), processes=None, cpu_reading: CpuReading | None = None,
+               gpu: GpuReading | None = None, threads=(), alive: bool = True,
+               progress: ProgressReading | None = None, **proc_kw) -> Frame:
+    """Frame number i (ending at T0 + i + 1). proc_kw (cpu=..., read_chars_per_s=...) describe the main
+    process when `processes` is not given."""
+    return Frame(
+        seq=i + 1,
+        time=T0 + i + 1.0,
+        interval_s=1.0,
+        target=TargetInfo(pid=PID, alive=alive, exited_at=None if alive else T0 + i + 1.0,
+                          exit_reason=None if alive else "process ended"),
+        processes=tuple(processes) if processes is not None else (proc(**proc_kw),),
+        cpu=cpu_reading or CpuReading(effective_cpus=8.0, affinity_cpus=8),
+        gpu=gpu or GpuReading(available=False, reason="no NVIDIA driver"),
+        stacks=StacksReading(available=True, rate_hz=5.0, samples=sum(c.count for c in counts),
+                             counts=tuple(counts), threads=tuple(threads)),
+        progress=progress,
+    )
+
+
+def run(frames, hang_after_s: float = 5.0) -> list[Verdict]:
+    """The verdict after each frame, fed as the CLI does (previous verdict passed back in)."""
+    verdicts, verdict = [], None
+    for i in range(1, len(frames) + 1):
+        verdict = diagnose(frames[:i], verdict, hang_after_s=hang_after_s)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def text(verdict: Verdict) -> str:
+    return "\n".join(verdict.evidence + verdict.advice)
+
+
+# --- classification ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack, idle, activity, responsible", [
+    (DATALOADER_WAIT, True, DATA_WAIT, "_BaseDataLoaderIter.__next__"),
+    (WORKER_GETITEM, False, DATA_PREP, "ImageDataset.__getitem__"),
+    (TOKENIZE, False, DATA_PREP, "tokenize_text"),
+    (SOCKET_READ, True, IO, "SocketIO.readinto"),
+    (FORWARD, False, COMPUTE, "Linear.forward"),
+    (SLEEP, True, WAIT, "main"),
+    (QUEUE_GET, True, QUEUE_WAIT, "Queue.get"),
+    (TORCH_SAVE, False, "checkpoint", "save"),
+    (COMPILING, False, COMPILE, "CatchErrorsWrapper.__call__"),
+    (ALL_REDUCE, False, "comms", "all_reduce"),
+])
+def test_classify_stack_names_activity_and_responsible_frame(stack, idle, activity, responsible):
+    found = classify_stack(stack, idle)
+    assert found.activity == activity
+    assert found.responsible.function == responsible
+
+
+def test_module_getitem_in_torch_is_not_data_and_socket_under_getitem_is_io():
+    container = (fr("ModuleList.__getitem__", SITE + "torch/nn/modules/container.py", 334),) + FORWARD
+    assert classify_stack(container, idle=False).activity == COMPUTE
+    reading_in_dataset = SOCKET_READ[:3] + (fr("ShardDataset.__getitem__", "/home/alice/data.py", 9),) + ROOT
+    assert classify_stack(reading_in_dataset, idle=True).activity == IO
+
+
+# --- liveness ----------------------------------------------------------------------------------------
+
+
+def test_empty_history_and_exited_target():
+    assert diagnose([]) == Verdict()
+    frames = [make_frame(i, counts=[main_count(FORWARD)]) for i in range(3)]
+    frames.append(make_frame(3, alive=False))
+    verdicts = run(frames)
+    assert verdicts[-1].liveness == "exited"
+    assert verdicts[-1].bottleneck == verdicts[-2].bottleneck == "cpu_bound"
+    assert "has exited (process ended)" in verdicts[-1].evidence[0]
+
+
+def test_deadlock_is_hung_after_threshold_with_where_and_peer_thread():
+    threads = (ThreadStack(pid=PID, tid=PID, name="MainThread", idle=True, frames=LOCK_WAIT),
+               ThreadStack(pid=PID, tid=PID + 1, name="metrics-flusher", idle=True, frames=PEER_LOCK_WAIT))
+    frames = []
+    for i in range(9):
+        counts = [main_count(LOCK_WAIT, idle=True)] if i in (0, 2, 6) else []
+        frames.append(make_frame(i, counts=counts, threads=threads, cpu=None if i == 0 else 0.0))
+    frames[0] = make_frame(0, counts=[main_count(LOCK_WAIT, idle=True)], threads=threads, cpu=None)
+    verdicts = run(frames)
+    # Attached at T0: silent since then; hung once 5 s have passed (frame 4 ends at T0+5).
+    assert [v.liveness for v in verdicts[:4]] == ["unknown", "unknown", "unknown", "unknown"]
+    assert all(v.liveness == "hung" for v in verdicts[4:])
+    last = verdicts[-1]
+    assert last.bottleneck == "unknown"
+    assert last.evidence[0].startswith("no progress for 9 s (hang threshold 5 s): 0% CPU, no I/O")
+    assert "main thread (MainThread, PID 4242) stuck in rotate_logs (train.py:27)" in last.evidence[1]
+    assert "thread metrics-flusher also waiting in flush_metrics (train.py:19)" in text(last)
+    assert any("locks in one global order" in a for a in last.advice)
+    assert last.since == verdicts[4].since == frames[4].time  # since: when hung was first concluded
+    assert last.confidence > verdicts[4].confidence
+
+
+def test_hang_after_is_honoured():
+    frames = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=None if i == 0 else 0.0)
+              for i in range(12)]
+    verdicts = run(frames, hang_after_s=10.0)
+    assert verdicts[8].liveness != "hung" and verdicts[9].liveness == "hung"
+
+
+def test_dead_producer_is_named_when_main_waits_on_its_queue():
+    producer = proc(pid=PID + 7, role="other", cpu=50.0)
+    frames = []
+    for i in range(10):
+        alive = i < 2
+        processes = [proc(cpu=1.0 if alive else 0.0)] + ([producer] if alive else [])
+        frames.append(make_frame(i, counts=[main_count(QUEUE_GET, idle=True)], processes=processes))
+    last = run(frames)[-1]
+    assert last.liveness == "hung"
+    assert "stuck in Queue.get (multiprocessing/queues.py:103)" in last.evidence[1]
+    assert f"child PID {PID + 7} (python, other) exited — the queue it fed will never fill" in text(last)
+    assert any("producer died" in a for a in last.advice)
+
+
+def test_zombie_child_counts_as_dead_producer():
+    zombie = proc(pid=PID + 3, role="other", cpu=0.0, state="zombie")
+    frames = [make_frame(i, counts=[main_count(QUEUE_GET, idle=True)], processes=[proc(cpu=0.0), zombie])
+              for i in range(7)]
+    assert f"child PID {PID + 3} (python, other) is a zombie" in text(run(frames)[-1])
+
+
+def test_one_long_native_call_at_full_cpu_is_slow_not_hung():
+    frames = [make_frame(i, counts=[main_count(LONG_MATMUL)] if i % 3 == 0 else [], cpu=100.0)
+              for i in range(20)]
+    verdicts = run(frames)
+    assert all(v.liveness == "progressing" for v in verdicts[1:])
+    last = verdicts[-1]
+    assert last.bottleneck == "cpu_bound"
+    assert "one call has run for 20 s without returning, one_long_matmul (train.py:22)" in last.evidence[0]
+    assert "slow, not hung" in last.evidence[0]
+
+
+def test_loop_sleeping_between_steps_is_idle_not_hung():
+    frames = []
+    for i in range(20):
+        working = i % 2 == 0
+        counts = [main_count(SLEEP, n=9, idle=True), main_count(FORWARD, n=1)] if i % 5 == 0 else []
+        frames.append(make_frame(i, counts=counts, cpu=15.0 if working else 0.0))
+    verdicts = run(frames)
+    assert all(v.liveness == "progressing" for v in verdicts[1:])
+    assert verdicts[-1].bottleneck == "idle"
+    assert "waiting in main (train.py:33)" in verdicts[-1].evidence[0]
+    assert "CPU time in 45% of 11 ticks, 8% of a core on average" in verdicts[-1].evidence[1]
+
+
+def test_io_trickle_is_progress_even_with_a_still_stack_and_no_cpu():
+    frames = [make_frame(i, counts=[main_count(SOCKET_READ, idle=True)], cpu=0.5, read_chars_per_s=2048.0)
+              for i in range(12)]
+    last = run(frames)[-1]
+    assert last.liveness == "progressing" and last.bottleneck == "io_bound"
+
+
+def test_log_progress_counts_as_progress():
+    frames = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=0.0,
+                         progress=ProgressReading(iteration=i // 2, last_update=T0 + (i // 2) * 2))
+              for i in range(12)]
+    assert run(frames)[-1].liveness == "progressing"
+
+
+def test_gpu_work_counts_as_progress():
+    frames = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=0.0, gpu=h200()) for i in range(12)]
+    assert run(frames)[-1].liveness == "progressing"
+
+
+# --- bottlenecks -------------------------------------------------------------------------------------
+
+
+def _dataloader_frames(worker_cpu: float, effective: float, n: int = 8, gpu=None):
+    frames = []
+    for i in range(n):
+        counts = [main_count(DATALOADER_WAIT, n=8, idle=True), main_count(FORWARD, n=1)]
+        counts += [StackCount(pid=PID + w, tid=PID + w, thread_name="MainThread", idle=False,
+                              frames=WORKER_GETITEM, count=9) for w in (1, 2)]
+        processes = [proc(cpu=12.0)] + [proc(pid=PID + w, role="dataloader_worker", cpu=worker_cpu)
+                                        for w in (1, 2)]
+        frames.append(make_frame(i, counts=counts, processes=processes, gpu=gpu,
+                                 cpu_reading=CpuReading(effective_cpus=effective)))
+    return frames
+
+
+def test_data_bound_with_busy_workers_and_spare_cpus_says_more_workers():
+    last = run(_dataloader_frames(worker_cpu=98.0, effective=8.0))[-1]
+    assert (last.bottleneck, last.liveness) == ("data_bound", "progressing")
+    assert last.evidence[0].startswith("main thread: 89% of 72 samples waiting for the next batch in "
+                                       "_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:725), "
+                                       "called from main (train.py:300)")
+    assert "2 DataLoader workers at 98% CPU each" in last.evidence
+    assert "workers busy in ImageDataset.__getitem__ (data.py:57)" in last.evidence
+    assert last.advice[0].startswith("Raise DataLoader num_workers (now 2; 8 CPUs available)")
+
+
+def test_data_bound_with_saturated_cpus_says_more_workers_will_not_help():
+    last = run(_dataloader_frames(worker_cpu=98.0, effective=2.0))[-1]
+    assert "the CPUs are saturated: the tree uses 2.1 of 2 CPUs" in last.evidence
+    assert last.advice[0].startswith("More workers will not help")
+
+
+def test_data_bound_names_a_starved_gpu():
+    last = run(_dataloader_frames(worker_cpu=98.0, effective=8.0,
+                                  gpu=h200(util=23.0, power=150.0, sm_active=15.0)))[-1]
+    assert last.bottleneck == "data_bound"
+    assert "GPU 0 util 23%: starved while the loop waits for input" in last.evidence
+
+
+def test_main_thread_tokenization_is_data_bound_with_move_it_advice():
+    frames = [make_frame(i, counts=[main_count(TOKENIZE, n=8), main_count(FORWARD, n=2)], cpu=100.0)
+              for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "data_bound"
+    assert last.evidence[0].startswith("main thread: 80% of 60 samples preparing data on the main thread in "
+                                       "tokenize_text (train.py:20)")
+    assert "num_workers > 0" in last.advice[0] and "pre-tokenize" in last.advice[1]
+
+
+def test_io_bound_from_socket_reads_with_low_cpu():
+    frames = [make_frame(i, counts=[main_count(SOCKET_READ, n=9, idle=True), main_count(FORWARD, n=1)],
+                         cpu=3.0, read_chars_per_s=40_000.0) for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "io_bound"
+    assert ("blocked reading in SocketIO.readinto (socket.py:706), called from fetch_shard (train.py:15)"
+            in last.evidence[0])
+    assert "reading 40.0 kB/s, CPU 3% of a core across the tree" in last.evidence[1]
+    assert any("local NVMe" in a for a in last.advice)
+
+
+def test_io_bound_through_workers_blocked_on_reads():
+    worker_read = SOCKET_READ[:3] + WORKER_GETITEM[1:]
+    frames = []
+    for i in range(6):
+        counts = [main_count(DATALOADER_WAIT, n=10, idle=True)]
+        counts += [StackCount(pid=PID + 1, tid=PID + 1, thread_name="MainThread", idle=True, frames=worker_read,
+                              count=10)]
+        processes = [proc(cpu=2.0), proc(pid=PID + 1, role="dataloader_worker", cpu=3.0)]
+        frames.append(make_frame(i, counts=counts, processes=processes))
+    last = run(frames)[-1]
+    assert last.bottleneck == "io_bound"
+    assert "DataLoader workers: 100% of their samples blocked reading in SocketIO.readinto" in text(last)
+
+
+def test_cpu_only_training_is_cpu_bound():
+    frames = [make_frame(i, counts=[main_count(FORWARD, n=4), main_count(BACKWARD, n=6)], cpu=100.0)
+              for i in range(6)]
+    last = run(frames)[-1]
+    assert (last.bottleneck, last.liveness) == ("cpu_bound", "progressing")
+    assert last.evidence[0] == ("main thread: 100% of 60 samples running on the CPU, most often in "
+                                "_engine_run_backward (torch/autograd/graph.py:829), called from train_step "
+                                "(train.py:252) (60% of those)")
+    assert "main process at 100% CPU (8 CPUs available)" in last.evidence
+    assert "no GPU readings (no NVIDIA driver): the work runs on the CPU" in last.evidence
+    assert any("torch.set_num_threads(8)" in a for a in last.advice)
+
+
+def test_checkpoint_save():
+    frames = [make_frame(i, counts=[main_count(TORCH_SAVE, n=8), main_count(FORWARD, n=2)], cpu=60.0,
+                         write_chars_per_s=350e6) for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "checkpoint_save"
+    assert ("saving a checkpoint in save (torch/serialization.py:966), called from save_checkpoint "
+            "(train.py:280)") in last.evidence[0]
+    assert "main process writing 350.0 MB/s" in last.evidence
+    assert any("async_save" in a for a in last.advice)
+
+
+def test_compile_warmup_then_training_is_not_a_storm():
+    frames = [make_frame(i, counts=[main_count(COMPILING, n=10)]) for i in range(4)]
+    frames += [make_frame(4, counts=[main_count(COMPILING, n=4), main_count(FORWARD, n=6)])]
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=10)]) for i in range(5, 20)]
+    verdicts = run(frames)
+    assert verdicts[2].bottleneck == "compile_warmup"
+    assert "compiling in CatchErrorsWrapper.__call__ (torch/_dynamo/convert_frame.py:2628), triggered from " \
+           "train_step (train.py:250)" in verdicts[2].evidence[0]
+    assert "storm" not in text(verdicts[4])
+    assert verdicts[-1].bottleneck == "cpu_bound"
+
+
+def test_recompilation_storm_points_at_shapes():
+    frames = [make_frame(i, counts=[main_count(COMPILING, n=6), main_count(FORWARD, n=4)] if i % 2 else [])
+              for i in range(8)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "compile_warmup"
+    assert last.evidence[0].startswith("recompilation storm: compiling again in 4 of 4 sample windows")
+    assert "TORCH_LOGS=recompiles" in last.advice[0]
+    assert "dynamic=True" in last.advice[1]
+
+
+def test_cpu_throttled_by_quota():
+    cpu = CpuReading(cgroup_version="v1", quota_cpus=0.2, quota_source="/gputop-test", effective_cpus=0.2,
+                     usage_cpus=0.2, throttled_fraction=0.96, runnable_threads=8)
+    frames = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu_reading=cpu, processes=[proc(cpu=20.0)])
+              for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "cpu_throttled"
+    assert last.evidence[0] == "throttled in 96% of CPU periods: cgroup quota 0.2 CPUs (set on /gputop-test)"
+    assert "8 runnable threads on 0.2 CPUs" in last.evidence
+    assert last.advice[0].startswith("Cap threads to the quota: torch.set_num_threads(1)")
+
+
+# --- GPU side (constructed H200 readings) -------------------------------------------------------------
+
+
+def _gpu_frames(gpu: GpuReading, stack=FORWARD, main_cpu: float = 35.0, n: int = 6):
+    return [make_frame(i, counts=[main_count(stack, n=10)], cpu=main_cpu, gpu=gpu) for i in range(n)]
+
+
+def test_gpu_bound_h200_says_so_and_what_is_left():
+    last = run(_gpu_frames(h200()))[-1]
+    assert (last.bottleneck, last.liveness) == ("gpu_bound", "progressing")
+    assert last.evidence[0] == ("GPU 0: util 100%, SM clock 1980/1980 MHz, power 690/700 W, SM active 92%")
+    assert "the good case" in last.advice[0]
+    assert "60 of 141 GiB used" in last.advice[1]
+    assert any("bf16" in a for a in last.advice) and any("scaled_dot_product_attention" in a for a in last.advice)
+
+
+def test_gpu_throttled_by_power_cap():
+    last = run(_gpu_frames(h200(sm=1410, power=699.0, reasons=("sw_power_cap",))))[-1]
+    assert last.bottleneck == "gpu_throttled"
+    assert "SM clock held at 71% of max by: software power cap" in last.evidence[1]
+    assert "power limit (700 W)" in last.advice[0]
+
+
+def test_high_util_alone_is_not_gpu_bound_launch_bound_is_cpu_bound():
+    gpu = h200(util=97.0, sm=1980, power=180.0, sm_active=12.0)
+    last = run(_gpu_frames(gpu, main_cpu=100.0))[-1]
+    assert last.bottleneck == "cpu_bound"
+    assert "util is high but the SMs are mostly idle" in last.evidence[0] and "launch-bound" in last.evidence[0]
+    assert "reduce-overhead" in last.advice[0]
+
+
+def test_comms_bound_all_reduce_with_spinning_nccl_kernels():
+    gpu = h200(util=100.0, power=250.0, sm_active=9.0)
+    threads = (ThreadStack(pid=PID, tid=PID + 5, name="pt_nccl_watchdg", idle=True, frames=()),)
+    frames = [make_frame(i, counts=[main_count(ALL_REDUCE, n=7), main_count(FORWARD, n=3)], cpu=100.0, gpu=gpu,
+                         threads=threads) for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "comms_bound"
+    assert "in a collective: all_reduce (torch/distributed/distributed_c10d.py:2501)" in last.evidence[0]
+    assert "NCCL kernels waiting on peers" in last.evidence[1]
+    assert "NCCL threads present: pt_nccl_watchdg" in last.evidence
+
+
+# --- stability, confidence, cost ----------------------------------------------------------------------
+
+
+def test_verdict_holds_through_a_noisy_window_and_ticks_without_samples():
+    frames = _dataloader_frames(worker_cpu=98.0, effective=8.0, n=10)
+    noisy = [main_count(DATALOADER_WAIT, n=3, idle=True), main_count(FORWARD, n=7)]
+    frames.append(make_frame(10, counts=noisy, processes=frames[-1].processes))
+    frames += [make_frame(i, processes=frames[-1].processes) for i in range(11, 14)]  # windows not yet in
+    verdicts = run(frames)
+    assert {v.bottleneck for v in verdicts[1:]} == {"data_bound"}
+    assert len({v.since for v in verdicts[1:]}) == 1
+
+
+def test_verdict_switches_when_the_new_picture_is_sustained():
+    frames = _dataloader_frames(worker_cpu=98.0, effective=8.0, n=6)
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(6, 20)]
+    verdicts = run(frames)
+    assert verdicts[5].bottleneck == "data_bound" and verdicts[-1].bottleneck == "cpu_bound"
+    switch = next(i for i, v in enumerate(verdicts) if v.bottleneck == "cpu_bound")
+    assert verdicts[-1].since == frames[switch].time
+
+
+def test_confidence_grows_with_evidence():
+    verdicts = run(_dataloader_frames(worker_cpu=98.0, effective=8.0, n=15))
+    confidences = [v.confidence for v in verdicts]
+    assert confidences[0] < confidences[4] < confidences[-1] <= 1.0
+    assert confidences == sorted(confidences)
+
+
+def test_first_verdict_from_one_short_sample_window():
+    first = [make_frame(0, counts=[main_count(TOKENIZE, n=4), main_count(FORWARD, n=1)], cpu=None)]
+    verdict = diagnose(first)
+    assert verdict.bottleneck == "data_bound" and verdict.confidence > 0
+
+
+def test_one_call_on_a_full_history_is_cheap():
+    """600 frames (ten minutes at 1 s) with samples every tick: a call must cost well under 1% of a tick."""
+    stacks = [DATALOADER_WAIT, FORWARD, BACKWARD, TOKENIZE, SOCKET_READ, TORCH_SAVE]
+    frames = []
+    for i in range(600):
+        counts = [main_count(stacks[(i + k) % len(stacks)], n=3) for k in range(4)]
+        counts += [StackCount(pid=PID + 1, tid=PID + 1, thread_name="MainThread", idle=False,
+                              frames=WORKER_GETITEM[:1] + FORWARD[i % 3:], count=2)]
+        processes = [proc(cpu=50.0), proc(pid=PID + 1, role="dataloader_worker", cpu=90.0)]
+        frames.append(make_frame(i, counts=counts, processes=processes, gpu=h200()))
+    verdict = diagnose(frames[:-1])
+    started = time.perf_counter()
+    calls = 20
+    for _ in range(calls):
+        verdict = diagnose(frames, verdict)
+    per_call = (time.perf_counter() - started) / calls
+    print(f"diagnose() on 600 frames: {per_call * 1000:.2f} ms per call")
+    assert per_call < 0.010  # 1% of the default 1 s tick

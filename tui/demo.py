@@ -1,0 +1,82 @@
+"""`gputop demo`: start the bundled training process (tui/demo_target.py), watch it in the live TUI, and
+stop it on the way out, whatever the way out is (q, Ctrl-C, SIGTERM, a dropped SSH session).
+
+The target runs in its own session (so a Ctrl-C typed before the screen is up does not reach it) and is
+stopped as a process group (its DataLoader workers with it). It also watches its parent, so even a
+SIGKILL of gputop leaves no training behind. Its log goes to a temporary folder, read by the log probe.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DEMO_TARGET = Path(__file__).with_name("demo_target.py")
+EXIT_NEEDS_TORCH = 2
+STOP_GRACE_S = 3.0
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM the target's process group, then SIGKILL what is left after a grace period."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # The leader is gone; its workers may still be exiting: make sure the group is empty.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        break
+
+
+def start_demo_target(workdir: str) -> subprocess.Popen:
+    log = open(os.path.join(workdir, "train.log"), "w", encoding="utf-8")
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(DEMO_TARGET), "--parent-pid", str(os.getpid()), "--checkpoint-dir", workdir],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+    finally:
+        log.close()
+
+
+def run_demo(interval_s: float) -> int:
+    if importlib.util.find_spec("torch") is None:
+        print("gputop demo needs torch: pip install 'gputop[probe]'", file=sys.stderr)
+        return EXIT_NEEDS_TORCH
+    from probes.engine import Engine, EngineConfig
+    from tui.app import make_app
+
+    workdir = tempfile.mkdtemp(prefix="gputop-demo-")
+    target = start_demo_target(workdir)
+    previous_handlers = {}
+    try:
+        engine = Engine(target.pid, EngineConfig(interval_s=interval_s,
+                                                 log_path=os.path.join(workdir, "train.log")))
+        try:
+            app = make_app(engine=engine)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                previous_handlers[sig] = signal.signal(sig, lambda *_: app.exit())
+            app.run()
+        finally:
+            engine.close()
+    finally:
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+        stop_process_group(target)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"gputop demo: stopped the demo training process (PID {target.pid}).", file=sys.stderr)
+    return 0

@@ -1,0 +1,37 @@
+"""Refilling a DataTable from fresh rows without redrawing it when nothing changed.
+
+Redrawing a DataTable is most of what the screen costs each tick, and most ticks change no hot frame
+(stack counts arrive in lumps), so the panes hand their rows here instead of clearing and re-adding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+Row = tuple[str, tuple[Text, ...]]  # (row key, cells)
+
+
+def sync_rows(table: DataTable, rows: Sequence[Row], *, follow_key: bool) -> None:
+    """Show `rows` in `table`. With `follow_key`, a cursor the user moved off the top row stays on the
+    same key as rows re-sort; otherwise it keeps its position."""
+    rows = list(rows)
+    if getattr(table, "_synced_rows", None) == rows:
+        return
+    cursor_key = None
+    if follow_key and table.row_count and table.cursor_row > 0:
+        cursor_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+    table._synced_rows = rows
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    keys = [key for key, _ in rows]
+    if cursor_key in keys:
+        table.move_cursor(row=keys.index(cursor_key), animate=False, scroll=False)
+
+
+def forget_rows(table: DataTable) -> None:
+    """Make the next sync_rows redraw (after the columns were rebuilt)."""
+    table._synced_rows = None
