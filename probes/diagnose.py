@@ -17,7 +17,6 @@ Method, in the order an expert would check:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from probes.diagnose_evidence import Evidence, gather
 from probes.diagnose_rules import Candidate, evaluate_rules, hung_bottleneck
@@ -29,8 +28,8 @@ BOTTLENECKS = (
 )
 LIVENESS_STATES = ("progressing", "hung", "exited", "unknown")
 
-# A new bottleneck replaces the previous one only if the previous rule has weakened below this share of
-# its entry strength or the newcomer is clearly stronger: one noisy tick must not flip the verdict.
+# A new bottleneck replaces the previous one only once the previous rule's strength has fallen below
+# STAY_SCORE or the newcomer is stronger by SWITCH_MARGIN: one noisy window must not flip the verdict.
 STAY_SCORE = 0.2
 SWITCH_MARGIN = 0.25
 # A verdict reached on thin evidence (say GPU counters before the first stack samples) is provisional:
@@ -38,12 +37,6 @@ SWITCH_MARGIN = 0.25
 HOLD_MIN_CONFIDENCE = 0.45
 CONFIDENCE_FULL_SAMPLES = 40
 CONFIDENCE_FULL_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class _Liveness:
-    state: str
-    stuck_for_s: float = 0.0  # seconds since the last sign of progress
 
 
 def diagnose(history: Sequence[Frame], previous: Verdict | None = None, hang_after_s: float = 5.0) -> Verdict:
@@ -54,20 +47,20 @@ def diagnose(history: Sequence[Frame], previous: Verdict | None = None, hang_aft
     if not latest.target.alive:
         return _exited(latest, previous)
     evidence = gather(history, hang_after_s)
-    liveness = _Liveness(evidence.liveness, evidence.stuck_for_s)
-    if liveness.state == "hung":
+    liveness = evidence.liveness
+    if liveness == "hung":
         candidate = hung_bottleneck(evidence, hang_after_s)
-        confidence = min(1.0, 0.6 + 0.4 * (liveness.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+        confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
     else:
         candidates = evaluate_rules(evidence)
         candidate = _choose(candidates, previous)
         confidence = _confidence(candidate, evidence, previous, latest.time)
     since = latest.time
-    if previous is not None and (previous.bottleneck, previous.liveness) == (candidate.bottleneck, liveness.state):
+    if previous is not None and (previous.bottleneck, previous.liveness) == (candidate.bottleneck, liveness):
         since = previous.since if previous.since is not None else latest.time
     return Verdict(
         bottleneck=candidate.bottleneck,
-        liveness=liveness.state,
+        liveness=liveness,
         confidence=round(max(0.0, min(1.0, confidence)), 2),
         evidence=tuple(candidate.evidence),
         advice=tuple(candidate.advice),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from probes.diagnose_stacks import COMPILE, ThreadProfile, classify_cached, is_main_thread
+from probes.diagnose_stacks import COMPILE, IO, ThreadProfile, classify_cached, is_main_thread
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -96,6 +96,7 @@ class GpuSummary:
     reasons: tuple[str, ...] = ()
     mem_used_bytes: int | None = None
     mem_total_bytes: int | None = None
+    assumed: bool = False  # NVML could not attribute processes; busy GPUs taken to be the target's
 
     @property
     def in_use(self) -> bool:
@@ -109,6 +110,8 @@ class GpuSummary:
 
 @dataclass
 class DeadChild:
+    """A child process of the target seen lately that is gone now, or a zombie."""
+
     pid: int
     name: str
     role: str
@@ -117,6 +120,8 @@ class DeadChild:
 
 @dataclass
 class Evidence:
+    """What the rules read. Profiles cover the stack window, CPU and GPU figures the metric window."""
+
     latest: Frame
     main_pid: int
     stack_frames: list[Frame]
@@ -131,7 +136,8 @@ class Evidence:
     throttled_fraction: float | None
     gpu: GpuSummary
     liveness: str
-    stuck_for_s: float
+    stuck_for_s: float  # since the last sign of progress, or since watching began if none was seen
+    progress_seen: bool
     stuck_stack: tuple[StackFrame, ...] | None  # the main thread's stack while nothing moved
     stuck_thread: str | None
     unchanged_for_s: float  # how long the main thread's sampled stack has stayed one stack
@@ -140,12 +146,9 @@ class Evidence:
     recompile_windows: int  # of those, how many came with or after training steps
     compile_cpu_pct: float | None  # inductor compile workers' CPU
     disk_wait_threads: int
-    read_bytes_per_s: float | None
-    read_chars_per_s: float | None
+    read_chars_per_s: float | None  # read() bytes across the tree (files, pipes; not sockets)
     main_write_per_s: float | None
     active_tick_share: float | None  # share of ticks with CPU time, for loops that sleep
-    hang_after_s: float = 5.0
-    signals: list[str] = field(default_factory=list)  # the kinds of progress seen
 
 
 def _recent(history: Sequence[Frame], seconds: float, limit: int = MAX_LOOKBACK_FRAMES) -> list[Frame]:
@@ -186,9 +189,21 @@ def _io_chars(frame: Frame) -> float | None:
 
 
 def _target_devices(frame: Frame) -> list[GpuDevice]:
+    """The GPUs the target uses; see _unattributed for when NVML cannot say."""
     if not frame.gpu.available:
         return []
-    return [d for d in frame.gpu.devices if d.in_target]
+    mine = [d for d in frame.gpu.devices if d.in_target]
+    if mine or not _unattributed(frame):
+        return mine
+    return [d for d in frame.gpu.devices if d.processes or (d.util_gpu_pct or 0.0) > 0.0]
+
+
+def _unattributed(frame: Frame) -> bool:
+    """NVML names no process that maps to a PID here: inside a container it reports the host's PIDs,
+    which this PID namespace cannot see. Busy GPUs are then taken to be the target's (and said so)."""
+    devices = frame.gpu.devices
+    return bool(devices) and not any(d.in_target for d in devices) and not any(
+        p.local_pid is not None or p.in_target for d in devices for p in d.processes)
 
 
 def _latest_main_dump(frame: Frame, main_pid: int) -> ThreadStack | None:
@@ -198,12 +213,17 @@ def _latest_main_dump(frame: Frame, main_pid: int) -> ThreadStack | None:
 
 
 def _progress_signals(frame: Frame, older: Frame | None, stacks: _FrameStacks,
-                      newer_stacks: frozenset | None) -> list[str]:
+                      newer_stacks: frozenset | None, main_pid: int, blocked_reading: bool) -> list[str]:
     """The kinds of progress one frame shows (empty: none)."""
     signals = []
     cpu = _tree_cpu(frame)
     if cpu is not None and cpu >= CPU_PROGRESS_PCT:
         signals.append("cpu")
+    elif blocked_reading and ((frame.process(main_pid) and frame.process(main_pid).cpu_pct) or 0.0) > 0.0:
+        # Socket reads do not show in /proc/PID/io, and a slow stream costs almost no CPU: while the main
+        # thread sits in a read, any CPU tick at all means a chunk arrived and woke it. A read from a
+        # peer that went silent costs none.
+        signals.append("reads")
     io = _io_chars(frame)
     if io is not None and io > 0:
         signals.append("io")
@@ -224,8 +244,9 @@ def _log_advanced(now: ProgressReading | None, before: ProgressReading | None) -
     return now.last_update is not None and before.last_update is not None and now.last_update > before.last_update
 
 
-def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float):
-    """(state, seconds since the last progress, kinds of progress seen lately).
+def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float,
+              blocked_reading: bool) -> tuple[str, float, bool]:
+    """(state, seconds since the last progress, whether any progress was seen).
 
     Walks back from the latest frame until it finds progress (bounded). Hung needs measured silence
     (CPU readings present) for at least `hang_after_s`; before anything is measured it is unknown.
@@ -236,30 +257,37 @@ def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float):
     newer_stacks: frozenset | None = None
     measured = False
     last_progress: float | None = None
-    recent_signals: list[str] = []
     for index in range(newest, oldest - 1, -1):
         frame = history[index]
         older = history[index - 1] if index > 0 else None
         stacks = _frame_stacks(frame, main_pid)
-        signals = _progress_signals(frame, older, stacks, newer_stacks)
+        signals = _progress_signals(frame, older, stacks, newer_stacks, main_pid, blocked_reading)
         if stacks.main_stacks:
             newer_stacks = stacks.main_stacks
         if _tree_cpu(frame) is not None:
             measured = True
         if signals:
             last_progress = frame.time
-            recent_signals = signals
             break
     observed_from = history[oldest].time - history[oldest].interval_s
     if last_progress is not None:
         stuck_for = latest_time - last_progress
         if stuck_for < hang_after_s:
-            return "progressing", stuck_for, recent_signals
+            return "progressing", stuck_for, True
     else:
         stuck_for = latest_time - observed_from
     if measured and stuck_for >= hang_after_s:
-        return "hung", stuck_for, []
-    return ("progressing" if last_progress is not None else "unknown"), stuck_for, recent_signals
+        return "hung", stuck_for, last_progress is not None
+    return ("progressing" if last_progress is not None else "unknown"), stuck_for, last_progress is not None
+
+
+def _latest_main_stack(frames: list[Frame], main_pid: int) -> tuple[StackFrame, ...] | None:
+    """The main thread's commonest stack in the latest sample window."""
+    for frame in reversed(frames):
+        counts = _frame_stacks(frame, main_pid).main_counts
+        if counts:
+            return max(counts, key=lambda c: c.count).frames
+    return None
 
 
 def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[StackFrame, ...] | None]:
@@ -328,6 +356,7 @@ def _gpu_summary(frames: list[Frame]) -> GpuSummary:
     devices = per_frame[-1]
     if not devices:
         return GpuSummary(available=True, reason="no GPU is used by the target's processes")
+    assumed = _unattributed(frames[-1])
     readings = [d for ds in per_frame for d in ds]
     reasons: list[str] = []
     for d in devices:
@@ -349,6 +378,7 @@ def _gpu_summary(frames: list[Frame]) -> GpuSummary:
         reasons=tuple(reasons),
         mem_used_bytes=sum(used) if used else None,
         mem_total_bytes=sum(total) if total else None,
+        assumed=assumed,
     )
 
 
@@ -371,9 +401,8 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     main_dump = _latest_main_dump(latest, main_pid)
     if not main.samples and main_dump is not None:
         # No sample window has finished yet: the latest dump stands in as one sample.
-        thread = main_dump
-        main.add(StackCount(pid=thread.pid, tid=thread.tid, thread_name=thread.name, idle=thread.idle,
-                            frames=thread.frames, count=1))
+        main.add(StackCount(pid=main_dump.pid, tid=main_dump.tid, thread_name=main_dump.name,
+                            idle=main_dump.idle, frames=main_dump.frames, count=1))
 
     worker_pids = [p.pid for p in _alive(latest) if p.role == ROLE_DATALOADER_WORKER]
     worker_cpu = {}
@@ -386,7 +415,9 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     compile_cpu = _mean(
         sum(p.cpu_pct or 0.0 for p in _alive(f) if p.role == ROLE_COMPILE_WORKER) or None for f in metric_frames)
 
-    state, stuck_for, signals = _liveness(history, main_pid, hang_after_s)
+    latest_main = _latest_main_stack(stack_frames, main_pid) or (main_dump.frames if main_dump else None)
+    blocked_reading = latest_main is not None and classify_cached(latest_main, True).activity == IO
+    state, stuck_for, progress_seen = _liveness(history, main_pid, hang_after_s, blocked_reading)
     unchanged_for, unchanged_stack = _unchanged_for(
         _recent(history, max(UNCHANGED_LOOKBACK_S, stuck_for + 1.0)), main_pid)
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
@@ -411,6 +442,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         gpu=_gpu_summary(metric_frames),
         liveness=state,
         stuck_for_s=stuck_for,
+        progress_seen=progress_seen,
         stuck_stack=stuck_stack,
         stuck_thread=stuck_thread,
         unchanged_for_s=unchanged_for,
@@ -419,12 +451,9 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         recompile_windows=recompiles,
         compile_cpu_pct=compile_cpu,
         disk_wait_threads=sum(p.disk_wait_threads or 0 for p in _alive(latest)),
-        read_bytes_per_s=_mean(sum(p.read_bytes_per_s or 0.0 for p in _alive(f)) for f in metric_frames),
         read_chars_per_s=_mean(_io_chars_read(f) for f in metric_frames),
         main_write_per_s=_mean(_written(f, main_pid) for f in metric_frames),
         active_tick_share=(sum(active_ticks) / len(active_ticks)) if active_ticks else None,
-        hang_after_s=hang_after_s,
-        signals=signals,
     )
 
 

@@ -114,7 +114,8 @@ def _gpu_line(ev: Evidence) -> str:
         parts.append(f"SM active {g.sm_active_pct:.0f}%")
     if g.tensor_active_pct is not None:
         parts.append(f"tensor active {g.tensor_active_pct:.0f}%")
-    return f"{g.label()}: " + ", ".join(parts)
+    assumed = " (NVML's PIDs do not map here, as inside a container: taken to be the target's)" if g.assumed else ""
+    return f"{g.label()}{assumed}: " + ", ".join(parts)
 
 
 def _power_fraction(ev: Evidence) -> float | None:
@@ -273,6 +274,12 @@ def _cpu_throttled(ev: Evidence) -> Candidate | None:
         lines.append(f"{cpu.runnable_threads} runnable threads on {_cpus(effective)}")
     if cpu.usage_cpus is not None:
         lines.append(f"using {cpu.usage_cpus:.2f} CPUs")
+    environment = ev.latest.target.environment
+    if environment is not None:
+        omp = environment.get("OMP_NUM_THREADS")
+        visible = f"the {cpu.affinity_cpus} visible cores" if cpu.affinity_cpus else "the visible cores"
+        lines.append(f"OMP_NUM_THREADS={omp}" if omp else
+                     f"OMP_NUM_THREADS is not set: torch sizes its thread pool by {visible}, not by the quota")
     threads = max(1, math.floor(effective)) if effective else 1
     advice = [(f"Cap threads to the quota: torch.set_num_threads({threads}), or OMP_NUM_THREADS={threads} "
               f"MKL_NUM_THREADS={threads} before start.")]
@@ -499,12 +506,14 @@ _HUNG_BOTTLENECK = {
 
 def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     """The verdict's body when nothing has moved for `hang_after_s`: where it is stuck, and why."""
-    quiet = ["0% CPU" if (ev.tree_cpu_pct or 0.0) < 1.0 else f"{ev.tree_cpu_pct:.1f}% CPU", "no I/O"]
+    quiet = ["0% CPU" if (ev.tree_cpu_pct or 0.0) < 1.0 else f"{ev.tree_cpu_pct:.1f}% CPU", "no file I/O"]
     if ev.gpu.in_use:
         quiet.append("GPU idle")
     processes = len([p for p in ev.latest.processes if p.alive])
-    lines = [(f"no progress for {ev.stuck_for_s:.0f} s (hang threshold {hang_after_s:g} s): "
-             f"{', '.join(quiet)} across {processes} process{'es' if processes != 1 else ''}")]
+    silent = f"no progress for {ev.stuck_for_s:.0f} s" if ev.progress_seen else \
+        f"no progress in the {ev.stuck_for_s:.0f} s watched so far"
+    lines = [(f"{silent} (hang threshold {hang_after_s:g} s): "
+              f"{', '.join(quiet)} across {processes} process{'es' if processes != 1 else ''}")]
     advice = []
     activity = None
     if ev.stuck_stack:

@@ -37,7 +37,7 @@ _COMPILE_FILES = (
     "torch/_dynamo/convert_frame.py",
     "torch/_dynamo/symbolic_convert.py",
     "torch/_dynamo/output_graph.py",
-    "torch/_functorch/aot_autograd.py",
+    "torch/_dynamo/bytecode_transformation.py",
     "torch/_functorch/_aot_autograd/graph_compile.py",
     "torch/_functorch/partitioners.py",
     "torch/_inductor/compile_fx.py",
@@ -117,7 +117,14 @@ def _in_files(frame: StackFrame, fragments: Iterable[str]) -> bool:
     return any(fragment in frame.file for fragment in fragments)
 
 
+# aot_autograd.py holds both the compile entry points and, as closures, the wrappers that run the
+# compiled graph (aot_module_simplified.<locals>.forward): only the former mean compiling.
+_AOT_AUTOGRAD_FILE = "torch/_functorch/aot_autograd.py"
+
+
 def _is_compile(frame: StackFrame) -> bool:
+    if frame.file.endswith(_AOT_AUTOGRAD_FILE):
+        return "<locals>" not in frame.function
     return _in_files(frame, _COMPILE_FILES)
 
 

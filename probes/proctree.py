@@ -283,8 +283,10 @@ class ProcessTreeProbe:
             with proc.oneshot():
                 create_time = proc.create_time()
                 ppid = proc.ppid()
-                raw_cmdline = tuple(proc.cmdline())
                 state = proc.status()
+                # A zombie has no command line left, but it must stay in the tree: a dead producer whose
+                # queue the main thread waits on is evidence.
+                raw_cmdline = tuple(_or_none(proc.cmdline) or ())
                 cpu_times = _or_none(proc.cpu_times)
                 memory = _or_none(proc.memory_info)
                 num_threads = _or_none(proc.num_threads)
@@ -321,7 +323,7 @@ class ProcessTreeProbe:
             name=comm,
             cmdline=self._redact(raw_cmdline),
             state=state,
-            alive=True,
+            alive=state != psutil.STATUS_ZOMBIE,
             cpu_pct=cpu_pct,
             cpu_seconds=cpu_seconds,
             num_threads=num_threads,

@@ -44,8 +44,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "pid": pid,
             "role": roles.get(pid, "other"),
             "samples": sum(c.count for c in proc_counts),
-            "hot_frames": [to_jsonable(h) for h in
-                           hot_frames(proc_counts, limit=PER_PROCESS_HOT_FRAMES_LIMIT)],
+            "hot_frames": [to_jsonable(h) for h in hot_frames(
+                proc_counts, include_idle=False, limit=PER_PROCESS_HOT_FRAMES_LIMIT)],
         })
     stacks = latest.stacks
     errors = sorted({e for f in frames for e in f.stacks.errors})
@@ -72,7 +72,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "samples": samples,
             "achieved_rate_hz": round(samples / elapsed, 2) if elapsed > 0 else None,
             "threads": to_jsonable(stacks.threads),
-            "hot_frames": [to_jsonable(h) for h in hot_frames(counts, limit=HOT_FRAMES_LIMIT)],
+            # Like py-spy top: where the tree spends its working time. Waiting threads show in "threads"
+            # and in the verdict's evidence.
+            "hot_frames": [to_jsonable(h) for h in hot_frames(counts, include_idle=False, limit=HOT_FRAMES_LIMIT)],
             "by_process": by_process,
             "errors": errors,
         },

@@ -95,9 +95,9 @@ def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
 
 @pytest.mark.slow
 def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tmp_path):
-    target = spawn_target("busy_loop.py", "--seconds", "2", stdout=subprocess.PIPE, ready=ready)
+    target = spawn_target("busy_loop.py", "--seconds", "3", stdout=subprocess.PIPE, ready=ready)
     out = tmp_path / "snap.json"
-    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "5")
+    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "6")
     assert result.returncode == 0, result.stderr
     snap = json.loads(out.read_text())
     assert snap["target"]["alive"] is False
@@ -135,7 +135,7 @@ def test_snapshot_and_recording_keep_secrets_out(spawn_target, tmp_path):
 def test_record_then_replay_snapshot(spawn_target, tmp_path):
     target = spawn_target("busy_loop.py", stdout=subprocess.PIPE, ready=ready)
     record = tmp_path / "run.jsonl"
-    assert gputop("--pid", str(target.pid), "--record", str(record), "--duration", "3").returncode == 0
+    assert gputop("--pid", str(target.pid), "--record", str(record), "--duration", "4").returncode == 0
     lines = record.read_text().splitlines()
     assert json.loads(lines[0])["schema"] == "gputop.recording/1"
     assert len(lines) >= 3
@@ -164,3 +164,18 @@ def test_untraceable_target_runs_and_says_how_to_fix(spawn_target):
     assert stacks["available"] is False
     assert "root" in stacks["reason"] and "SYS_PTRACE" in stacks["reason"]
     assert snap["processes"][0]["pid"] == target.pid  # CPU data still there
+
+
+@pytest.mark.slow
+def test_snapshot_of_dataloader_lists_workers_and_their_hot_frames(spawn_target):
+    target = spawn_target("dataloader_loop.py", "--num-workers", "2", "--item-ms", "20", "--step-ms", "5",
+                          stdout=subprocess.PIPE, ready=ready, timeout=60)
+    result = gputop("--pid", str(target.pid), "--snapshot", "-", "--duration", "4")
+    assert result.returncode == 0, result.stderr
+    snap = json.loads(result.stdout)
+    workers = [p["pid"] for p in snap["processes"] if p["role"] == "dataloader_worker"]
+    assert len(workers) == 2
+    by_pid = {p["pid"]: p for p in snap["stacks"]["by_process"]}
+    for pid in workers:
+        functions = [h["function"] for h in by_pid[pid]["hot_frames"]]
+        assert any(f.endswith("__getitem__") for f in functions), functions

@@ -7,7 +7,9 @@ GPU; the CPU-side cases are also run against real processes in test_diagnose_e2e
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +39,7 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
+from probes.recording import read_recording
 
 PID = 4242
 T0 = 1_700_000_000.0
@@ -229,7 +232,8 @@ def test_deadlock_is_hung_after_threshold_with_where_and_peer_thread():
     assert all(v.liveness == "hung" for v in verdicts[4:])
     last = verdicts[-1]
     assert last.bottleneck == "unknown"
-    assert last.evidence[0].startswith("no progress for 9 s (hang threshold 5 s): 0% CPU, no I/O")
+    assert last.evidence[0] == ("no progress in the 9 s watched so far (hang threshold 5 s): 0% CPU, no file I/O "
+                                "across 1 process")
     assert "main thread (MainThread, PID 4242) stuck in rotate_logs (train.py:27)" in last.evidence[1]
     assert "thread metrics-flusher also waiting in flush_metrics (train.py:19)" in text(last)
     assert any("locks in one global order" in a for a in last.advice)
@@ -253,6 +257,7 @@ def test_dead_producer_is_named_when_main_waits_on_its_queue():
         frames.append(make_frame(i, counts=[main_count(QUEUE_GET, idle=True)], processes=processes))
     last = run(frames)[-1]
     assert last.liveness == "hung"
+    assert last.evidence[0].startswith("no progress for 8 s (hang threshold 5 s)")
     assert "stuck in Queue.get (multiprocessing/queues.py:103)" in last.evidence[1]
     assert f"child PID {PID + 7} (python, other) exited — the queue it fed will never fill" in text(last)
     assert any("producer died" in a for a in last.advice)
@@ -294,6 +299,21 @@ def test_io_trickle_is_progress_even_with_a_still_stack_and_no_cpu():
               for i in range(12)]
     last = run(frames)[-1]
     assert last.liveness == "progressing" and last.bottleneck == "io_bound"
+
+
+def test_socket_read_waking_now_and_then_is_progress_a_silent_one_is_hung():
+    """Socket bytes are not in /proc/PID/io: a CPU tick now and then is what a trickling read leaves."""
+    trickle = [make_frame(i, counts=[main_count(SOCKET_READ, idle=True)], cpu=1.0 if i % 2 else 0.0)
+               for i in range(12)]
+    assert run(trickle)[-1].liveness == "progressing"
+    silent = [make_frame(i, counts=[main_count(SOCKET_READ, idle=True)], cpu=0.0) for i in range(12)]
+    last = run(silent)[-1]
+    assert (last.liveness, last.bottleneck) == ("hung", "io_bound")
+    assert "stuck in SocketIO.readinto (socket.py:706), called from fetch_shard (train.py:15)" in last.evidence[1]
+    # Outside a read, the same trickle of CPU (a polling thread, a watchdog) is not progress.
+    polling = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=1.0 if i % 2 else 0.0)
+               for i in range(12)]
+    assert run(polling)[-1].liveness == "hung"
 
 
 def test_log_progress_counts_as_progress():
@@ -431,10 +451,14 @@ def test_recompilation_storm_points_at_shapes():
 
 def test_cpu_throttled_by_quota():
     cpu = CpuReading(cgroup_version="v1", quota_cpus=0.2, quota_source="/gputop-test", effective_cpus=0.2,
-                     usage_cpus=0.2, throttled_fraction=0.96, runnable_threads=8)
+                     affinity_cpus=64, usage_cpus=0.2, throttled_fraction=0.96, runnable_threads=8)
     frames = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu_reading=cpu, processes=[proc(cpu=20.0)])
               for i in range(6)]
+    frames[-1] = dataclasses.replace(frames[-1], target=dataclasses.replace(frames[-1].target,
+                                                                             environment={"CUDA_VISIBLE_DEVICES": "0"}))
     last = run(frames)[-1]
+    assert ("OMP_NUM_THREADS is not set: torch sizes its thread pool by the 64 visible cores, not by the quota"
+            in last.evidence)
     assert last.bottleneck == "cpu_throttled"
     assert last.evidence[0] == "throttled in 96% of CPU periods: cgroup quota 0.2 CPUs (set on /gputop-test)"
     assert "8 runnable threads on 0.2 CPUs" in last.evidence
@@ -455,6 +479,22 @@ def test_gpu_bound_h200_says_so_and_what_is_left():
     assert "the good case" in last.advice[0]
     assert "60 of 141 GiB used" in last.advice[1]
     assert any("bf16" in a for a in last.advice) and any("scaled_dot_product_attention" in a for a in last.advice)
+
+
+def test_gpu_seen_only_through_host_pids_is_still_used_and_flagged():
+    """In a container NVML lists host PIDs that map to nothing here: busy GPUs are taken as the target's."""
+    reading = h200()
+    host_only = dataclasses.replace(reading.devices[0], in_target=False,
+                                    processes=(GpuProcess(pid=987654, local_pid=None, in_target=False),))
+    last = run(_gpu_frames(GpuReading(available=True, devices=(host_only,))))[-1]
+    assert last.bottleneck == "gpu_bound"
+    assert last.evidence[0].startswith("GPU 0 (NVML's PIDs do not map here, as inside a container: taken to be "
+                                       "the target's): util 100%")
+    # A GPU busy with someone else's process that is visible here is not the target's.
+    other = dataclasses.replace(host_only, processes=(GpuProcess(pid=555, local_pid=555, in_target=False),))
+    last = run(_gpu_frames(GpuReading(available=True, devices=(other,)), main_cpu=100.0))[-1]
+    assert last.bottleneck == "cpu_bound"
+    assert "no GPU in use by the target: the work runs on the CPU" in last.evidence
 
 
 def test_gpu_throttled_by_power_cap():
@@ -537,3 +577,34 @@ def test_one_call_on_a_full_history_is_cheap():
     per_call = (time.perf_counter() - started) / calls
     print(f"diagnose() on 600 frames: {per_call * 1000:.2f} ms per call")
     assert per_call < 0.010  # 1% of the default 1 s tick
+
+
+# --- real runs, replayed ------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "frames"
+
+
+@pytest.mark.parametrize("recording, hang_after_s, bottleneck, liveness, phrase", [
+    ("real_deadlock.jsonl", 5.0, "unknown", "hung", "stuck in rotate_logs (diag_deadlock.py:27)"),
+    ("real_dead_producer.jsonl", 3.0, "unknown", "hung", "exited — the queue it fed will never fill"),
+    ("real_sleepy.jsonl", 5.0, "idle", "progressing", "waiting in main (diag_sleepy.py:30)"),
+    ("real_native_op.jsonl", 5.0, "cpu_bound", "progressing", "one_long_matmul (diag_native_op.py:18)"),
+    ("real_http.jsonl", 5.0, "io_bound", "progressing", "SocketIO.readinto (socket.py:706)"),
+    ("real_dataloader.jsonl", 5.0, "data_bound", "progressing", "SlowTransformDataset.__getitem__"),
+    ("real_compile.jsonl", 5.0, "compile_warmup", "progressing", "recompilation storm"),
+    ("real_checkpoint.jsonl", 5.0, "checkpoint_save", "progressing", "save (torch/serialization.py"),
+])
+def test_recorded_real_runs_replay_to_the_same_verdict(recording, hang_after_s, bottleneck, liveness, phrase):
+    """Recordings of the e2e targets (made with GPUTOP_DIAG_SAVE_RECORDINGS): real py-spy stacks and /proc
+    readings, replayed deterministically."""
+    frames = list(read_recording(FIXTURES / recording))
+    verdicts = run(frames, hang_after_s=hang_after_s)
+    last = verdicts[-1]
+    assert (last.bottleneck, last.liveness) == (bottleneck, liveness), last.evidence
+    assert phrase in text(last)
+    if liveness == "progressing":
+        assert "hung" not in {v.liveness for v in verdicts}
+    attached = frames[0].time - frames[0].interval_s
+    first = next(f.time - attached for f, v in zip(frames, verdicts, strict=True)
+                 if v.bottleneck != "unknown" or v.liveness == "hung")
+    assert first <= 3.0

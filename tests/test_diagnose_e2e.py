@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -47,8 +48,11 @@ def start(spawn_target, tmp_path: Path, script: str, *args: str, timeout: float 
         handle.close()
 
 
-def watch(pid: int, tmp_path: Path, duration: float = DURATION_S, extra: tuple[str, ...] = ()):
-    """Run the gputop command on `pid`; return (snapshot verdict, recorded frames)."""
+def watch(pid: int, tmp_path: Path, case: str, duration: float = DURATION_S, extra: tuple[str, ...] = ()):
+    """Run the gputop command on `pid`; return (snapshot verdict, recorded frames).
+
+    With GPUTOP_DIAG_SAVE_RECORDINGS=DIR the recording is kept as DIR/real_<case>.jsonl (how the
+    recordings in tests/fixtures/frames were made)."""
     snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run(
@@ -57,6 +61,9 @@ def watch(pid: int, tmp_path: Path, duration: float = DURATION_S, extra: tuple[s
         cwd=REPO, env=env, capture_output=True, text=True, timeout=duration + 60,
     )
     assert result.returncode == 0, result.stderr
+    keep = os.environ.get("GPUTOP_DIAG_SAVE_RECORDINGS")
+    if keep:
+        shutil.copyfile(recording, Path(keep) / f"real_{case}.jsonl")
     document = json.loads(snapshot.read_text())
     return document["verdict"], list(read_recording(recording))
 
@@ -103,7 +110,7 @@ def check(case: str, verdict: dict, frames, bottleneck: str, liveness: str, name
 
 def test_dataloader_with_slow_workers_is_data_bound(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_dataloader.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "dataloader")
     check("DataLoader, 2 slow workers", verdict, frames, "data_bound", "progressing",
           "waiting for the next batch in _BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py")
     assert "SlowTransformDataset.__getitem__ (diag_dataloader.py" in "\n".join(verdict["evidence"])
@@ -112,7 +119,7 @@ def test_dataloader_with_slow_workers_is_data_bound(spawn_target, tmp_path):
 
 def test_main_thread_tokenization_is_data_bound(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_tokenize.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "tokenize")
     check("tokenization on the main thread", verdict, frames, "data_bound", "progressing",
           "preparing data on the main thread in tokenize_text (diag_tokenize.py")
     assert any("pre-tokenize" in a for a in verdict["advice"])
@@ -120,14 +127,14 @@ def test_main_thread_tokenization_is_data_bound(spawn_target, tmp_path):
 
 def test_cpu_training_loop_is_cpu_bound(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_cpu_train.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "cpu_train")
     check("CPU training loop", verdict, frames, "cpu_bound", "progressing", "running on the CPU")
     assert "train_step (diag_cpu_train.py" in "\n".join(verdict["evidence"])
 
 
 def test_deadlock_is_hung_with_where(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_deadlock.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "deadlock")
     timeline = check("lock-order deadlock", verdict, frames, "unknown", "hung",
                      "stuck in rotate_logs (diag_deadlock.py:")
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")
@@ -140,7 +147,7 @@ def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_pat
     # The producer dies while gputop watches: the process tree probe drops zombies, so a producer that
     # died before attaching could not be named. --hang-after 3 leaves time to see the hang after it.
     target = start(spawn_target, tmp_path, "diag_dead_producer.py", "--die-after", "2.5")
-    verdict, frames = watch(target.pid, tmp_path, extra=("--hang-after", "3"))
+    verdict, frames = watch(target.pid, tmp_path, "dead_producer", extra=("--hang-after", "3"))
     timeline = check("queue whose producer died (--hang-after 3)", verdict, frames, "unknown", "hung",
                      "stuck in Queue.get (multiprocessing/queues.py:", hang_after_s=3.0)
     evidence = "\n".join(verdict["evidence"])
@@ -152,7 +159,7 @@ def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_pat
 
 def test_one_long_native_op_is_cpu_bound_not_hung(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_native_op.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "native_op")
     check("one long native op", verdict, frames, "cpu_bound", "progressing",
           "one_long_matmul (diag_native_op.py")
     assert "slow, not hung" in verdict["evidence"][0]
@@ -160,20 +167,20 @@ def test_one_long_native_op_is_cpu_bound_not_hung(spawn_target, tmp_path):
 
 def test_sleepy_loop_is_idle_not_hung(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_sleepy.py")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "sleepy")
     check("loop sleeping 2 s per step", verdict, frames, "idle", "progressing", "waiting in main (diag_sleepy.py")
 
 
 def test_torch_save_loop_is_checkpoint_save(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_checkpoint.py", str(tmp_path))
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "checkpoint")
     check("torch.save loop", verdict, frames, "checkpoint_save", "progressing",
           "saving a checkpoint in save (torch/serialization.py")
 
 
 def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_compile.py", timeout=180.0)
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "compile")
     check("torch.compile, new shape every few steps", verdict, frames, "compile_warmup", "progressing",
           "compiling in ")
     assert "recompilation storm" in verdict["evidence"][0]
@@ -187,7 +194,7 @@ def test_streaming_from_a_slow_http_server_is_io_bound(spawn_target, tmp_path):
                      ready=lambda proc: "port" in server_out.read_text())
     port = server_out.read_text().split()[1]
     target = start(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "http")
     check("samples streamed from a slow HTTP server", verdict, frames, "io_bound", "progressing",
           "blocked reading in SocketIO.readinto (socket.py:")
     assert "fetch_shard (diag_http_stream.py" in verdict["evidence"][0]
@@ -230,7 +237,7 @@ def test_loop_in_a_tiny_cpu_quota_is_cpu_throttled(spawn_target, tmp_path, tiny_
     target = start(spawn_target, tmp_path, "diag_cpu_train.py", "--threads", "8")
     tiny_cpu_quota(target.pid)
     wait_for(lambda: "gputop_diag" in Path(f"/proc/{target.pid}/cgroup").read_text(), timeout=5)
-    verdict, frames = watch(target.pid, tmp_path)
+    verdict, frames = watch(target.pid, tmp_path, "cpu_quota")
     check("8 torch threads in a 0.2-CPU cgroup", verdict, frames, "cpu_throttled", "progressing",
           "throttled in ")
     assert "runnable threads on 0.2 CPUs" in "\n".join(verdict["evidence"])

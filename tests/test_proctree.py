@@ -197,3 +197,15 @@ def test_non_python_target_has_no_python_version():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_zombie_child_stays_in_the_tree_as_dead(spawn_target):
+    target = spawn_target("proctree_zombie.py", stdout=subprocess.PIPE)
+    child = int(target.stdout.readline())
+    probe = ProcessTreeProbe(target.pid)
+    wait_for(lambda: psutil.Process(child).status() == psutil.STATUS_ZOMBIE)
+    _, processes = probe.read()
+    zombie = next(p for p in processes if p.pid == child)
+    assert zombie.state == psutil.STATUS_ZOMBIE
+    assert zombie.alive is False
+    assert next(p for p in processes if p.pid == target.pid).alive is True

@@ -26,7 +26,7 @@ class TinyBlock(torch.nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="aot_eager")
-    parser.add_argument("--steps-per-shape", type=int, default=40)
+    parser.add_argument("--steps-per-shape", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch._dynamo.config.cache_size_limit = 100_000

@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rng = random.Random(0)
-    documents = [" ".join(rng.choice(WORDS) for _ in range(6000)) for _ in range(32)]
+    documents = [" ".join(rng.choice(WORDS) for _ in range(20000)) for _ in range(32)]
     vocab: dict[str, int] = {}
     model = torch.nn.Sequential(torch.nn.Embedding(1000, 32), torch.nn.Linear(32, 1000))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
