@@ -104,7 +104,8 @@ def _progress(latest: Frame, comparison: ComparisonInputs | None) -> dict[str, A
 def write_json_atomic(document: dict[str, Any], path: str) -> None:
     """Write JSON to path through a temp file and a rename, so readers never see half a file.
 
-    "-" writes to stdout.
+    "-" writes to stdout. A path that exists and is not a regular file (/dev/null, a FIFO, /dev/stdout)
+    is written in place: renaming over a device would replace the device itself.
     """
     text = json.dumps(document, indent=2) + "\n"
     if path == "-":
@@ -112,6 +113,10 @@ def write_json_atomic(document: dict[str, Any], path: str) -> None:
         sys.stdout.flush()
         return
     target = Path(path)
+    if target.exists() and not target.is_file():
+        with target.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
