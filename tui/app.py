@@ -30,12 +30,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from probes.diagnose import diagnose
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, Verdict
 from probes.history import History
 from probes.recording import Recorder
-from tui.export import save_snapshot
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
@@ -48,6 +46,7 @@ TIMELINE_LIMIT = 50
 WIDE_LAYOUT_MIN_COLUMNS = 140
 SHORT_LAYOUT_MAX_ROWS = 32
 SAMPLER_STOP_TIMEOUT_S = 10.0
+CLOCK_TEXT_REFRESH_S = 1.0
 
 
 class Monitor:
@@ -71,6 +70,9 @@ class Monitor:
             self.recorder = Recorder(record_path)
 
     def ingest(self, frame: Frame) -> MonitorView:
+        # Imported on first use, off the UI thread: the first screen paints ~0.1 s sooner (budget: 1 s).
+        from probes.diagnose import diagnose
+
         self.history.append(frame)
         if self.first_time is None:
             self.first_time = frame.time
@@ -109,11 +111,11 @@ class FrameArrived(Message):
 
 
 class SamplingStopped(Message):
-    """The sampling loop ended by itself: the target exited, or a probe failed unexpectedly."""
+    """The sampling loop ended by itself: the target exited (error None), or a probe failed."""
 
-    def __init__(self, reason: str | None) -> None:
+    def __init__(self, error: str | None) -> None:
         super().__init__()
-        self.reason = reason
+        self.error = error
 
 
 class StatusBar(Static):
@@ -159,11 +161,12 @@ class GputopApp(App[None]):
         self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
         self._clock = clock
         self.view: MonitorView | None = None  # the latest view received
+        self._newest_view: MonitorView | None = None  # the latest view the sampling thread made
         self.paused = False
         self._frames_while_paused = 0
         self._stop_sampling = threading.Event()
         self._sampling_done = threading.Event()
-        self._sampling_note: str | None = None
+        self._sampling_error: str | None = None
         self._last_saved: str | None = None
 
     # --- time -----------------------------------------------------------------------------------
@@ -218,30 +221,29 @@ class GputopApp(App[None]):
     @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
     def _sample(self) -> None:
         worker = get_current_worker()
-        engine = self.engine
-        reason = None
+        error = None
         try:
             # The first tick at once, not after one interval, so the screen has data within a second.
-            frame = engine.tick()
+            frame = self.engine.tick()
             self._deliver(frame)
             if frame.target.alive:
-                for frame in run_ticks(engine, self._stop_sampling):
+                for frame in run_ticks(self.engine, self._stop_sampling):
                     if worker.is_cancelled:
                         break
                     self._deliver(frame)
-                    if not frame.target.alive:
+                    if not frame.target.alive:  # nothing more to read: keep its last readings on screen
                         break
-            if not frame.target.alive:
-                reason = "the target exited: showing its last readings"
-        except Exception as exc:
-            reason = f"sampling stopped: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # a probe bug must not kill the screen: say so, keep the data on it
+            error = f"sampling stopped: {type(exc).__name__}: {exc}"
         finally:
             self.monitor.close()
             self._sampling_done.set()
-            self.post_message(SamplingStopped(reason))
+            self.post_message(SamplingStopped(error))
 
     def _deliver(self, frame: Frame) -> None:
-        self.post_message(FrameArrived(self.monitor.ingest(frame)))
+        view = self.monitor.ingest(frame)
+        self._newest_view = view  # one reference, assigned atomically: the UI thread reads it
+        self.post_message(FrameArrived(view))
 
     async def on_unmount(self) -> None:
         self._stop_sampling.set()
@@ -252,7 +254,11 @@ class GputopApp(App[None]):
 
     @on(FrameArrived)
     def _on_frame(self, message: FrameArrived) -> None:
+        if not self.is_running:  # a frame that arrives while the app shuts down has no panes left to fill
+            return
         self.view = message.view
+        if message.view is not self._newest_view and not self.paused:
+            return  # a newer frame is already queued: when drawing falls behind, frames merge, not pile up
         if self.paused:
             self._frames_while_paused += 1
             self._render_status()
@@ -261,12 +267,21 @@ class GputopApp(App[None]):
 
     @on(SamplingStopped)
     def _on_sampling_stopped(self, message: SamplingStopped) -> None:
-        self._sampling_note = message.reason
+        if not self.is_running:
+            return
         if self.monitor.record_problem:
             self.notify(self.monitor.record_problem, severity="error", timeout=10)
-        if message.reason and message.reason.startswith("sampling stopped"):
-            self.notify(message.reason, severity="error", timeout=15)
+        if message.error:
+            self._sampling_error = message.error
+            self.notify(message.error, severity="error", timeout=15)
         self._render_status()
+        # No more frames will come to move the clock: keep "exited N s ago" and "for N s" current.
+        self.set_interval(CLOCK_TEXT_REFRESH_S, self._refresh_clock_texts)
+
+    def _refresh_clock_texts(self) -> None:
+        self._render_status()
+        if self.view is not None and not self.paused:
+            self.query_one(VerdictPane).show(self.view, self.now())
 
     @on(CpuPane.ProcessChosen)
     def _on_process_chosen(self, message: CpuPane.ProcessChosen) -> None:
@@ -289,9 +304,10 @@ class GputopApp(App[None]):
         self.query_one(StacksPane).show(shown)
 
     def _render_status(self) -> None:
-        self.query_one(StatusBar).update(self.status_text())
+        self.query_one(StatusBar).update(self.status_text(), layout=False)  # always one line
 
     def status_text(self) -> Text:
+        """Most important first, so a narrow terminal cuts the command line, not the state."""
         text = Text()
         text.append(" gputop ", style="bold reverse")
         view = self.view
@@ -300,31 +316,34 @@ class GputopApp(App[None]):
             text.append(f" PID {pid} · attaching…")
             return text
         target = view.latest.target
-        command = " ".join([target.cmdline[0].rsplit("/", 1)[-1], *target.cmdline[1:]]) if target.cmdline else ""
-        text.append(f" PID {target.pid} ", style="bold")
-        text.append(command[:60], style="dim")
+        text.append(f" PID {target.pid}", style="bold")
         if view.replay:
             span = view.latest.time - view.frames[0].time
-            text.append(f" · replay: {len(view.frames)} frames over {duration(span)}", style="bold cyan")
-        elif not target.alive:
+            text.append(f" · replay of {len(view.frames)} frames, {duration(span)}", style="bold cyan")
+        if not target.alive:
             exited = "" if target.exited_at is None else f" {duration(self.now() - target.exited_at)} ago"
             text.append(f" · EXITED{exited}", style="bold red")
         elif self.paused:
-            text.append(f" · PAUSED (sampling continues: {self._frames_while_paused} new) p resumes",
+            text.append(f" · PAUSED, sampling goes on ({self._frames_while_paused} new): p resumes",
                         style="bold black on yellow")
-        else:
+        elif not view.replay:
             text.append(f" · live every {self.engine.config.interval_s:g} s")
+        if self._sampling_error:
+            text.append(f" · {self._sampling_error}", style="bold red")
         overhead = view.latest.overhead
-        if overhead.behind and target.alive and not view.replay:
-            text.append(f" · ⚠ sampling behind ({overhead.tick_seconds or 0:.1f} s per reading)", style="bold yellow")
-        costs = [f"{label} {value:.0f}% CPU" for label, value in
-                 (("gputop", overhead.monitor_cpu_pct), ("py-spy", overhead.sampler_cpu_pct)) if value is not None]
-        if costs and not view.replay:
-            text.append(" · " + ", ".join(costs), style="dim")
-        if self._sampling_note and self._sampling_note.startswith("sampling stopped"):
-            text.append(f" · {self._sampling_note}", style="bold red")
+        if not view.replay and target.alive:
+            if overhead.behind:
+                text.append(f" · ⚠ sampling behind ({overhead.tick_seconds or 0:.1f} s per reading)",
+                            style="bold yellow")
+            costs = [f"{label} {value:.0f}%" for label, value in
+                     (("gputop", overhead.monitor_cpu_pct), ("py-spy", overhead.sampler_cpu_pct)) if value is not None]
+            if costs:
+                text.append(" · CPU " + ", ".join(costs), style="dim")
         if self._last_saved:
             text.append(f" · saved {self._last_saved}", style="green")
+        if target.cmdline:
+            command = " ".join([target.cmdline[0].rsplit("/", 1)[-1], *target.cmdline[1:]])
+            text.append(f" · {command}", style="dim")
         return text
 
     # --- actions --------------------------------------------------------------------------------
@@ -355,6 +374,8 @@ class GputopApp(App[None]):
             self._render_status()
 
     def action_save(self) -> None:
+        from tui.export import save_snapshot  # on first use: keeps start-up short
+
         if self.view is None:
             self.notify("nothing to save yet: no reading has arrived", severity="warning")
             return

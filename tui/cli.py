@@ -42,6 +42,16 @@ def _interval(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
 def _pid(text: str) -> int:
     try:
         value = int(text)
@@ -106,7 +116,7 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
     parser.add_argument("--log", metavar="PATH", help="the target's log, to read its own iteration rate "
                         "(default: its stdout/stderr when they are files)")
-    parser.add_argument("--tokens-per-iter", type=int, default=None, metavar="N",
+    parser.add_argument("--tokens-per-iter", type=_positive_int, default=None, metavar="N",
                         help="tokens per optimizer iteration, to turn s/iter into tokens/s")
     parser.add_argument("--baseline", metavar="PROBE.json",
                         help="a `gputop probe --json` result for the target's model and batch: show its "

@@ -2,8 +2,9 @@
 stop it on the way out, whatever the way out is (q, Ctrl-C, SIGTERM, a dropped SSH session).
 
 The target runs in its own session (so a Ctrl-C typed before the screen is up does not reach it) and is
-stopped as a process group (its DataLoader workers with it). It also watches its parent, so even a
-SIGKILL of gputop leaves no training behind. Its log goes to a temporary folder, read by the log probe.
+stopped as a process group (its DataLoader workers with it). The kernel also ends it when gputop dies
+(PR_SET_PDEATHSIG), so even a SIGKILL of gputop leaves no training behind. Its log goes to a temporary
+folder, read by the log probe; its checkpoints go to its own temporary folder, removed as it stops.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def start_demo_target(workdir: str) -> subprocess.Popen:
     log = open(os.path.join(workdir, "train.log"), "w", encoding="utf-8")
     try:
         return subprocess.Popen(
-            [sys.executable, str(DEMO_TARGET), "--parent-pid", str(os.getpid()), "--checkpoint-dir", workdir],
+            [sys.executable, str(DEMO_TARGET), "--parent-pid", str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )

@@ -6,18 +6,21 @@ Phases (repeated until stopped):
               process waits for batches in ``_next_data``.
   compute     batches are cheap; a wider model's forward/backward dominates (on the GPU when there is one).
   checkpoint  the model and optimizer state are saved with ``torch.save``, again and again, to a file that
-              takes writes at a shared filesystem's pace (20 MB/s), so the demo does not hammer the disk.
+              takes writes at a busy shared filesystem's pace (10 MB/s), so the demo does not hammer the disk.
   hang        a worker blocks forever inside ``__getitem__``: the loop stops making progress (tests use it).
 
 Progress lines follow nanoGPT's format (``iter N: loss L, time Tms, mfu M%``) so the log probe reads them.
-Run as a script: it needs nothing from gputop, only torch. With ``--parent-pid`` it exits when that process
-is gone, so a killed or disconnected gputop leaves no orphan training behind.
+Run as a script: it needs nothing from gputop, only torch. With ``--parent-pid`` the kernel ends it when
+that process is gone, so a killed or disconnected gputop leaves no orphan training behind (Linux).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -28,6 +31,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 PHASES = ("data", "compute", "checkpoint", "hang")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+CHECKPOINT_BYTES_PER_S = 10e6  # a busy shared filesystem; also keeps the demo gentle on the disk
 SAMPLE_FEATURES = 256
 
 
@@ -133,18 +138,24 @@ def run_checkpoint_phase(trainer: Trainer, hidden: int, directory: str, seconds:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         print(f"saving checkpoint to {path}", flush=True)
-        checkpoint_file = SharedFilesystemFile(path, bytes_per_s=20e6)
+        checkpoint_file = SharedFilesystemFile(path, bytes_per_s=CHECKPOINT_BYTES_PER_S)
         try:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_file)
         finally:
             checkpoint_file.close()
 
 
-def exit_when_parent_is_gone(parent_pid: int) -> None:
-    """Stop training once the watching gputop is gone; DataLoader workers notice and exit on their own."""
-    while os.getppid() == parent_pid:
-        time.sleep(0.5)
-    os._exit(0)
+def exit_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGTERM this process when its parent (the watching gputop) dies, however it dies.
+
+    A kernel flag rather than a watchdog thread, so no extra thread shows up in the stacks gputop shows.
+    DataLoader workers notice their parent is gone and exit on their own.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:  # it died before the flag was set
+        sys.exit(0)
 
 
 def main() -> None:
@@ -161,8 +172,11 @@ def main() -> None:
     unknown = [p for p in phases if p not in PHASES]
     if unknown or not phases:
         parser.error(f"unknown phase {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
+    # SIGTERM (from gputop, or from the kernel when gputop dies) unwinds normally, so the temporary
+    # checkpoint folder is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parent_pid is not None:
-        threading.Thread(target=exit_when_parent_is_gone, args=(args.parent_pid,), daemon=True).start()
+        exit_with_parent(args.parent_pid)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
@@ -170,8 +184,10 @@ def main() -> None:
     compute_hidden = 4096 if device.type == "cuda" else 1024
     trainer = Trainer(device)
     print(f"demo training on {device}: phases {', '.join(phases)}, {args.phase_seconds:g} s each", flush=True)
-    with tempfile.TemporaryDirectory(prefix="gputop-demo-ckpt-") as scratch:
-        checkpoint_dir = args.checkpoint_dir or scratch
+    with contextlib.ExitStack() as cleanup:
+        checkpoint_dir = args.checkpoint_dir
+        if checkpoint_dir is None and "checkpoint" in phases:
+            checkpoint_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="gputop-demo-ckpt-"))
         while True:
             for phase in phases:
                 print(f"phase {phase}", flush=True)
@@ -182,13 +198,12 @@ def main() -> None:
                     run_loader_phase(trainer, SlowTokenDataset(work_per_item=10), hidden=compute_hidden,
                                      workers=args.workers, batch_size=256, seconds=args.phase_seconds)
                 elif phase == "checkpoint":
-                    run_checkpoint_phase(trainer, compute_hidden, checkpoint_dir, seconds=args.phase_seconds / 2)
+                    run_checkpoint_phase(trainer, compute_hidden, checkpoint_dir, seconds=args.phase_seconds)
                 else:
                     run_loader_phase(trainer, StuckDataset(), hidden=64, workers=args.workers, batch_size=8,
                                      seconds=float("inf"))
             if args.once:
                 return
-
 
 if __name__ == "__main__":
     try:

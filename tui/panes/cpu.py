@@ -151,6 +151,7 @@ class CpuPane(Vertical):
         super().__init__(id="cpu", classes="pane")
         self.border_title = TITLE
         self._frame: Frame | None = None
+        self._shown_notes: Text | None = None
 
     def compose(self):
         yield Static(id="cpu-notes")
@@ -161,13 +162,16 @@ class CpuPane(Vertical):
             self.show(self._frame)
 
     def show_waiting(self, message: str) -> None:
-        self.query_one("#cpu-notes", Static).update(Text(message, style="dim"))
+        self._shown_notes = Text(message, style="dim")
+        self.query_one("#cpu-notes", Static).update(self._shown_notes)
 
     def show(self, frame: Frame) -> None:
         self.border_title = Text.assemble(TITLE, " · ", cpu_summary(frame.cpu))
         notes = cpu_notes(frame.cpu)
-        self.query_one("#cpu-notes", Static).update(notes)
-        self.query_one("#cpu-notes", Static).display = bool(notes)
+        if notes != self._shown_notes:
+            self._shown_notes = notes
+            self.query_one("#cpu-notes", Static).update(notes)
+            self.query_one("#cpu-notes", Static).display = bool(notes)
         self._frame = frame
         table = self.query_one(ProcessTable)
         command_room = command_width(table.size.width or self.size.width)

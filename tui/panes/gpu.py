@@ -149,6 +149,7 @@ class GpuPane(VerticalScroll):
     def __init__(self) -> None:
         super().__init__(id="gpu", classes="pane")
         self.border_title = "2 GPU"
+        self._shown: Text | None = None
 
     def compose(self):
         yield Static(id="gpu-text")
@@ -161,4 +162,7 @@ class GpuPane(VerticalScroll):
         # Without a GPU the pane is one line and cannot take focus, so its room goes to CPU and stacks.
         self.set_class(not available, "-no-gpu")
         self.can_focus = available
-        self.query_one("#gpu-text", Static).update(gpu_text(frames))
+        text = gpu_text(frames)
+        if text != self._shown:
+            self._shown = text
+            self.query_one("#gpu-text", Static).update(text)

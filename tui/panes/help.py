@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,19 +17,22 @@ from textual.widgets import Static
 KEY_COLUMN_WIDTH = 12
 
 
-def help_text(groups: Sequence[tuple[str, Sequence[Binding]]], key_display) -> Text:
-    """Key and explanation per binding, under a heading per group; `key_display(binding)` names a key."""
-    text = Text()
-    for index, (title, bindings) in enumerate(groups):
-        if index:
-            text.append("\n")
-        text.append(f"{title}\n", style="bold underline")
+def help_text(groups: Sequence[tuple[str, Sequence[Binding]]], key_display) -> Group:
+    """Key and explanation per binding, under a heading per group; `key_display(binding)` names a key.
+
+    A two-column grid, so a long explanation wraps under itself rather than under the key.
+    """
+    parts: list = []
+    for title, bindings in groups:
+        keys = Table.grid(padding=(0, 1))
+        keys.add_column(width=KEY_COLUMN_WIDTH, style="bold cyan")
+        keys.add_column(ratio=1)
         for binding in bindings:
-            text.append(f"  {key_display(binding):<{KEY_COLUMN_WIDTH}}", style="bold cyan")
-            text.append(f"{binding.tooltip or binding.description}\n")
-    text.append("\nMouse: click a pane to focus it, a row to select it, a tree node to open it.\n", style="dim")
-    text.append("Close this help with ?, esc or q.", style="dim")
-    return text
+            keys.add_row(f" {key_display(binding)}", binding.tooltip or binding.description)
+        parts += [Text(title, style="bold underline"), keys, Text()]
+    parts.append(Text("Mouse: click a pane to focus it, a row to select it, a tree node to open it.\n"
+                      "Close this help with ?, esc or q.", style="dim"))
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):

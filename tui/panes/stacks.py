@@ -34,6 +34,7 @@ PERCENT_COLUMN_WIDTH = 6
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
 TABLE_CHROME = 2 * 4 + 2
 MIN_FUNCTION_WIDTH = 16
+DATA_REDRAW_INTERVAL_S = 2.0
 
 FrameKey = tuple[str, str, int]
 TITLE = "4 Stacks"
@@ -128,6 +129,7 @@ class StacksPane(Vertical):
         self.native_available = native_available
         self.window_index = DEFAULT_WINDOW_INDEX
         self.include_idle = False  # py-spy top's default; a hint says when idle threads hold most samples
+        self._idle_in_view = False  # include_idle, or every thread is idle (an empty table helps nobody)
         self.by_line = False
         self.filter_text = ""
         self.scope_pid: int | None = None
@@ -135,6 +137,9 @@ class StacksPane(Vertical):
         self.mode = "hot"
         self.drill_key: FrameKey | None = None
         self._frames: tuple[Frame, ...] = ()
+        self._shown_view_inputs: tuple | None = None
+        self._shown_data_inputs: tuple | None = None
+        self._drawn_at = float("-inf")
 
     def compose(self):
         yield Static(id="stacks-header")
@@ -257,10 +262,33 @@ class StacksPane(Vertical):
         self._frames = tuple(frames)
         self._refresh()
 
+    def _view_inputs(self) -> tuple:
+        """What the user chose: a change shows at once."""
+        return (self.mode, self.window_index, self.include_idle, self.by_line, self.filter_text, self.scope_pid,
+                self.scope_tid, self.drill_key, self.size)
+
+    def _data_inputs(self) -> tuple:
+        """Which data the content comes from: the frames in the window that carry stack counts, and the
+        latest dump in the now view. Most ticks bring no new counts (py-spy reports in lumps)."""
+        latest = self._frames[-1]
+        cutoff = None if self.window_s is None else latest.time - self.window_s
+        with_counts = tuple(f.seq for f in self._frames if f.stacks.counts and (cutoff is None or f.time > cutoff))
+        threads = latest.stacks.threads if self.mode == "now" else ()
+        return (with_counts, threads, latest.stacks.available, latest.stacks.reason, latest.stacks.errors)
+
     def _refresh(self) -> None:
+        """Redraw when what the user chose changed, or when the data did and the last redraw is at least
+        DATA_REDRAW_INTERVAL_S old (by frame time): redrawing tables is most of what the screen costs."""
         if not self._frames:
             return
+        view_inputs, data_inputs = self._view_inputs(), self._data_inputs()
+        now = self._frames[-1].time
+        if view_inputs == self._shown_view_inputs:
+            if data_inputs == self._shown_data_inputs or now - self._drawn_at < DATA_REDRAW_INTERVAL_S:
+                return
+        self._shown_view_inputs, self._shown_data_inputs, self._drawn_at = view_inputs, data_inputs, now
         counts = window_counts(self._frames, self.window_s)
+        self._idle_in_view = self.include_idle or self._all_idle(counts)
         self.border_title = self._title(counts)
         notes = self._notes(counts)
         header = self.query_one("#stacks-header", Static)
@@ -287,7 +315,7 @@ class StacksPane(Vertical):
 
     def _selected_samples(self, counts: Sequence[StackCount]) -> int:
         return sum(c.count for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                   and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle))
+                   and (self.scope_tid is None or c.tid == self.scope_tid) and (self._idle_in_view or not c.idle))
 
     def _title(self, counts: Sequence[StackCount]) -> Text:
         """The pane's title line: which view, over what, of whom."""
@@ -295,7 +323,10 @@ class StacksPane(Vertical):
         if self.mode != "now":
             parts.append(("all history" if self.window_s is None else duration(self.window_s)) + " (w)")
         parts.append(self._scope_words())
-        parts.append("idle " + ("shown" if self.include_idle else "hidden") + " (i)")
+        if self.include_idle or not self._idle_in_view:
+            parts.append("idle " + ("shown" if self.include_idle else "hidden") + " (i)")
+        else:
+            parts.append("all threads idle (i)")
         if self.mode != "now":
             parts.append(f"{self._selected_samples(counts)} samples")
         return Text(" · ".join(parts))  # Text, not str: a thread name must not be read as markup
@@ -312,13 +343,23 @@ class StacksPane(Vertical):
             lines.append(Text(f"filter {self.filter_text!r} (/ edits, esc clears)", style="bold cyan"))
         if self.mode == "hot" and stacks.available:
             idle_share = self._idle_share(counts)
-            if not self.include_idle and idle_share >= 0.5:
+            if not self.include_idle and idle_share == 1.0:
+                lines.append(Text("every sampled thread is idle (waiting, sleeping): showing where they wait",
+                                  style="yellow"))
+            elif not self.include_idle and idle_share >= 0.5:
                 lines.append(Text(f"{idle_share:.0%} of samples are idle threads (waiting, sleeping): "
                                   "i shows them", style="yellow"))
             elif not self._selected_samples(counts):
                 lines.append(Text("no stack samples in this window yet: py-spy reports every few seconds",
                                   style="dim"))
         return Text("\n").join(lines)
+
+    def _all_idle(self, counts: Sequence[StackCount]) -> bool:
+        """Every sampled thread in scope is idle (a hung run): then idle threads are the story."""
+        if self.mode == "now":
+            threads = [t for t in self._frames[-1].stacks.threads if self.scope_pid is None or t.pid == self.scope_pid]
+            return bool(threads) and all(t.idle for t in threads)
+        return self._idle_share(counts) == 1.0
 
     def _idle_share(self, counts: Sequence[StackCount]) -> float:
         scoped = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
@@ -328,7 +369,7 @@ class StacksPane(Vertical):
 
     def _fill_hot(self, counts: Sequence[StackCount]) -> None:
         table = self.query_one("#hot", HotTable)
-        hot = hot_frames(counts, pid=self.scope_pid, tid=self.scope_tid, include_idle=self.include_idle,
+        hot = hot_frames(counts, pid=self.scope_pid, tid=self.scope_tid, include_idle=self._idle_in_view,
                          by_line=self.by_line, limit=HOT_FRAMES_LIMIT)
         if self.filter_text:
             hot = [r for r in hot if matches_filter(r.function, r.file, self.filter_text)]
@@ -353,7 +394,7 @@ class StacksPane(Vertical):
             return
         function, file, line = self.drill_key
         selected = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                    and (self.scope_tid is None or c.tid == self.scope_tid) and (self.include_idle or not c.idle)]
+                    and (self.scope_tid is None or c.tid == self.scope_tid) and (self._idle_in_view or not c.idle)]
         callers, callees = drill_counts(selected, self.drill_key, self.by_line)
         matched = sum(c.count for c in callees)
 
@@ -375,7 +416,7 @@ class StacksPane(Vertical):
     def _fill_now(self) -> None:
         latest = self._frames[-1]
         threads = [t for t in latest.stacks.threads
-                   if (self.scope_pid is None or t.pid == self.scope_pid) and (self.include_idle or not t.idle)]
+                   if (self.scope_pid is None or t.pid == self.scope_pid) and (self._idle_in_view or not t.idle)]
         by_pid: dict[int, list[ThreadStack]] = {}
         for thread in threads:
             by_pid.setdefault(thread.pid, []).append(thread)

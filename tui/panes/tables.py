@@ -18,7 +18,18 @@ def sync_rows(table: DataTable, rows: Sequence[Row], *, follow_key: bool) -> Non
     """Show `rows` in `table`. With `follow_key`, a cursor the user moved off the top row stays on the
     same key as rows re-sort; otherwise it keeps its position."""
     rows = list(rows)
-    if getattr(table, "_synced_rows", None) == rows:
+    previous = getattr(table, "_synced_rows", None)
+    if previous == rows:
+        return
+    if previous is not None and [key for key, _ in previous] == [key for key, _ in rows]:
+        # Same rows in the same order: change only the cells that differ. Clearing and re-adding would
+        # make the table re-measure itself and the screen run a layout pass.
+        columns = [column.key for column in table.ordered_columns]
+        for (key, old_cells), (_, new_cells) in zip(previous, rows, strict=True):
+            for column, old, new in zip(columns, old_cells, new_cells, strict=True):
+                if old != new:
+                    table.update_cell(key, column, new)
+        table._synced_rows = rows
         return
     cursor_key = None
     if follow_key and table.row_count and table.cursor_row > 0:

@@ -17,6 +17,7 @@ from tui.panes.model import MonitorView, VerdictChange
 from tui.panes.text import bottleneck_words, duration, liveness_words, offset
 
 MAX_EVIDENCE_LINES = 3
+SHORT_SCREEN_EVIDENCE_LINES = 2  # leaves room for the advice on a 24-row terminal
 MAX_ADVICE_LINES = 2
 TIMELINE_ENTRIES = 4
 
@@ -34,7 +35,7 @@ def verdict_badge(verdict: Verdict) -> Text:
     return Text(f" {bottleneck_words(verdict.bottleneck)} ", style=style)
 
 
-def verdict_renderable(view: MonitorView, now: float) -> Group:
+def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EVIDENCE_LINES) -> Group:
     """Everything the pane says, given the monitor's view and the time to measure "since" against.
 
     Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
@@ -52,7 +53,7 @@ def verdict_renderable(view: MonitorView, now: float) -> Group:
     lines = Table.grid(padding=(0, 1))
     lines.add_column(width=1)
     lines.add_column(ratio=1)
-    for line in verdict.evidence[:MAX_EVIDENCE_LINES]:
+    for line in verdict.evidence[:max_evidence]:
         lines.add_row(Text("•", style="dim"), Text(line))
     for line in verdict.advice[:MAX_ADVICE_LINES]:
         lines.add_row(Text("→", style="bold cyan"), Text(line, style="cyan"))
@@ -109,4 +110,5 @@ class VerdictPane(VerticalScroll):
         self.query_one("#verdict-text", Static).update(Text(message, style="dim"))
 
     def show(self, view: MonitorView, now: float) -> None:
-        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now))
+        max_evidence = SHORT_SCREEN_EVIDENCE_LINES if self.screen.has_class("-short") else MAX_EVIDENCE_LINES
+        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now, max_evidence))

@@ -1,0 +1,81 @@
+"""Regenerate screenshots/*.svg by replaying the recordings in tests/fixtures/recordings in the app.
+
+Screenshots are never drawn by hand: each is the app showing a recording of a real run, with the clock
+frozen 2 s after the last frame so "since" texts do not depend on when this runs.
+
+    python scripts/export_screenshots.py            # all of them
+    python scripts/export_screenshots.py --check    # exit 1 if any screenshot is out of date
+
+A recording listed below that does not exist yet is skipped with a note. Make one with
+`gputop --pid PID --record tests/fixtures/recordings/NAME.jsonl --duration 8`; the GPU-bound one needs a
+machine with an NVIDIA GPU (for example tui/demo_target.py --phases compute there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from probes.recording import read_recording  # noqa: E402
+from tui.app import make_app  # noqa: E402
+
+RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
+SCREENSHOTS = REPO / "screenshots"
+SECONDS_AFTER_LAST_FRAME = 2.0
+
+# (recording, screenshot, terminal size, keys pressed before the picture)
+SHOTS = (
+    ("data_bound.jsonl", "data-bound.svg", (160, 48), ()),
+    ("data_bound.jsonl", "data-bound-80x24.svg", (80, 24), ()),
+    ("data_bound.jsonl", "data-bound-call-tree.svg", (160, 48), ("enter",)),
+    ("hung.jsonl", "hung.svg", (160, 48), ()),
+    ("hung.jsonl", "hung-now.svg", (160, 48), ("d",)),
+    ("gpu_bound.jsonl", "gpu-bound.svg", (160, 48), ()),
+)
+
+
+async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...]) -> str:
+    frames = list(read_recording(recording))
+    frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
+    app = make_app(replay_frames=frames, clock=lambda: frozen)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        if keys:
+            await pilot.press(*keys)
+            await pilot.pause()
+        return app.export_screenshot(title=f"gputop replay {recording.name}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report screenshots that would change")
+    args = parser.parse_args()
+    SCREENSHOTS.mkdir(exist_ok=True)
+    stale = []
+    for recording_name, screenshot_name, size, keys in SHOTS:
+        recording = RECORDINGS / recording_name
+        if not recording.exists():
+            print(f"skipped {screenshot_name}: no recording {recording.relative_to(REPO)} yet")
+            continue
+        svg = asyncio.run(render(recording, size, keys))
+        target = SCREENSHOTS / screenshot_name
+        if target.exists() and target.read_text(encoding="utf-8") == svg:
+            print(f"unchanged {target.relative_to(REPO)}")
+            continue
+        stale.append(target)
+        if not args.check:
+            target.write_text(svg, encoding="utf-8")
+            print(f"wrote {target.relative_to(REPO)} from {recording.relative_to(REPO)} at {size[0]}x{size[1]}")
+    if args.check and stale:
+        print("out of date: " + ", ".join(str(p.relative_to(REPO)) for p in stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

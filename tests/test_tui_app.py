@@ -1,0 +1,390 @@
+"""Pilot tests: keys pressed against the app fed with recorded frames (tests/fixtures/recordings, made with
+`python -m tui --pid P --record F --duration 8` against tui/demo_target.py).
+
+Replays go through make_app(replay_frames=...). The live path (sampling worker thread, FrameArrived
+messages, pause, recording, a failing probe) is driven by RecordedEngine, which hands out the same
+recorded frames one per tick where the real engine would read /proc, NVML and py-spy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import io
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from textual.widgets import DataTable, Static
+
+from probes.engine import EngineConfig
+from probes.frame import GpuDevice, GpuReading
+from probes.recording import read_recording
+from tui.app import GputopApp, StatusBar, make_app
+from tui.panes.help import HelpScreen
+from tui.panes.stacks import StacksPane, StackTree
+
+RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
+WIDE = (160, 48)
+
+
+def pilot_test(test):
+    """Run an async Pilot test with asyncio (no async pytest plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def frames_of(name: str):
+    return list(read_recording(RECORDINGS / f"{name}.jsonl"))
+
+
+class RecordedEngine:
+    """Stands in for probes.engine.Engine: each tick() returns the next recorded frame (the last one again
+    once they run out). `hold_first` makes the first tick wait, to catch the screen before any data."""
+
+    def __init__(self, frames, *, interval_s: float = 0.25, fail_with: Exception | None = None,
+                 hold_first: threading.Event | None = None) -> None:
+        self.frames = frames
+        self.pid = frames[0].target.pid
+        self.config = EngineConfig(interval_s=interval_s)
+        self.ticks = 0
+        self.fail_with = fail_with
+        self.hold_first = hold_first
+
+    def tick(self):
+        if self.hold_first is not None and self.ticks == 0:
+            self.hold_first.wait(10)
+        if self.fail_with is not None and self.ticks >= 1:
+            raise self.fail_with
+        frame = self.frames[min(self.ticks, len(self.frames) - 1)]
+        self.ticks += 1
+        return frame
+
+
+def text_of(renderable, width: int = 200) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def table_rows(app: GputopApp, table_id: str) -> list[list[str]]:
+    table = app.query_one(f"#{table_id}", DataTable)
+    return [[getattr(cell, "plain", str(cell)) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def hot_functions(app: GputopApp) -> list[str]:
+    return [row[2] for row in table_rows(app, "hot")]
+
+
+def capture_notes(app: GputopApp) -> list[str]:
+    notes: list[str] = []
+    app.notify = lambda message, **_: notes.append(str(message))
+    return notes
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"not reached within {timeout_s} s: {predicate}")
+
+
+@pilot_test
+async def test_data_bound_replay_shows_verdict_workers_and_hot_frame():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        verdict = text_of(app.query_one("#verdict-text", Static).content)
+        assert "input-bound (DataLoader)" in verdict
+        roles = [row[1].strip("└ ") for row in table_rows(app, "processes")]
+        assert roles.count("DataLoader worker") == 2 and roles[0] == "main"
+        assert any(f.endswith("__getitem__") for f in hot_functions(app))
+        assert "replay of 8 frames" in app.status_text().plain
+
+
+@pilot_test
+async def test_enter_opens_the_call_tree_and_escape_closes_it():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        table = app.query_one("#hot", DataTable)
+        table.move_cursor(row=next(i for i, f in enumerate(hot_functions(app)) if f.endswith("__getitem__")))
+        await pilot.press("enter")
+        await pilot.pause()
+        stacks = app.query_one(StacksPane)
+        assert stacks.mode == "tree"
+        tree = app.query_one("#calltree", StackTree)
+        assert app.focused is tree
+        assert "__getitem__" in tree.root.label.plain
+        callers = tree.root.children[0]
+        assert callers.label.plain == "called from"
+        assert any("fetch" in child.label.plain for child in callers.children)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert stacks.mode == "hot" and app.focused is table
+
+
+@pilot_test
+async def test_slash_filters_hot_frames_and_escape_clears():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        everything = hot_functions(app)
+        await pilot.press("slash", *"getitem")
+        await pilot.pause()
+        filtered = hot_functions(app)
+        assert filtered and len(filtered) < len(everything)
+        assert all("getitem" in f.lower() for f in filtered)
+        await pilot.press("enter")  # keeps the filter, back to the table
+        await pilot.pause()
+        assert app.focused is app.query_one("#hot") and hot_functions(app) == filtered
+        await pilot.press("escape")
+        await pilot.pause()
+        assert hot_functions(app) == everything
+
+
+@pilot_test
+async def test_idle_window_lines_and_now_view_keys():
+    app = make_app(replay_frames=frames_of("hung"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        stacks = app.query_one(StacksPane)
+        # Every thread of a hung run waits: rather than an empty table, where they wait is shown.
+        assert "all threads idle (i)" in stacks.border_title
+        assert any("__next__" in f for f in hot_functions(app))
+        await pilot.press("i")
+        await pilot.pause()
+        assert "idle shown (i)" in stacks.border_title
+        await pilot.press("w")
+        assert "1m00s (w)" in stacks.border_title
+        await pilot.press("l")
+        await pilot.pause()
+        assert "file:line" in str(app.query_one("#hot", DataTable).ordered_columns[3].label)
+        await pilot.press("d")
+        await pilot.pause()
+        now = app.query_one("#now", StackTree)
+        assert stacks.mode == "now" and app.focused is now
+        threads = [t for p in now.root.children for t in p.children]
+        main_thread = next(t for t in threads if "MainThread" in t.label.plain)
+        frames = [leaf.label.plain for leaf in main_thread.children]
+        assert any("__next__" in f for f in frames)  # stuck waiting for a batch
+        now.move_cursor(main_thread)
+        await pilot.press("enter")  # that thread's hot frames
+        await pilot.pause()
+        assert stacks.mode == "hot" and "MainThread" in stacks.border_title
+        await pilot.press("escape", "escape")
+        assert "all processes" in stacks.border_title
+
+
+@pilot_test
+async def test_i_shows_and_hides_idle_threads():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        hidden = hot_functions(app)
+        await pilot.press("i")
+        await pilot.pause()
+        shown = hot_functions(app)
+        assert "idle shown (i)" in app.query_one(StacksPane).border_title
+        assert set(hidden) < set(shown)  # the waiting feeder and sharer threads join in
+        await pilot.press("i")
+        await pilot.pause()
+        assert hot_functions(app) == hidden
+
+
+@pilot_test
+async def test_enter_on_a_worker_in_the_cpu_pane_scopes_the_stacks():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        await pilot.press("3")
+        assert app.focused is app.query_one("#processes")
+        await pilot.press("j", "enter")
+        await pilot.pause()
+        stacks = app.query_one(StacksPane)
+        assert "(DataLoader worker)" in stacks.border_title
+        assert app.focused is app.query_one("#hot")
+        assert any(f.endswith("__getitem__") for f in hot_functions(app))
+        await pilot.press("escape")
+        assert "all processes" in stacks.border_title
+
+
+@pilot_test
+async def test_help_is_generated_from_the_bindings():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        shown = text_of(app.screen.query_one("#help-text", Static).content)
+        for _, bindings in app.help_bindings():
+            for binding in bindings:
+                assert (binding.tooltip or binding.description) in shown
+        assert "Quit gputop" in shown and "1 2 3 4" in shown
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@pilot_test
+async def test_save_writes_snapshot_json_and_svg(tmp_path):
+    app = make_app(replay_frames=frames_of("exited"), save_dir=tmp_path)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        assert "EXITED" in app.status_text().plain  # the screen keeps the last data of a gone target
+        assert table_rows(app, "processes")
+        await pilot.press("s")
+        await pilot.pause()
+        saved_json = list(tmp_path.glob("gputop-*.json"))
+        saved_svg = list(tmp_path.glob("gputop-*.svg"))
+        assert len(saved_json) == 1 and len(saved_svg) == 1
+        document = json.loads(saved_json[0].read_text())
+        assert document["schema"] == "gputop.snapshot/1"
+        assert document["verdict"]["liveness"] == "exited"
+        assert saved_svg[0].read_text().lstrip().startswith("<svg")
+        assert f"saved {saved_json[0].name}" in app.status_text().plain
+        await pilot.press("s")  # a second save the same second gets its own name
+        assert len(list(tmp_path.glob("gputop-*.json"))) == 2
+
+
+@pilot_test
+async def test_pause_freezes_the_view_while_sampling_goes_on(tmp_path):
+    frames = frames_of("data_bound")
+    engine = RecordedEngine(frames, interval_s=0.25)
+    record = tmp_path / "again.jsonl"
+    app = make_app(engine=engine, record_path=record)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_until(pilot, lambda: app.view is not None and len(app.view.frames) >= 2)
+        await pilot.press("p")
+        frozen = app.query_one(StacksPane)._frames[-1].seq
+        ticks = engine.ticks
+        await wait_until(pilot, lambda: engine.ticks >= ticks + 3)
+        assert app.query_one(StacksPane)._frames[-1].seq == frozen
+        assert "PAUSED" in app.status_text().plain
+        await pilot.press("p")
+        await pilot.pause()
+        assert app.query_one(StacksPane)._frames[-1].seq > frozen
+        assert "live every 0.25 s" in app.status_text().plain
+    recorded = list(read_recording(record))
+    assert len(recorded) >= engine.ticks - 1 and recorded[0] == frames[0]
+
+
+@pilot_test
+async def test_placeholder_until_the_first_frame():
+    release = threading.Event()
+    engine = RecordedEngine(frames_of("data_bound"), hold_first=release)
+    app = make_app(engine=engine)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        waiting = text_of(app.query_one("#verdict-text", Static).content)
+        assert f"Attaching to PID {engine.pid}" in waiting
+        assert "attaching" in app.status_text().plain
+        notes = capture_notes(app)
+        await pilot.press("s")
+        assert notes == ["nothing to save yet: no reading has arrived"]
+        release.set()
+        await wait_until(pilot, lambda: app.view is not None and app.view.verdict.evidence)
+        await pilot.pause()
+        assert "Attaching" not in text_of(app.query_one("#verdict-text", Static).content)
+        # The one-line placeholder grew into the verdict with its evidence: all of it is laid out.
+        assert app.query_one("#verdict-text").region.height >= 1 + len(app.view.verdict.evidence[:3])
+
+
+@pilot_test
+async def test_a_failing_probe_is_reported_and_the_data_stays():
+    engine = RecordedEngine(frames_of("data_bound"), fail_with=RuntimeError("driver went away"))
+    app = make_app(engine=engine)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_until(pilot, lambda: "sampling stopped" in app.status_text().plain)
+        assert "RuntimeError: driver went away" in app.status_text().plain
+        assert table_rows(app, "processes")
+
+
+@pilot_test
+async def test_live_target_exit_keeps_the_data_and_the_clock_moving(tmp_path):
+    frames = frames_of("exited")
+    now = [frames[-1].time]
+    app = make_app(engine=RecordedEngine(frames, interval_s=0.05), clock=lambda: now[0], save_dir=tmp_path)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_until(pilot, lambda: app.view is not None and not app.view.latest.target.alive)
+        exited_at = app.view.latest.target.exited_at
+        await wait_until(pilot, lambda: "EXITED" in app.status_text().plain)
+        assert table_rows(app, "processes") and hot_functions(app)  # the last live readings stay
+        now[0] = exited_at + 42
+        await wait_until(pilot, lambda: "EXITED 42 s ago" in str(app.query_one(StatusBar).content))
+        await pilot.press("s")
+        assert len(list(tmp_path.glob("gputop-*.json"))) == 1
+
+
+@pilot_test
+async def test_native_key_explains_the_restart_flag():
+    app = make_app(engine=RecordedEngine(frames_of("data_bound")))
+    async with app.run_test(size=WIDE) as pilot:
+        notes = capture_notes(app)
+        await pilot.press("n")
+        assert len(notes) == 1 and f"gputop --pid {app.engine.pid} --native" in notes[0]
+
+
+@pilot_test
+async def test_q_quits():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+
+
+@pilot_test
+async def test_small_terminal_keeps_verdict_cpu_and_stacks_readable():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        for pane_id in ("verdict", "cpu", "stacks"):
+            assert app.query_one(f"#{pane_id}").region.height >= 5, pane_id
+        assert app.query_one("#gpu").region.height == 1  # no GPU: one line
+        assert app.query_one("#hot", DataTable).region.height >= 4
+
+
+@pilot_test
+async def test_gpu_pane_takes_room_and_focus_when_there_is_a_gpu():
+    h200 = GpuDevice(index=0, name="NVIDIA H200", uuid="GPU-0", sm_clock_mhz=1980, max_sm_clock_mhz=1980,
+                     power_w=690.0, power_limit_w=700.0, util_gpu_pct=100.0, clock_event_reasons=("sw_power_cap",),
+                     in_target=True)
+    frames = [dataclasses.replace(f, gpu=GpuReading(available=True, devices=(h200,))) for f in frames_of("data_bound")]
+    app = make_app(replay_frames=frames)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        gpu = app.query_one("#gpu")
+        assert gpu.region.height >= 5 and "-no-gpu" not in gpu.classes
+        await pilot.press("2")
+        assert app.focused is gpu
+        shown = text_of(app.query_one("#gpu-text", Static).content)
+        assert "GPU0 H200 [target]" in shown and "software power cap" in shown and "last min" in shown
+
+
+@pilot_test
+async def test_without_a_gpu_the_gpu_pane_is_one_line_and_2_says_why():
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        notes = capture_notes(app)
+        focused = app.focused
+        await pilot.press("2")
+        assert app.focused is focused and notes == ["no GPU to show: see the GPU line for why"]
+        await pilot.press("tab")  # tab skips the one-line GPU pane too
+        assert app.focused is app.query_one("#verdict")
+
+
+def test_make_app_wants_exactly_one_source():
+    with pytest.raises(ValueError):
+        make_app()
+    with pytest.raises(ValueError):
+        make_app(engine=RecordedEngine(frames_of("hung")), replay_frames=frames_of("hung"))

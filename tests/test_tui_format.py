@@ -1,0 +1,185 @@
+"""Unit tests of the panes' pure parts: formatters, the process tree order, GPU and CPU texts, the verdict
+text and timeline, and the call-tree cut that feeds probes.stacks.call_tree."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from probes.frame import (
+    CpuReading,
+    Frame,
+    GpuDevice,
+    GpuReading,
+    ProcessSample,
+    StackCount,
+    StackFrame,
+    TargetInfo,
+    Verdict,
+)
+from probes.stacks import call_tree
+from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
+from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
+from tui.panes.model import MonitorView, VerdictChange
+from tui.panes.stacks import drill_counts, hot_column_widths, window_counts
+from tui.panes.text import bar, clip, clip_left, duration, offset, short_path, size, sparkline
+from tui.panes.verdict import timeline_text, verdict_renderable
+
+
+def plain(renderable, width: int = 120) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def frame(seq: int = 1, time: float = 100.0, **kwargs) -> Frame:
+    return Frame(seq=seq, time=time, interval_s=1.0, target=TargetInfo(pid=10, alive=True), **kwargs)
+
+
+def test_durations_offsets_and_sizes():
+    assert duration(0.4) == "0.4 s"
+    assert duration(45) == "45 s"
+    assert duration(185) == "3m05s"
+    assert duration(2 * 3600 + 14 * 60) == "2h14m"
+    assert offset(75) == "+1:15" and offset(3725) == "+1:02:05"
+    assert size(None) == "-" and size(512) == "512 B" and size(3 * 1024**3) == "3.0 GiB"
+
+
+def test_sparkline_scales_buckets_and_keeps_gaps():
+    assert sparkline([0, 50, 100], 3, top=100) == "▁▅█"
+    assert sparkline([100, None, 0], 3, top=100) == "█ ▁"
+    squeezed = sparkline(list(range(60)), 15, top=60)
+    assert len(squeezed) == 15 and squeezed[0] == "▁" and squeezed[-1] in "▇█"
+    assert sparkline([], 10, top=1) == ""
+
+
+def test_bar_fills_against_the_maximum():
+    assert bar(50, 100, 10).plain == "█████░░░░░"
+    assert bar(None, 100, 4).plain == "····"
+    assert bar(5, 0, 4).plain == "····"
+
+
+def test_short_paths_and_clipping():
+    assert short_path("/usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py") == \
+        "torch/utils/data/dataloader.py"
+    assert short_path("/usr/lib/python3.11/threading.py") == "threading.py"
+    assert short_path("/home/me/run/train.py") == "run/train.py"
+    assert short_path("<frozen importlib._bootstrap>") == "<frozen importlib._bootstrap>"
+    assert clip("abcdef", 4) == "abc…" and clip("abc", 4) == "abc"
+    assert clip_left("torch/utils/data.py:10", 10) == "…ata.py:10"
+    assert clip_left("abcdef", 4) == "…def"
+
+
+def test_process_tree_order_puts_workers_under_their_parent():
+    processes = (
+        ProcessSample(pid=30, ppid=20, role="dataloader_worker", name="pt_data_worker"),
+        ProcessSample(pid=20, ppid=10, role="forkserver", name="python"),
+        ProcessSample(pid=10, ppid=1, role="main", name="python"),
+        ProcessSample(pid=40, ppid=99, role="other", name="orphan"),
+        ProcessSample(pid=11, ppid=10, role="dataloader_worker", name="pt_data_worker"),
+    )
+    assert [(depth, p.pid) for depth, p in tree_order(processes, root_pid=10)] == [
+        (0, 10), (1, 11), (1, 20), (2, 30), (1, 40)]
+
+
+def test_cpu_summary_and_oversubscription_warning():
+    reading = CpuReading(cgroup_version="v2", quota_cpus=2.0, affinity_cpus=8, effective_cpus=2.0,
+                         usage_cpus=1.96, throttled_fraction=0.4, pressure_some_avg10=37.0, runnable_threads=9)
+    assert cpu_summary(reading).plain == \
+        "CPUs 2 (quota 2, affinity 8) · using 2.0 · throttled 40% · pressure 37%"
+    assert cpu_notes(reading).plain == "⚠ 9 runnable threads > 2 CPUs: threads wait for a core"
+    assert cpu_notes(CpuReading(effective_cpus=4.0, runnable_threads=2)).plain == ""
+    assert "no quota" in cpu_summary(CpuReading(cgroup_version="v1", effective_cpus=4.0)).plain
+    assert command_width(80) == 0 and command_width(120) > 10
+
+
+def test_gpu_text_orders_the_targets_gpus_first_and_names_clock_reasons():
+    busy = GpuDevice(index=1, name="NVIDIA H200", uuid="GPU-1", sm_clock_mhz=1755, max_sm_clock_mhz=1980,
+                     power_w=690, power_limit_w=700, util_gpu_pct=100, mem_used_bytes=70 * 1024**3,
+                     mem_total_bytes=140 * 1024**3, temperature_c=63, clock_event_reasons=("sw_power_cap",),
+                     gpm_sm_active_pct=81, gpm_tensor_active_pct=44, in_target=True)
+    idle = GpuDevice(index=0, name="NVIDIA H200", uuid="GPU-0", util_gpu_pct=0, power_w=80)
+    assert [d.index for d in ordered_devices([idle, busy])] == [1, 0]
+    frames = [frame(seq=i, time=100.0 + i, gpu=GpuReading(available=True, devices=(idle, busy)))
+              for i in range(5)]
+    text = gpu_text(frames).plain
+    assert text.index("GPU1 H200 [target]") < text.index("GPU0 H200")
+    assert "1755/1980 MHz" in text and "690/700 W" in text and "mem 70.0 GiB/140.0 GiB" in text
+    assert "clocks held by: software power cap" in text
+    assert "GPM: SM active 81% · tensor 44%" in text
+    assert "last min" in text and "(not the target's)" in text
+    assert clock_event_words(("hw_thermal_slowdown", "unknown_0x400")) == \
+        "hardware thermal slowdown (too hot), unknown 0x400"
+
+
+def test_no_gpu_is_one_line_with_the_reason():
+    text = gpu_text([frame(gpu=GpuReading(available=False, reason="NVML library not found"))]).plain
+    assert text == "GPU none: NVML library not found"
+
+
+def test_verdict_text_says_since_when_and_hides_the_opening_no_verdict():
+    verdict = Verdict(bottleneck="data_bound", liveness="progressing", confidence=0.8,
+                      evidence=("main waits in _next_data 90% of samples", "2 workers at 99% CPU", "third", "4th"),
+                      advice=("raise num_workers",), since=130.0)
+    view = MonitorView(frames=(frame(time=160.0),), verdict=verdict, first_time=100.0, timeline=(
+        VerdictChange(100.0, "unknown", "unknown"), VerdictChange(104.0, "compile_warmup", "progressing"),
+        VerdictChange(130.0, "data_bound", "progressing")))
+    text = plain(verdict_renderable(view, now=175.0))
+    assert "input-bound (DataLoader)" in text and "80% sure · for 45 s" in text
+    assert "main waits in _next_data" in text and "third" in text and "4th" not in text
+    assert "→ raise num_workers" in text
+    assert timeline_text(view).plain == "timeline +0:04 compiling (warm-up) → +0:30 input-bound (DataLoader)"
+    assert "4th" not in plain(verdict_renderable(view, now=175.0, max_evidence=2)) and \
+        "third" not in plain(verdict_renderable(view, now=175.0, max_evidence=2))
+
+
+def test_exited_view_keeps_the_last_live_frames():
+    alive = frame(seq=1, time=100.0)
+    gone = Frame(seq=2, time=101.0, interval_s=1.0, target=TargetInfo(pid=10, alive=False, exited_at=100.5))
+    view = MonitorView(frames=(alive, gone))
+    assert view.shown is alive and view.latest is gone
+    text = plain(verdict_renderable(view, now=110.0))
+    assert "exited 10 s ago" in text
+
+
+def _stack(*names: str) -> tuple[StackFrame, ...]:
+    """Innermost first, as py-spy lists them."""
+    return tuple(StackFrame(function=n, file=f"/src/{n}.py", line=1) for n in names)
+
+
+def test_drill_counts_feed_callers_and_callees_trees():
+    counts = [
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("leaf", "work", "main"), count=3),
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("work", "other", "main"),
+                   count=1),
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("unrelated", "main"), count=5),
+    ]
+    callers, callees = drill_counts(counts, ("work", "/src/work.py", 1), by_line=True)
+    assert sum(c.count for c in callers) == 4
+    chosen = call_tree(callers).children[0]
+    assert chosen.function == "work" and chosen.total == 4
+    assert [(n.function, n.total) for n in chosen.children] == [("main", 3), ("other", 1)]
+    below = call_tree(callees).children[0]
+    assert [(n.function, n.total) for n in below.children] == [("leaf", 3)] and below.own == 1
+    by_function_key = ("work", "/src/work.py", 0)
+    assert sum(c.count for c in drill_counts(counts, by_function_key, by_line=False)[0]) == 4
+
+
+def test_recursive_frame_is_cut_at_its_outermost_call():
+    counts = [StackCount(pid=1, tid=1, thread_name=None, idle=False,
+                         frames=_stack("walk", "walk", "main"), count=2)]
+    callers, callees = drill_counts(counts, ("walk", "/src/walk.py", 1), by_line=True)
+    assert [f.function for f in callers[0].frames] == ["main", "walk"]  # flipped: the chosen frame is the root
+    assert [f.function for f in callees[0].frames] == ["walk", "walk"]
+
+
+def test_window_counts_and_column_widths():
+    early = frame(seq=1, time=100.0, stacks=frame().stacks.__class__(available=True, counts=(
+        StackCount(pid=1, tid=1, thread_name=None, idle=False, frames=_stack("a"), count=1),)))
+    late = frame(seq=2, time=140.0, stacks=early.stacks)
+    assert len(window_counts([early, late], 30.0)) == 1
+    assert len(window_counts([early, late], None)) == 2
+    function, file = hot_column_widths(100, longest_function=60)
+    assert function + file + 2 * 6 + 10 == 100 and function < 60
+    assert hot_column_widths(200, longest_function=20)[0] == 20
