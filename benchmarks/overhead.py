@@ -6,6 +6,7 @@ repeat, so drift on a noisy machine hits every arm alike. For each phase it repo
 and the monitor's CPU (its own and its children's, from wait4 rusage).
 
     python benchmarks/overhead.py --rates 5 10 --phase-seconds 20 --rounds 3
+    python benchmarks/overhead.py --rates 5 --arms gputop-nostacks   # the engine without py-spy
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def run_phase(kind: str, pid: int, rate: float, seconds: float, progress: Path, 
     elif kind == "gputop":
         cmd = pin + [sys.executable, "-m", "tui", "--pid", str(pid), "--rate", f"{rate:g}", "--no-gpu",
                      "--duration", f"{seconds:g}", "--snapshot", os.devnull]
+    elif kind == "gputop-default":  # no --rate: adaptive, 5 Hz settling to 1 Hz
+        cmd = pin + [sys.executable, "-m", "tui", "--pid", str(pid), "--no-gpu",
+                     "--duration", f"{seconds:g}", "--snapshot", os.devnull]
+    elif kind == "gputop-nostacks":  # the engine's own /proc and cgroup reads, without py-spy
+        cmd = pin + [sys.executable, "-m", "tui", "--pid", str(pid), "--no-stacks", "--no-gpu",
+                     "--duration", f"{seconds:g}", "--snapshot", os.devnull]
     else:
         cmd = None
     time.sleep(1.0)  # let the previous phase's effects settle
@@ -63,6 +70,9 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[5.0, 10.0])
     parser.add_argument("--phase-seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arms", nargs="+", default=["pyspy", "gputop"],
+                        choices=["pyspy", "gputop", "gputop-default", "gputop-nostacks"],
+                        help="monitors to compare; each round runs 'none' before each of them")
     args = parser.parse_args()
     ncpu = os.cpu_count() or 1
     target_cpu, monitor_cpu = 0, 1 % ncpu
@@ -78,13 +88,14 @@ def main() -> None:
                   f"{args.phase_seconds:g} s phases x {args.rounds} rounds")
             print(f"{'rate':>5} {'monitor':>8} {'steps/s':>9} {'slowdown':>9} {'CPU (cores)':>12}")
             for rate in args.rates:
-                results: dict[str, list[dict]] = {"none": [], "pyspy": [], "gputop": []}
+                results: dict[str, list[dict]] = {kind: [] for kind in ["none", *args.arms]}
                 for _ in range(args.rounds):
-                    for kind in ("none", "pyspy", "none", "gputop"):
-                        results[kind].append(run_phase(kind, target.pid, rate, args.phase_seconds,
-                                                       progress, monitor_cpu))
+                    for arm in args.arms:
+                        for kind in ("none", arm):
+                            results[kind].append(run_phase(kind, target.pid, rate, args.phase_seconds,
+                                                           progress, monitor_cpu))
                 base = statistics.median(r["steps_per_s"] for r in results["none"])
-                for kind in ("none", "pyspy", "gputop"):
+                for kind in results:
                     speed = statistics.median(r["steps_per_s"] for r in results[kind])
                     cores = statistics.median(r["cpu_s"] / r["wall_s"] for r in results[kind])
                     slowdown = 100.0 * (1.0 - speed / base)

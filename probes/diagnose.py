@@ -72,7 +72,9 @@ def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
     target = latest.target
     reason = f" ({target.exit_reason})" if target.exit_reason else ""
     lines = [f"PID {target.pid} has exited{reason}."]
-    if previous is not None and previous.bottleneck != "unknown":
+    if previous is not None and previous.liveness == "exited":
+        lines = list(previous.evidence)  # said once, when it exited: keep the account of what came before
+    elif previous is not None and previous.bottleneck != "unknown":
         lines.append(f"Before it exited: {previous.bottleneck}" +
                      (f" — {previous.evidence[0]}" if previous.evidence else ""))
     since = target.exited_at if target.exited_at is not None else latest.time

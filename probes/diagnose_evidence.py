@@ -8,6 +8,7 @@ Pure: frames in, an Evidence out. Per-frame stack summaries are memoised by the 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,8 +48,10 @@ class _FrameStacks:
     main_samples: int = 0
 
 
-_FRAME_CACHE_LIMIT = 2048
-_frame_cache: dict[int, tuple[object, int, _FrameStacks]] = {}
+# Summaries of the frames a diagnosis looks back over, so each tick summarises only its new frame. The
+# cache holds the frames' stacks alive, so it is sized to the look-back window, not to the history.
+_FRAME_CACHE_LIMIT = MAX_LOOKBACK_FRAMES + 16
+_frame_cache: OrderedDict[int, tuple[object, int, _FrameStacks]] = OrderedDict()
 
 
 def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
@@ -73,8 +76,8 @@ def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
         main_compile=sum(c.count for c in main if classify_cached(c.frames, c.idle).activity == COMPILE),
         main_samples=sum(c.count for c in main),
     )
-    if len(_frame_cache) >= _FRAME_CACHE_LIMIT:
-        _frame_cache.clear()
+    while len(_frame_cache) >= _FRAME_CACHE_LIMIT:
+        _frame_cache.popitem(last=False)  # the oldest frame: it has left the look-back window
     _frame_cache[id(frame.stacks)] = (frame.stacks, main_pid, summary)
     return summary
 

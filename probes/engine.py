@@ -19,7 +19,7 @@ from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe
-from probes.pyspy import StackSampler
+from probes.pyspy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, StackSampler
 from probes.redact import redact_argv, redact_environ
 
 DEFAULT_INTERVAL_S = 1.0
@@ -29,7 +29,7 @@ MIN_INTERVAL_S = 0.25
 @dataclass(frozen=True)
 class EngineConfig:
     interval_s: float = DEFAULT_INTERVAL_S
-    stack_rate_hz: float | None = None  # None: the sampler's measured default
+    stack_rate_hz: float | None = None  # None: adaptive, DEFAULT_RATE_HZ settling to SETTLED_RATE_HZ
     native: bool = False
     nonblocking: bool = True
     sample_stacks: bool = True
@@ -51,10 +51,11 @@ class Engine:
         self._progress = LogProgressProbe(pid, config.log_path, config.tokens_per_iter)
         self._sampler: StackSampler | None = None
         if config.sample_stacks:
-            kwargs = {"native": config.native, "nonblocking": config.nonblocking}
-            if config.stack_rate_hz is not None:
-                kwargs["rate_hz"] = config.stack_rate_hz
-            self._sampler = StackSampler(**kwargs)
+            if config.stack_rate_hz is not None:  # the user's rate holds still
+                rates = {"rate_hz": config.stack_rate_hz}
+            else:  # look closely at first and whenever the picture moves, gently while it holds
+                rates = {"rate_hz": DEFAULT_RATE_HZ, "settled_rate_hz": SETTLED_RATE_HZ}
+            self._sampler = StackSampler(native=config.native, nonblocking=config.nonblocking, **rates)
         self._me = psutil.Process()
         self._last_tick_end: float | None = None
         self._last_cpu: tuple[float, float] | None = None  # (monitor cpu s, sampler cpu s)

@@ -314,7 +314,7 @@ class ProcessTreeProbe:
             if cpu_seconds is not None and previous.cpu_seconds is not None:
                 cpu_pct = round(max(0.0, cpu_seconds - previous.cpu_seconds) / elapsed * 100.0, 1)
             if io_tuple is not None and previous.io is not None:
-                rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io)]
+                rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io, strict=True)]
 
         return ProcessSample(
             pid=pid,

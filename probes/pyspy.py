@@ -51,9 +51,15 @@ from probes.frame import StackCount, StackFrame, StacksReading, ThreadStack
 from probes.stacks import frame_matches, merge_counts
 
 DEFAULT_RATE_HZ = 5.0
+# Once a process's picture has settled (two full windows in a row agree on where it spends its time)
+# sampling drops to this rate; a window that disagrees restores DEFAULT_RATE_HZ and short windows.
+# The overhead benchmark (README) chose these: py-spy's cost to the target grows with threads x rate.
+SETTLED_RATE_HZ = 1.0
 DEFAULT_DUMP_EVERY_S = 5.0
 FIRST_WINDOW_S = 1.0
 MAX_WINDOW_S = 5.0
+SETTLED_WINDOW_S = 10.0
+SETTLED_DUMP_EVERY_S = 15.0
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
@@ -373,6 +379,7 @@ class _ProcessSampler:
     pid: int
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
+    settled: bool = False  # sampling at the settled rate: dumps may come less often too
 
 
 class StackSampler:
@@ -396,8 +403,11 @@ class StackSampler:
         *,
         first_window_s: float = FIRST_WINDOW_S,
         max_window_s: float = MAX_WINDOW_S,
+        settled_rate_hz: float | None = None,
     ) -> None:
+        """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz)."""
         self.rate_hz = float(rate_hz)
+        self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
         self.native = native
         self.nonblocking = nonblocking and not native  # py-spy cannot combine them
         self.dump_every_s = dump_every_s
@@ -625,8 +635,8 @@ class StackSampler:
 
     # --- the two loops ----------------------------------------------------------------------------
 
-    def _record_argv(self, pid: int, window_s: float, out_path: str) -> list[str]:
-        argv = [self.pyspy_path or "py-spy", "record", "--pid", str(pid), "--rate", f"{self.rate_hz:g}",
+    def _record_argv(self, pid: int, window_s: float, out_path: str, rate_hz: float) -> list[str]:
+        argv = [self.pyspy_path or "py-spy", "record", "--pid", str(pid), "--rate", f"{rate_hz:g}",
                 "--idle", "--threads", "--full-filenames", "--format", "raw",
                 "--duration", str(max(1, round(window_s))), "-o", out_path]
         if self.native:
@@ -646,12 +656,14 @@ class StackSampler:
         out_path = os.path.join(self._workdir, f"record-{pid}.txt")
         log_path = os.path.join(self._workdir, f"record-{pid}.log")
         window_s = self.first_window_s
+        rate_hz = self.rate_hz
+        previous_picture: tuple[str, str] | None = None
         failures = 0
         while not sampler.stop.is_set():
             _remove(out_path)
             started = time.monotonic()
             returncode, spawn_error = self._run(
-                sampler, self._record_argv(pid, window_s, out_path), log_path, None,
+                sampler, self._record_argv(pid, window_s, out_path, rate_hz), log_path, None,
                 timeout=3 * window_s + 10,
             )
             wall_seconds = time.monotonic() - started
@@ -669,6 +681,14 @@ class StackSampler:
                 failures = 0
                 self._note_success(sampler, behind="behind in sampling" in log)
                 window_s = min(window_s * 2, self.max_window_s)
+                if self.settled_rate_hz is not None:
+                    picture = _dominant_position(counts)
+                    if window_s >= self.max_window_s and picture == previous_picture:
+                        rate_hz, window_s = self.settled_rate_hz, SETTLED_WINDOW_S
+                    elif rate_hz != self.rate_hz:  # the picture moved: look closely again
+                        rate_hz, window_s = self.rate_hz, self.first_window_s
+                    previous_picture = picture
+                    sampler.settled = rate_hz != self.rate_hz
                 continue
             kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
             if returncode == 0 and kind == _FAILURE_OTHER:
@@ -698,7 +718,8 @@ class StackSampler:
             if threads is not None:
                 failures = 0
                 self._deliver_dump(sampler, threads)
-                sampler.stop.wait(self.dump_every_s)
+                sampler.stop.wait(max(self.dump_every_s, SETTLED_DUMP_EVERY_S) if sampler.settled
+                                  else self.dump_every_s)
                 continue
             if spawn_error:
                 kind, reason = _FAILURE_OTHER, spawn_error
@@ -772,6 +793,21 @@ class StackSampler:
                     self._events.append(reason)
                     return
             state.status, state.reason = _STATUS_FAILING, reason
+
+
+def _dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
+    """Where a window's busiest samples were: the innermost (function, file) with the most samples,
+    leaving out the known blocking calls that every idle helper thread sits in."""
+    totals: dict[tuple[str, str], int] = {}
+    for count in counts:
+        if not count.frames:
+            continue
+        inner = count.frames[0]
+        if any(frame_matches(inner, function, suffix) for function, suffix in _KNOWN_WAITS):
+            continue
+        key = (inner.function, inner.file)
+        totals[key] = totals.get(key, 0) + count.count
+    return max(totals, key=totals.__getitem__) if totals else None
 
 
 def _is_worker_stack(frames: Sequence[StackFrame]) -> bool:

@@ -84,7 +84,8 @@ def test_lightning_bars():
     assert record.seconds_per_iter == pytest.approx(1 / 3.99)
     second_epoch = parse_line("Epoch 1:  12%|█▏        | 120/1000 [00:30<03:40, 3.99it/s, v_num=0, loss=2.01]")
     assert second_epoch.iteration == 1120  # keeps counting across epochs
-    rich = parse_line("Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 120/1000 0:00:30 • 0:03:40 3.99it/s v_num: 0 loss: 2.31")
+    rich = parse_line("Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 120/1000 0:00:30 • 0:03:40 3.99it/s "
+                      "v_num: 0 loss: 2.31")
     assert (rich.format, rich.iteration) == ("lightning", 120)
     assert rich.seconds_per_iter == pytest.approx(1 / 3.99)
     assert parse_line("Validation DataLoader 0:  40%|████      | 20/50 [00:01<00:01, 15.20it/s]") is None

@@ -9,8 +9,10 @@ import psutil
 import pytest
 from conftest import TARGETS, wait_for
 
+from probes.frame import StackCount, StackFrame
 from probes.pyspy import (
     StackSampler,
+    _dominant_position,
     explain_failure,
     find_pyspy,
     parse_dump,
@@ -286,3 +288,31 @@ def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_fac
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_dominant_position_skips_idle_waits():
+    busy = StackCount(1, 1, "MainThread", False, (StackFrame("step", "/app/train.py", 9),), 3)
+    waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
+    assert _dominant_position([busy, waiting]) == ("step", "/app/train.py")
+    assert _dominant_position([waiting]) is None
+
+
+def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factory):
+    target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
+                          stdout=subprocess.PIPE, text=True, ready=_ready)
+    sampler = sampler_factory(rate_hz=10, settled_rate_hz=2, first_window_s=1, max_window_s=1)
+    sampler.set_targets([target.pid])
+
+    def record_rates() -> set[str]:
+        rates = set()
+        for child in _pyspy_children():
+            try:
+                argv = child.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            if "record" in argv:
+                rates.add(argv[argv.index("--rate") + 1])
+        return rates
+
+    assert wait_for(lambda: "10" in record_rates(), timeout=10)  # looks closely first
+    assert wait_for(lambda: "2" in record_rates(), timeout=30)  # then, the same busy function: gently

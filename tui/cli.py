@@ -107,7 +107,8 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
                         help=f"seconds between readings (default {DEFAULT_INTERVAL_S}, at least 0.25)")
     parser.add_argument("--rate", type=_positive_float, default=None, metavar="HZ",
-                        help="py-spy stack samples per second per process (default: measured, see README)")
+                        help="py-spy stack samples per second per process, fixed (default: 5, dropping to 1 "
+                             "while the picture holds still; see README)")
     parser.add_argument("--native", action="store_true",
                         help="include native (C/C++) frames; pauses the target while sampling")
     parser.add_argument("--blocking", action="store_true",
