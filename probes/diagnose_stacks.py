@@ -123,8 +123,6 @@ _AOT_AUTOGRAD_FILE = "torch/_functorch/aot_autograd.py"
 
 
 def _is_compile(frame: StackFrame) -> bool:
-    if frame.function == "<module>":
-        return False  # `import torch` runs these files' top level: importing is not compiling
     if frame.file.endswith(_AOT_AUTOGRAD_FILE):
         return "<locals>" not in frame.function
     return _in_files(frame, _COMPILE_FILES)

@@ -95,9 +95,9 @@ def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
 
 @pytest.mark.slow
 def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tmp_path):
-    target = spawn_target("busy_loop.py", "--seconds", "3", stdout=subprocess.PIPE, ready=ready)
+    target = spawn_target("busy_loop.py", "--seconds", "4", stdout=subprocess.PIPE, ready=ready)
     out = tmp_path / "snap.json"
-    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "6")
+    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "7")
     assert result.returncode == 0, result.stderr
     snap = json.loads(out.read_text())
     assert snap["target"]["alive"] is False
