@@ -571,7 +571,7 @@ class StackSampler:
         A known blocking call is idle even when a dump caught the thread running there (waking
         up, say). Elsewhere the dumps decide: threads wait at a few recurring places that the dumps
         soon see, while busy code moves through many lines that a dump every few seconds rarely
-        catches, so a place no dump has seen is taken as busy.
+        catches, so a place no dump has seen is taken as busy, and so is a place any dump saw running.
         """
         if frame is None:
             return False
@@ -591,7 +591,9 @@ class StackSampler:
             position = (frame.function, frame.file, frame.line)
             for memory, key in ((self._thread_position_idle, (thread.pid, thread.tid, *position)),
                                 (self._position_idle, position)):
-                memory[key] = thread.idle
+                # Busy wins: a thread caught running at a place is busy there, even if a later dump
+                # (under CPU contention, between time slices) calls it inactive at the same line.
+                memory[key] = thread.idle and memory.get(key, True)
                 memory.move_to_end(key)
                 while len(memory) > FRAME_ACTIVITY_MEMORY:
                     memory.popitem(last=False)

@@ -23,14 +23,23 @@ class UsageError(Exception):
     """A mistake in what the user asked for; the message is the one line they will see."""
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
+def _positive(convert, kind: str):
+    """An argparse type: `convert` the text, and insist the value is greater than 0 (NaN is not)."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+    return parse
+
+
+_positive_float = _positive(float, "a number")
+_positive_int = _positive(int, "a whole number")
 
 
 def _interval(text: str) -> float:
@@ -39,16 +48,6 @@ def _interval(text: str) -> float:
     value = _positive_float(text)
     if value < MIN_INTERVAL_S:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S} s, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value
 
 
