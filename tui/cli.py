@@ -12,6 +12,8 @@ import threading
 from collections.abc import Sequence
 
 from probes import __version__
+from tui.argtypes import positive_float as _positive_float
+from tui.argtypes import positive_int as _positive_int
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -23,23 +25,6 @@ class UsageError(Exception):
     """A mistake in what the user asked for; the message is the one line they will see."""
 
 
-def _positive(convert, kind: str):
-    """An argparse type: `convert` the text, and insist the value is greater than 0 (NaN is not)."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-        return value
-
-    return parse
-
-
-_positive_float = _positive(float, "a number")
-_positive_int = _positive(int, "a whole number")
 
 
 def _interval(text: str) -> float:

@@ -32,6 +32,8 @@ from probes.gpt_probe import (
 )
 from probes.nvml import gpu_names
 from probes.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
+from tui.argtypes import positive_float as _positive_float
+from tui.argtypes import positive_int as _positive_int
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -40,26 +42,6 @@ MODEL_CHOICES = (*PRESETS, "custom")
 DEFAULT_BATCH_SIZE = 12  # nanoGPT's train_gpt2 config
 DEFAULT_BATCH_SIZE_BY_MODEL = {"tiny": 8}
 CUSTOM_DEFAULTS = {"block_size": 1024, "vocab_size": 50304}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
 
 
 def _fail(message: str) -> int:
