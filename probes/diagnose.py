@@ -16,10 +16,11 @@ Method, in the order an expert would check:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from probes.diagnose_evidence import Evidence, gather
-from probes.diagnose_rules import Candidate, evaluate_rules, hung_bottleneck
+from probes.diagnose_rules import Candidate, contention, evaluate_rules, hung_bottleneck
 from probes.frame import Frame, Verdict
 
 BOTTLENECKS = (
@@ -36,6 +37,10 @@ SWITCH_MARGIN = 0.25
 # it is not held against the first real evidence.
 HOLD_MIN_CONFIDENCE = 0.45
 CONFIDENCE_FULL_SAMPLES = 40
+# Fewer main-thread samples than this in the stack window is thin evidence: the verdict says how thin,
+# is capped at PROVISIONAL_CONFIDENCE, and does not replace a verdict that was reached on more.
+THIN_SAMPLES = 10
+PROVISIONAL_CONFIDENCE = 0.4
 CONFIDENCE_FULL_SECONDS = 10.0
 
 
@@ -53,8 +58,14 @@ def diagnose(history: Sequence[Frame], previous: Verdict | None = None, hang_aft
         confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
     else:
         candidates = evaluate_rules(evidence)
-        candidate = _choose(candidates, previous)
+        candidate = _choose(candidates, previous, evidence.main.samples)
         confidence = _confidence(candidate, evidence, previous, latest.time)
+        if candidate.held_over and previous is not None:
+            confidence = previous.confidence  # neither grows nor decays on samples that are not its own
+        thin = _thin(candidate, evidence, previous)
+        candidate = _with_context(candidate, evidence, thin)
+        if thin:
+            confidence = min(confidence, PROVISIONAL_CONFIDENCE)
     since = latest.time
     if previous is not None and (previous.bottleneck, previous.liveness) == (candidate.bottleneck, liveness):
         since = previous.since if previous.since is not None else latest.time
@@ -90,16 +101,57 @@ def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
     )
 
 
-def _choose(candidates: list[Candidate], previous: Verdict | None) -> Candidate:
-    """The first candidate (they come in priority order), unless the previous verdict still holds."""
+def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples: int) -> Candidate:
+    """The first candidate (they come in priority order), unless the previous verdict still holds.
+
+    A handful of stack samples never overturns a verdict reached on more: the previous one stands while
+    its rule fits at all."""
     winner = candidates[0]
     if previous is None or previous.bottleneck == winner.bottleneck or previous.liveness == "hung" \
             or previous.confidence < HOLD_MIN_CONFIDENCE:
         return winner
     held = next((c for c in candidates if c.bottleneck == previous.bottleneck), None)
-    if held is None or held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
+    if not winner.from_metrics and main_samples < THIN_SAMPLES:
+        if held is not None:
+            return held
+        # The previous verdict's samples have aged out and too few new ones point elsewhere: keep it, and
+        # say what is being held back.
+        kept = [line for line in previous.evidence if not line.startswith(("holding:", "provisional:"))]
+        kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
+                    f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
+        return Candidate(previous.bottleneck, previous.confidence, kept, list(previous.advice), held_over=True)
+    if held is None:
+        return winner
+    if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
         return winner
     return held
+
+
+def _thin(candidate: Candidate, evidence: Evidence, previous: Verdict | None) -> bool:
+    """A new stack-based verdict from fewer than THIN_SAMPLES samples (one that was reached on more and
+    still holds is not made provisional again by a quiet window)."""
+    if candidate.bottleneck == "unknown" or candidate.from_metrics or evidence.main.samples >= THIN_SAMPLES:
+        return False
+    held = previous is not None and previous.bottleneck == candidate.bottleneck and \
+        previous.confidence >= HOLD_MIN_CONFIDENCE
+    return not held
+
+
+def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candidate:
+    """The rule's finding plus what qualifies it: thin evidence, and CPUs shared with other work."""
+    lines, advice = list(candidate.evidence), list(candidate.advice)
+    if thin:
+        n = evidence.main.samples
+        lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of the main thread so far "
+                     f"({THIN_SAMPLES} make a verdict)")
+    shared = contention(evidence)
+    if shared is not None:
+        lines.append(shared[0])
+        if candidate.bottleneck in ("cpu_bound", "data_bound"):
+            advice.insert(0, shared[1])  # CPU is what this verdict is short of: the shared CPUs come first
+        else:
+            advice.append(shared[1])
+    return dataclasses.replace(candidate, evidence=lines, advice=advice)
 
 
 def _confidence(candidate: Candidate, evidence: Evidence, previous: Verdict | None, now: float) -> float:

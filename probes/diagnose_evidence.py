@@ -30,7 +30,10 @@ METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a
 COMPILE_HISTORY_S = 60.0  # how far back recompilations are looked for
 UNCHANGED_LOOKBACK_S = 60.0  # how far back a still main-thread stack is followed
 MAX_LOOKBACK_FRAMES = 300  # bounds every walk over the history, whatever its length
-CPU_PROGRESS_PCT = 2.0  # tree CPU below this (percent of one core) is "no CPU time"
+CPU_PROGRESS_PCT = 2.0  # processes' CPU below this (percent of one core, 10 ms tick) is "no CPU time"
+# The main thread's CPU (schedstat, nanoseconds) above this is progress: 2 ms a second. A thread blocked
+# in a lock or a read uses none; one waking each few seconds from a timed wait uses microseconds.
+MAIN_THREAD_CPU_PROGRESS_PCT = 0.2
 GPU_PROGRESS_UTIL_PCT = 5.0
 COMPILE_FRAME_SHARE = 0.1  # a sample window "compiled" if this share of its main-thread samples did
 TRAIN_FRAME_SHARE = 0.1
@@ -152,6 +155,10 @@ class Evidence:
     read_chars_per_s: float | None  # read() bytes across the tree (files, pipes; not sockets)
     main_write_per_s: float | None
     active_tick_share: float | None  # share of ticks with CPU time, for loops that sleep
+    allowed_cpus: int | None = None  # CPUs the target may run on (affinity)
+    others_busy_cpus: float | None = None  # CPUs' worth those CPUs spent on other processes (metric window)
+    job_cpus: float | None = None  # what the target's tree got meanwhile, in CPUs
+    steal_pct: float | None = None
 
 
 def _recent(history: Sequence[Frame], seconds: float, limit: int = MAX_LOOKBACK_FRAMES) -> list[Frame]:
@@ -215,20 +222,40 @@ def _latest_main_dump(frame: Frame, main_pid: int) -> ThreadStack | None:
                  if is_main_thread(t.pid, t.tid, t.name, t.frames, main_pid)), None)
 
 
+def _producers(frame: Frame, main_pid: int):
+    """The tree's other live processes (DataLoader workers, helpers): work the main thread may wait on."""
+    return [p for p in _alive(frame) if p.pid != main_pid]
+
+
 def _progress_signals(frame: Frame, older: Frame | None, stacks: _FrameStacks,
                       newer_stacks: frozenset | None, main_pid: int, blocked_reading: bool) -> list[str]:
-    """The kinds of progress one frame shows (empty: none)."""
+    """The kinds of progress one frame shows (empty: none).
+
+    What counts is the main thread's own activity (its CPU time in nanoseconds, its reads and writes)
+    and the other processes' (producers it may wait on): other threads of the main process do not count,
+    so a heartbeat or logging thread that keeps running cannot hide a hung main thread. Frames recorded
+    before per-thread counters existed fall back to the whole tree's CPU% and I/O.
+    """
     signals = []
-    cpu = _tree_cpu(frame)
-    if cpu is not None and cpu >= CPU_PROGRESS_PCT:
+    main = frame.process(main_pid)
+    thread_cpu = main.main_thread_cpu_pct if main is not None else None
+    producers = _producers(frame, main_pid)
+    producers_cpu = sum(p.cpu_pct or 0.0 for p in producers)
+    if thread_cpu is None:
+        cpu = _tree_cpu(frame)
+        if cpu is not None and cpu >= CPU_PROGRESS_PCT:
+            signals.append("cpu")
+    elif thread_cpu >= MAIN_THREAD_CPU_PROGRESS_PCT:
         signals.append("cpu")
-    elif blocked_reading and ((frame.process(main_pid) and frame.process(main_pid).cpu_pct) or 0.0) > 0.0:
-        # Socket reads do not show in /proc/PID/io, and a slow stream costs almost no CPU: while the main
-        # thread sits in a read, any CPU tick at all means a chunk arrived and woke it. A read from a
-        # peer that went silent costs none.
+    elif producers_cpu >= CPU_PROGRESS_PCT:
+        signals.append("producers")
+    if blocked_reading and main is not None and _data_arrived(main):
         signals.append("reads")
-    io = _io_chars(frame)
-    if io is not None and io > 0:
+    io = _main_thread_io(main) if main is not None and main.main_thread_read_chars_per_s is not None \
+        else _io_chars(frame)
+    if io:
+        signals.append("io")
+    elif any((p.read_chars_per_s or 0.0) + (p.write_chars_per_s or 0.0) > 0 for p in producers):
         signals.append("io")
     if len(stacks.main_stacks) > 1 or (stacks.main_stacks and newer_stacks and stacks.main_stacks != newer_stacks):
         signals.append("stack")
@@ -237,6 +264,24 @@ def _progress_signals(frame: Frame, older: Frame | None, stacks: _FrameStacks,
     if older is not None and _log_advanced(frame.progress, older.progress):
         signals.append("log")
     return signals
+
+
+def _main_thread_io(main) -> float:
+    return (main.main_thread_read_chars_per_s or 0.0) + (main.main_thread_write_chars_per_s or 0.0)
+
+
+def _data_arrived(main) -> bool:
+    """While the main thread sits in a read: did data reach it this tick?
+
+    A slow stream costs almost no CPU and socket reads are not in /proc/PID/io, so this asks the kernel's
+    TCP counters (bytes received) and the thread's wake-ups together: bytes arriving on some other
+    connection do not wake a thread blocked on a silent peer. Without TCP counters (not a TCP stream, or
+    no sock_diag), a wake-up of the blocked thread, or any CPU tick on older frames, stands in.
+    """
+    wakeups, received = main.main_thread_wakeups_per_s, main.tcp_received_per_s
+    if wakeups is None:  # recorded before per-thread counters existed
+        return (received or 0.0) > 0 or (main.cpu_pct or 0.0) > 0.0
+    return wakeups > 0 and (received is None or received > 0)
 
 
 def _log_advanced(now: ProgressReading | None, before: ProgressReading | None) -> bool:
@@ -457,7 +502,19 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         read_chars_per_s=_mean(_io_chars_read(f) for f in metric_frames),
         main_write_per_s=_mean(_written(f, main_pid) for f in metric_frames),
         active_tick_share=(sum(active_ticks) / len(active_ticks)) if active_ticks else None,
+        allowed_cpus=latest.host.allowed_cpus,
+        others_busy_cpus=_mean(_others_busy(f) for f in metric_frames),
+        job_cpus=tree_cpu / 100.0 if tree_cpu is not None else None,
+        steal_pct=_mean(f.host.steal_pct for f in metric_frames),
     )
+
+
+def _others_busy(frame: Frame) -> float | None:
+    """CPUs' worth of time other processes took on the CPUs the target may use, in one tick."""
+    busy, tree = frame.host.busy_cpus, _tree_cpu(frame)
+    if busy is None or tree is None:
+        return None
+    return max(0.0, busy - tree / 100.0)
 
 
 def _io_chars_read(frame: Frame) -> float | None:

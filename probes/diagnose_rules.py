@@ -63,6 +63,7 @@ class Candidate:
     evidence: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     from_metrics: bool = False  # rests on GPU or cgroup counters rather than on stack samples
+    held_over: bool = False  # the previous verdict, kept while too few samples point elsewhere
 
 
 # --- formatting ------------------------------------------------------------------------------------
@@ -70,6 +71,10 @@ class Candidate:
 
 def _pct(fraction: float) -> str:
     return f"{100.0 * fraction:.0f}%"
+
+
+def _samples(n: int) -> str:
+    return f"{n} sample{'s' if n != 1 else ''}"
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -93,7 +98,7 @@ def _main_share_line(ev: Evidence, share: float, doing: str, *activities: str, s
     nearly all of those samples, 'most often in X (55% of those)'."""
     responsible, user_frame, top_share = ev.main.top(*activities)
     where = format_where(responsible, user_frame)
-    head = " ".join(part for part in (f"main thread: {_pct(share)} of {ev.main.samples} samples", doing) if part)
+    head = " ".join(part for part in (f"main thread: {_pct(share)} of {_samples(ev.main.samples)}", doing) if part)
     if top_share >= 0.9:
         return f"{head}{sep} {where}"
     return f"{head}, most often in {where} ({_pct(top_share)} of those)"
@@ -147,7 +152,7 @@ def _compile(ev: Evidence) -> Candidate | None:
     if share:
         trigger = f", triggered from {describe(user_frame)}" if user_frame is not None else ""
         where = describe(responsible) if responsible is not None else "torch.compile"
-        lines.append(f"main thread: {_pct(share)} of {ev.main.samples} samples compiling in {where}{trigger}")
+        lines.append(f"main thread: {_pct(share)} of {_samples(ev.main.samples)} compiling in {where}{trigger}")
     if workers_busy:
         lines.append(f"inductor compile workers at {ev.compile_cpu_pct:.0f}% CPU")
     if storm:
@@ -492,6 +497,43 @@ def evaluate_rules(ev: Evidence) -> list[Candidate]:
     return strong + [_unknown(ev)] + weak
 
 
+# --- context -----------------------------------------------------------------------------------------
+
+# Other processes using at least this many CPUs' worth, and this share of the CPUs the job may use, is
+# contention worth a line in any verdict: the job's numbers mean something else on a shared machine.
+CONTENTION_MIN_CPUS = 0.5
+CONTENTION_MIN_SHARE = 0.25
+STEAL_NOTABLE_PCT = 10.0
+
+
+def contention(ev: Evidence) -> tuple[str, str] | None:
+    """(evidence line, advice) when the CPUs the job may use are busy with other work, else None."""
+    others, allowed = ev.others_busy_cpus, ev.allowed_cpus
+    steal = ev.steal_pct or 0.0
+    # Others matter only where they eat into what the job may use: under a quota of 0.2 CPUs on a
+    # 2-CPU machine, another process on the other 1.8 takes nothing from it.
+    entitled = min(allowed, ev.effective_cpus) if allowed and ev.effective_cpus else allowed
+    shared = others is not None and allowed and entitled and others >= CONTENTION_MIN_CPUS and \
+        others >= CONTENTION_MIN_SHARE * allowed and allowed - others < entitled - 0.1
+    if not shared and steal < STEAL_NOTABLE_PCT:
+        return None
+    job = ev.job_cpus if ev.job_cpus is not None else 0.0
+    parts = []
+    if shared:
+        parts.append(f"other processes used {others:.1f} of the {allowed} CPUs this job may run on, "
+                     f"the job {job:.1f}")
+    if steal >= STEAL_NOTABLE_PCT:
+        parts.append(f"the hypervisor took {steal:.0f}% of their time (steal)")
+    line = "CPUs shared with other work: " + "; ".join(parts)
+    if shared:
+        advice = (f"The job gets {job:.1f} of its {allowed} CPUs: other processes use the rest. Find them "
+                  "(top, sorted by CPU) and move them elsewhere, or give the job CPUs of its own (taskset, a "
+                  "cpuset); its figures here are those of a shared machine.")
+    else:
+        advice = "This VM loses CPU time to its neighbours (steal): a dedicated or larger instance avoids it."
+    return line, advice
+
+
 # --- hung -------------------------------------------------------------------------------------------
 
 _HUNG_BOTTLENECK = {
@@ -506,14 +548,9 @@ _HUNG_BOTTLENECK = {
 
 def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     """The verdict's body when nothing has moved for `hang_after_s`: where it is stuck, and why."""
-    quiet = ["0% CPU" if (ev.tree_cpu_pct or 0.0) < 1.0 else f"{ev.tree_cpu_pct:.1f}% CPU", "no file I/O"]
-    if ev.gpu.in_use:
-        quiet.append("GPU idle")
-    processes = len([p for p in ev.latest.processes if p.alive])
     silent = f"no progress for {ev.stuck_for_s:.0f} s" if ev.progress_seen else \
         f"no progress in the {ev.stuck_for_s:.0f} s watched so far"
-    lines = [(f"{silent} (hang threshold {hang_after_s:g} s): "
-              f"{', '.join(quiet)} across {processes} process{'es' if processes != 1 else ''}")]
+    lines = [f"{silent} (hang threshold {hang_after_s:g} s): {_quiet_signals(ev)}"]
     advice = []
     activity = None
     if ev.stuck_stack:
@@ -527,6 +564,13 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     waiting_peers = _other_waiting_threads(ev)
     for name, frame in waiting_peers[:2]:
         lines.append(f"thread {name} also waiting in {describe(frame)}")
+    main = ev.latest.process(ev.main_pid)
+    if activity == IO and main is not None and main.tcp_peers:
+        since = (f"; nothing received for {main.tcp_last_data_recv_s:.0f} s"
+                 if main.tcp_last_data_recv_s is not None else "")
+        lines.append(f"connected to {', '.join(main.tcp_peers)}{since}: the peer has gone silent")
+        advice.append(f"The peer ({main.tcp_peers[0]}) stopped sending: check that server; give reads a timeout "
+                      "(socket.settimeout, requests' timeout=) so a dead peer raises instead of hanging.")
     for child in ev.dead_children[:2]:
         feeds = " — the queue it fed will never fill" if activity in (QUEUE_WAIT, DATA_WAIT) else ""
         state = "is a zombie (exited, not reaped)" if child.how == "zombie" else "exited"
@@ -548,6 +592,28 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
                   "under the Python line.")
     bottleneck = _HUNG_BOTTLENECK.get(activity, "unknown") if activity else "unknown"
     return Candidate(bottleneck, 1.0, lines, advice)
+
+
+def _quiet_signals(ev: Evidence) -> str:
+    """What was watched and stayed silent, in the words of the finest signal each frame carried."""
+    processes = [p for p in ev.latest.processes if p.alive]
+    main = ev.latest.process(ev.main_pid)
+    if main is not None and main.main_thread_cpu_pct is not None:
+        quiet = [f"main thread {main.main_thread_cpu_pct:.2f}% CPU",
+                 f"{main.main_thread_wakeups_per_s or 0:.0f} wake-ups/s", "no reads or writes"]
+        busy_others = (main.cpu_pct or 0.0) - main.main_thread_cpu_pct
+        if busy_others >= 2.0:  # say it, so nobody reads the process's CPU% as progress
+            quiet.append(f"while its other threads use {busy_others:.0f}% CPU")
+        others = len(processes) - 1
+        if others:
+            other_cpu = sum(p.cpu_pct or 0.0 for p in processes if p.pid != ev.main_pid)
+            quiet.append(f"{other_cpu:.0f}% CPU across {others} other process{'es' if others != 1 else ''}")
+    else:
+        cpu = "0% CPU" if (ev.tree_cpu_pct or 0.0) < 1.0 else f"{ev.tree_cpu_pct:.1f}% CPU"
+        quiet = [cpu, f"no file I/O across {len(processes)} process{'es' if len(processes) != 1 else ''}"]
+    if ev.gpu.in_use:
+        quiet.append("GPU idle")
+    return ", ".join(quiet)
 
 
 def _other_waiting_threads(ev: Evidence) -> list[tuple[str, object]]:

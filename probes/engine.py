@@ -16,6 +16,7 @@ import psutil
 
 from probes.cgroup import CgroupCpuProbe
 from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
+from probes.hostcpu import HostCpuProbe
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe
@@ -47,6 +48,7 @@ class Engine:
         self._seq = 0
         self._tree = ProcessTreeProbe(pid, redact=redact_argv, redact_environ=redact_environ)
         self._cgroup = CgroupCpuProbe(pid)
+        self._host = HostCpuProbe(pid)
         self._gpu = NvmlGpuProbe(nvml) if config.read_gpu else None
         self._progress = LogProgressProbe(pid, config.log_path, config.tokens_per_iter)
         self._sampler: StackSampler | None = None
@@ -56,6 +58,7 @@ class Engine:
             else:  # look closely at first and whenever the picture moves, gently while it holds
                 rates = {"rate_hz": DEFAULT_RATE_HZ, "settled_rate_hz": SETTLED_RATE_HZ}
             self._sampler = StackSampler(native=config.native, nonblocking=config.nonblocking, **rates)
+        self._programs: dict[int, tuple[str, ...]] = {}  # each live process's command line, last tick
         self._me = psutil.Process()
         self._last_tick_end: float | None = None
         self._last_cpu: tuple[float, float] | None = None  # (monitor cpu s, sampler cpu s)
@@ -68,6 +71,7 @@ class Engine:
         target, processes = self._tree.read(role_hints=hints)
         live_pids = [p.pid for p in processes if p.alive]
         if self._sampler is not None:
+            self._resample_new_programs(processes)
             self._sampler.set_targets(live_pids)
             stacks = self._sampler.collect()
         else:
@@ -75,6 +79,7 @@ class Engine:
         runnable = sum(p.runnable_threads or 0 for p in processes if p.alive)
         tree_cpu = sum(p.cpu_seconds or 0.0 for p in processes)
         cpu = self._cgroup.read(runnable_threads=runnable, tree_cpu_seconds=tree_cpu)
+        host = self._host.read()
         if self._gpu is not None:
             gpu = self._gpu.read(self._tree.pid_aliases())
         else:
@@ -91,11 +96,24 @@ class Engine:
             target=target,
             processes=processes,
             cpu=cpu,
+            host=host,
             gpu=gpu,
             stacks=stacks,
             progress=progress,
             overhead=self._overhead(ended - started, interval),
         )
+
+    def _resample_new_programs(self, processes) -> None:
+        """A process whose command line changed ran a new program (exec keeps the PID): sample it afresh,
+        so the old program's stacks do not linger under the new one and the new one is seen within ~1 s."""
+        programs = {p.pid: p.cmdline or self._programs.get(p.pid, ()) for p in processes if p.alive}
+        for pid, cmdline in programs.items():
+            before = self._programs.get(pid)
+            if before and cmdline and before != cmdline:
+                command = " ".join([cmdline[0].rsplit("/", 1)[-1], *cmdline[1:]])[:120]
+                self._sampler.restart([pid], f"PID {pid} now runs {command} (its command line changed, "
+                                             "as after an exec): its stacks start afresh")
+        self._programs = programs
 
     def _overhead(self, tick_seconds: float, interval: float) -> MonitorOverhead:
         try:

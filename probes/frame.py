@@ -72,6 +72,18 @@ class ProcessSample:
     write_bytes_per_s: float | None = None
     read_chars_per_s: float | None = None  # rchar: includes sockets and page-cache hits
     write_chars_per_s: float | None = None
+    # The main thread alone (TID == PID), from /proc/PID/task/PID: finer than the process's CPU% (schedstat
+    # counts nanoseconds) and not fooled by a background thread that keeps working while the main one hangs.
+    main_thread_cpu_pct: float | None = None
+    main_thread_wakeups_per_s: float | None = None  # voluntary context switches: it blocked and was woken
+    main_thread_preemptions_per_s: float | None = None  # involuntary ones: runnable, but the CPU went elsewhere
+    main_thread_read_chars_per_s: float | None = None
+    main_thread_write_chars_per_s: float | None = None
+    # Bytes through the process's TCP sockets (the kernel's tcp_info; socket reads are not in /proc/PID/io).
+    tcp_received_per_s: float | None = None
+    tcp_sent_per_s: float | None = None
+    tcp_peers: tuple[str, ...] = ()  # "address:port" of established connections, a few at most
+    tcp_last_data_recv_s: float | None = None  # seconds since any of its connections last received data
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,19 @@ class CpuReading:
     pressure_some_avg10: float | None = None  # cpu.pressure "some avg10", percent
     runnable_threads: int | None = None  # across the target's tree
     reason: str | None = None  # why something above is None
+
+
+@dataclass(frozen=True)
+class HostCpuReading:
+    """How busy the CPUs the target may run on are, whoever uses them (from /proc/stat)."""
+
+    online_cpus: int | None = None
+    allowed_cpus: int | None = None  # CPUs in the target's affinity mask
+    busy_cpus: float | None = None  # CPUs' worth of time spent on those CPUs since the last tick, by anyone
+    steal_pct: float | None = None  # share of their time the hypervisor gave to other guests
+    runnable_tasks: int | None = None  # machine-wide, now (procs_running)
+    pressure_some_avg10: float | None = None  # /proc/pressure/cpu "some avg10", percent
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +254,7 @@ class Frame:
     target: TargetInfo
     processes: tuple[ProcessSample, ...] = ()
     cpu: CpuReading = field(default_factory=CpuReading)
+    host: HostCpuReading = field(default_factory=HostCpuReading)
     gpu: GpuReading = field(default_factory=lambda: GpuReading(available=False, reason="not read"))
     stacks: StacksReading = field(default_factory=lambda: StacksReading(available=False, reason="not read"))
     progress: ProgressReading | None = None

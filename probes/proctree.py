@@ -28,6 +28,7 @@ from probes.frame import (
     ProcessSample,
     TargetInfo,
 )
+from probes.tcpinfo import TCP_ESTABLISHED, TcpSocket, read_tcp_sockets, socket_inodes
 
 # torch names each DataLoader worker's main thread (and so /proc/PID/comm) this, in _worker_loop.
 DATALOADER_WORKER_COMM = "pt_data_worker"
@@ -39,6 +40,7 @@ _RESOURCE_TRACKER_MARKER = "multiprocessing.resource_tracker"
 
 _PYTHON_EXE = re.compile(r"python(\d+\.\d+)")
 _LIBPYTHON = re.compile(r"/libpython(\d+\.\d+)[^/\s]*\.so")
+MAX_PEERS_LISTED = 4  # TCP peers named per process (a rank talks to a few; evidence needs one)
 _FULL_VERSION = re.compile(r"(?<![\d.])(\d+\.\d+\.\d+)(?![\d.])")
 
 
@@ -52,7 +54,8 @@ def target_exists(pid: int) -> bool:
         return False
 
 
-def _read_text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A small /proc or /sys file's text, or None when it is gone or unreadable."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
@@ -60,8 +63,59 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def _scan_tasks(pid: int, with_children: bool) -> tuple[int, int, list[int]] | None:
-    """(threads in state R, threads in state D, child PIDs) from /proc/PID/task/*; None if it is gone.
+@dataclass(frozen=True)
+class _MainThreadCounters:
+    """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.
+
+    Finer than the process's CPU%: schedstat counts CPU time in nanoseconds (a thread that wakes for a
+    few microseconds per network chunk shows), and counting per thread keeps a background heartbeat
+    thread from hiding a hang of the main one.
+    """
+
+    cpu_ns: int | None  # /proc/PID/task/PID/schedstat, first field
+    voluntary_switches: int | None  # times it blocked and was woken (status: voluntary_ctxt_switches)
+    involuntary_switches: int | None  # times it was preempted while runnable
+    read_chars: int | None  # /proc/PID/task/PID/io rchar, wchar: this thread's read()/write() bytes
+    write_chars: int | None
+
+
+def _main_thread_counters(pid: int) -> _MainThreadCounters:
+    task = f"/proc/{pid}/task/{pid}"
+    schedstat = (read_text(f"{task}/schedstat") or "").split()
+    status = _keyed_ints(read_text(f"{task}/status"), ":")
+    io = _keyed_ints(read_text(f"{task}/io"), ":")
+    return _MainThreadCounters(
+        cpu_ns=int(schedstat[0]) if schedstat and schedstat[0].isdigit() else None,
+        voluntary_switches=status.get("voluntary_ctxt_switches"),
+        involuntary_switches=status.get("nonvoluntary_ctxt_switches"),
+        read_chars=io.get("rchar"),
+        write_chars=io.get("wchar"),
+    )
+
+
+def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
+    """{key: int} from "key: 123" lines; lines whose value is not one integer are skipped."""
+    values = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(separator)
+        value = value.strip()
+        if value.isdigit():
+            values[key.strip()] = int(value)
+    return values
+
+
+@dataclass(frozen=True)
+class _TaskScan:
+    """One pass over /proc/PID/task: thread states, the next level of the tree, the main thread's counters."""
+
+    runnable: int
+    disk_wait: int
+    children: list[int]
+    main_thread: _MainThreadCounters
+
+
+def _scan_tasks(pid: int, with_children: bool) -> _TaskScan | None:
+    """Thread states, child PIDs and the main thread's counters from /proc/PID/task/*; None if it is gone.
 
     Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
     threads gives both the thread states and the next level of the tree.
@@ -73,7 +127,7 @@ def _scan_tasks(pid: int, with_children: bool) -> tuple[int, int, list[int]] | N
     except OSError:
         return None
     for entry in entries:
-        stat = _read_text(f"{entry.path}/stat")
+        stat = read_text(f"{entry.path}/stat")
         if not stat:
             continue  # the thread ended between listing and reading
         # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
@@ -84,8 +138,8 @@ def _scan_tasks(pid: int, with_children: bool) -> tuple[int, int, list[int]] | N
         elif state == "D":
             disk_wait += 1
         if with_children:
-            children.extend(int(c) for c in (_read_text(f"{entry.path}/children") or "").split())
-    return runnable, disk_wait, children
+            children.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
+    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid))
 
 
 def _python_version(exe: str | None, pid: int) -> str | None:
@@ -101,7 +155,7 @@ def _python_version(exe: str | None, pid: int) -> str | None:
         if match:
             candidates.append((match.group(1), exe))
     if not candidates:
-        maps = _read_text(f"/proc/{pid}/maps") or ""
+        maps = read_text(f"/proc/{pid}/maps") or ""
         match = _LIBPYTHON.search(maps)
         if match:
             line_start = maps.rfind("\n", 0, match.start()) + 1
@@ -124,6 +178,45 @@ class _Previous:
     at: float
     cpu_seconds: float | None
     io: tuple[int, int, int, int] | None  # read_bytes, write_bytes, read_chars, write_chars
+    main_thread: _MainThreadCounters | None = None
+    socket_bytes: dict[int, tuple[int, int]] | None = None  # {inode: (bytes received, bytes acked)}
+
+
+def _socket_bytes(sockets: list[TcpSocket] | None) -> dict[int, tuple[int, int]] | None:
+    """{inode: (bytes received, bytes sent and acknowledged)}; None when there is no TCP socket to count."""
+    if not sockets:
+        return None
+    return {s.inode: (s.bytes_received or 0, s.bytes_acked or 0) for s in sockets}
+
+
+def _socket_rates(now: dict[int, tuple[int, int]] | None, before: dict[int, tuple[int, int]] | None,
+                  elapsed: float) -> list[float | None]:
+    """[received, sent] bytes per second, per socket: one opened since the last read counts from zero,
+    and one that closed takes only what it had already counted (an HTTP client opens one per request)."""
+    if now is None:
+        return [None, None]
+    before = before or {}
+    received = sum(max(0, rx - before.get(inode, (0, 0))[0]) for inode, (rx, _) in now.items())
+    sent = sum(max(0, tx - before.get(inode, (0, 0))[1]) for inode, (_, tx) in now.items())
+    return [received / elapsed, sent / elapsed]
+
+
+def _thread_rates(now: _MainThreadCounters, before: _MainThreadCounters | None,
+                  elapsed: float) -> dict[str, float | None]:
+    """Per-second rates of the main thread's counters between two reads (None where either is missing)."""
+    def rate(new: int | None, old: int | None, scale: float = 1.0) -> float | None:
+        if before is None or new is None or old is None:
+            return None
+        return max(0, new - old) * scale / elapsed
+
+    cpu = rate(now.cpu_ns, before.cpu_ns if before else None, 1e-9 * 100.0)
+    return {
+        "cpu_pct": round(cpu, 3) if cpu is not None else None,
+        "wakeups_per_s": rate(now.voluntary_switches, before.voluntary_switches if before else None),
+        "preemptions_per_s": rate(now.involuntary_switches, before.involuntary_switches if before else None),
+        "read_chars_per_s": rate(now.read_chars, before.read_chars if before else None),
+        "write_chars_per_s": rate(now.write_chars, before.write_chars if before else None),
+    }
 
 
 # Environment variables worth showing beside a diagnosis: thread counts, devices, distributed setup,
@@ -148,7 +241,7 @@ class ProcessTreeProbe:
         self._redact = redact
         self._redact_environ = redact_environ
         self._root: psutil.Process | None = None
-        self._target_static: TargetInfo | None = None  # cmdline, exe, python_version: read once
+        self._target_static: TargetInfo | None = None  # cmdline, exe, python_version: read again after an exec
         self._previous: dict[int, _Previous] = {}
         self._last_samples: tuple[ProcessSample, ...] = ()
         self._tree_pids: tuple[int, ...] = ()
@@ -158,6 +251,7 @@ class ProcessTreeProbe:
         # finds children by reading every process's stat, a cost that grows with the whole host.
         me = os.getpid()
         self._children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
+        self._sock_diag_works = True
         try:
             self._root = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -186,7 +280,7 @@ class ProcessTreeProbe:
         pids = self._tree_pids or self._list_tree_pids()
         aliases: dict[int, int] = {}
         for pid in pids:
-            status = _read_text(f"/proc/{pid}/status") or ""
+            status = read_text(f"/proc/{pid}/status") or ""
             nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
             if nspid and nspid[0].isdigit():
                 aliases.setdefault(int(nspid[0]), pid)
@@ -205,8 +299,9 @@ class ProcessTreeProbe:
         now = time.monotonic()
         samples = []
         seen = set()
-        for pid, runnable, disk_wait in tree:
-            sample = self._sample(pid, now, role_hints, runnable, disk_wait)
+        sockets = self._tcp_sockets([pid for pid, _ in tree])
+        for pid, scan in tree:
+            sample = self._sample(pid, now, role_hints, scan, sockets.get(pid))
             if sample is not None:
                 samples.append(sample)
                 seen.add(sample.pid)
@@ -243,8 +338,8 @@ class ProcessTreeProbe:
             return True  # unreadable is not gone; the sample below will show what can be read
         return True
 
-    def _walk_tree(self) -> list[tuple[int, int, int]]:
-        """(pid, runnable threads, disk-wait threads) for the target and every descendant, parents first."""
+    def _walk_tree(self) -> list[tuple[int, _TaskScan]]:
+        """(pid, its task scan) for the target and every descendant, parents first."""
         found = []
         if self._children_files:
             queue, queued = [self.pid], {self.pid}
@@ -253,8 +348,8 @@ class ProcessTreeProbe:
                 scan = _scan_tasks(pid, with_children=True)
                 if scan is None:
                     continue  # gone since its parent listed it
-                found.append((pid, scan[0], scan[1]))
-                for child in scan[2]:
+                found.append((pid, scan))
+                for child in scan.children:
                     if child not in queued:
                         queued.add(child)
                         queue.append(child)
@@ -267,16 +362,30 @@ class ProcessTreeProbe:
         for pid in pids:
             scan = _scan_tasks(pid, with_children=False)
             if scan is not None:
-                found.append((pid, scan[0], scan[1]))
+                found.append((pid, scan))
         return found
 
     def _list_tree_pids(self) -> tuple[int, ...]:
         if self._root is None or self._exited_at is not None:
             return ()
-        return tuple(pid for pid, _, _ in self._walk_tree())
+        return tuple(pid for pid, _ in self._walk_tree())
+
+    def _tcp_sockets(self, pids: Sequence[int]) -> dict[int, list[TcpSocket]]:
+        """{pid: its TCP sockets with the kernel's byte counters}, one sock_diag dump for the whole tree."""
+        inodes = {pid: socket_inodes(pid) for pid in pids}
+        wanted = set().union(*inodes.values()) if inodes else set()
+        if not wanted or not self._sock_diag_works:
+            return {}
+        found = read_tcp_sockets(wanted)
+        if found is None:
+            self._sock_diag_works = False  # not here (permissions, sandbox): stop asking every tick
+            return {}
+        by_inode = {s.inode: s for s in found}
+        return {pid: [by_inode[i] for i in owned if i in by_inode] for pid, owned in inodes.items()}
 
     def _sample(
-        self, pid: int, now: float, role_hints: Mapping[int, str], runnable: int, disk_wait: int
+        self, pid: int, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
+        sockets: list[TcpSocket] | None,
     ) -> ProcessSample | None:
         try:
             proc = self._root if pid == self.pid and self._root is not None else psutil.Process(pid)
@@ -293,7 +402,7 @@ class ProcessTreeProbe:
                 io = _or_none(proc.io_counters)
         except psutil.Error:
             return None  # vanished between listing and reading, or unreadable as a whole
-        comm = (_read_text(f"/proc/{pid}/comm") or "").rstrip("\n")
+        comm = (read_text(f"/proc/{pid}/comm") or "").rstrip("\n")
         if not comm:
             try:
                 comm = proc.name()
@@ -305,16 +414,24 @@ class ProcessTreeProbe:
         previous = self._previous.get(pid)
         if previous is not None and previous.create_time != create_time:
             previous = None  # same PID, different process
-        self._previous[pid] = _Previous(create_time, now, cpu_seconds, io_tuple)
+        thread = scan.main_thread
+        socket_bytes = _socket_bytes(sockets)
+        self._previous[pid] = _Previous(create_time, now, cpu_seconds, io_tuple, thread, socket_bytes)
 
         cpu_pct = None
         rates: list[float | None] = [None, None, None, None]
+        thread_rates: dict[str, float | None] = {}
+        socket_rates: list[float | None] = [None, None]
         if previous is not None and now > previous.at:
             elapsed = now - previous.at
             if cpu_seconds is not None and previous.cpu_seconds is not None:
                 cpu_pct = round(max(0.0, cpu_seconds - previous.cpu_seconds) / elapsed * 100.0, 1)
             if io_tuple is not None and previous.io is not None:
                 rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io, strict=True)]
+            thread_rates = _thread_rates(thread, previous.main_thread, elapsed)
+            socket_rates = _socket_rates(socket_bytes, previous.socket_bytes, elapsed)
+        established = [s for s in sockets or () if s.state == TCP_ESTABLISHED]
+        silent = [s.last_data_recv_s for s in established if s.last_data_recv_s is not None]
 
         return ProcessSample(
             pid=pid,
@@ -327,13 +444,22 @@ class ProcessTreeProbe:
             cpu_pct=cpu_pct,
             cpu_seconds=cpu_seconds,
             num_threads=num_threads,
-            runnable_threads=runnable,
-            disk_wait_threads=disk_wait,
+            runnable_threads=scan.runnable,
+            disk_wait_threads=scan.disk_wait,
             rss_bytes=memory.rss if memory is not None else None,
             read_bytes_per_s=rates[0],
             write_bytes_per_s=rates[1],
             read_chars_per_s=rates[2],
             write_chars_per_s=rates[3],
+            main_thread_cpu_pct=thread_rates.get("cpu_pct"),
+            main_thread_wakeups_per_s=thread_rates.get("wakeups_per_s"),
+            main_thread_preemptions_per_s=thread_rates.get("preemptions_per_s"),
+            main_thread_read_chars_per_s=thread_rates.get("read_chars_per_s"),
+            main_thread_write_chars_per_s=thread_rates.get("write_chars_per_s"),
+            tcp_received_per_s=socket_rates[0],
+            tcp_sent_per_s=socket_rates[1],
+            tcp_peers=tuple(sorted({s.peer for s in established}))[:MAX_PEERS_LISTED],
+            tcp_last_data_recv_s=min(silent) if silent else None,
         )
 
     def _role(self, pid: int, comm: str, cmdline: tuple[str, ...], role_hints: Mapping[int, str]) -> str:
@@ -365,7 +491,7 @@ class ProcessTreeProbe:
 
     def _target_info(self, alive: bool) -> TargetInfo:
         static = self._target_static
-        if static is None and alive and self._root is not None:
+        if alive and self._root is not None and (static is None or self._ran_new_program(static)):
             static = self._target_static = self._read_static()
         return TargetInfo(
             pid=self.pid,
@@ -378,14 +504,25 @@ class ProcessTreeProbe:
             exit_reason=None if alive else self._exit_reason,
         )
 
+    def _ran_new_program(self, static: TargetInfo) -> bool:
+        """Whether the target's command line (read each tick with its sample) differs from the one its
+        static info was read with: it ran a new program (exec keeps the PID), so read them again."""
+        root = next((s for s in self._last_samples if s.pid == self.pid), None)
+        return root is not None and bool(root.cmdline) and root.cmdline != static.cmdline
+
     def _read_static(self) -> TargetInfo | None:
         assert self._root is not None
         try:
-            cmdline = self._redact(tuple(self._root.cmdline()))
+            # A fresh handle, as psutil caches exe() and an exec changes it; the same process, not a
+            # new owner of the PID.
+            proc = psutil.Process(self.pid)
+            if proc != self._root:
+                return None
+            cmdline = self._redact(tuple(proc.cmdline()))
         except psutil.Error:
             return None
-        exe = _or_none(self._root.exe) or None
-        environ = _or_none(self._root.environ)
+        exe = _or_none(proc.exe) or None
+        environ = _or_none(proc.environ)
         environment = None
         if isinstance(environ, dict):
             relevant = {k: v for k, v in environ.items() if k.startswith(ENVIRONMENT_PREFIXES)}

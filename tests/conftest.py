@@ -42,6 +42,33 @@ def _kill_tree(pid: int) -> None:
             time.sleep(0.02)
 
 
+BUSY_LOOP = "while True: pass"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--busy", type=int, default=int(os.environ.get("GPUTOP_TEST_BUSY", "0") or 0), metavar="N",
+        help="run the tests beside N processes that each keep a core busy, as on a training node "
+             "(default: $GPUTOP_TEST_BUSY or 0)",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def busy_neighbours(request):
+    """With --busy N (or GPUTOP_TEST_BUSY=N): N CPU-burning processes run beside the whole session."""
+    count = request.config.getoption("--busy")
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(count)]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def pytest_report_header(config):
+    count = config.getoption("--busy")
+    return f"busy neighbours: {count} CPU-burning process{'es' if count != 1 else ''}" if count else None
+
+
 @pytest.fixture
 def spawn_target():
     """spawn_target("name.py", *args, ready=lambda proc: bool, env={...}) -> subprocess.Popen.

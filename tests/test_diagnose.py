@@ -30,6 +30,7 @@ from probes.frame import (
     GpuDevice,
     GpuProcess,
     GpuReading,
+    HostCpuReading,
     ProcessSample,
     ProgressReading,
     StackCount,
@@ -316,6 +317,58 @@ def test_socket_read_waking_now_and_then_is_progress_a_silent_one_is_hung():
     assert run(polling)[-1].liveness == "hung"
 
 
+def test_main_thread_silent_beside_a_busy_heartbeat_thread_is_hung():
+    """Per-thread counters: the process burns CPU and writes a log (a heartbeat thread), its main thread
+    does nothing. Only the main thread's silence counts, so it is hung, and the evidence says why the
+    process's CPU% is not progress."""
+    frames = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=21.0, write_chars_per_s=300.0,
+                         main_thread_cpu_pct=0.0, main_thread_wakeups_per_s=0.0,
+                         main_thread_read_chars_per_s=0.0, main_thread_write_chars_per_s=0.0)
+              for i in range(9)]
+    last = run(frames)[-1]
+    assert last.liveness == "hung"
+    assert last.evidence[0].endswith("main thread 0.00% CPU, 0 wake-ups/s, no reads or writes, while its other "
+                                     "threads use 21% CPU")
+    # The same frames with the main thread itself busy: progressing.
+    busy = [dataclasses.replace(f, processes=(dataclasses.replace(f.processes[0], main_thread_cpu_pct=19.0),))
+            for f in frames]
+    assert run(busy)[-1].liveness == "progressing"
+
+
+def test_workers_working_while_the_main_thread_waits_is_progress():
+    """A DataLoader's main thread waits in the queue using nothing; its workers' CPU is the progress."""
+    main = proc(cpu=0.0, main_thread_cpu_pct=0.001, main_thread_wakeups_per_s=0.2)
+    working = [make_frame(i, counts=[main_count(DATALOADER_WAIT, idle=True)],
+                          processes=(main, proc(pid=PID + 1, role="dataloader_worker", cpu=95.0)))
+               for i in range(9)]
+    assert run(working)[-1].liveness == "progressing"
+    stuck = [make_frame(i, counts=[main_count(DATALOADER_WAIT, idle=True)],
+                        processes=(main, proc(pid=PID + 1, role="dataloader_worker", cpu=0.0)))
+             for i in range(9)]
+    assert run(stuck)[-1].liveness == "hung"
+
+
+def test_tcp_bytes_arriving_keep_a_slow_stream_alive_a_silent_peer_is_hung_and_named():
+    def reading(i: int, received: float, wakeups: float, last_recv: float) -> Frame:
+        return make_frame(i, counts=[main_count(SOCKET_READ, idle=True)], cpu=0.0, main_thread_cpu_pct=0.06,
+                          main_thread_wakeups_per_s=wakeups, main_thread_read_chars_per_s=0.0,
+                          main_thread_write_chars_per_s=0.0, tcp_received_per_s=received,
+                          tcp_peers=("10.0.0.7:9000",), tcp_last_data_recv_s=last_recv)
+
+    trickle = [reading(i, 40_000.0, 20.0, 0.05) for i in range(12)]
+    last = run(trickle)[-1]
+    assert (last.liveness, last.bottleneck) == ("progressing", "io_bound")
+    silent = [reading(i, 0.0, 0.0, 3.0 + i) for i in range(12)]
+    last = run(silent)[-1]
+    assert (last.liveness, last.bottleneck) == ("hung", "io_bound")
+    assert "connected to 10.0.0.7:9000; nothing received for 14 s: the peer has gone silent" in last.evidence
+    assert any("10.0.0.7:9000" in a and "timeout" in a for a in last.advice)
+    # Bytes arriving on some other connection (a metrics upload) do not wake the thread blocked on the
+    # silent peer: no wake-ups, no progress.
+    other_socket = [reading(i, 5_000.0, 0.0, 0.1) for i in range(12)]
+    assert run(other_socket)[-1].liveness == "hung"
+
+
 def test_log_progress_counts_as_progress():
     frames = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=0.0,
                          progress=ProgressReading(iteration=i // 2, last_update=T0 + (i // 2) * 2))
@@ -557,6 +610,53 @@ def test_first_verdict_from_one_short_sample_window():
     first = [make_frame(0, counts=[main_count(TOKENIZE, n=4), main_count(FORWARD, n=1)], cpu=None)]
     verdict = diagnose(first)
     assert verdict.bottleneck == "data_bound" and verdict.confidence > 0
+
+
+def test_thin_evidence_is_marked_provisional_and_capped():
+    first = diagnose([make_frame(0, counts=[main_count(TOKENIZE, n=4)], cpu=None)])
+    assert first.bottleneck == "data_bound"
+    assert first.confidence <= 0.4
+    assert "provisional: only 4 samples of the main thread so far (10 make a verdict)" in first.evidence
+    settled = run([make_frame(i, counts=[main_count(TOKENIZE, n=5)], cpu=100.0) for i in range(6)])[-1]
+    assert not any("provisional" in line for line in settled.evidence)
+
+
+def test_a_handful_of_samples_does_not_overturn_a_verdict_reached_on_more():
+    frames = [make_frame(i, counts=[main_count(TOKENIZE, n=5)], cpu=100.0) for i in range(12)]
+    # Ten quiet seconds age the tokenising samples out of the window; then a few samples of compute.
+    frames += [make_frame(i, cpu=100.0) for i in range(12, 22)]
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=1)], cpu=100.0) for i in range(22, 25)]
+    verdicts = run(frames)
+    assert verdicts[11].bottleneck == "data_bound" and verdicts[11].confidence >= 0.45
+    assert not any("provisional" in line for line in verdicts[21].evidence)  # still the verdict it was
+    assert verdicts[24].bottleneck == "data_bound", [v.bottleneck for v in verdicts]
+    # Once the new picture has enough samples, it wins.
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=5)], cpu=100.0) for i in range(25, 30)]
+    assert run(frames)[-1].bottleneck == "cpu_bound"
+
+
+def _host(busy: float, allowed: int = 2, steal: float = 0.0) -> HostCpuReading:
+    return HostCpuReading(online_cpus=allowed, allowed_cpus=allowed, busy_cpus=busy, steal_pct=steal)
+
+
+def test_cpus_shared_with_other_processes_are_said_with_numbers():
+    frames = [dataclasses.replace(make_frame(i, counts=[main_count(TOKENIZE, n=5)], cpu=45.0), host=_host(1.95))
+              for i in range(8)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "data_bound"
+    assert ("CPUs shared with other work: other processes used 1.5 of the 2 CPUs this job may run on, the job 0.5"
+            in last.evidence)
+    assert last.advice[0].startswith("The job gets 0.5 of its 2 CPUs: other processes use the rest.")
+    # The same job alone on its CPUs: nothing to say.
+    alone = [dataclasses.replace(f, host=_host(0.5)) for f in frames]
+    assert not any("shared" in line for line in run(alone)[-1].evidence)
+    # Under a quota of 0.2 CPUs the others' use of the rest takes nothing from the job: not said.
+    quota = CpuReading(quota_cpus=0.2, effective_cpus=0.2, affinity_cpus=2)
+    limited = [dataclasses.replace(f, cpu=quota, host=_host(1.7)) for f in frames]
+    assert not any("shared" in line for line in run(limited)[-1].evidence)
+    # A VM losing time to its neighbours says so too.
+    stolen = [dataclasses.replace(f, host=_host(0.5, steal=25.0)) for f in frames]
+    assert "the hypervisor took 25% of their time (steal)" in "\n".join(run(stolen)[-1].evidence)
 
 
 def test_one_call_on_a_full_history_is_cheap():

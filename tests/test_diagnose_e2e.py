@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -198,6 +199,36 @@ def test_streaming_from_a_slow_http_server_is_io_bound(spawn_target, tmp_path):
     check("samples streamed from a slow HTTP server", verdict, frames, "io_bound", "progressing",
           "blocked reading in SocketIO.readinto (socket.py:")
     assert "fetch_shard (diag_http_stream.py" in verdict["evidence"][0]
+
+
+def test_deadlock_beside_a_busy_heartbeat_thread_is_still_hung(spawn_target, tmp_path):
+    # A third thread burns ~20% of a core and writes a log line every 50 ms: the process is never quiet,
+    # but its main thread is, and that is the thread whose silence means hung.
+    target = start(spawn_target, tmp_path, "diag_deadlock.py", "--heartbeat", str(tmp_path / "beat.log"))
+    verdict, frames = watch(target.pid, tmp_path, "deadlock_heartbeat")
+    timeline = check("deadlock beside a busy heartbeat thread", verdict, frames, "unknown", "hung",
+                     "stuck in rotate_logs (diag_deadlock.py:")
+    hung_at = first_time(timeline, lambda v: v.liveness == "hung")
+    assert hung_at is not None and hung_at <= HANG_AFTER_S + 2.0, timeline
+    assert "main thread 0.00% CPU" in verdict["evidence"][0]
+
+
+def test_stream_from_a_server_gone_silent_is_hung_and_names_the_peer(spawn_target, tmp_path):
+    server_out = tmp_path / "server.out"
+    with server_out.open("w") as handle:
+        server = spawn_target("diag_slow_http_server.py", "--lifetime", "60", stdout=handle,
+                              ready=lambda proc: "port" in server_out.read_text())
+    port = server_out.read_text().split()[1]
+    target = start(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
+    os.kill(server.pid, signal.SIGUSR1)  # the server keeps the connection open and sends nothing more
+    verdict, frames = watch(target.pid, tmp_path, "http_silent", extra=("--hang-after", "3"))
+    timeline = check("stream from a server gone silent (--hang-after 3)", verdict, frames, "io_bound", "hung",
+                     "stuck in SocketIO.readinto (socket.py:", hang_after_s=3.0)
+    evidence = "\n".join(verdict["evidence"])
+    assert f"connected to 127.0.0.1:{port}" in evidence
+    assert "the peer has gone silent" in evidence
+    hung_at = first_time(timeline, lambda v: v.liveness == "hung")
+    assert hung_at is not None and hung_at <= 3.0 + 2.0, timeline
 
 
 @pytest.fixture
