@@ -503,13 +503,13 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         main_write_per_s=_mean(_written(f, main_pid) for f in metric_frames),
         active_tick_share=(sum(active_ticks) / len(active_ticks)) if active_ticks else None,
         allowed_cpus=latest.host.allowed_cpus,
-        others_busy_cpus=_mean(_others_busy(f) for f in metric_frames),
+        others_busy_cpus=_mean(others_busy_cpus(f) for f in metric_frames),
         job_cpus=tree_cpu / 100.0 if tree_cpu is not None else None,
         steal_pct=_mean(f.host.steal_pct for f in metric_frames),
     )
 
 
-def _others_busy(frame: Frame) -> float | None:
+def others_busy_cpus(frame: Frame) -> float | None:
     """CPUs' worth of time other processes took on the CPUs the target may use, in one tick."""
     busy, tree = frame.host.busy_cpus, _tree_cpu(frame)
     if busy is None or tree is None:

@@ -63,7 +63,6 @@ class HostCpuProbe:
         self._proc_root = proc_root
         self._clock = clock
         self._previous: tuple[float, dict[int, tuple[int, int, int]]] | None = None
-        self._ticks_per_s = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def read(self) -> HostCpuReading:
         """Never raises: what cannot be read is None, with the reason."""
@@ -90,8 +89,11 @@ class HostCpuProbe:
             d_busy = sum(ticks[c][0] - before[c][0] for c in cpus)
             d_steal = sum(ticks[c][1] - before[c][1] for c in cpus)
             d_total = sum(ticks[c][2] - before[c][2] for c in cpus)
-            busy = round(max(0.0, d_busy / self._ticks_per_s / (now - previous[0])), 3)
-            steal = round(100.0 * d_steal / d_total, 1) if d_total > 0 else 0.0
+            if d_total > 0:
+                # As a share of the ticks those CPUs counted, not of wall time: over a short interval the
+                # 10 ms ticks would otherwise add up to more CPUs than there are.
+                busy = round(len(cpus) * max(0, d_busy) / d_total, 3)
+                steal = round(100.0 * d_steal / d_total, 1)
         return HostCpuReading(
             online_cpus=len(ticks),
             allowed_cpus=len(allowed),

@@ -209,3 +209,41 @@ def test_zombie_child_stays_in_the_tree_as_dead(spawn_target):
     assert zombie.state == psutil.STATUS_ZOMBIE
     assert zombie.alive is False
     assert next(p for p in processes if p.pid == target.pid).alive is True
+
+
+@pytest.mark.slow
+def test_main_thread_counters_and_tcp_bytes_of_a_slow_stream(spawn_target, tmp_path):
+    """A real client reading a trickling HTTP stream: its main thread wakes per chunk and uses almost no
+    CPU; the kernel's TCP counters show the bytes arriving and name the server."""
+    server_out = tmp_path / "server.out"
+    with server_out.open("w") as handle:
+        server = spawn_target("diag_slow_http_server.py", "--lifetime", "60", stdout=handle,
+                              ready=lambda proc: "port" in server_out.read_text())
+    port = server_out.read_text().split()[1]
+    client_out = tmp_path / "client.out"
+    with client_out.open("w") as handle:
+        client = spawn_target("diag_http_stream.py", f"http://127.0.0.1:{port}/shard", stdout=handle,
+                              ready=lambda proc: "ready" in client_out.read_text())
+    probe = ProcessTreeProbe(client.pid)
+    probe.read()
+
+    def streaming():
+        time.sleep(0.3)  # a tick's worth of stream between reads
+        main = probe.read()[1][0]
+        return main if (main.tcp_received_per_s or 0) > 0 and (main.main_thread_wakeups_per_s or 0) > 0 else None
+
+    main = wait_for(streaming, timeout=30)
+    assert main.main_thread_cpu_pct is not None and main.main_thread_cpu_pct < 50.0
+    assert f"127.0.0.1:{port}" in main.tcp_peers
+    assert main.tcp_last_data_recv_s is not None and main.tcp_last_data_recv_s < 5.0
+
+    os.kill(server.pid, signal.SIGUSR1)  # the server goes silent, the connection stays open
+
+    def silent():
+        time.sleep(0.3)
+        main = probe.read()[1][0]
+        return main if main.tcp_received_per_s == 0 and main.main_thread_wakeups_per_s == 0 else None
+
+    main = wait_for(silent, timeout=30)
+    assert main.main_thread_cpu_pct == 0.0
+    assert main.main_thread_read_chars_per_s == 0 and main.main_thread_write_chars_per_s == 0

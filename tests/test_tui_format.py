@@ -12,6 +12,7 @@ from probes.frame import (
     Frame,
     GpuDevice,
     GpuReading,
+    HostCpuReading,
     ProcessSample,
     StackCount,
     StackFrame,
@@ -88,8 +89,17 @@ def test_cpu_summary_and_oversubscription_warning():
                          usage_cpus=1.96, throttled_fraction=0.4, pressure_some_avg10=37.0, runnable_threads=9)
     assert cpu_summary(reading).plain == \
         "CPUs 2 (quota 2, affinity 8) · using 2.0 · throttled 40% · pressure 37%"
-    assert cpu_notes(reading).plain == "⚠ 9 runnable threads > 2 CPUs: threads wait for a core"
-    assert cpu_notes(CpuReading(effective_cpus=4.0, runnable_threads=2)).plain == ""
+
+    def frame(cpu: CpuReading, host: HostCpuReading | None = None, cpu_pct: float = 50.0) -> Frame:
+        return Frame(seq=1, time=0.0, interval_s=1.0, target=TargetInfo(pid=10, alive=True), cpu=cpu,
+                     host=host or HostCpuReading(),
+                     processes=(ProcessSample(pid=10, ppid=1, role="main", name="python", cpu_pct=cpu_pct),))
+
+    assert cpu_notes(frame(reading)).plain == "⚠ 9 runnable threads > 2 CPUs: threads wait for a core"
+    assert cpu_notes(frame(CpuReading(effective_cpus=4.0, runnable_threads=2))).plain == ""
+    shared = HostCpuReading(allowed_cpus=2, busy_cpus=1.9, steal_pct=3.0)
+    assert cpu_notes(frame(CpuReading(effective_cpus=2.0), shared)).plain == \
+        "⚠ other processes use 1.4 of the 2 CPUs it may run on, steal 3%"
     assert "no quota" in cpu_summary(CpuReading(cgroup_version="v1", effective_cpus=4.0)).plain
     assert command_width(80) == 0 and command_width(120) > 10
 

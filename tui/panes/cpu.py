@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from probes.diagnose_evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
 from tui.panes.tables import forget_rows, sync_rows
 from tui.panes.text import clip, percent, role_words, size
@@ -106,9 +107,16 @@ def cpu_summary(cpu: CpuReading) -> Text:
     return text
 
 
-def cpu_notes(cpu: CpuReading) -> Text:
-    """A warning when more threads want to run than there are CPUs; why a reading is missing."""
+def cpu_notes(frame: Frame) -> Text:
+    """Warnings: more threads want to run than there are CPUs; other processes take the job's CPUs.
+    Then why a reading is missing."""
+    cpu, host = frame.cpu, frame.host
     lines = []
+    others = others_busy_cpus(frame)
+    if others is not None and host.allowed_cpus and others >= 0.5:
+        stolen = f", steal {host.steal_pct:.0f}%" if host.steal_pct else ""
+        lines.append(Text(f"⚠ other processes use {others:.1f} of the {host.allowed_cpus} CPUs it may run on"
+                          f"{stolen}", style="bold yellow"))
     if (cpu.runnable_threads is not None and cpu.effective_cpus is not None
             and cpu.runnable_threads > cpu.effective_cpus):
         lines.append(Text(f"⚠ {cpu.runnable_threads} runnable threads > {cpu.effective_cpus:g} CPUs: "
@@ -167,7 +175,7 @@ class CpuPane(Vertical):
 
     def show(self, frame: Frame) -> None:
         self.border_title = Text.assemble(TITLE, " · ", cpu_summary(frame.cpu))
-        notes = cpu_notes(frame.cpu)
+        notes = cpu_notes(frame)
         if notes != self._shown_notes:
             self._shown_notes = notes
             self.query_one("#cpu-notes", Static).update(notes)

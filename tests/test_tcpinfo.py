@@ -1,0 +1,53 @@
+"""probes.tcpinfo against the real kernel: loopback connections, their byte counters and silence."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from probes.tcpinfo import TCP_ESTABLISHED, read_tcp_sockets, socket_inodes
+
+
+@pytest.fixture
+def connection():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    yield client, accepted, server.getsockname()[1]
+    for s in (client, accepted, server):
+        s.close()
+
+
+def test_bytes_received_and_the_peer_of_a_loopback_connection(connection):
+    client, accepted, port = connection
+    accepted.sendall(b"x" * 5000)
+    received = 0
+    while received < 5000:
+        received += len(client.recv(65536))
+    found = read_tcp_sockets(socket_inodes(os.getpid()))
+    if found is None:
+        pytest.skip("sock_diag netlink is not available here")
+    client_inode = os.fstat(client.fileno()).st_ino
+    mine = next(s for s in found if s.inode == client_inode)
+    assert mine.state == TCP_ESTABLISHED
+    assert mine.peer == f"127.0.0.1:{port}"
+    assert mine.bytes_received == 5000
+    assert mine.last_data_recv_s is not None and mine.last_data_recv_s < 5.0
+    listening = [s for s in found if s.state != TCP_ESTABLISHED]
+    assert listening  # the server socket is there too, in its own state
+
+
+def test_silence_grows_and_unknown_inodes_are_ignored(connection):
+    client, accepted, _ = connection
+    accepted.sendall(b"y")
+    client.recv(1)
+    client_inode = os.fstat(client.fileno()).st_ino
+    first = next(s for s in read_tcp_sockets({client_inode}) or [] if s.inode == client_inode)
+    time.sleep(0.3)
+    later = next(s for s in read_tcp_sockets({client_inode}) or [] if s.inode == client_inode)
+    assert later.last_data_recv_s >= first.last_data_recv_s + 0.2
+    assert read_tcp_sockets(set()) == []
+    assert read_tcp_sockets({1}) == []  # no socket has inode 1
