@@ -60,6 +60,7 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "target": to_jsonable(latest.target),
         "processes": to_jsonable(latest.processes),
         "cpu": to_jsonable(latest.cpu),
+        "host": to_jsonable(latest.host),
         "gpus": to_jsonable(latest.gpu),
         "stacks": {
             # Sampled at some point, or still believed possible: a sampler says "available" before its
