@@ -23,12 +23,7 @@ from probes.diagnose_evidence import Evidence, gather
 from probes.diagnose_rules import Candidate, contention, evaluate_rules, hung_bottleneck
 from probes.frame import Frame, Verdict
 
-BOTTLENECKS = (
-    "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "unknown",
-)
-LIVENESS_STATES = ("progressing", "hung", "exited", "unknown")
-
+DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
 # A new bottleneck replaces the previous one only once the previous rule's strength has fallen below
 # STAY_SCORE or the newcomer is stronger by SWITCH_MARGIN: one noisy window must not flip the verdict.
 STAY_SCORE = 0.2
@@ -44,7 +39,8 @@ PROVISIONAL_CONFIDENCE = 0.4
 CONFIDENCE_FULL_SECONDS = 10.0
 
 
-def diagnose(history: Sequence[Frame], previous: Verdict | None = None, hang_after_s: float = 5.0) -> Verdict:
+def diagnose(history: Sequence[Frame], previous: Verdict | None = None,
+             hang_after_s: float = DEFAULT_HANG_AFTER_S) -> Verdict:
     """The verdict on `history` (oldest frame first). Pass the previous verdict for stability."""
     if not history:
         return Verdict()
@@ -137,6 +133,16 @@ def _thin(candidate: Candidate, evidence: Evidence, previous: Verdict | None) ->
     return not held
 
 
+# Verdicts whose work runs on the host CPU: sharing the CPUs matters to them. For the others (waiting, the
+# GPU, reads) it matters only when the main thread is seen queueing for a core.
+_CPU_HUNGRY = ("cpu_bound", "data_bound", "cpu_throttled", "compile_warmup", "checkpoint_save", "unknown")
+
+
+def _wants_cpu(candidate: Candidate, evidence: Evidence) -> bool:
+    running = evidence.running_share()
+    return candidate.bottleneck in _CPU_HUNGRY or (running is not None and running < 0.8)
+
+
 def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candidate:
     """The rule's finding plus what qualifies it: thin evidence, and CPUs shared with other work."""
     lines, advice = list(candidate.evidence), list(candidate.advice)
@@ -144,7 +150,7 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
         n = evidence.main.samples
         lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of the main thread so far "
                      f"({THIN_SAMPLES} make a verdict)")
-    shared = contention(evidence)
+    shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
         lines.append(shared[0])
         if candidate.bottleneck in ("cpu_bound", "data_bound"):

@@ -19,11 +19,13 @@ from probes.frame import (
     ROLE_MAIN,
     Frame,
     GpuDevice,
+    Liveness,
     ProgressReading,
     StackCount,
     StackFrame,
     ThreadStack,
 )
+from probes.history import recent_frames
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
@@ -141,7 +143,7 @@ class Evidence:
     effective_cpus: float | None
     throttled_fraction: float | None
     gpu: GpuSummary
-    liveness: str
+    liveness: Liveness
     stuck_for_s: float  # since the last sign of progress, or since watching began if none was seen
     progress_seen: bool
     stuck_stack: tuple[StackFrame, ...] | None  # the main thread's stack while nothing moved
@@ -159,19 +161,22 @@ class Evidence:
     others_busy_cpus: float | None = None  # CPUs' worth those CPUs spent on other processes (metric window)
     job_cpus: float | None = None  # what the target's tree got meanwhile, in CPUs
     steal_pct: float | None = None
+    main_thread_cpu_pct: float | None = None  # the main thread alone, metric window (schedstat)
+    main_thread_runqueue_pct: float | None = None  # of wall time, runnable but not running
+
+    def running_share(self) -> float | None:
+        """Of the time the main thread wanted a CPU, the share it had one (None without schedstat). py-spy
+        counts a runnable thread as active, so on a crowded machine "computing" samples include waiting for
+        a core: this share converts them back."""
+        cpu, waiting = self.main_thread_cpu_pct, self.main_thread_runqueue_pct
+        if cpu is None or waiting is None or cpu + waiting <= 0:
+            return None
+        return cpu / (cpu + waiting)
 
 
-def _recent(history: Sequence[Frame], seconds: float, limit: int = MAX_LOOKBACK_FRAMES) -> list[Frame]:
-    """Frames within `seconds` of the latest, oldest first, at most `limit` of them."""
-    latest = history[-1].time
-    out = []
-    for index in range(len(history) - 1, max(-1, len(history) - 1 - limit), -1):
-        frame = history[index]
-        if frame.time < latest - seconds:
-            break
-        out.append(frame)
-    out.reverse()
-    return out
+def _recent(history: Sequence[Frame], seconds: float) -> list[Frame]:
+    """Frames within `seconds` of the latest, oldest first, at most MAX_LOOKBACK_FRAMES of them."""
+    return recent_frames(history, seconds, MAX_LOOKBACK_FRAMES)
 
 
 def _mean(values) -> float | None:
@@ -293,7 +298,7 @@ def _log_advanced(now: ProgressReading | None, before: ProgressReading | None) -
 
 
 def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float,
-              blocked_reading: bool) -> tuple[str, float, bool]:
+              blocked_reading: bool) -> tuple[Liveness, float, bool]:
     """(state, seconds since the last progress, whether any progress was seen).
 
     Walks back from the latest frame until it finds progress (bounded). Hung needs measured silence
@@ -506,7 +511,14 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         others_busy_cpus=_mean(others_busy_cpus(f) for f in metric_frames),
         job_cpus=tree_cpu / 100.0 if tree_cpu is not None else None,
         steal_pct=_mean(f.host.steal_pct for f in metric_frames),
+        main_thread_cpu_pct=_mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in metric_frames),
+        main_thread_runqueue_pct=_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in metric_frames),
     )
+
+
+def _main_field(frame: Frame, main_pid: int, name: str) -> float | None:
+    process = frame.process(main_pid)
+    return getattr(process, name) if process is not None else None
 
 
 def others_busy_cpus(frame: Frame) -> float | None:

@@ -29,6 +29,7 @@ from probes.diagnose_stacks import (
     format_where,
     is_library,
 )
+from probes.frame import Bottleneck
 
 ENTER_SCORE = 0.3  # a rule must be at least this strong to become the verdict
 GPU_BUSY_UTIL_PCT = 80.0
@@ -58,7 +59,7 @@ BUSY_CPU_PCT = 80.0
 
 @dataclass
 class Candidate:
-    bottleneck: str
+    bottleneck: Bottleneck
     score: float
     evidence: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
@@ -420,12 +421,20 @@ def _cpu(ev: Evidence) -> Candidate | None:
             "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile).",
             "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
         ], from_metrics=True)
+    sampled = compute
+    running = ev.running_share()
+    if running is not None:
+        # py-spy's "active" is running or runnable: keep the share it really ran; the rest waited for a core.
+        compute = sampled * running
     if compute < 0.05:
         return None
-    # Samples count as compute only when py-spy saw the thread active (running or runnable), so CPU%
-    # only weighs the rule: on a crowded machine a CPU-bound loop may get little CPU time.
-    score = compute if main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
-    lines = [_main_share_line(ev, compute, "running on the CPU", COMPUTE)]
+    # Without schedstat, CPU% only weighs the rule: on a crowded machine a CPU-bound loop may get little.
+    score = compute if running is not None or main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
+    lines = [_main_share_line(ev, sampled, "running on the CPU", COMPUTE)]
+    if running is not None and running < 0.8:
+        lines.append(f"of that, it waited for a free core {_pct(1 - running)} of the time (runnable, not running): "
+                     f"{ev.main_thread_runqueue_pct:.0f}% of wall time queued against {ev.main_thread_cpu_pct:.0f}% "
+                     "on a CPU")
     if main_cpu is not None:
         available = f" ({_cpus(ev.effective_cpus)} available)" if ev.effective_cpus else ""
         lines.append(f"main process at {main_cpu:.0f}% CPU{available}")
@@ -536,7 +545,7 @@ def contention(ev: Evidence) -> tuple[str, str] | None:
 
 # --- hung -------------------------------------------------------------------------------------------
 
-_HUNG_BOTTLENECK = {
+_HUNG_BOTTLENECK: dict[str, Bottleneck] = {
     DATA_WAIT: "data_bound",
     DATA_PREP: "data_bound",
     IO: "io_bound",

@@ -15,7 +15,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 FRAME_SCHEMA = "gputop.frame/1"
 
@@ -75,6 +75,7 @@ class ProcessSample:
     # The main thread alone (TID == PID), from /proc/PID/task/PID: finer than the process's CPU% (schedstat
     # counts nanoseconds) and not fooled by a background thread that keeps working while the main one hangs.
     main_thread_cpu_pct: float | None = None
+    main_thread_runqueue_pct: float | None = None  # runnable but waiting for a CPU, percent of wall time
     main_thread_wakeups_per_s: float | None = None  # voluntary context switches: it blocked and was woken
     main_thread_preemptions_per_s: float | None = None  # involuntary ones: runnable, but the CPU went elsewhere
     main_thread_read_chars_per_s: float | None = None
@@ -234,12 +235,22 @@ class MonitorOverhead:
     behind: bool = False  # sampling fell behind its schedule
 
 
+# What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
+Bottleneck = Literal[
+    "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
+    "compile_warmup", "checkpoint_save", "idle", "unknown",
+]
+Liveness = Literal["progressing", "hung", "exited", "unknown"]
+BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
+LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """diagnose(history): which bottleneck, hung versus slow, with the evidence and the fix."""
 
-    bottleneck: str = "unknown"
-    liveness: str = "unknown"  # progressing, hung, exited, unknown
+    bottleneck: Bottleneck = "unknown"
+    liveness: Liveness = "unknown"
     confidence: float = 0.0
     evidence: tuple[str, ...] = ()
     advice: tuple[str, ...] = ()

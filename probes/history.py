@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from probes.frame import Frame
 
@@ -40,9 +40,22 @@ class History:
 
     def window(self, seconds: float) -> list[Frame]:
         """Frames whose time lies within `seconds` of the latest frame's (all of them for seconds <= 0)."""
-        if not self._frames:
-            return []
-        if seconds <= 0:
-            return list(self._frames)
-        cutoff = self._frames[-1].time - seconds
-        return [f for f in self._frames if f.time >= cutoff]
+        return recent_frames(self._frames, seconds if seconds > 0 else None)
+
+
+def recent_frames(frames: Sequence[Frame], seconds: float | None, limit: int | None = None) -> list[Frame]:
+    """The frames within `seconds` of the latest one's time, oldest first (a frame exactly `seconds` old is
+    in); all of them for None. At most `limit` (the newest), so a walk costs the same on any history.
+
+    The one definition of "the last N seconds" that the diagnosis, the panes and the snapshot share."""
+    out: list[Frame] = []
+    if not frames:
+        return out
+    cutoff = None if seconds is None else frames[-1].time - seconds
+    for index in range(len(frames) - 1, -1, -1):
+        frame = frames[index]
+        if (cutoff is not None and frame.time < cutoff) or (limit is not None and len(out) >= limit):
+            break
+        out.append(frame)
+    out.reverse()
+    return out

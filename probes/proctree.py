@@ -73,6 +73,7 @@ class _MainThreadCounters:
     """
 
     cpu_ns: int | None  # /proc/PID/task/PID/schedstat, first field
+    runqueue_ns: int | None  # its second: time runnable but waiting for a CPU (others had them)
     voluntary_switches: int | None  # times it blocked and was woken (status: voluntary_ctxt_switches)
     involuntary_switches: int | None  # times it was preempted while runnable
     read_chars: int | None  # /proc/PID/task/PID/io rchar, wchar: this thread's read()/write() bytes
@@ -86,6 +87,7 @@ def _main_thread_counters(pid: int) -> _MainThreadCounters:
     io = _keyed_ints(read_text(f"{task}/io"), ":")
     return _MainThreadCounters(
         cpu_ns=int(schedstat[0]) if schedstat and schedstat[0].isdigit() else None,
+        runqueue_ns=int(schedstat[1]) if len(schedstat) > 1 and schedstat[1].isdigit() else None,
         voluntary_switches=status.get("voluntary_ctxt_switches"),
         involuntary_switches=status.get("nonvoluntary_ctxt_switches"),
         read_chars=io.get("rchar"),
@@ -210,8 +212,10 @@ def _thread_rates(now: _MainThreadCounters, before: _MainThreadCounters | None,
         return max(0, new - old) * scale / elapsed
 
     cpu = rate(now.cpu_ns, before.cpu_ns if before else None, 1e-9 * 100.0)
+    runqueue = rate(now.runqueue_ns, before.runqueue_ns if before else None, 1e-9 * 100.0)
     return {
         "cpu_pct": round(cpu, 3) if cpu is not None else None,
+        "runqueue_pct": round(runqueue, 3) if runqueue is not None else None,
         "wakeups_per_s": rate(now.voluntary_switches, before.voluntary_switches if before else None),
         "preemptions_per_s": rate(now.involuntary_switches, before.involuntary_switches if before else None),
         "read_chars_per_s": rate(now.read_chars, before.read_chars if before else None),
@@ -452,6 +456,7 @@ class ProcessTreeProbe:
             read_chars_per_s=rates[2],
             write_chars_per_s=rates[3],
             main_thread_cpu_pct=thread_rates.get("cpu_pct"),
+            main_thread_runqueue_pct=thread_rates.get("runqueue_pct"),
             main_thread_wakeups_per_s=thread_rates.get("wakeups_per_s"),
             main_thread_preemptions_per_s=thread_rates.get("preemptions_per_s"),
             main_thread_read_chars_per_s=thread_rates.get("read_chars_per_s"),

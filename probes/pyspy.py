@@ -23,8 +23,10 @@ core at 5 Hz.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
-(capped at 30 s); a process that exits is reported once and left alone. Every child ends by itself
-within a window even if gputop is killed, and :meth:`StackSampler.close` kills them at once.
+(capped at 30 s); one killed by someone else (the OOM killer, a stray ``kill``) is restarted the same way
+and each restart is reported with its count; a process that exits is reported once and left alone. Every
+child ends by itself within a window even if gputop is killed, and :meth:`StackSampler.close` kills them
+at once.
 """
 
 from __future__ import annotations
@@ -225,10 +227,27 @@ def permission_reason(pid: int) -> str:
             f"kernel.yama.ptrace_scope is {scope}, which lets only root (or a parent) attach; "
             "`sysctl kernel.yama.ptrace_scope=0` lifts that"
         )
+    if _runs_as_our_user(pid):
+        # Same user, yet denied: the kernel then wants CAP_SYS_PTRACE, whatever the user.
+        return (
+            f"py-spy may not read PID {pid}: permission denied, though it runs as gputop's user: it is "
+            "non-dumpable (prctl PR_SET_DUMPABLE 0, or it changed user or group) or holds capabilities "
+            "gputop lacks. Run gputop as root with CAP_SYS_PTRACE; in Docker start the container with "
+            f"--cap-add SYS_PTRACE; {scope_note}"
+        )
     return (
         f"py-spy may not read PID {pid}: permission denied. Run gputop as the target's user or as root; "
         f"in Docker start the container with --cap-add SYS_PTRACE; {scope_note}"
     )
+
+
+def _runs_as_our_user(pid: int) -> bool:
+    """Whether every uid of ``pid`` (real, effective, saved: /proc/PID/status, readable by anyone) is ours."""
+    try:
+        uids = psutil.Process(pid).uids()
+    except psutil.Error:
+        return False
+    return set(uids) == {os.geteuid()}
 
 
 def _process_gone(pid: int) -> bool:
@@ -270,6 +289,7 @@ class _PyspyRun:
         self._lock = threading.Lock()
         self.returncode: int | None = None
         self.cpu_seconds = 0.0
+        self.signalled = False  # gputop itself sent it a signal (a window's end, close)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -289,6 +309,16 @@ class _PyspyRun:
     @property
     def running(self) -> bool:
         return self.returncode is None
+
+    @property
+    def killed_by(self) -> str | None:
+        """The signal's name when something other than gputop killed the child, else None."""
+        if self.returncode is None or self.returncode >= 0 or self.signalled:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds; True once the child has exited and been reaped."""
@@ -329,6 +359,7 @@ class _PyspyRun:
     def signal(self, sig: int) -> None:
         with self._lock:
             if self.returncode is None:
+                self.signalled = True
                 try:
                     os.kill(self.pid, sig)
                 except ProcessLookupError:
@@ -370,6 +401,7 @@ class _ProcessState:
     rate_hz: float | None = None
     is_worker: bool = False
     behind_reported: bool = False
+    restarts: int = 0  # py-spy children killed by someone else and started again
 
 
 @dataclass
@@ -478,6 +510,22 @@ class StackSampler:
             retired_children = [c for c in self._children if c.target_pid not in wanted]
         for child in retired_children:
             child.signal(signal.SIGKILL)
+
+    def restart(self, pids: Sequence[int], reason: str) -> None:
+        """Sample these processes afresh, as if new: their py-spy children are killed, what their samplers
+        learnt is dropped (a window still running holds the old program's stacks), and new ones start
+        with short windows. For a process that ran a new program (exec keeps the PID). ``reason`` goes
+        into the next reading's errors."""
+        with self._lock:
+            if self._closed:
+                return
+            current = list(self._states)
+            restarted = [pid for pid in dict.fromkeys(pids) if pid in self._states]
+            if not restarted:
+                return
+            self._events.append(reason)
+        self.set_targets([pid for pid in current if pid not in restarted])
+        self.set_targets(current)
 
     def collect(self) -> StacksReading:
         """Everything gathered since the previous collect()."""
@@ -619,11 +667,12 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float) -> tuple[int | None, str | None]:
-        """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error)."""
+             timeout: float) -> tuple[int | None, str | None, str | None]:
+        """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
+        that killed it when that was not gputop's doing)."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
-            return None, child
+            return None, child, None
         try:
             if not child.wait(timeout):
                 child.signal(signal.SIGINT)  # record writes what it has on SIGINT
@@ -633,7 +682,7 @@ class StackSampler:
             if child.running:
                 child.kill_and_reap()
             self._finish(child)
-        return child.returncode, None
+        return child.returncode, None, child.killed_by
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -664,21 +713,32 @@ class StackSampler:
         while not sampler.stop.is_set():
             _remove(out_path)
             started = time.monotonic()
-            returncode, spawn_error = self._run(
+            returncode, spawn_error, killed_by = self._run(
                 sampler, self._record_argv(pid, window_s, out_path, rate_hz), log_path, None,
                 timeout=3 * window_s + 10,
             )
             wall_seconds = time.monotonic() - started
             if sampler.stop.is_set():
                 return
+            if killed_by is not None:  # its window is lost (record writes only at its end): start again
+                failures += 1
+                self._note_killed(sampler, "record", killed_by, _backoff(failures))
+                sampler.stop.wait(_backoff(failures))
+                continue
             log = _read(log_path)
             raw = _read(out_path) if returncode == 0 else ""
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
                 self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds))
             if returncode == 0 and "process exited" in log:
-                self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
-                return
+                if _process_gone(pid):
+                    self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
+                    return
+                # py-spy says "exited" also when a live process turned unreadable (non-dumpable) or ran a
+                # new program mid-window: the next window says why, after a pause in case it repeats.
+                failures += 1
+                sampler.stop.wait(_backoff(failures))
+                continue
             if returncode == 0 and raw:
                 failures = 0
                 self._note_success(sampler, behind="behind in sampling" in log)
@@ -707,10 +767,15 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
-            returncode, spawn_error = self._run(sampler, self._dump_argv(pid), out_path, err_path,
-                                                timeout=DUMP_TIMEOUT_S)
+            returncode, spawn_error, killed_by = self._run(sampler, self._dump_argv(pid), out_path, err_path,
+                                                           timeout=DUMP_TIMEOUT_S)
             if sampler.stop.is_set():
                 return
+            if killed_by is not None:
+                failures += 1
+                self._note_killed(sampler, "dump", killed_by, _backoff(failures))
+                sampler.stop.wait(_backoff(failures))
+                continue
             threads = None
             if returncode == 0:
                 try:
@@ -774,6 +839,20 @@ class StackSampler:
                 self._events.append(
                     f"PID {sampler.pid}: py-spy fell behind {self.rate_hz:g} Hz; the achieved rate is lower"
                 )
+
+    def _note_killed(self, sampler: _ProcessSampler, mode: str, signal_name: str, delay_s: float) -> None:
+        """A py-spy child died of a signal gputop did not send: not the target's fault, so the process's
+        status stands; say so, with how often it happened, every time."""
+        with self._lock:
+            state = self._current_state(sampler)
+            if state is None or state.status == _STATUS_EXITED:
+                return
+            state.restarts += 1
+            times = "once" if state.restarts == 1 else f"{state.restarts} times"
+            self._events.append(
+                f"py-spy {mode} of PID {sampler.pid} was killed by {signal_name} (not by gputop), {times} so far; "
+                f"restarting it in {delay_s:g} s. If it keeps dying, look for what kills it (dmesg for the OOM killer)"
+            )
 
     @staticmethod
     def _mark_ok(state: _ProcessState) -> None:

@@ -3,13 +3,20 @@
 A recording's first line is a header (`{"schema": "gputop.recording/1", ...}`); every further line is one
 Frame as `probes.frame.to_jsonable` writes it. Replay yields the same Frame objects a live engine produced,
 so the TUI, snapshots and the diagnosis behave identically on both.
+
+Both ends survive damage. Writing, a failed write (a full disk, a removed file) stops the recording but
+never the monitor: `Recorder.append` returns False and `Recorder.problem` says why, in one line for the
+user. Reading, a line that is not a whole frame (the writer was killed mid-line, a damaged file) is left
+out and listed, so a replay shows what is whole and says what it skipped.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -17,6 +24,7 @@ from probes import __version__
 from probes.frame import Frame, from_jsonable, to_jsonable
 
 RECORDING_SCHEMA = "gputop.recording/1"
+SKIPPED_LINES_NAMED = 3  # in the notice; the rest are counted
 
 
 class RecordingError(Exception):
@@ -24,34 +32,125 @@ class RecordingError(Exception):
 
 
 class Recorder:
-    """Appends frames to a JSONL file, flushed per frame so a crash loses at most the frame in flight."""
+    """Appends frames to a JSONL file, flushed per frame so a crash loses at most the frame in flight.
+
+    Opening raises OSError (the caller says so and stops before sampling). After that nothing raises: the
+    first failed write closes the file and sets ``problem``; later appends do nothing.
+    """
 
     def __init__(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
-        if self._file.tell() == 0:
-            header = {"schema": RECORDING_SCHEMA, "gputop_version": __version__, "created": time.time()}
-            header.update(meta or {})
-            self._write(header)
+        self.frames = 0
+        self.problem: str | None = None
+        cut_short = _ends_mid_line(self.path)
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        try:
+            if cut_short:  # an earlier writer was killed mid-line: keep its cut line apart from ours
+                self._file.write("\n")
+            if self._file.tell() == 0:
+                header = {"schema": RECORDING_SCHEMA, "gputop_version": __version__, "created": time.time()}
+                header.update(meta or {})
+                self._write(header)
+            else:
+                self._file.flush()
+        except OSError:
+            self._close_quietly()
+            raise
 
     def _write(self, obj: Any) -> None:
+        assert self._file is not None
         self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
         self._file.flush()
 
-    def append(self, frame: Frame) -> None:
-        self._write(to_jsonable(frame))
+    def append(self, frame: Frame) -> bool:
+        """Append one frame; False when the recording has stopped (``problem`` says why)."""
+        if self._file is None:
+            return False
+        try:
+            self._write(to_jsonable(frame))
+        except OSError as exc:
+            self.problem = (
+                f"recording to {self.path} stopped after {self.frames} frames: {exc.strerror or exc}; "
+                "monitoring goes on. Free space there or record elsewhere (--record PATH)"
+            )
+            self._close_quietly()
+            return False
+        self.frames += 1
+        return True
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        file, self._file = self._file, None
+        if file is None:
+            return
+        try:
+            file.close()  # flushes: on a full disk that fails again, and the file is closed all the same
+        except OSError:
+            pass
 
 
-def read_recording(path: str | Path) -> Iterator[Frame]:
-    """Yield the frames of a recording in order. A truncated last line (a run cut short) is skipped."""
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    number: int  # 1-based line number in the file
+    why: str
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording read whole: its frames, and the lines left out because they were not whole frames."""
+
+    path: Path
+    frames: tuple[Frame, ...]
+    skipped: tuple[SkippedLine, ...] = ()
+
+    def notice(self) -> str | None:
+        """One line for the user when lines were left out, else None."""
+        if not self.skipped:
+            return None
+        named = "; ".join(f"line {s.number}: {s.why}" for s in self.skipped[:SKIPPED_LINES_NAMED])
+        more = len(self.skipped) - SKIPPED_LINES_NAMED
+        if more > 0:
+            named += f"; and {more} more"
+        what = "line that is not a whole frame" if len(self.skipped) == 1 else "lines that are not whole frames"
+        return f"{self.path}: skipped {len(self.skipped)} {what} ({named}); showing the {len(self.frames)} whole frames"
+
+
+def load_recording(path: str | Path) -> Recording:
+    """The whole recording at once, with what was skipped (see read_recording)."""
+    skipped: list[SkippedLine] = []
+    frames = tuple(read_recording(path, skipped))
+    return Recording(Path(path), frames, tuple(skipped))
+
+
+def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -> Iterator[Frame]:
+    """Yield the frames of a recording in order.
+
+    A line that is not a whole frame is left out and, when ``skipped`` is given, listed there: a last
+    line cut short (the writer was killed mid-line, or its disk filled), or a damaged line anywhere.
+    Raises RecordingError only when the file cannot be read or is not a gputop recording at all.
+    """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # errors="replace": a damaged line may hold bytes that are not UTF-8; it is then skipped, not fatal.
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise RecordingError(f"cannot read recording {path}: {exc.strerror or exc}") from None
+    lines = text.splitlines()
     if not lines:
         raise RecordingError(f"{path} is empty: not a gputop recording")
     try:
@@ -60,13 +159,28 @@ def read_recording(path: str | Path) -> Iterator[Frame]:
         header = None
     if not isinstance(header, dict) or header.get("schema") != RECORDING_SCHEMA:
         raise RecordingError(f"{path} is not a gputop recording (first line lacks schema {RECORDING_SCHEMA})")
-    last = len(lines) - 1
+    last = len(lines)
+    cut_short = not text.endswith("\n")
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
         try:
-            yield from_jsonable(Frame, json.loads(line))
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
-            if number - 1 == last:  # the writer was killed mid-line
-                return
-            raise RecordingError(f"{path}:{number}: bad frame ({exc})") from None
+            data = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            if number == last and cut_short:
+                why = "cut short, the recording ends mid-line (its writer stopped while writing)"
+            else:
+                why = "not JSON"
+            _skip(skipped, number, why)
+            continue
+        try:
+            frame = from_jsonable(Frame, data)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            _skip(skipped, number, f"not a frame ({type(exc).__name__})")
+            continue
+        yield frame
+
+
+def _skip(skipped: list[SkippedLine] | None, number: int, why: str) -> None:
+    if skipped is not None:
+        skipped.append(SkippedLine(number, why))

@@ -14,12 +14,15 @@ import tempfile
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.frame import Frame, Verdict, to_jsonable
 from probes.stacks import hot_frames
+
+if TYPE_CHECKING:
+    from probes.monitor import Pace
 
 SNAPSHOT_SCHEMA = "gputop.snapshot/1"
 HOT_FRAMES_LIMIT = 30
@@ -27,9 +30,10 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
-                   comparison: ComparisonInputs | None = None) -> dict[str, Any]:
+                   comparison: ComparisonInputs | None = None, pace: Pace | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
-    (--baseline, --model, --tokens-per-iter) fills progress.baseline."""
+    (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
+    seconds per iteration."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -79,7 +83,7 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "by_process": by_process,
             "errors": errors,
         },
-        "progress": _progress(latest, comparison),
+        "progress": _progress(latest, comparison, pace),
         "overhead": {
             "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
             "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
@@ -94,12 +98,15 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
     }
 
 
-def _progress(latest: Frame, comparison: ComparisonInputs | None) -> dict[str, Any] | None:
+def _progress(latest: Frame, comparison: ComparisonInputs | None, pace: Pace | None) -> dict[str, Any] | None:
     """The latest progress reading, plus how it compares with the baseline (null without one)."""
     if latest.progress is None:
         return None
-    compared = compare_progress(latest.progress, comparison, target_gpu_name(latest))
-    return {**to_jsonable(latest.progress), "baseline": to_jsonable(compared)}
+    if pace is not None and pace.source is not None:
+        compared, recent = pace.comparison, list(pace.recent_seconds_per_iter)
+    else:
+        compared, recent = compare_progress(latest.progress, comparison, target_gpu_name(latest)), []
+    return {**to_jsonable(latest.progress), "recent_seconds_per_iter": recent, "baseline": to_jsonable(compared)}
 
 
 def write_json_atomic(document: dict[str, Any], path: str) -> None:

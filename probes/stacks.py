@@ -1,4 +1,4 @@
-"""Pure aggregation of sampled stacks: hot frames, merged counts, call trees, callers and callees.
+"""Pure aggregation of sampled stacks: hot frames, merged counts, call trees, the drill-down cut.
 
 No I/O: these functions take the StackCounts of one or many frames (live or replayed) and are shared
 by the snapshot, the diagnosis and the TUI. Stacks are innermost frame first, as in probes.frame.
@@ -10,9 +10,11 @@ counts once towards that stack's ``total``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from probes.frame import StackCount, StackFrame
 
@@ -28,17 +30,6 @@ class HotFrame:
     total_pct: float  # share of samples where it was anywhere on the stack
     own: int
     total: int
-
-
-@dataclass(frozen=True)
-class Neighbor:
-    """A direct caller or callee of a chosen frame, for drill-down."""
-
-    function: str
-    file: str
-    line: int
-    count: int  # samples where it sat right next to the chosen frame
-    pct: float  # of the samples where the chosen frame appears
 
 
 @dataclass
@@ -79,12 +70,21 @@ def frame_matches(frame: StackFrame, function: str, file_suffix: str | None = No
     return frame.file.endswith(boundary)
 
 
-def _select(
-    counts: Iterable[StackCount], pid: int | None, tid: int | None, include_idle: bool
-) -> list[StackCount]:
+class _Sampled(Protocol):
+    pid: int
+    tid: int
+    idle: bool
+
+
+SampledT = TypeVar("SampledT", bound=_Sampled)
+
+
+def select_samples(items: Iterable[SampledT], pid: int | None = None, tid: int | None = None,
+                   include_idle: bool = True) -> list[SampledT]:
+    """The stack counts (or thread stacks) of one process and/or thread, idle ones left out on request."""
     return [
         c
-        for c in counts
+        for c in items
         if (pid is None or c.pid == pid) and (tid is None or c.tid == tid) and (include_idle or not c.idle)
     ]
 
@@ -129,7 +129,7 @@ def hot_frames(
     limit: int | None = None,
 ) -> list[HotFrame]:
     """Frames ranked by own samples (innermost), then total samples (anywhere on the stack)."""
-    selected = _select(counts, pid, tid, include_idle)
+    selected = select_samples(counts, pid, tid, include_idle)
     grand_total = sum(c.count for c in selected)
     own: Counter[FrameKey] = Counter()
     total: Counter[FrameKey] = Counter()
@@ -170,7 +170,7 @@ def call_tree(
     The root's total is every selected sample; its own is the samples with an empty stack.
     """
     root = CallNode(function="<root>", file="", line=0)
-    for c in _select(counts, pid, tid, include_idle):
+    for c in select_samples(counts, pid, tid, include_idle):
         root.total += c.count
         node = root
         for frame in reversed(c.frames):
@@ -194,46 +194,20 @@ def _sort_tree(node: CallNode) -> None:
         pending.extend(current.children)
 
 
-def callers_and_callees(
-    counts: Iterable[StackCount],
-    function: str,
-    file: str | None = None,
-    line: int | None = None,
-    *,
-    pid: int | None = None,
-    tid: int | None = None,
-    include_idle: bool = True,
-    by_line: bool = True,
-) -> tuple[list[Neighbor], list[Neighbor]]:
-    """Who calls the chosen frame, and what it calls, over the selected stacks.
+def drill_counts(counts: Sequence[StackCount], key: FrameKey,
+                 by_line: bool) -> tuple[list[StackCount], list[StackCount]]:
+    """Stacks cut at the chosen frame, so :func:`call_tree` builds its caller and callee trees.
 
-    The frame is chosen with :func:`frame_matches` (``file`` is a path suffix) and, when ``line`` is
-    given, that exact line. In each stack every occurrence of the frame contributes its direct caller
-    (next outer frame) and direct callee (next inner frame), each neighbour counted once per stack.
-    Percentages are of the samples whose stack contains the chosen frame.
+    Callers: the chosen frame and everything outside it, flipped so the chosen frame is the root.
+    Callees: the chosen frame and everything inside it. A recursive frame is cut at its outermost call.
+    `key`'s line is 0 when frames are grouped by function (by_line False).
     """
-    callers: Counter[FrameKey] = Counter()
-    callees: Counter[FrameKey] = Counter()
-    matched_samples = 0
-    for c in _select(counts, pid, tid, include_idle):
-        positions = [
-            i for i, f in enumerate(c.frames)
-            if frame_matches(f, function, file) and (line is None or f.line == line)
-        ]
+    callers, callees = [], []
+    for count in counts:
+        positions = [i for i, f in enumerate(count.frames) if _key(f, by_line) == key]
         if not positions:
             continue
-        matched_samples += c.count
-        stack_callers = {_key(c.frames[i + 1], by_line) for i in positions if i + 1 < len(c.frames)}
-        stack_callees = {_key(c.frames[i - 1], by_line) for i in positions if i > 0}
-        for key in stack_callers:
-            callers[key] += c.count
-        for key in stack_callees:
-            callees[key] += c.count
-
-    def ranked(counter: Counter[FrameKey]) -> list[Neighbor]:
-        return [
-            Neighbor(function=k[0], file=k[1], line=k[2], count=n, pct=_pct(n, matched_samples))
-            for k, n in sorted(counter.items(), key=lambda item: (-item[1], item[0]))
-        ]
-
-    return ranked(callers), ranked(callees)
+        outermost = positions[-1]  # stacks are innermost first
+        callees.append(dataclasses.replace(count, frames=count.frames[: outermost + 1]))
+        callers.append(dataclasses.replace(count, frames=tuple(reversed(count.frames[outermost:]))))
+    return callers, callees

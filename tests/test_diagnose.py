@@ -659,6 +659,24 @@ def test_cpus_shared_with_other_processes_are_said_with_numbers():
     assert "the hypervisor took 25% of their time (steal)" in "\n".join(run(stolen)[-1].evidence)
 
 
+def test_samples_that_waited_for_a_core_are_not_counted_as_compute():
+    """py-spy counts a runnable thread as active. A loop that works 0.15 s and sleeps 2 s, on a machine
+    whose cores are taken, is sampled 'computing' half the time while it mostly waits in the run queue:
+    schedstat's run-queue time puts it back where it belongs (idle), and says so."""
+    work = (fr("work_step", TRAIN, 16), fr("main", TRAIN, 26), fr("<module>", TRAIN, 320))
+    sleeping = (fr("main", TRAIN, 30), fr("<module>", TRAIN, 320))
+    crowded = [make_frame(i, counts=[main_count(work, n=3), main_count(sleeping, n=3, idle=True)], cpu=6.0,
+                          main_thread_cpu_pct=6.0, main_thread_runqueue_pct=40.0) for i in range(8)]
+    assert run(crowded)[-1].bottleneck == "idle"
+    # A CPU-bound loop on the same machine is still CPU-bound, with the queueing said.
+    training = [make_frame(i, counts=[main_count(FORWARD, n=5)], cpu=50.0, main_thread_cpu_pct=50.0,
+                           main_thread_runqueue_pct=50.0) for i in range(8)]
+    last = run(training)[-1]
+    assert last.bottleneck == "cpu_bound"
+    assert ("of that, it waited for a free core 50% of the time (runnable, not running): 50% of wall time queued "
+            "against 50% on a CPU") in last.evidence
+
+
 def test_one_call_on_a_full_history_is_cheap():
     """600 frames (ten minutes at 1 s) with samples every tick: a call must cost well under 1% of a tick."""
     stacks = [DATALOADER_WAIT, FORWARD, BACKWARD, TOKENIZE, SOCKET_READ, TORCH_SAVE]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from probes.frame import StackCount, StackFrame
 from probes.stacks import (
     call_tree,
-    callers_and_callees,
+    drill_counts,
     frame_matches,
     hot_frames,
     merge_counts,
@@ -112,26 +112,35 @@ def test_call_tree_root_first_with_totals_and_own():
     assert call_tree(counts, include_idle=False, pid=99).total == 0
 
 
-def test_callers_and_callees_of_a_frame():
-    other_caller = StackFrame("evaluate", "/app/train.py", 50)
+def _stack(*names: str) -> tuple[StackFrame, ...]:
+    """Innermost first, as py-spy lists them."""
+    return tuple(StackFrame(function=n, file=f"/src/{n}.py", line=1) for n in names)
+
+
+def test_drill_counts_feed_callers_and_callees_trees():
     counts = [
-        count([MAIN, TRAIN, STEP, FORWARD], 6),
-        count([MAIN, other_caller, FORWARD, GET], 2),
-        count([MAIN, TRAIN, GET], 2),
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("leaf", "work", "main"), count=3),
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("work", "other", "main"),
+                   count=1),
+        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("unrelated", "main"), count=5),
     ]
-    callers, callees = callers_and_callees(counts, "forward", "model.py")
-    assert [(n.function, n.count, n.pct) for n in callers] == [("Trainer.step", 6, 75.0), ("evaluate", 2, 25.0)]
-    assert [(n.function, n.count) for n in callees] == [("Queue.get", 2)]
-    callers, _ = callers_and_callees(counts, "Queue.get", line=122)
-    assert {n.function for n in callers} == {"Model.forward", "train"}
-    assert callers_and_callees(counts, "Queue.get", line=1) == ([], [])
+    callers, callees = drill_counts(counts, ("work", "/src/work.py", 1), by_line=True)
+    assert sum(c.count for c in callers) == 4
+    chosen = call_tree(callers).children[0]
+    assert chosen.function == "work" and chosen.total == 4
+    assert [(n.function, n.total) for n in chosen.children] == [("main", 3), ("other", 1)]
+    below = call_tree(callees).children[0]
+    assert [(n.function, n.total) for n in below.children] == [("leaf", 3)] and below.own == 1
+    by_function_key = ("work", "/src/work.py", 0)
+    assert sum(c.count for c in drill_counts(counts, by_function_key, by_line=False)[0]) == 4
 
 
-def test_callers_and_callees_count_each_neighbour_once_under_recursion():
-    deep = [MAIN, FIB, FIB, FIB]
-    callers, callees = callers_and_callees([count(deep, 5)], "fib")
-    assert sorted((n.function, n.count) for n in callers) == [("<module>", 5), ("fib", 5)]
-    assert [(n.function, n.count, n.pct) for n in callees] == [("fib", 5, 100.0)]
+def test_recursive_frame_is_cut_at_its_outermost_call():
+    counts = [StackCount(pid=1, tid=1, thread_name=None, idle=False,
+                         frames=_stack("walk", "walk", "main"), count=2)]
+    callers, callees = drill_counts(counts, ("walk", "/src/walk.py", 1), by_line=True)
+    assert [f.function for f in callers[0].frames] == ["main", "walk"]  # flipped: the chosen frame is the root
+    assert [f.function for f in callees[0].frames] == ["walk", "walk"]
 
 
 def test_frame_matches_qualnames_and_file_suffix():

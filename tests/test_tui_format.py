@@ -7,6 +7,7 @@ import io
 
 from rich.console import Console
 
+from probes.diagnose_stacks import short_path
 from probes.frame import (
     CpuReading,
     Frame,
@@ -19,13 +20,12 @@ from probes.frame import (
     TargetInfo,
     Verdict,
 )
-from probes.stacks import call_tree
+from probes.monitor import MonitorView, Pace, VerdictChange
 from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
 from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
-from tui.panes.model import MonitorView, VerdictChange
-from tui.panes.stacks import drill_counts, hot_column_widths, window_counts
-from tui.panes.text import bar, clip, clip_left, duration, offset, short_path, size, sparkline
-from tui.panes.verdict import timeline_text, verdict_renderable
+from tui.panes.stacks import hot_column_widths, window_counts
+from tui.panes.text import bar, clip, clip_left, duration, offset, size, sparkline
+from tui.panes.verdict import pace_text, timeline_text, verdict_renderable
 
 
 def plain(renderable, width: int = 120) -> str:
@@ -65,7 +65,7 @@ def test_short_paths_and_clipping():
     assert short_path("/usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py") == \
         "torch/utils/data/dataloader.py"
     assert short_path("/usr/lib/python3.11/threading.py") == "threading.py"
-    assert short_path("/home/me/run/train.py") == "run/train.py"
+    assert short_path("/home/me/run/train.py") == "train.py"  # as the verdict's evidence names it
     assert short_path("<frozen importlib._bootstrap>") == "<frozen importlib._bootstrap>"
     assert clip("abcdef", 4) == "abc…" and clip("abc", 4) == "abc"
     assert clip_left("torch/utils/data.py:10", 10) == "…ata.py:10"
@@ -153,43 +153,27 @@ def test_exited_view_keeps_the_last_live_frames():
     assert "exited 10 s ago" in text
 
 
-def _stack(*names: str) -> tuple[StackFrame, ...]:
-    """Innermost first, as py-spy lists them."""
-    return tuple(StackFrame(function=n, file=f"/src/{n}.py", line=1) for n in names)
-
-
-def test_drill_counts_feed_callers_and_callees_trees():
-    counts = [
-        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("leaf", "work", "main"), count=3),
-        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("work", "other", "main"),
-                   count=1),
-        StackCount(pid=1, tid=1, thread_name="MainThread", idle=False, frames=_stack("unrelated", "main"), count=5),
-    ]
-    callers, callees = drill_counts(counts, ("work", "/src/work.py", 1), by_line=True)
-    assert sum(c.count for c in callers) == 4
-    chosen = call_tree(callers).children[0]
-    assert chosen.function == "work" and chosen.total == 4
-    assert [(n.function, n.total) for n in chosen.children] == [("main", 3), ("other", 1)]
-    below = call_tree(callees).children[0]
-    assert [(n.function, n.total) for n in below.children] == [("leaf", 3)] and below.own == 1
-    by_function_key = ("work", "/src/work.py", 0)
-    assert sum(c.count for c in drill_counts(counts, by_function_key, by_line=False)[0]) == 4
-
-
-def test_recursive_frame_is_cut_at_its_outermost_call():
-    counts = [StackCount(pid=1, tid=1, thread_name=None, idle=False,
-                         frames=_stack("walk", "walk", "main"), count=2)]
-    callers, callees = drill_counts(counts, ("walk", "/src/walk.py", 1), by_line=True)
-    assert [f.function for f in callers[0].frames] == ["main", "walk"]  # flipped: the chosen frame is the root
-    assert [f.function for f in callees[0].frames] == ["walk", "walk"]
-
-
 def test_window_counts_and_column_widths():
+    stack = (StackFrame(function="a", file="/src/a.py", line=1),)
     early = frame(seq=1, time=100.0, stacks=frame().stacks.__class__(available=True, counts=(
-        StackCount(pid=1, tid=1, thread_name=None, idle=False, frames=_stack("a"), count=1),)))
+        StackCount(pid=1, tid=1, thread_name=None, idle=False, frames=stack, count=1),)))
     late = frame(seq=2, time=140.0, stacks=early.stacks)
     assert len(window_counts([early, late], 30.0)) == 1
+    assert len(window_counts([early, late], 40.0)) == 2  # exactly 40 s old is inside a 40 s window, as in diagnose
     assert len(window_counts([early, late], None)) == 2
     function, file = hot_column_widths(100, longest_function=60)
     assert function + file + 2 * 6 + 10 == 100 and function < 60
     assert hot_column_widths(200, longest_function=20)[0] == 20
+
+
+def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
+    from test_monitor import gpu_bound_frames
+
+    from probes.baseline import load_comparison_inputs
+    from probes.monitor import fold
+
+    view = fold(gpu_bound_frames(), comparison=load_comparison_inputs(None, "gpt2-xl", 1_048_576)).view
+    assert pace_text(view.pace).plain == ("pace iter 7 · 21.0 s/iter ████████ · 49.9k tok/s · 513 TFLOP/s · MFU 52% "
+                                          "(log: 164%, against an A100's 312)")
+    assert pace_text(Pace(hint="no progress log found: pass --log PATH")).plain == \
+        "pace no progress log found: pass --log PATH"

@@ -1,9 +1,10 @@
 """The gputop screen: one Textual app for live monitoring, replays and the demo.
 
 `make_app()` is the single factory the CLI and the tests use. Live, a thread worker loops
-`engine.tick()` through `probes.engine.run_ticks`, folds each frame into a `Monitor` (bounded history,
-verdict, recording) and posts one `FrameArrived` message carrying an immutable `MonitorView`; the UI
-thread only renders what arrives, so a slow py-spy or GPU driver never freezes the screen.
+`engine.tick()` through `probes.engine.run_ticks`, folds each frame into a `probes.monitor.Monitor`
+(history, verdict, timeline, recording, the job's pace) and posts one `FrameArrived` message carrying its
+immutable `MonitorView`; the UI thread only renders what arrives, so a slow py-spy or GPU driver never
+freezes the screen.
 
 A replay folds every recorded frame through the same `Monitor` at start-up and shows the end state at
 once (all at once, not at the recorded pace: the screen is deterministic, which tests and screenshots
@@ -30,76 +31,22 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
+from probes.baseline import ComparisonInputs
 from probes.engine import Engine, run_ticks
-from probes.frame import Frame, Verdict
-from probes.history import History
+from probes.frame import Frame
+from probes.monitor import Monitor, MonitorView, recording_meta
 from probes.recording import Recorder
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
-from tui.panes.model import MonitorView, VerdictChange
 from tui.panes.stacks import HotTable, StacksPane
 from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
 
-TIMELINE_LIMIT = 50
 WIDE_LAYOUT_MIN_COLUMNS = 140
 SHORT_LAYOUT_MAX_ROWS = 32
 SAMPLER_STOP_TIMEOUT_S = 10.0
 CLOCK_TEXT_REFRESH_S = 1.0
-
-
-class Monitor:
-    """Folds frames into the bounded history, the verdict and its timeline, and the recording.
-
-    Used by one thread at a time (the sampling worker live, the UI thread for a replay); what it hands
-    out is an immutable MonitorView.
-    """
-
-    def __init__(self, *, hang_after_s: float, record_path: str | Path | None = None,
-                 replay: bool = False) -> None:
-        self.hang_after_s = hang_after_s
-        self.replay = replay
-        self.history = History()
-        self.verdict: Verdict | None = None
-        self.timeline: list[VerdictChange] = []
-        self.first_time: float | None = None
-        self.recorder: Recorder | None = None
-        self.record_problem: str | None = None
-        if record_path is not None:
-            self.recorder = Recorder(record_path)
-
-    def ingest(self, frame: Frame) -> MonitorView:
-        # Imported on first use, off the UI thread: the first screen paints ~0.1 s sooner (budget: 1 s).
-        from probes.diagnose import diagnose
-
-        self.history.append(frame)
-        if self.first_time is None:
-            self.first_time = frame.time
-        self._record(frame)
-        frames = tuple(self.history)
-        self.verdict = diagnose(frames, self.verdict, self.hang_after_s)
-        pair = (self.verdict.bottleneck, self.verdict.liveness)
-        if not self.timeline or (self.timeline[-1].bottleneck, self.timeline[-1].liveness) != pair:
-            since = self.verdict.since if self.verdict.since is not None else frame.time
-            self.timeline.append(VerdictChange(since, *pair))
-            del self.timeline[:-TIMELINE_LIMIT]
-        return MonitorView(frames=frames, verdict=self.verdict, timeline=tuple(self.timeline),
-                           first_time=self.first_time, replay=self.replay)
-
-    def _record(self, frame: Frame) -> None:
-        if self.recorder is None:
-            return
-        try:
-            self.recorder.append(frame)
-        except OSError as exc:  # disk full, file removed: keep monitoring, say recording stopped
-            self.record_problem = f"recording to {self.recorder.path} stopped: {exc.strerror or exc}"
-            self.close()
-
-    def close(self) -> None:
-        if self.recorder is not None:
-            recorder, self.recorder = self.recorder, None
-            recorder.close()
 
 
 class FrameArrived(Message):
@@ -150,14 +97,21 @@ class GputopApp(App[None]):
 
     def __init__(self, *, engine: Engine | None, replay_frames: Sequence[Frame] | None,
                  record_path: str | Path | None, hang_after_s: float,
-                 clock: Callable[[], float] | None, save_dir: str | Path | None) -> None:
+                 clock: Callable[[], float] | None, save_dir: str | Path | None,
+                 recorder: Recorder | None = None, replay_notice: str | None = None,
+                 comparison: ComparisonInputs | None = None) -> None:
         super().__init__()
         if (engine is None) == (replay_frames is None):
             raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
         self.engine = engine
         self.replay_frames = tuple(replay_frames or ())
-        self.monitor = Monitor(hang_after_s=hang_after_s, record_path=record_path,
+        if record_path is not None and recorder is None:
+            recorder = Recorder(record_path, meta=recording_meta(engine.pid if engine else None, hang_after_s,
+                                                                 comparison))
+        self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
                                replay=replay_frames is not None)
+        self.replay_notice = replay_notice  # what a replay left out of a damaged recording, shown on start
+        self._record_problem_shown = False
         self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
         self._clock = clock
         self.view: MonitorView | None = None  # the latest view received
@@ -207,6 +161,8 @@ class GputopApp(App[None]):
                 view = self.monitor.ingest(frame)
             self.view = view
             self._render_all()
+            if self.replay_notice:
+                self.notify(self.replay_notice, severity="warning", timeout=15)
 
     def on_resize(self, event) -> None:
         self._apply_size(*event.size)
@@ -257,6 +213,7 @@ class GputopApp(App[None]):
         if not self.is_running:  # a frame that arrives while the app shuts down has no panes left to fill
             return
         self.view = message.view
+        self._show_record_problem()
         if message.view is not self._newest_view and not self.paused:
             return  # a newer frame is already queued: when drawing falls behind, frames merge, not pile up
         if self.paused:
@@ -269,14 +226,21 @@ class GputopApp(App[None]):
     def _on_sampling_stopped(self, message: SamplingStopped) -> None:
         if not self.is_running:
             return
-        if self.monitor.record_problem:
-            self.notify(self.monitor.record_problem, severity="error", timeout=10)
+        self._show_record_problem()
         if message.error:
             self._sampling_error = message.error
             self.notify(message.error, severity="error", timeout=15)
         self._render_status()
         # No more frames will come to move the clock: keep "exited N s ago" and "for N s" current.
         self.set_interval(CLOCK_TEXT_REFRESH_S, self._refresh_clock_texts)
+
+    def _show_record_problem(self) -> None:
+        """Once, as soon as recording stops: a notification with the whole message (the status bar keeps
+        a short warning)."""
+        if self.monitor.record_problem and not self._record_problem_shown:
+            self._record_problem_shown = True
+            self.notify(self.monitor.record_problem, severity="error", timeout=15)
+            self._render_status()
 
     def _refresh_clock_texts(self) -> None:
         self._render_status()
@@ -330,6 +294,8 @@ class GputopApp(App[None]):
             text.append(f" · live every {self.engine.config.interval_s:g} s")
         if self._sampling_error:
             text.append(f" · {self._sampling_error}", style="bold red")
+        if self._record_problem_shown:
+            text.append(" · ⚠ recording stopped", style="bold red")
         overhead = view.latest.overhead
         if not view.replay and target.alive:
             if overhead.behind:
@@ -380,7 +346,7 @@ class GputopApp(App[None]):
             self.notify("nothing to save yet: no reading has arrived", severity="warning")
             return
         try:
-            saved = save_snapshot(self.view.frames, self.view.verdict, self.export_screenshot(), self.save_dir)
+            saved = save_snapshot(self.view.frames, self.monitor.snapshot(), self.export_screenshot(), self.save_dir)
         except OSError as exc:
             self.notify(f"could not save in {self.save_dir}: {exc.strerror or exc}", severity="error")
             return
@@ -429,8 +395,13 @@ class GputopApp(App[None]):
 
 def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | None = None,
              record_path: str | Path | None = None, hang_after_s: float = 5.0,
-             clock: Callable[[], float] | None = None, save_dir: str | Path | None = None) -> GputopApp:
+             clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
+             recorder: Recorder | None = None, replay_notice: str | None = None,
+             comparison: ComparisonInputs | None = None) -> GputopApp:
     """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
-    tests; `save_dir` is where `s` writes (default: the current directory)."""
+    tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
+    or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
+    (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against."""
     return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
-                     hang_after_s=hang_after_s, clock=clock, save_dir=save_dir)
+                     hang_after_s=hang_after_s, clock=clock, save_dir=save_dir, recorder=recorder,
+                     replay_notice=replay_notice, comparison=comparison)

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from probes import __version__
 from tui.argtypes import positive_float as _positive_float
 from tui.argtypes import positive_int as _positive_int
+from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 DEFAULT_SNAPSHOT_DURATION_S = 10.0
 
 
@@ -68,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("recording", help="a .jsonl file written by --record")
     replay.add_argument("--snapshot", metavar="PATH", help="write the recording's snapshot JSON and exit")
     replay.add_argument("--hang-after", type=_positive_float, default=None, metavar="S")
+    add_comparison_arguments(replay)
     replay.set_defaults(func=run_replay)
 
     demo = sub.add_parser("demo", help="start a bundled training process and watch it in the TUI")
@@ -83,9 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the job's pace is measured against: the same flags live, headless and in replay."""
+    from probes.flops import PRESETS
+
+    parser.add_argument("--tokens-per-iter", type=_positive_int, default=None, metavar="N",
+                        help="tokens per optimizer iteration, to turn s/iter into tokens/s")
+    parser.add_argument("--baseline", metavar="PROBE.json",
+                        help="a `gputop probe --json` result for the target's model and batch: show its "
+                             "observed s/iter against the probe's reference step, and the corrected MFU")
+    parser.add_argument("--model", choices=tuple(PRESETS), default=None,
+                        help="the target's nanoGPT preset, for the MFU from --tokens-per-iter without --baseline")
+
+
 def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     from probes.engine import DEFAULT_INTERVAL_S
-    from probes.flops import PRESETS
 
     parser.add_argument("--pid", type=_pid, help="the training process to watch (its workers are found)")
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
@@ -101,13 +112,7 @@ def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
     parser.add_argument("--log", metavar="PATH", help="the target's log, to read its own iteration rate "
                         "(default: its stdout/stderr when they are files)")
-    parser.add_argument("--tokens-per-iter", type=_positive_int, default=None, metavar="N",
-                        help="tokens per optimizer iteration, to turn s/iter into tokens/s")
-    parser.add_argument("--baseline", metavar="PROBE.json",
-                        help="a `gputop probe --json` result for the target's model and batch: show its "
-                             "observed s/iter against the probe's reference step, and the corrected MFU")
-    parser.add_argument("--model", choices=tuple(PRESETS), default=None,
-                        help="the target's nanoGPT preset, for the MFU from --tokens-per-iter without --baseline")
+    add_comparison_arguments(parser)
     parser.add_argument("--hang-after", type=_positive_float, default=None, metavar="S",
                         help="call the target hung after this long with no progress (default 5)")
     parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
@@ -135,6 +140,12 @@ def engine_config(args: argparse.Namespace):
 
 def _hang_kwargs(args: argparse.Namespace) -> dict:
     return {} if args.hang_after is None else {"hang_after_s": args.hang_after}
+
+
+def _hang_after(args: argparse.Namespace) -> float:
+    from probes.diagnose import DEFAULT_HANG_AFTER_S
+
+    return DEFAULT_HANG_AFTER_S if args.hang_after is None else args.hang_after
 
 
 def comparison_inputs(args: argparse.Namespace):
@@ -178,8 +189,9 @@ def run_attach(args: argparse.Namespace) -> int:
     from probes.engine import Engine
     from tui.app import make_app
 
+    recorder = open_recorder(args, comparison)
     engine = Engine(args.pid, engine_config(args))
-    app = make_app(engine=engine, record_path=args.record, **_hang_kwargs(args))
+    app = make_app(engine=engine, recorder=recorder, comparison=comparison, **_hang_kwargs(args))
     try:
         app.run()
     finally:
@@ -187,69 +199,81 @@ def run_attach(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def open_recorder(args: argparse.Namespace, comparison=None):
+    """The Recorder for --record (None without it); a file that cannot be opened is a usage error."""
+    from probes.monitor import recording_meta
+    from probes.recording import Recorder
+
+    if not args.record:
+        return None
+    try:
+        return Recorder(args.record, meta=recording_meta(args.pid, _hang_after(args), comparison))
+    except OSError as exc:
+        raise UsageError(f"cannot write the recording {args.record}: {exc.strerror or exc}") from None
+
+
 def run_headless(args: argparse.Namespace, comparison=None) -> int:
     """Sample for --duration seconds; write the snapshot and/or the recording. Ctrl-C still writes."""
-    from probes.diagnose import diagnose
     from probes.engine import Engine, run_ticks
-    from probes.history import History
-    from probes.recording import Recorder
-    from probes.snapshot import build_snapshot, write_json_atomic
+    from probes.monitor import Monitor
+    from probes.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
+    monitor = Monitor(hang_after_s=_hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison))
     engine = Engine(args.pid, engine_config(args))
-    history = History()
-    recorder = Recorder(args.record, meta={"pid": args.pid}) if args.record else None
     stop = threading.Event()
     interrupted = False
-    verdict = None
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    told_record_problem = False
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
-            history.append(frame)
-            verdict = diagnose(list(history), verdict, **_hang_kwargs(args))
-            if recorder is not None:
-                recorder.append(frame)
+            monitor.ingest(frame)
+            if monitor.record_problem and not told_record_problem:  # a full disk: say so once, sample on
+                print(f"gputop: {monitor.record_problem}", file=sys.stderr)
+                told_record_problem = True
     except KeyboardInterrupt:
         interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         engine.close()
-        if recorder is not None:
-            recorder.close()
-    if not len(history):
+        monitor.close()
+    if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED if interrupted else 1
+        return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
     if args.snapshot is not None:
-        frames = list(history)
-        final_verdict = diagnose(frames, verdict, **_hang_kwargs(args))
-        write_json_atomic(build_snapshot(frames, final_verdict, comparison), args.snapshot)
+        write_json_atomic(monitor.snapshot(), args.snapshot)
         if args.snapshot != "-":
             print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from probes.recording import RecordingError, read_recording
+    from probes.recording import RecordingError, load_recording
 
     try:
-        frames = list(read_recording(args.recording))
+        recording = load_recording(args.recording)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
+    frames = list(recording.frames)
+    notice = recording.notice()
     if not frames:
-        raise UsageError(f"{args.recording} holds no frames")
+        raise UsageError(notice or f"{args.recording} holds no frames")
+    if notice:  # a recording cut mid-line (its writer was killed) or damaged: replay what is whole
+        print(f"gputop: {notice}", file=sys.stderr)
+    comparison = comparison_inputs(args)
     if args.snapshot is not None:
-        from probes.diagnose import diagnose
-        from probes.snapshot import build_snapshot, write_json_atomic
+        from probes.monitor import fold
+        from probes.snapshot import write_json_atomic
 
         check_writable(args.snapshot, "snapshot")
-        verdict = None
-        for i in range(1, len(frames) + 1):
-            verdict = diagnose(frames[:i], verdict, **_hang_kwargs(args))
-        write_json_atomic(build_snapshot(frames, verdict), args.snapshot)
+        monitor = fold(frames, hang_after_s=_hang_after(args), comparison=comparison)
+        write_json_atomic(monitor.snapshot(), args.snapshot)
         return EXIT_OK
     from tui.app import make_app
 
-    make_app(replay_frames=frames, **_hang_kwargs(args)).run()
+    make_app(replay_frames=frames, replay_notice=notice, comparison=comparison, **_hang_kwargs(args)).run()
     return EXIT_OK
 
 

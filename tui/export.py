@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probes.frame import Frame, Verdict
-from probes.snapshot import build_snapshot, write_json_atomic
+from probes.frame import Frame
+from probes.snapshot import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,14 @@ def snapshot_stem(frames: Sequence[Frame], directory: Path) -> str:
     return candidate
 
 
-def save_snapshot(frames: Sequence[Frame], verdict: Verdict, screenshot_svg: str,
+def save_snapshot(frames: Sequence[Frame], document: dict, screenshot_svg: str,
                   directory: str | Path) -> SavedSnapshot:
-    """Write both files into `directory`; raises OSError when it cannot (the caller says so on screen)."""
+    """Write the snapshot document (the monitor's) and the screenshot into `directory`, named after the
+    latest of `frames`; raises OSError when it cannot (the caller says so on screen)."""
     directory = Path(directory)
     stem = snapshot_stem(frames, directory)
     json_path = directory / f"{stem}.json"
     svg_path = directory / f"{stem}.svg"
-    write_json_atomic(build_snapshot(frames, verdict), str(json_path))
+    write_json_atomic(document, str(json_path))
     svg_path.write_text(screenshot_svg, encoding="utf-8")
     return SavedSnapshot(json_path=json_path, svg_path=svg_path)

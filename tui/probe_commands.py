@@ -34,9 +34,8 @@ from probes.nvml import gpu_names
 from probes.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
 from tui.argtypes import positive_float as _positive_float
 from tui.argtypes import positive_int as _positive_int
+from tui.exitcodes import EXIT_OK, EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_USAGE = 2
 MFU_SCHEMA = "gputop.mfu/1"
 MODEL_CHOICES = (*PRESETS, "custom")
 DEFAULT_BATCH_SIZE = 12  # nanoGPT's train_gpt2 config

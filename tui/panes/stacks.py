@@ -11,7 +11,6 @@ Three views, one at a time:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -21,10 +20,12 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
+from probes.diagnose_stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
-from probes.stacks import CallNode, call_tree, hot_frames
+from probes.history import recent_frames
+from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, clip_left, duration, role_words, short_path
+from tui.panes.text import clip, clip_left, duration, role_words
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
 DEFAULT_WINDOW_INDEX = 1
@@ -42,10 +43,7 @@ TITLE = "4 Stacks"
 
 def window_counts(frames: Sequence[Frame], window_s: float | None) -> list[StackCount]:
     """The stack counts of the frames within `window_s` of the latest (all of them for None)."""
-    if not frames:
-        return []
-    cutoff = None if window_s is None else frames[-1].time - window_s
-    return [c for f in frames if cutoff is None or f.time > cutoff for c in f.stacks.counts]
+    return [c for f in recent_frames(frames, window_s) for c in f.stacks.counts]
 
 
 def frame_label(function: str, file: str, line: int, native: bool = False) -> str:
@@ -56,26 +54,6 @@ def frame_label(function: str, file: str, line: int, native: bool = False) -> st
 def matches_filter(function: str, file: str, text: str) -> bool:
     needle = text.lower()
     return needle in function.lower() or needle in file.lower()
-
-
-def drill_counts(counts: Sequence[StackCount], key: FrameKey,
-                 by_line: bool) -> tuple[list[StackCount], list[StackCount]]:
-    """Stacks cut at the chosen frame, so probes.stacks.call_tree builds its caller and callee trees.
-
-    Callers: the chosen frame and everything outside it, flipped so the chosen frame is the root.
-    Callees: the chosen frame and everything inside it. A recursive frame is cut at its outermost call.
-    `key`'s line is 0 when frames are grouped by function (by_line False).
-    """
-    callers, callees = [], []
-    for count in counts:
-        positions = [i for i, f in enumerate(count.frames)
-                     if (f.function, f.file, f.line if by_line else 0) == key]
-        if not positions:
-            continue
-        outermost = positions[-1]  # stacks are innermost first
-        callees.append(dataclasses.replace(count, frames=count.frames[: outermost + 1]))
-        callers.append(dataclasses.replace(count, frames=tuple(reversed(count.frames[outermost:]))))
-    return callers, callees
 
 
 def hot_column_widths(available: int, longest_function: int) -> tuple[int, int]:
@@ -314,8 +292,7 @@ class StacksPane(Vertical):
         return words
 
     def _selected_samples(self, counts: Sequence[StackCount]) -> int:
-        return sum(c.count for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                   and (self.scope_tid is None or c.tid == self.scope_tid) and (self._idle_in_view or not c.idle))
+        return sum(c.count for c in self._in_scope(counts))
 
     def _title(self, counts: Sequence[StackCount]) -> Text:
         """The pane's title line: which view, over what, of whom."""
@@ -354,16 +331,20 @@ class StacksPane(Vertical):
                                   style="dim"))
         return Text("\n").join(lines)
 
+    def _in_scope(self, counts: Sequence[StackCount], include_idle: bool | None = None) -> list[StackCount]:
+        """The counts of the chosen process and thread; idle ones as the view shows them (or as asked)."""
+        idle = self._idle_in_view if include_idle is None else include_idle
+        return select_samples(counts, self.scope_pid, self.scope_tid, idle)
+
     def _all_idle(self, counts: Sequence[StackCount]) -> bool:
         """Every sampled thread in scope is idle (a hung run): then idle threads are the story."""
         if self.mode == "now":
-            threads = [t for t in self._frames[-1].stacks.threads if self.scope_pid is None or t.pid == self.scope_pid]
+            threads = select_samples(self._frames[-1].stacks.threads, self.scope_pid)
             return bool(threads) and all(t.idle for t in threads)
         return self._idle_share(counts) == 1.0
 
     def _idle_share(self, counts: Sequence[StackCount]) -> float:
-        scoped = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                  and (self.scope_tid is None or c.tid == self.scope_tid)]
+        scoped = self._in_scope(counts, include_idle=True)
         whole = sum(c.count for c in scoped)
         return sum(c.count for c in scoped if c.idle) / whole if whole else 0.0
 
@@ -393,9 +374,7 @@ class StacksPane(Vertical):
         if self.drill_key is None:
             return
         function, file, line = self.drill_key
-        selected = [c for c in counts if (self.scope_pid is None or c.pid == self.scope_pid)
-                    and (self.scope_tid is None or c.tid == self.scope_tid) and (self._idle_in_view or not c.idle)]
-        callers, callees = drill_counts(selected, self.drill_key, self.by_line)
+        callers, callees = drill_counts(self._in_scope(counts), self.drill_key, self.by_line)
         matched = sum(c.count for c in callees)
 
         def build(root: TreeNode) -> None:
@@ -415,8 +394,7 @@ class StacksPane(Vertical):
 
     def _fill_now(self) -> None:
         latest = self._frames[-1]
-        threads = [t for t in latest.stacks.threads
-                   if (self.scope_pid is None or t.pid == self.scope_pid) and (self._idle_in_view or not t.idle)]
+        threads = select_samples(latest.stacks.threads, self.scope_pid, include_idle=self._idle_in_view)
         by_pid: dict[int, list[ThreadStack]] = {}
         for thread in threads:
             by_pid.setdefault(thread.pid, []).append(thread)

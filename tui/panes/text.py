@@ -49,9 +49,6 @@ ROLE_WORDS = {
 }
 
 # Path fragments after which a file path is specific enough to read (site-packages/torch/...).
-_PATH_ANCHORS = ("/site-packages/", "/dist-packages/", "/lib/python3")
-
-
 def bottleneck_words(bottleneck: str) -> str:
     return BOTTLENECK_WORDS.get(bottleneck, bottleneck.replace("_", " "))
 
@@ -131,19 +128,6 @@ def sparkline(values: Sequence[float | None], width: int, top: float | None) -> 
         level = sum(known) / len(known) / scale
         out.append(SPARK_LEVELS[min(len(SPARK_LEVELS) - 1, max(0, round(level * (len(SPARK_LEVELS) - 1))))])
     return "".join(out)
-
-
-def short_path(path: str) -> str:
-    """The readable tail of a source path: after site-packages for libraries, else the last two parts."""
-    for anchor in _PATH_ANCHORS:
-        index = path.rfind(anchor)
-        if index >= 0:
-            tail = path[index + len(anchor):]
-            if anchor == "/lib/python3":  # stdlib: drop the version folder (".11/")
-                tail = tail.split("/", 1)[-1]
-            return tail
-    parts = path.rsplit("/", 2)
-    return "/".join(parts[-2:]) if len(parts) > 1 else path
 
 
 def clip(text: str, width: int) -> str:

@@ -13,13 +13,15 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Verdict
-from tui.panes.model import MonitorView, VerdictChange
-from tui.panes.text import bottleneck_words, duration, liveness_words, offset
+from probes.monitor import MonitorView, Pace, VerdictChange
+from tui.panes.text import bottleneck_words, duration, liveness_words, offset, sparkline
 
 MAX_EVIDENCE_LINES = 3
 SHORT_SCREEN_EVIDENCE_LINES = 2  # leaves room for the advice on a 24-row terminal
 MAX_ADVICE_LINES = 2
 TIMELINE_ENTRIES = 4
+PACE_SPARKLINE_WIDTH = 12
+NANOGPT_ASSUMED_PEAK_TFLOPS = 312  # estimate_mfu's A100 bf16 figure, whatever the GPU
 
 # Badge colours: red when the run is stuck or gone, yellow for a limit worth fixing, green for the
 # limit a healthy run should have (the GPU).
@@ -60,10 +62,59 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
         lines.add_row(Text("•", style="dim"),
                       Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
-    parts = [head, lines]
+    parts = [head]
+    if view.pace is not None:
+        parts.append(pace_text(view.pace))
+    parts.append(lines)
     if len(_changes(view)) > 1:
         parts.append(timeline_text(view))
     return Group(*parts)
+
+
+def _seconds(value: float) -> str:
+    """21.0, 2.35, 0.305: the decimal of 21.0 kept, three figures below ten."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _tokens(per_s: float) -> str:
+    if per_s >= 1e6:
+        return f"{per_s / 1e6:.3g}M tok/s"
+    return f"{per_s / 1000:.3g}k tok/s" if per_s >= 10_000 else f"{per_s:,.0f} tok/s"
+
+
+def _flops(per_s: float) -> str:
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s")):
+        if per_s >= scale:
+            return f"{per_s / scale:.3g} {unit}"
+    return f"{per_s / 1e6:.3g} MFLOP/s"
+
+
+def pace_text(pace: Pace) -> Text:
+    """The job's own pace in one line: iteration, s/iter and its recent trend, tokens/s, achieved
+    TFLOP/s, corrected MFU beside the one the log printed, and the share of the reference step's rate."""
+    text = Text("pace ", style="bold")
+    if pace.seconds_per_iter is None:
+        text.append(pace.hint or "the log has printed no iteration time yet", style="dim")
+        return text
+    if pace.iteration is not None:
+        text.append(f"iter {pace.iteration:,} · ")
+    text.append(f"{_seconds(pace.seconds_per_iter)} s/iter", style="bold")
+    if len(pace.recent_seconds_per_iter) > 1:
+        text.append(" " + sparkline(pace.recent_seconds_per_iter, PACE_SPARKLINE_WIDTH, None), style="cyan")
+    if pace.tokens_per_s:
+        text.append(f" · {_tokens(pace.tokens_per_s)}")
+    compared = pace.comparison
+    if compared is not None and compared.achieved_flops_per_s:
+        text.append(f" · {_flops(compared.achieved_flops_per_s)}")
+    if compared is not None and compared.corrected_mfu_pct is not None:
+        text.append(f" · MFU {compared.corrected_mfu_pct:.0f}%", style="bold")
+    if pace.reported_mfu_pct is not None:
+        why = f", against an A100's {NANOGPT_ASSUMED_PEAK_TFLOPS}" if pace.format == "nanogpt" else ""
+        text.append(f" (log: {pace.reported_mfu_pct:g}%{why})", style="dim")
+    if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
+        reference = _seconds(compared.reference_seconds_per_iter)
+        text.append(f" · reference {reference} s: {compared.compute_bound_pct:.0f}% of the compute-bound rate")
+    return text
 
 
 def _changes(view: MonitorView) -> tuple[VerdictChange, ...]:

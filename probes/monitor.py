@@ -1,0 +1,221 @@
+"""The one fold from frames to what people see: every front end (the TUI, the headless snapshot, replay,
+the `s` key, tests) hands frames to a Monitor and reads the immutable MonitorView it returns.
+
+A Monitor owns the bounded History, calls diagnose() once per frame with the previous verdict, keeps the
+verdict timeline, feeds the recorder, and follows the job's own pace (its log) against the baseline. Folding
+a recording costs one diagnose() per frame over the bounded window, so replays are linear in their length.
+
+Used by one thread at a time (the sampling worker live, the main thread for replays and snapshots); what it
+hands out is immutable, so the UI thread never reads a structure another thread is changing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
+from probes.diagnose import DEFAULT_HANG_AFTER_S, diagnose
+from probes.frame import Bottleneck, Frame, Liveness, ProgressReading, Verdict
+from probes.history import DEFAULT_HISTORY_FRAMES, History
+from probes.recording import Recorder
+
+TIMELINE_LIMIT = 50
+PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
+# One short line at 80 columns: where the job's pace would be, and how to get it.
+NO_LOG_HINT = "no log of the job's iterations found: --log PATH shows s/iter and MFU"
+NO_LOG_IN_RECORDING = "none recorded (record with --log PATH for s/iter and MFU)"
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """The verdict's (bottleneck, liveness) pair changed at `time` (Unix time)."""
+
+    time: float
+    bottleneck: Bottleneck
+    liveness: Liveness
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The job's own pace, read from its log, and how it compares with the baseline and the peak."""
+
+    iteration: int | None = None
+    seconds_per_iter: float | None = None
+    recent_seconds_per_iter: tuple[float, ...] = ()  # one per new log reading, oldest first
+    tokens_per_s: float | None = None
+    reported_mfu_pct: float | None = None  # what the log printed
+    comparison: ProgressComparison | None = None  # with --baseline / --model / --tokens-per-iter
+    gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
+    source: str | None = None  # the log file
+    format: str | None = None
+    hint: str | None = None  # no log found: how to give one
+
+
+@dataclass(frozen=True)
+class MonitorView:
+    """What the front ends render: one immutable picture per frame."""
+
+    frames: tuple[Frame, ...]  # the bounded history, oldest first
+    verdict: Verdict = field(default_factory=Verdict)
+    timeline: tuple[VerdictChange, ...] = ()  # oldest first
+    first_time: float | None = None  # time of the first frame ever seen (history may have dropped it)
+    replay: bool = False
+    pace: Pace | None = None
+
+    @property
+    def latest(self) -> Frame:
+        return self.frames[-1]
+
+    @property
+    def shown_frames(self) -> tuple[Frame, ...]:
+        """Frames up to the last one taken while the target lived: after it exits, the panes keep
+        showing what it was doing rather than an empty tree."""
+        for index in range(len(self.frames) - 1, -1, -1):
+            if self.frames[index].target.alive:
+                return self.frames[: index + 1]
+        return self.frames
+
+    @property
+    def shown(self) -> Frame:
+        return self.shown_frames[-1]
+
+
+def recording_meta(pid: int | None, hang_after_s: float, comparison: ComparisonInputs | None = None) -> dict[str, Any]:
+    """The header every recording carries, whichever front end wrote it."""
+    meta: dict[str, Any] = {"pid": pid, "hang_after_s": hang_after_s}
+    if comparison is not None:
+        meta.update(model=comparison.model, tokens_per_iter=comparison.tokens_per_iter,
+                    baseline=comparison.baseline_path)
+    return meta
+
+
+class Monitor:
+    """Folds frames into history, verdict, timeline, recording and pace; see the module docstring."""
+
+    def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
+                 recorder: Recorder | None = None, replay: bool = False,
+                 history_frames: int = DEFAULT_HISTORY_FRAMES) -> None:
+        self.hang_after_s = hang_after_s
+        self.comparison = comparison
+        self.replay = replay
+        self.history = History(history_frames)
+        self.recorder = recorder
+        self.record_problem: str | None = None  # set once, when a write fails; monitoring goes on
+        self._verdict: Verdict | None = None  # diagnose's own, fed back to it for stability
+        self._timeline: list[VerdictChange] = []
+        self._first_time: float | None = None
+        self._pace_points: deque[float] = deque(maxlen=PACE_POINTS)
+        self._last_progress: ProgressReading | None = None
+        self._view: MonitorView | None = None
+
+    @property
+    def view(self) -> MonitorView | None:
+        """The latest view; None before the first frame."""
+        return self._view
+
+    def ingest(self, frame: Frame) -> MonitorView:
+        self.history.append(frame)
+        if self._first_time is None:
+            self._first_time = frame.time
+        self._record(frame)
+        frames = tuple(self.history)
+        self._verdict = diagnose(frames, self._verdict, self.hang_after_s)
+        pair = (self._verdict.bottleneck, self._verdict.liveness)
+        if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
+            since = self._verdict.since if self._verdict.since is not None else frame.time
+            self._timeline.append(VerdictChange(since, *pair))
+            del self._timeline[:-TIMELINE_LIMIT]
+        pace = self._pace(frame)
+        self._view = MonitorView(frames=frames, verdict=_with_pace(self._verdict, pace), timeline=tuple(self._timeline),
+                                 first_time=self._first_time, replay=self.replay, pace=pace)
+        return self._view
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame."""
+        from probes.snapshot import build_snapshot
+
+        if self._view is None:
+            raise ValueError("a snapshot needs at least one frame")
+        return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace)
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            recorder, self.recorder = self.recorder, None
+            recorder.close()
+
+    # --- inside ----------------------------------------------------------------------------------------
+
+    def _record(self, frame: Frame) -> None:
+        if self.recorder is None:
+            return
+        if not self.recorder.append(frame):  # a full disk, a removed file: say so once, keep monitoring
+            self.record_problem = self.recorder.problem
+            self.close()
+
+    def _pace(self, frame: Frame) -> Pace:
+        progress = frame.progress
+        if progress is None or progress.source is None:
+            return Pace(hint=NO_LOG_IN_RECORDING if self.replay else NO_LOG_HINT)
+        if progress.seconds_per_iter and _new_reading(progress, self._last_progress):
+            self._pace_points.append(progress.seconds_per_iter)
+        self._last_progress = progress
+        gpu_name = target_gpu_name(frame)
+        comparison = compare_progress(progress, self.comparison, gpu_name)
+        return Pace(
+            iteration=progress.iteration,
+            seconds_per_iter=progress.seconds_per_iter,
+            recent_seconds_per_iter=tuple(self._pace_points),
+            tokens_per_s=comparison.observed_tokens_per_s if comparison is not None and
+            comparison.observed_tokens_per_s is not None else progress.tokens_per_s,
+            reported_mfu_pct=progress.reported_mfu_pct,
+            comparison=comparison,
+            gpu_name=gpu_name or (comparison.reference_device if comparison is not None else None),
+            source=progress.source,
+            format=progress.format,
+        )
+
+
+def fold(frames, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
+         replay: bool = True) -> Monitor:
+    """A Monitor that has folded `frames` (a recording), in order."""
+    monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, replay=replay)
+    for frame in frames:
+        monitor.ingest(frame)
+    return monitor
+
+
+def _new_reading(now: ProgressReading, before: ProgressReading | None) -> bool:
+    if before is None:
+        return True
+    return (now.iteration, now.last_update) != (before.iteration, before.last_update)
+
+
+def pace_line(pace: Pace | None) -> str | None:
+    """One sentence for the verdict's evidence when the pace explains it: "21.0 s/iter = 52% MFU on the
+    NVIDIA H200 (the log printed 164%)"."""
+    if pace is None or pace.comparison is None or pace.seconds_per_iter is None:
+        return None
+    compared = pace.comparison
+    if compared.corrected_mfu_pct is None:
+        return None
+    printed = f" (the log printed {compared.reported_mfu_pct:g}%)" if compared.reported_mfu_pct is not None else ""
+    of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
+    line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
+    if compared.compute_bound_pct is not None:
+        line += f"; {compared.compute_bound_pct:.0f}% of the reference step's rate"
+    return line
+
+
+def _with_pace(verdict: Verdict, pace: Pace | None) -> Verdict:
+    """The verdict as shown: the pace sentence added to its evidence where there is one. (The verdict fed
+    back to diagnose() stays without it.)"""
+    line = pace_line(pace)
+    if line is None or verdict.liveness in ("hung", "exited"):
+        return verdict
+    if verdict.bottleneck == "gpu_bound":
+        line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
+            else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
+    return dataclasses.replace(verdict, evidence=(*verdict.evidence, line))

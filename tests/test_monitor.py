@@ -1,0 +1,125 @@
+"""The Monitor on constructed frames: the one fold every front end reads (history, verdict, timeline,
+recording, the job's pace against the baseline), and replays that stay linear in their length."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_diagnose import FORWARD, TOKENIZE, h200, main_count, make_frame
+
+import probes.monitor as monitor_module
+from probes.baseline import load_comparison_inputs
+from probes.frame import ProgressReading
+from probes.monitor import NO_LOG_HINT, NO_LOG_IN_RECORDING, Monitor, fold, recording_meta
+from probes.recording import Recorder, load_recording
+
+NANOGPT_LOG = "/home/alice/nanogpt/out.log"
+
+
+def nanogpt_progress(i: int, seconds: float = 21.0) -> ProgressReading:
+    """What the log probe reads from nanoGPT's "iter N: loss L, time T ms, mfu M%" lines: one per iteration."""
+    iteration = i // 21  # a new line every 21 ticks
+    return ProgressReading(source=NANOGPT_LOG, format="nanogpt", iteration=iteration, seconds_per_iter=seconds,
+                           reported_mfu_pct=164.0, last_update=1_700_000_000.0 + 21.0 * iteration)
+
+
+def gpu_bound_frames(n: int = 8, seconds: float = 21.0):
+    return [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=35.0, gpu=h200(),
+                       progress=nanogpt_progress(i * 21, seconds)) for i in range(n)]
+
+
+def test_views_carry_history_verdict_and_a_timeline_of_changes():
+    frames = [make_frame(i, counts=[main_count(TOKENIZE, n=10)], cpu=100.0) for i in range(6)]
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(6, 25)]
+    monitor = Monitor(hang_after_s=5.0, history_frames=10)
+    views = [monitor.ingest(frame) for frame in frames]
+    assert views[0].first_time == frames[0].time and views[-1].first_time == frames[0].time
+    assert len(views[-1].frames) == 10  # bounded history
+    assert [(c.bottleneck, c.liveness) for c in views[-1].timeline] == [
+        ("data_bound", "progressing"), ("cpu_bound", "progressing")]
+    assert views[-1].verdict.bottleneck == "cpu_bound" and monitor.view is views[-1]
+
+
+def test_the_seed_case_pace_corrected_mfu_and_the_evidence_line():
+    """nanoGPT, GPT-2 XL, 1,048,576 tokens per iteration, 21 s/iter on an H200, printing mfu 164%."""
+    comparison = load_comparison_inputs(None, "gpt2-xl", 1_048_576)
+    view = fold(gpu_bound_frames(), comparison=comparison, replay=False).view
+    pace = view.pace
+    assert pace.seconds_per_iter == 21.0 and pace.iteration == 7 and pace.reported_mfu_pct == 164.0
+    assert pace.recent_seconds_per_iter == (21.0,) * 8
+    assert pace.tokens_per_s == pytest.approx(1_048_576 / 21.0)
+    assert pace.comparison.corrected_mfu_pct == pytest.approx(51.8, abs=0.1)
+    assert pace.gpu_name == "NVIDIA H200"
+    assert view.verdict.bottleneck == "gpu_bound"
+    assert view.verdict.evidence[-1] == ("21.0 s/iter = 52% MFU on the NVIDIA H200 (the log printed 164%): "
+                                         "compute-bound, as expected for this model")
+    assert any("312" in line for line in pace.comparison.lines)  # why the log said 164%
+
+
+def test_the_pace_line_stays_out_of_the_verdict_fed_back_to_diagnose():
+    comparison = load_comparison_inputs(None, "gpt2-xl", 1_048_576)
+    monitor = fold(gpu_bound_frames(12), comparison=comparison)
+    assert sum("MFU on the" in line for line in monitor.view.verdict.evidence) == 1
+
+
+def test_no_log_says_how_to_give_one():
+    frames = [make_frame(i, counts=[main_count(FORWARD, n=10)]) for i in range(3)]
+    live = fold(frames, replay=False).view
+    assert live.pace.hint == NO_LOG_HINT and "--log PATH" in NO_LOG_HINT
+    assert live.pace.seconds_per_iter is None
+    assert fold(frames, replay=True).view.pace.hint == NO_LOG_IN_RECORDING
+
+
+def test_snapshot_has_the_pace_and_the_baseline_comparison():
+    comparison = load_comparison_inputs(None, "gpt2-xl", 1_048_576)
+    document = fold(gpu_bound_frames(), comparison=comparison).snapshot()
+    assert document["progress"]["seconds_per_iter"] == 21.0
+    assert document["progress"]["recent_seconds_per_iter"] == [21.0] * 8
+    assert document["progress"]["baseline"]["corrected_mfu_pct"] == pytest.approx(51.8, abs=0.1)
+    assert document["verdict"]["evidence"][-1].startswith("21.0 s/iter = 52% MFU on the NVIDIA H200")
+    with pytest.raises(ValueError):
+        Monitor().snapshot()
+
+
+def test_recordings_carry_the_same_header_whichever_front_end_wrote_them(tmp_path):
+    comparison = load_comparison_inputs(None, "gpt2-xl", 1_048_576)
+    meta = recording_meta(4242, 5.0, comparison)
+    assert meta == {"pid": 4242, "hang_after_s": 5.0, "model": "gpt2-xl", "tokens_per_iter": 1_048_576,
+                    "baseline": None}
+    path = tmp_path / "run.jsonl"
+    monitor = Monitor(recorder=Recorder(path, meta=meta))
+    for frame in gpu_bound_frames(3):
+        monitor.ingest(frame)
+    monitor.close()
+    assert [f.seq for f in load_recording(path).frames] == [1, 2, 3]
+    assert '"pid":4242' in path.read_text().splitlines()[0]
+
+
+def test_a_failed_write_stops_the_recording_not_the_monitor(tmp_path):
+    class FullDisk(Recorder):
+        def _write(self, obj):
+            if self.frames >= 1:
+                raise OSError(28, "No space left on device")
+            super()._write(obj)
+
+    monitor = Monitor(recorder=FullDisk(tmp_path / "run.jsonl"))
+    views = [monitor.ingest(frame) for frame in gpu_bound_frames(4)]
+    assert len(views[-1].frames) == 4
+    assert monitor.recorder is None and "No space left on device" in monitor.record_problem
+
+
+def test_folding_a_long_recording_diagnoses_a_bounded_window_per_frame(monkeypatch):
+    """Replay is linear in the recording's length: each frame is diagnosed once, over at most the
+    history's capacity (the old replay re-diagnosed frames[:i] for every i)."""
+    seen = []
+    real = monitor_module.diagnose
+
+    def counting(frames, previous=None, hang_after_s=5.0):
+        seen.append(len(frames))
+        return real(frames, previous, hang_after_s)
+
+    monkeypatch.setattr(monitor_module, "diagnose", counting)
+    frames = [dataclasses.replace(make_frame(i, counts=[main_count(FORWARD, n=2)]), seq=i + 1) for i in range(700)]
+    fold(frames)
+    assert len(seen) == 700 and max(seen) == 600
