@@ -54,6 +54,7 @@ WORKER_STARVED_CPU_PCT = 50.0
 SATURATED_FRACTION = 0.85
 LONG_CALL_S = 3.0
 LONG_CALL_MIN_CPU_PCT = 30.0  # a crowded machine gives a busy call less than a full core
+LONG_CALL_MIN_WANTING_PCT = 60.0  # with schedstat: on a CPU or queued for one this share of the time
 BUSY_CPU_PCT = 80.0
 
 
@@ -421,16 +422,17 @@ def _cpu(ev: Evidence) -> Candidate | None:
             "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile).",
             "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
         ], from_metrics=True)
-    sampled = compute
-    running = ev.running_share()
-    if running is not None:
-        # py-spy's "active" is running or runnable: keep the share it really ran; the rest waited for a core.
-        compute = sampled * running
     if compute < 0.05:
         return None
-    # Without schedstat, CPU% only weighs the rule: on a crowded machine a CPU-bound loop may get little.
+    if ev.main.share(WAIT, QUEUE_WAIT) > compute:
+        # It waits (sleeps, polls) more than it works: the idle rule's case. On a crowded machine its bursts
+        # of work stretch while it queues for a core, which must not turn a sleepy loop into a CPU-bound one.
+        return None
+    # py-spy's "active" is running or runnable. With schedstat the run queue shows which: a thread that
+    # wants the CPU and queues for it is CPU-bound all the same (starved); without it, CPU% weighs the rule.
+    running = ev.running_share()
     score = compute if running is not None or main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
-    lines = [_main_share_line(ev, sampled, "running on the CPU", COMPUTE)]
+    lines = [_main_share_line(ev, compute, "running on the CPU", COMPUTE)]
     if running is not None and running < 0.8:
         lines.append(f"of that, it waited for a free core {_pct(1 - running)} of the time (runnable, not running): "
                      f"{ev.main_thread_runqueue_pct:.0f}% of wall time queued against {ev.main_thread_cpu_pct:.0f}% "
@@ -442,11 +444,13 @@ def _cpu(ev: Evidence) -> Candidate | None:
             lines.append("it is runnable most of the time yet gets little CPU: the CPUs are contended")
     advice = []
     innermost = ev.main.top(COMPUTE)[0]
-    if ev.unchanged_for_s >= LONG_CALL_S and main_cpu is not None and main_cpu >= LONG_CALL_MIN_CPU_PCT \
-            and ev.stuck_stack:
+    if ev.unchanged_for_s >= LONG_CALL_S and _busy_in_one_call(ev) and ev.stuck_stack:
         call = describe(ev.stuck_stack[0])
+        queued = ev.main_thread_runqueue_pct
+        waits = f" (and {queued:.0f}% waiting for a core)" if queued is not None and queued >= 10 else ""
+        on_cpu = main_cpu if main_cpu is not None else ev.main_thread_cpu_pct or 0.0
         lines.insert(0, f"one call has run for {ev.unchanged_for_s:.0f} s without returning, {call}, at "
-                        f"{main_cpu:.0f}% CPU: a long native operation — slow, not hung")
+                        f"{on_cpu:.0f}% CPU{waits}: a long native operation — slow, not hung")
         advice.append(f"One native call dominates ({call}): check its sizes and dtype (float64 is several "
                       "times slower than float32) and whether it belongs on the GPU.")
     elif innermost is not None and not is_library(innermost):
@@ -462,6 +466,15 @@ def _cpu(ev: Evidence) -> Candidate | None:
         advice.append(f"It uses {main_cpu / 100:.1f} of {_cpus(ev.effective_cpus)}: torch.set_num_threads("
                       f"{math.floor(ev.effective_cpus)}) lets CPU ops use them all.")
     return Candidate("cpu_bound", score, lines, advice)
+
+
+def _busy_in_one_call(ev: Evidence) -> bool:
+    """The main thread wants a CPU most of the time: running, or runnable and queued for a core (a crowded
+    machine gives a busy call less than a full core). Without schedstat, its process's CPU% decides."""
+    cpu, queued = ev.main_thread_cpu_pct, ev.main_thread_runqueue_pct
+    if cpu is not None and queued is not None:
+        return cpu + queued >= LONG_CALL_MIN_WANTING_PCT
+    return ev.main_cpu_pct is not None and ev.main_cpu_pct >= LONG_CALL_MIN_CPU_PCT
 
 
 def _idle(ev: Evidence) -> Candidate | None:
