@@ -231,7 +231,7 @@ _MARKER_TESTS = (
     (QUEUE_WAIT, _is_queue_get),
 )
 
-_CLASSIFY_CACHE_LIMIT = 4096
+_CLASSIFY_CACHE_LIMIT = 1024  # distinct stacks of a few windows; bounded so memory stays flat
 _classify_cache: dict[tuple[tuple[StackFrame, ...], bool], StackActivity] = {}
 
 
