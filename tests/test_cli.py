@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,6 +34,13 @@ def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: s
 
 def ready(proc) -> bool:
     return proc.stdout.readline().strip() == b"ready"
+
+
+def _frames(path) -> list:
+    """The whole frames recorded so far (the writer may be mid-line)."""
+    from probes.recording import load_recording
+
+    return list(load_recording(path).frames) if path.exists() else []
 
 
 def test_version():
@@ -95,10 +104,24 @@ def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
 
 @pytest.mark.slow
 def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tmp_path):
-    target = spawn_target("busy_loop.py", "--seconds", "4", stdout=subprocess.PIPE, ready=ready)
-    out = tmp_path / "snap.json"
-    result = gputop("--pid", str(target.pid), "--snapshot", str(out), "--duration", "7")
-    assert result.returncode == 0, result.stderr
+    # The target ends when the test has seen it sampled, not after a fixed time: on a busy machine gputop
+    # may take seconds just to start.
+    target = spawn_target("busy_loop.py", "--seconds", "600", stdout=subprocess.PIPE, ready=ready)
+    out, record = tmp_path / "snap.json", tmp_path / "run.jsonl"
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--pid", str(target.pid), "--snapshot", str(out), "--duration", "120",
+         "--record", str(record)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        wait_for(lambda: any(f.target.alive and f.stacks.samples for f in _frames(record)), timeout=60)
+        target.kill()
+        target.wait(timeout=10)
+        wait_for(lambda: any(not f.target.alive for f in _frames(record)), timeout=30)
+    finally:
+        monitor.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
+        _, stderr = monitor.communicate(timeout=60)
+    assert monitor.returncode == 0, stderr
     snap = json.loads(out.read_text())
     assert snap["target"]["alive"] is False
     assert snap["verdict"]["liveness"] == "exited"
