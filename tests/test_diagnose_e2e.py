@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, wait_for
 
 from probes.diagnose import diagnose
-from probes.recording import read_recording
+from probes.recording import load_recording, read_recording
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +67,44 @@ def watch(pid: int, tmp_path: Path, case: str, duration: float = DURATION_S, ext
         shutil.copyfile(recording, Path(keep) / f"real_{case}.jsonl")
     document = json.loads(snapshot.read_text())
     return document["verdict"], list(read_recording(recording))
+
+
+def watch_until(pid: int, tmp_path: Path, case: str, reached, timeout: float = 90.0,
+                extra: tuple[str, ...] = ()):
+    """Run the gputop command on `pid` until the verdict it would show satisfies `reached(verdict)` (replayed
+    from its recording as it grows), then stop it; return (snapshot verdict, recorded frames).
+
+    For cases whose evidence builds up at the pace of the target (compiles, sample windows), so the test
+    waits for a state instead of guessing how many seconds this machine needs."""
+    from probes.monitor import Monitor
+
+    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--pid", str(pid), "--snapshot", str(snapshot), "--duration",
+         str(timeout + 30), "--record", str(recording), "--no-gpu", *extra],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    monitor = Monitor(hang_after_s=HANG_AFTER_S)
+    seen = 0
+
+    def verdict_reached():
+        nonlocal seen
+        frames = list(load_recording(recording).frames) if recording.exists() else []
+        for frame in frames[seen:]:
+            monitor.ingest(frame)
+        seen = len(frames)
+        return monitor.view is not None and reached(monitor.view.verdict)
+
+    try:
+        wait_for(verdict_reached, timeout=timeout, interval=0.5)
+    finally:
+        command.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
+        _, stderr = command.communicate(timeout=60)
+    assert command.returncode == 0, stderr
+    keep = os.environ.get("GPUTOP_DIAG_SAVE_RECORDINGS")
+    if keep:
+        shutil.copyfile(recording, Path(keep) / f"real_{case}.jsonl")
+    return json.loads(snapshot.read_text())["verdict"], list(read_recording(recording))
 
 
 def replay_timeline(frames, hang_after_s: float = HANG_AFTER_S):
@@ -183,7 +221,10 @@ def test_torch_save_loop_is_checkpoint_save(spawn_target, tmp_path):
 
 def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
     target = start(spawn_target, tmp_path, "diag_compile.py", timeout=180.0)
-    verdict, frames = watch(target.pid, tmp_path, "compile")
+    # A storm shows once two sample windows have caught a recompile after training: how many seconds that
+    # takes depends on how fast this machine compiles, so wait for it.
+    verdict, frames = watch_until(target.pid, tmp_path, "compile", lambda v: v.bottleneck == "compile_warmup"
+                                  and any("recompilation storm" in line for line in v.evidence))
     check("torch.compile, new shape every few steps", verdict, frames, "compile_warmup", "progressing",
           "compiling in ")
     assert "recompilation storm" in verdict["evidence"][0]
