@@ -25,6 +25,7 @@ from probes.recording import Recorder
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
 # One short line at 80 columns: where the job's pace would be, and how to get it.
+NANOGPT_ASSUMED_PEAK_TFLOPS = 312  # nanoGPT's estimate_mfu: the A100's bf16 figure, whatever the GPU
 NO_LOG_HINT = "no log of the job's iterations found: --log PATH shows s/iter and MFU"
 NO_LOG_IN_RECORDING = "none recorded (record with --log PATH for s/iter and MFU)"
 
@@ -201,7 +202,11 @@ def pace_line(pace: Pace | None) -> str | None:
     compared = pace.comparison
     if compared.corrected_mfu_pct is None:
         return None
-    printed = f" (the log printed {compared.reported_mfu_pct:g}%)" if compared.reported_mfu_pct is not None else ""
+    printed = ""
+    if compared.reported_mfu_pct is not None:
+        printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
+        if pace.format == "nanogpt":  # its estimate_mfu divides by the A100's bf16 peak whatever the GPU
+            printed += f" is against an A100's {NANOGPT_ASSUMED_PEAK_TFLOPS} TFLOP/s"
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:
@@ -218,4 +223,6 @@ def _with_pace(verdict: Verdict, pace: Pace | None) -> Verdict:
     if verdict.bottleneck == "gpu_bound":
         line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
             else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
-    return dataclasses.replace(verdict, evidence=(*verdict.evidence, line))
+    # Second, after the rule's headline: on an 80×24 screen only two evidence lines show.
+    evidence = (*verdict.evidence[:1], line, *verdict.evidence[1:])
+    return dataclasses.replace(verdict, evidence=evidence)

@@ -21,28 +21,36 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from probes.baseline import load_comparison_inputs  # noqa: E402
 from probes.recording import read_recording  # noqa: E402
 from tui.app import make_app  # noqa: E402
 
 RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
+CONSTRUCTED = REPO / "tests" / "fixtures" / "frames"  # GPU runs built by make_gpu_frames.py until a GPU records
 SCREENSHOTS = REPO / "screenshots"
 SECONDS_AFTER_LAST_FRAME = 2.0
 
-# (recording, screenshot, terminal size, keys pressed before the picture)
+# The seed case's comparison: `gputop replay ... --model gpt2-xl --tokens-per-iter 1048576`.
+SEED_CASE = ("gpt2-xl", 1_048_576)
+
+# (recording, screenshot, terminal size, keys pressed before the picture, (model, tokens per iteration))
 SHOTS = (
-    ("data_bound.jsonl", "data-bound.svg", (160, 48), ()),
-    ("data_bound.jsonl", "data-bound-80x24.svg", (80, 24), ()),
-    ("data_bound.jsonl", "data-bound-call-tree.svg", (160, 48), ("enter",)),
-    ("hung.jsonl", "hung.svg", (160, 48), ()),
-    ("hung.jsonl", "hung-now.svg", (160, 48), ("d",)),
-    ("gpu_bound.jsonl", "gpu-bound.svg", (160, 48), ()),
+    (RECORDINGS / "data_bound.jsonl", "data-bound.svg", (160, 48), (), None),
+    (RECORDINGS / "data_bound.jsonl", "data-bound-80x24.svg", (80, 24), (), None),
+    (RECORDINGS / "data_bound.jsonl", "data-bound-call-tree.svg", (160, 48), ("enter",), None),
+    (RECORDINGS / "hung.jsonl", "hung.svg", (160, 48), (), None),
+    (RECORDINGS / "hung.jsonl", "hung-now.svg", (160, 48), ("d",), None),
+    (RECORDINGS / "gpu_bound.jsonl", "gpu-bound.svg", (160, 48), (), None),
+    (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace.svg", (160, 48), (), SEED_CASE),
+    (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace-80x24.svg", (80, 24), (), SEED_CASE),
 )
 
 
-async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...]) -> str:
+async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...], compare) -> str:
     frames = list(read_recording(recording))
     frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
-    app = make_app(replay_frames=frames, clock=lambda: frozen)
+    comparison = load_comparison_inputs(None, *compare) if compare else None
+    app = make_app(replay_frames=frames, clock=lambda: frozen, comparison=comparison)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         if keys:
@@ -57,12 +65,11 @@ def main() -> int:
     args = parser.parse_args()
     SCREENSHOTS.mkdir(exist_ok=True)
     stale = []
-    for recording_name, screenshot_name, size, keys in SHOTS:
-        recording = RECORDINGS / recording_name
+    for recording, screenshot_name, size, keys, compare in SHOTS:
         if not recording.exists():
             print(f"skipped {screenshot_name}: no recording {recording.relative_to(REPO)} yet")
             continue
-        svg = asyncio.run(render(recording, size, keys))
+        svg = asyncio.run(render(recording, size, keys, compare))
         target = SCREENSHOTS / screenshot_name
         if target.exists() and target.read_text(encoding="utf-8") == svg:
             print(f"unchanged {target.relative_to(REPO)}")

@@ -21,7 +21,6 @@ SHORT_SCREEN_EVIDENCE_LINES = 2  # leaves room for the advice on a 24-row termin
 MAX_ADVICE_LINES = 2
 TIMELINE_ENTRIES = 4
 PACE_SPARKLINE_WIDTH = 12
-NANOGPT_ASSUMED_PEAK_TFLOPS = 312  # estimate_mfu's A100 bf16 figure, whatever the GPU
 
 # Badge colours: red when the run is stuck or gone, yellow for a limit worth fixing, green for the
 # limit a healthy run should have (the GPU).
@@ -108,9 +107,8 @@ def pace_text(pace: Pace) -> Text:
         text.append(f" · {_flops(compared.achieved_flops_per_s)}")
     if compared is not None and compared.corrected_mfu_pct is not None:
         text.append(f" · MFU {compared.corrected_mfu_pct:.0f}%", style="bold")
-    if pace.reported_mfu_pct is not None:
-        why = f", against an A100's {NANOGPT_ASSUMED_PEAK_TFLOPS}" if pace.format == "nanogpt" else ""
-        text.append(f" (log: {pace.reported_mfu_pct:g}%{why})", style="dim")
+    if pace.reported_mfu_pct is not None:  # the evidence says why they differ
+        text.append(f" (log {pace.reported_mfu_pct:.0f}%)", style="dim")
     if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
         reference = _seconds(compared.reference_seconds_per_iter)
         text.append(f" · reference {reference} s: {compared.compute_bound_pct:.0f}% of the compute-bound rate")
