@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from probes.frame import CpuReading
+from probes.textfiles import read_text
 
 DEFAULT_SYS_ROOT = "/sys/fs/cgroup"
 
@@ -48,14 +49,6 @@ class _Counters:
     throttled_seconds: float | None
     usage_source: str | None  # the file (or "tree") the usage figure came from
     usage_seconds: float | None
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _unescape_mount_path(path: str) -> str:
@@ -161,7 +154,7 @@ class CgroupCpuProbe:
         if self._mounts is not None:
             return self._mounts
         mounts = []
-        text = _read_text(os.path.join(self._proc_root, "self", "mountinfo"))
+        text = read_text(os.path.join(self._proc_root, "self", "mountinfo"))
         for root, point, fstype, options in parse_mountinfo(text or ""):
             if fstype == "cgroup2":
                 mounts.append(_Mount(root, self._rebase(point), "v2", frozenset()))
@@ -211,7 +204,7 @@ class CgroupCpuProbe:
 
     def _locate(self) -> tuple[_Location | None, str | None]:
         cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
-        text = _read_text(cgroup_file)
+        text = read_text(cgroup_file)
         if text is None:
             if self._location is not None:
                 return self._location, "target gone; reading its last cgroup"
@@ -303,7 +296,7 @@ class CgroupCpuProbe:
 
         # Throttling is counted by the cgroup whose limit binds, which may be an ancestor.
         stats_dir = quota_source or location.cpu_dir
-        stat_text = _read_text(os.path.join(stats_dir, "cpu.stat"))
+        stat_text = read_text(os.path.join(stats_dir, "cpu.stat"))
         stat = _parse_keyed(stat_text or "")
         if stat_text is None:
             reasons.append(f"cannot read {os.path.join(stats_dir, 'cpu.stat')}")
@@ -335,7 +328,7 @@ class CgroupCpuProbe:
         if location.pressure_dir is None:
             reasons.append("no cpu.pressure (no cgroup2 hierarchy)")
         else:
-            pressure_text = _read_text(os.path.join(location.pressure_dir, "cpu.pressure"))
+            pressure_text = read_text(os.path.join(location.pressure_dir, "cpu.pressure"))
             if pressure_text is None:
                 reasons.append("cpu.pressure not readable (PSI off or not exposed)")
             else:
@@ -375,12 +368,12 @@ class CgroupCpuProbe:
         if location.usage_dir is not None:
             if location.version == "v2":
                 path = os.path.join(location.usage_dir, "cpu.stat")
-                usage_usec = _parse_keyed(_read_text(path) or "").get("usage_usec")
+                usage_usec = _parse_keyed(read_text(path) or "").get("usage_usec")
                 if usage_usec is not None:
                     return path, usage_usec / 1e6
             else:
                 path = os.path.join(location.usage_dir, "cpuacct.usage")
-                text = (_read_text(path) or "").strip()
+                text = (read_text(path) or "").strip()
                 if text.isdigit():
                     return path, int(text) / 1e9
         if tree_cpu_seconds is not None:
@@ -416,8 +409,8 @@ def _read_limit(version: str, directory: str) -> tuple[int | None, int | None, s
         if len(fields) != 2 or not fields[1].isdigit() or not (fields[0] == "max" or fields[0].isdigit()):
             return None, None, f"cannot parse {path}"
         return (None if fields[0] == "max" else int(fields[0])), int(fields[1]), None
-    quota_text = _read_text(os.path.join(directory, "cpu.cfs_quota_us"))
-    period_text = _read_text(os.path.join(directory, "cpu.cfs_period_us"))
+    quota_text = read_text(os.path.join(directory, "cpu.cfs_quota_us"))
+    period_text = read_text(os.path.join(directory, "cpu.cfs_period_us"))
     if quota_text is None or period_text is None:
         return None, None, f"cannot read the CFS quota in {directory}"
     try:

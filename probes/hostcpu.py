@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from probes.frame import HostCpuReading
-from probes.proctree import read_text
+from probes.textfiles import read_text
 
 # /proc/stat cpuN fields: user nice system idle iowait irq softirq steal guest guest_nice (USER_HZ ticks).
 _IDLE, _IOWAIT, _STEAL = 3, 4, 7
@@ -81,8 +81,9 @@ class HostCpuProbe:
             allowed = sorted(os.sched_getaffinity(self.pid))
         except OSError:
             allowed = sorted(ticks)  # the target's mask is unreadable (gone, or not ours): the whole machine
-        previous, self._previous = self._previous, (now, ticks)
+        previous = self._previous
         busy = steal = None
+        d_total = 0
         if previous is not None and now > previous[0]:
             before = previous[1]
             cpus = [c for c in allowed if c in ticks and c in before]
@@ -94,6 +95,8 @@ class HostCpuProbe:
                 # 10 ms ticks would otherwise add up to more CPUs than there are.
                 busy = round(len(cpus) * max(0, d_busy) / d_total, 3)
                 steal = round(100.0 * d_steal / d_total, 1)
+        if previous is None or d_total > 0:  # no tick since the last read: keep measuring from that one
+            self._previous = (now, ticks)
         return HostCpuReading(
             online_cpus=len(ticks),
             allowed_cpus=len(allowed),

@@ -29,6 +29,7 @@ from probes.frame import (
     TargetInfo,
 )
 from probes.tcpinfo import TCP_ESTABLISHED, TcpSocket, read_tcp_sockets, socket_inodes
+from probes.textfiles import read_text
 
 # torch names each DataLoader worker's main thread (and so /proc/PID/comm) this, in _worker_loop.
 DATALOADER_WORKER_COMM = "pt_data_worker"
@@ -52,15 +53,6 @@ def target_exists(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def read_text(path: str) -> str | None:
-    """A small /proc or /sys file's text, or None when it is gone or unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 @dataclass(frozen=True)
