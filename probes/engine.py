@@ -20,8 +20,9 @@ from probes.hostcpu import HostCpuProbe
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe
-from probes.pyspy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, StackSampler
+from probes.pyspy import StackSampler
 from probes.redact import redact_argv, redact_environ
+from probes.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.25

@@ -1,5 +1,9 @@
 """The stack sampler: the only module that runs the py-spy binary.
 
+It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
+samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
+each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys.
+
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
 
 * a rolling ``py-spy record --format raw`` window. Measured here (py-spy 0.4.3, Python 3.11, a busy
@@ -7,7 +11,7 @@ For each process of the target's tree, :class:`StackSampler` keeps two kinds of 
   rate) and each record start ~0.02-0.07, while one ``py-spy dump`` costs ~0.035 core-seconds, so a
   dump per sample would cost about three times as much and spawn a process per sample. ``record``
   writes its file only when it ends, so windows are short at first (1 s, so the first hot frames
-  arrive fast) and then double up to 5 s to amortise the start. Counts arrive in lumps, one per
+  arrive fast) and then double up to 5 s to amortise the start (the policy's choice). Counts arrive in lumps, one per
   finished window. py-spy spaces samples randomly (exponential gaps), so a window's wall time varies.
 * a ``py-spy dump --json`` every ``dump_every_s`` (the first at once). Raw output carries no idle flag;
   the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. These
@@ -31,7 +35,6 @@ at once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
@@ -50,18 +53,23 @@ from pathlib import Path
 import psutil
 
 from probes.frame import StackCount, StackFrame, StacksReading, ThreadStack
+from probes.pyspy_output import (
+    KNOWN_WAITS,
+    dominant_position,
+    is_worker_stack,
+    parse_dump,
+    parse_raw,
+    samples_in,
+)
+from probes.sampling_policy import (
+    DEFAULT_DUMP_EVERY_S,
+    DEFAULT_RATE_HZ,
+    FIRST_WINDOW_S,
+    MAX_WINDOW_S,
+    SamplingPolicy,
+)
 from probes.stacks import frame_matches, merge_counts
 
-DEFAULT_RATE_HZ = 5.0
-# Once a process's picture has settled (two full windows in a row agree on where it spends its time)
-# sampling drops to this rate; a window that disagrees restores DEFAULT_RATE_HZ and short windows.
-# The overhead benchmark (README) chose these: py-spy's cost to the target grows with threads x rate.
-SETTLED_RATE_HZ = 1.0
-DEFAULT_DUMP_EVERY_S = 5.0
-FIRST_WINDOW_S = 1.0
-MAX_WINDOW_S = 5.0
-SETTLED_WINDOW_S = 10.0
-SETTLED_DUMP_EVERY_S = 15.0
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
@@ -81,25 +89,6 @@ _FAILURE_EXITED = "exited"
 _FAILURE_PERMISSION = "permission"
 _FAILURE_NOT_PYTHON = "not_python"
 _FAILURE_OTHER = "other"
-
-_THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
-_PROCESS_PART = re.compile(r'^process \d+:"')
-# The file may not contain parentheses, so a C++ name such as "std::function<void ()>" stays whole.
-_FRAME_PART = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-# Fallback for a path that contains parentheses: split at the first " (" (Python names have none).
-_FRAME_PART_LOOSE = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
-
-_PYTHON_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx")
-_TORCH_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
-# Innermost Python frames that are blocking calls: py-spy's own fallback list (threading wait,
-# selectors select) plus socket accept and Thread.join's lock wait.
-_KNOWN_WAITS = (
-    ("wait", "threading.py"),
-    ("_wait_for_tstate_lock", "threading.py"),
-    ("select", "selectors.py"),
-    ("accept", "socket.py"),
-)
-
 
 def find_pyspy() -> str | None:
     """The py-spy beside the running interpreter (same bin dir) first, then the one on PATH."""
@@ -123,87 +112,6 @@ def pyspy_version(path: str) -> str | None:
 
 def install_hint() -> str:
     return f"install it with: {sys.executable} -m pip install py-spy"
-
-
-# --- parsing py-spy's output -----------------------------------------------------------------------
-
-
-def _parse_frame(text: str, native_sampling: bool) -> StackFrame:
-    match = _FRAME_PART.match(text) or _FRAME_PART_LOOSE.match(text)
-    if match is None:  # a frame py-spy printed without a file
-        return StackFrame(function=text, file="", line=0, native=native_sampling)
-    file = match.group("file")
-    line = int(match.group("line") or 0)
-    native = native_sampling and not (file.endswith(_PYTHON_SOURCE_SUFFIXES) or file.startswith("<"))
-    return StackFrame(function=match.group("function"), file=file, line=line, native=native)
-
-
-def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
-    """Parse ``py-spy record --format raw --threads`` output into StackCounts (frames innermost first).
-
-    Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, frames joined by
-    ';' outermost first. Frames without a line number print as ``name (file)``; with ``--subprocesses``
-    lines start with ``process PID:"cmdline"`` parts, which are skipped. The thread id is the OS id,
-    or the pthread id in hex when py-spy could not find the OS id. ``idle`` is left False: raw output
-    has no idle flag (the sampler marks it from dumps).
-    """
-    counts: list[StackCount] = []
-    for line in text.splitlines():
-        stack, _, count_text = line.rstrip().rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        parts = stack.split(";")
-        if parts and _PROCESS_PART.match(parts[0]):
-            while parts and not parts[0].endswith('"'):  # a command line may itself contain ';'
-                parts.pop(0)
-            parts = parts[1:]
-        tid, thread_name = 0, None
-        thread_match = _THREAD_PART.match(parts[0]) if parts else None
-        if thread_match:
-            tid_text = thread_match.group("tid")
-            tid = int(tid_text, 16) if tid_text.startswith("0x") else int(tid_text)
-            thread_name = thread_match.group("name")
-            parts = parts[1:]
-            # A thread name containing ';' spills into the next parts; frames always end in ")".
-            while thread_name is not None and parts and not parts[0].endswith(")"):
-                thread_name += ";" + parts.pop(0)
-        frames = tuple(_parse_frame(part, native) for part in reversed(parts))
-        counts.append(
-            StackCount(pid=pid, tid=tid, thread_name=thread_name, idle=False, frames=frames,
-                       count=int(count_text))
-        )
-    return counts
-
-
-def parse_dump(text: str, pid: int) -> list[ThreadStack]:
-    """Parse ``py-spy dump --json`` output into ThreadStacks (idle = py-spy found the thread inactive)."""
-    threads = []
-    for trace in json.loads(text):
-        tid = trace.get("os_thread_id") or trace.get("thread_id") or 0
-        frames = tuple(
-            StackFrame(function=f.get("name", ""), file=f.get("filename", ""), line=int(f.get("line") or 0))
-            for f in trace.get("frames", ())
-        )
-        threads.append(
-            ThreadStack(
-                pid=pid,
-                tid=int(tid),
-                name=trace.get("thread_name"),
-                idle=not trace.get("active", True),
-                owns_gil=bool(trace.get("owns_gil", False)),
-                frames=frames,
-            )
-        )
-    return threads
-
-
-def samples_in(counts: Sequence[StackCount]) -> int:
-    """Samples one raw window took: with --idle every thread is in every sample, so the thread seen
-    most often (threads can start mid-window) was seen once per sample."""
-    per_thread: dict[int, int] = {}
-    for count in counts:
-        per_thread[count.tid] = per_thread.get(count.tid, 0) + count.count
-    return max(per_thread.values(), default=0)
 
 
 # --- explaining failures ---------------------------------------------------------------------------
@@ -409,9 +317,9 @@ class _ProcessSampler:
     """The two loops (record windows, dumps) for one process."""
 
     pid: int
+    policy: SamplingPolicy  # rates, window lengths, dump cadence; read and changed under the sampler's lock
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
-    settled: bool = False  # sampling at the settled rate: dumps may come less often too
 
 
 class StackSampler:
@@ -469,6 +377,10 @@ class StackSampler:
         self._thread_position_idle: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
         self._position_idle: OrderedDict[tuple[str, str, int], bool] = OrderedDict()
 
+    def _new_policy(self) -> SamplingPolicy:
+        return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
+                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s)
+
     # --- public API ---------------------------------------------------------------------------
 
     @property
@@ -497,7 +409,7 @@ class StackSampler:
                 if pid in self._samplers:
                     continue
                 self._states[pid] = _ProcessState()
-                sampler = _ProcessSampler(pid)
+                sampler = _ProcessSampler(pid, self._new_policy())
                 sampler.threads = [
                     threading.Thread(target=self._record_loop, args=(sampler,),
                                      name=f"gputop-pyspy-record-{pid}", daemon=True),
@@ -623,7 +535,7 @@ class StackSampler:
         """
         if frame is None:
             return False
-        if any(frame_matches(frame, name, suffix) for name, suffix in _KNOWN_WAITS):
+        if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS):
             return True
         position = (frame.function, frame.file, frame.line)
         seen = self._thread_position_idle.get((pid, tid, *position))
@@ -706,12 +618,11 @@ class StackSampler:
         pid = sampler.pid
         out_path = os.path.join(self._workdir, f"record-{pid}.txt")
         log_path = os.path.join(self._workdir, f"record-{pid}.log")
-        window_s = self.first_window_s
-        rate_hz = self.rate_hz
-        previous_picture: tuple[str, str] | None = None
         failures = 0
         while not sampler.stop.is_set():
             _remove(out_path)
+            with self._lock:
+                window_s, rate_hz = sampler.policy.window_s, sampler.policy.rate_hz
             started = time.monotonic()
             returncode, spawn_error, killed_by = self._run(
                 sampler, self._record_argv(pid, window_s, out_path, rate_hz), log_path, None,
@@ -742,15 +653,9 @@ class StackSampler:
             if returncode == 0 and raw:
                 failures = 0
                 self._note_success(sampler, behind="behind in sampling" in log)
-                window_s = min(window_s * 2, self.max_window_s)
-                if self.settled_rate_hz is not None:
-                    picture = _dominant_position(counts)
-                    if window_s >= self.max_window_s and picture == previous_picture:
-                        rate_hz, window_s = self.settled_rate_hz, SETTLED_WINDOW_S
-                    elif rate_hz != self.rate_hz:  # the picture moved: look closely again
-                        rate_hz, window_s = self.rate_hz, self.first_window_s
-                    previous_picture = picture
-                    sampler.settled = rate_hz != self.rate_hz
+                picture = dominant_position(counts)
+                with self._lock:
+                    sampler.policy.window_finished(picture)
                 continue
             kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
             if returncode == 0 and kind == _FAILURE_OTHER:
@@ -785,8 +690,9 @@ class StackSampler:
             if threads is not None:
                 failures = 0
                 self._deliver_dump(sampler, threads)
-                sampler.stop.wait(max(self.dump_every_s, SETTLED_DUMP_EVERY_S) if sampler.settled
-                                  else self.dump_every_s)
+                with self._lock:
+                    wait_s = sampler.policy.dump_wait_s()
+                sampler.stop.wait(wait_s)
                 continue
             if spawn_error:
                 kind, reason = _FAILURE_OTHER, spawn_error
@@ -809,7 +715,7 @@ class StackSampler:
         return self._states.get(sampler.pid)
 
     def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
-        worker = any(_is_worker_stack(c.frames) for c in window.counts)
+        worker = any(is_worker_stack(c.frames) for c in window.counts)
         with self._lock:
             state = self._current_state(sampler)
             if state is None:
@@ -818,7 +724,7 @@ class StackSampler:
             state.is_worker = state.is_worker or worker
 
     def _deliver_dump(self, sampler: _ProcessSampler, threads: list[ThreadStack]) -> None:
-        worker = any(_is_worker_stack(t.frames) for t in threads)
+        worker = any(is_worker_stack(t.frames) for t in threads)
         with self._lock:
             state = self._current_state(sampler)
             if state is None:
@@ -874,26 +780,6 @@ class StackSampler:
                     self._events.append(reason)
                     return
             state.status, state.reason = _STATUS_FAILING, reason
-
-
-def _dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
-    """Where a window's busiest samples were: the innermost (function, file) with the most samples,
-    leaving out the known blocking calls that every idle helper thread sits in."""
-    totals: dict[tuple[str, str], int] = {}
-    for count in counts:
-        if not count.frames:
-            continue
-        inner = count.frames[0]
-        if any(frame_matches(inner, function, suffix) for function, suffix in _KNOWN_WAITS):
-            continue
-        key = (inner.function, inner.file)
-        totals[key] = totals.get(key, 0) + count.count
-    return max(totals, key=totals.__getitem__) if totals else None
-
-
-def _is_worker_stack(frames: Sequence[StackFrame]) -> bool:
-    function, file_suffix = _TORCH_WORKER_LOOP
-    return any(frame_matches(f, function, file_suffix) for f in frames)
 
 
 def _backoff(failures: int) -> float:

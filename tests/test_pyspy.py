@@ -10,15 +10,8 @@ import pytest
 from conftest import TARGETS, wait_for
 
 from probes.frame import StackCount, StackFrame
-from probes.pyspy import (
-    StackSampler,
-    _dominant_position,
-    explain_failure,
-    find_pyspy,
-    parse_dump,
-    parse_raw,
-    samples_in,
-)
+from probes.pyspy import StackSampler, explain_failure, find_pyspy
+from probes.pyspy_output import dominant_position, parse_dump, parse_raw, samples_in
 from probes.stacks import frame_matches, hot_frames
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
@@ -293,8 +286,8 @@ def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_fac
 def test_dominant_position_skips_idle_waits():
     busy = StackCount(1, 1, "MainThread", False, (StackFrame("step", "/app/train.py", 9),), 3)
     waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
-    assert _dominant_position([busy, waiting]) == ("step", "/app/train.py")
-    assert _dominant_position([waiting]) is None
+    assert dominant_position([busy, waiting]) == ("step", "/app/train.py")
+    assert dominant_position([waiting]) is None
 
 
 def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factory):
