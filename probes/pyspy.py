@@ -66,6 +66,8 @@ from probes.sampling_policy import (
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
     MAX_WINDOW_S,
+    PhaseChangeDetector,
+    PhaseSignals,
     SamplingPolicy,
 )
 from probes.stacks import frame_matches, merge_counts
@@ -73,6 +75,9 @@ from probes.stacks import frame_matches, merge_counts
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+# After a wake, the phase mark waits for the windows it ended early (py-spy writes them within milliseconds of
+# SIGINT) at most this long before it is put on a reading without them.
+CUT_WINDOW_WAIT_S = 3.0
 
 # A process counts as failing after this many "other" failures in a row: nonblocking reads of a
 # running process occasionally fail once, which should not flip the whole reading to unavailable.
@@ -198,6 +203,7 @@ class _PyspyRun:
         self.returncode: int | None = None
         self.cpu_seconds = 0.0
         self.signalled = False  # gputop itself sent it a signal (a window's end, close)
+        self.cut = False  # a record window ended early because the picture may have moved
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -298,6 +304,7 @@ class _Window:
     counts: list[StackCount]
     samples: int
     wall_seconds: float
+    epoch: int = 0  # the process's policy epoch when the window started
 
 
 @dataclass
@@ -320,6 +327,9 @@ class _ProcessSampler:
     policy: SamplingPolicy  # rates, window lengths, dump cadence; read and changed under the sampler's lock
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
+    window_epoch: int | None = None  # the running record window's epoch; None between windows
+    record_child: _PyspyRun | None = None  # the running record window's py-spy, to end it early
+    cut_requested: bool = False  # a wake came between planning a window and starting its py-spy
 
 
 class StackSampler:
@@ -376,6 +386,13 @@ class StackSampler:
         # Idle flags the dumps gave to innermost Python frames: per thread, and for any thread.
         self._thread_position_idle: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
         self._position_idle: OrderedDict[tuple[str, str, int], bool] = OrderedDict()
+        # Waking on a change of phase (see probes/sampling_policy.py): the detector, and the mark the next
+        # reading carries once the windows that were ended early are in.
+        self._detector = PhaseChangeDetector()
+        self._mark: str | None = None
+        self._mark_since = 0.0
+        self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
+        self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
@@ -396,6 +413,8 @@ class StackSampler:
                 return
             for pid in [p for p in self._states if p not in wanted]:
                 self._states.pop(pid)
+                self._mark_epochs.pop(pid, None)
+                self._awaiting_cut.discard(pid)
                 sampler = self._samplers.pop(pid, None)
                 if sampler is not None:
                     sampler.stop.set()
@@ -439,10 +458,53 @@ class StackSampler:
         self.set_targets([pid for pid in current if pid not in restarted])
         self.set_targets(current)
 
+    def observe(self, now: float, signals: dict[int, PhaseSignals]) -> str | None:
+        """This tick's cheap signals per process (``now``: time.monotonic()); when they say the picture may have
+        moved, wake() and return why."""
+        with self._lock:
+            reason = self._detector.observe(now, signals)
+        if reason is not None:
+            self.wake(reason)
+        return reason
+
+    def wake(self, reason: str) -> None:
+        """Look closely again at once: every process goes back to the fast rate, and its running record window
+        is ended with SIGINT, on which py-spy writes the samples it has, so they arrive now rather than at
+        the window's end. The reading that carries them is marked with ``reason`` (phase_change): stack
+        counts up to it describe the phase before."""
+        to_cut = []
+        with self._lock:
+            if self._closed:
+                return
+            for pid, sampler in self._samplers.items():
+                sampler.policy.wake()
+                self._mark_epochs[pid] = sampler.policy.epoch
+                if sampler.window_epoch is None:
+                    continue
+                self._awaiting_cut.add(pid)
+                if sampler.record_child is not None:
+                    sampler.record_child.cut = True
+                    to_cut.append(sampler.record_child)
+                else:
+                    sampler.cut_requested = True  # its py-spy is starting: ended as soon as it runs
+            self._mark, self._mark_since = reason, time.monotonic()
+        for child in to_cut:
+            child.signal(signal.SIGINT)
+
     def collect(self) -> StacksReading:
         """Everything gathered since the previous collect()."""
         with self._lock:
             windows, self._windows = self._windows, []
+            phase_change = None
+            if self._mark is not None and (
+                    not self._awaiting_cut or time.monotonic() - self._mark_since > CUT_WINDOW_WAIT_S):
+                phase_change, self._mark = self._mark, None
+                self._awaiting_cut.clear()
+                # Windows started after the wake belong after the mark: keep them for the next reading.
+                later = [w for w in windows if w.epoch >= self._mark_epochs.get(w.pid, 0) > 0]
+                later_ids = {id(w) for w in later}
+                windows = [w for w in windows if id(w) not in later_ids]
+                self._windows = later
             events, self._events = self._events, []
             states = dict(self._states)
             counts = [self._mark_idle(c) for w in windows for c in w.counts]
@@ -466,6 +528,7 @@ class StackSampler:
             threads=threads,
             counts=merge_counts(counts),
             errors=tuple(dict.fromkeys(events + failing)),
+            phase_change=phase_change,
         )
 
     def worker_pids(self) -> set[int]:
@@ -579,12 +642,21 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float) -> tuple[int | None, str | None, str | None]:
+             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, bool]:
         """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
-        that killed it when that was not gputop's doing)."""
+        that killed it when that was not gputop's doing, whether a wake ended it early). ``record``: the
+        process's record window, which a wake may end early."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
-            return None, child, None
+            return None, child, None, False
+        cut_now = False
+        if record:
+            with self._lock:
+                sampler.record_child = child
+                cut_now, sampler.cut_requested = sampler.cut_requested, False
+                child.cut = child.cut or cut_now
+        if cut_now:
+            child.signal(signal.SIGINT)
         try:
             if not child.wait(timeout):
                 child.signal(signal.SIGINT)  # record writes what it has on SIGINT
@@ -593,8 +665,11 @@ class StackSampler:
         finally:
             if child.running:
                 child.kill_and_reap()
+            if record:
+                with self._lock:
+                    sampler.record_child = None
             self._finish(child)
-        return child.returncode, None, child.killed_by
+        return child.returncode, None, child.killed_by, child.cut
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -622,13 +697,16 @@ class StackSampler:
         while not sampler.stop.is_set():
             _remove(out_path)
             with self._lock:
-                window_s, rate_hz = sampler.policy.window_s, sampler.policy.rate_hz
+                plan = sampler.policy.next_window()
+                sampler.window_epoch = plan.epoch
             started = time.monotonic()
-            returncode, spawn_error, killed_by = self._run(
-                sampler, self._record_argv(pid, window_s, out_path, rate_hz), log_path, None,
-                timeout=3 * window_s + 10,
+            returncode, spawn_error, killed_by, cut = self._run(
+                sampler, self._record_argv(pid, plan.seconds, out_path, plan.rate_hz), log_path, None,
+                timeout=3 * plan.seconds + 10, record=True,
             )
             wall_seconds = time.monotonic() - started
+            with self._lock:
+                sampler.window_epoch = None
             if sampler.stop.is_set():
                 return
             if killed_by is not None:  # its window is lost (record writes only at its end): start again
@@ -637,10 +715,12 @@ class StackSampler:
                 sampler.stop.wait(_backoff(failures))
                 continue
             log = _read(log_path)
-            raw = _read(out_path) if returncode == 0 else ""
+            raw = _read(out_path) if returncode == 0 or cut else ""
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
-                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds))
+                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch))
+            else:
+                self._window_gone(sampler)
             if returncode == 0 and "process exited" in log:
                 if _process_gone(pid):
                     self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
@@ -650,12 +730,14 @@ class StackSampler:
                 failures += 1
                 sampler.stop.wait(_backoff(failures))
                 continue
-            if returncode == 0 and raw:
+            if (returncode == 0 or cut) and raw:
                 failures = 0
                 self._note_success(sampler, behind="behind in sampling" in log)
                 picture = dominant_position(counts)
                 with self._lock:
-                    sampler.policy.window_finished(picture)
+                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch)
+                continue
+            if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
             kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
             if returncode == 0 and kind == _FAILURE_OTHER:
@@ -672,8 +754,8 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
-            returncode, spawn_error, killed_by = self._run(sampler, self._dump_argv(pid), out_path, err_path,
-                                                           timeout=DUMP_TIMEOUT_S)
+            returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
+                                                              timeout=DUMP_TIMEOUT_S)
             if sampler.stop.is_set():
                 return
             if killed_by is not None:
@@ -714,9 +796,15 @@ class StackSampler:
             return None
         return self._states.get(sampler.pid)
 
+    def _window_gone(self, sampler: _ProcessSampler) -> None:
+        """A record window ended with nothing to deliver: a mark need not wait for it."""
+        with self._lock:
+            self._awaiting_cut.discard(sampler.pid)
+
     def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
         worker = any(is_worker_stack(c.frames) for c in window.counts)
         with self._lock:
+            self._awaiting_cut.discard(sampler.pid)
             state = self._current_state(sampler)
             if state is None:
                 return
