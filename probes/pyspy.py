@@ -329,7 +329,6 @@ class _ProcessSampler:
     threads: list[threading.Thread] = field(default_factory=list)
     window_epoch: int | None = None  # the running record window's epoch; None between windows
     record_child: _PyspyRun | None = None  # the running record window's py-spy, to end it early
-    cut_requested: bool = False  # a wake came between planning a window and starting its py-spy
 
 
 class StackSampler:
@@ -485,8 +484,7 @@ class StackSampler:
                 if sampler.record_child is not None:
                     sampler.record_child.cut = True
                     to_cut.append(sampler.record_child)
-                else:
-                    sampler.cut_requested = True  # its py-spy is starting: ended as soon as it runs
+                # else its py-spy is starting: _run ends it as soon as it runs
             self._mark, self._mark_since = reason, time.monotonic()
         for child in to_cut:
             child.signal(signal.SIGINT)
@@ -653,8 +651,9 @@ class StackSampler:
         if record:
             with self._lock:
                 sampler.record_child = child
-                cut_now, sampler.cut_requested = sampler.cut_requested, False
-                child.cut = child.cut or cut_now
+                # A wake came between planning this window and starting it: it would straddle the change.
+                cut_now = sampler.window_epoch is not None and sampler.window_epoch != sampler.policy.epoch
+                child.cut = cut_now
         if cut_now:
             child.signal(signal.SIGINT)
         try:
