@@ -25,6 +25,10 @@ The default rate, 5 Hz, was measured with this sampler (records, dumps and start
 100-idle-thread target: 0.047 core at 2 Hz, 0.076 at 5 Hz, 0.146 at 10 Hz; with one thread, 0.009
 core at 5 Hz.
 
+A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
+with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
+SIGTERM or SIGKILL would lose it.
+
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
 (capped at 30 s); one killed by someone else (the OOM killer, a stray ``kill``) is restarted the same way
@@ -340,6 +344,10 @@ class StackSampler:
     blocking call (threading wait, selectors select, ...) is idle; elsewhere, the flag py-spy last
     gave the same thread at that frame and line in a dump, else any thread there, else busy.
     ``achieved_rate_hz`` is samples per second of wall time over the latest windows, gaps included.
+
+    ``observe()`` takes each tick's cheap signals (before ``collect()``); when the policy's detector says
+    they moved, ``wake()`` ends the running windows with SIGINT so their samples come now, and the reading
+    that carries them says so in ``phase_change``.
     """
 
     def __init__(
