@@ -82,6 +82,7 @@ PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
 # After a wake, the phase mark waits for the windows it ended early (py-spy writes them within milliseconds of
 # SIGINT) at most this long before it is put on a reading without them.
 CUT_WINDOW_WAIT_S = 3.0
+CUT_EXIT_WAIT_S = 10.0  # a window ended early that has not written its samples by then is killed
 
 # A process counts as failing after this many "other" failures in a row: nonblocking reads of a
 # running process occasionally fail once, which should not flip the whole reading to unavailable.
@@ -238,23 +239,28 @@ class _PyspyRun:
         except ValueError:
             return f"signal {-self.returncode}"
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True once the child has exited and been reaped."""
+    def wait(self, timeout: float, interrupt_fd: int | None = None) -> bool:
+        """Wait up to ``timeout`` seconds; True once the child has exited and been reaped. Returns False early
+        when ``interrupt_fd`` (a pipe a wake writes to) becomes readable."""
         deadline = time.monotonic() + timeout
+        extra = [interrupt_fd] if interrupt_fd is not None else []
         while self.returncode is None:
             remaining = deadline - time.monotonic()
-            if self._pidfd is not None:
-                ready, _, _ = select.select([self._pidfd], [], [], max(remaining, 0.0))
-                if ready:
+            pidfd = self._pidfd
+            if pidfd is not None:
+                ready, _, _ = select.select([pidfd, *extra], [], [], max(remaining, 0.0))
+                if pidfd in ready:
                     self._reap(block=True)
-                elif remaining <= 0:
+                elif ready or remaining <= 0:
                     return False
             else:
                 self._reap(block=False)
                 if self.returncode is None:
                     if remaining <= 0:
                         return False
-                    time.sleep(min(0.1, remaining))
+                    ready, _, _ = select.select(extra, [], [], min(0.1, remaining))
+                    if ready:
+                        return False
         return True
 
     def _reap(self, block: bool) -> None:
@@ -333,6 +339,9 @@ class _ProcessSampler:
     threads: list[threading.Thread] = field(default_factory=list)
     window_epoch: int | None = None  # the running record window's epoch; None between windows
     record_child: _PyspyRun | None = None  # the running record window's py-spy, to end it early
+    # A wake writes a byte here so that the record loop stops waiting for the window it ended: py-spy only
+    # notices SIGINT at its next sample (a second or two at 1 Hz), and the next window should not wait for it.
+    wake_pipe: tuple[int, int] = field(default_factory=lambda: os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
 
 
 class StackSampler:
@@ -492,6 +501,10 @@ class StackSampler:
                 if sampler.record_child is not None:
                     sampler.record_child.cut = True
                     to_cut.append(sampler.record_child)
+                    try:
+                        os.write(sampler.wake_pipe[1], b"w")  # the loop stops waiting for this window
+                    except OSError:  # full: a wake is already waiting to be read
+                        pass
                 # else its py-spy is starting: _run ends it as soon as it runs
             self._mark, self._mark_since = reason, time.monotonic()
         for child in to_cut:
@@ -502,15 +515,15 @@ class StackSampler:
         with self._lock:
             windows, self._windows = self._windows, []
             phase_change = None
-            if self._mark is not None and (
-                    not self._awaiting_cut or time.monotonic() - self._mark_since > CUT_WINDOW_WAIT_S):
-                phase_change, self._mark = self._mark, None
-                self._awaiting_cut.clear()
-                # Windows started after the wake belong after the mark: keep them for the next reading.
+            if self._mark is not None:
+                # Windows started after the wake belong after the mark: they wait for the reading after it.
                 later = [w for w in windows if w.epoch >= self._mark_epochs.get(w.pid, 0) > 0]
                 later_ids = {id(w) for w in later}
                 windows = [w for w in windows if id(w) not in later_ids]
                 self._windows = later
+                if not self._awaiting_cut or time.monotonic() - self._mark_since > CUT_WINDOW_WAIT_S:
+                    phase_change, self._mark = self._mark, None
+                    self._awaiting_cut.clear()
             events, self._events = self._events, []
             states = dict(self._states)
             counts = [self._mark_idle(c) for w in windows for c in w.counts]
@@ -648,15 +661,17 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, bool]:
+             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
         """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
-        that killed it when that was not gputop's doing, whether a wake ended it early). ``record``: the
-        process's record window, which a wake may end early."""
+        that killed it when that was not gputop's doing, the child when a wake ended it early and it is still
+        finishing). ``record``: the process's record window, which a wake may end early; such a child is
+        returned running, for _finish_cut to wait for, so that the next window need not."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
-            return None, child, None, False
+            return None, child, None, None
         cut_now = False
         if record:
+            _drain(sampler.wake_pipe[0])  # wakes between windows concern no running child
             with self._lock:
                 sampler.record_child = child
                 # A wake came between planning this window and starting it: it would straddle the change.
@@ -664,19 +679,29 @@ class StackSampler:
                 child.cut = cut_now
         if cut_now:
             child.signal(signal.SIGINT)
+        handed_off = False
         try:
-            if not child.wait(timeout):
-                child.signal(signal.SIGINT)  # record writes what it has on SIGINT
-                if not child.wait(2.0):
-                    child.kill_and_reap()
+            deadline = time.monotonic() + timeout
+            while not child.wait(max(0.0, deadline - time.monotonic()),
+                                 sampler.wake_pipe[0] if record else None):
+                if child.cut:
+                    handed_off = True
+                    return None, None, None, child
+                if time.monotonic() >= deadline:
+                    child.signal(signal.SIGINT)  # record writes what it has on SIGINT
+                    if not child.wait(2.0):
+                        child.kill_and_reap()
+                    break
+                _drain(sampler.wake_pipe[0])  # a wake for a window that has since ended
         finally:
-            if child.running:
-                child.kill_and_reap()
             if record:
                 with self._lock:
                     sampler.record_child = None
-            self._finish(child)
-        return child.returncode, None, child.killed_by, child.cut
+            if not handed_off:
+                if child.running:
+                    child.kill_and_reap()
+                self._finish(child)
+        return child.returncode, None, child.killed_by, (child if child.cut else None)
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -697,23 +722,67 @@ class StackSampler:
         return argv
 
     def _record_loop(self, sampler: _ProcessSampler) -> None:
+        try:
+            self._record_windows(sampler)
+        finally:
+            with self._lock:  # under the lock: wake() writes to the pipe only while it is open
+                read_fd, write_fd = sampler.wake_pipe
+                sampler.wake_pipe = (-1, -1)
+            os.close(read_fd)
+            os.close(write_fd)
+
+    def _finish_cut(self, sampler: _ProcessSampler, child: _PyspyRun, out_path: str, log_path: str,
+                    epoch: int, started: float) -> None:
+        """Wait for a window a wake ended (py-spy writes at its next sample) and deliver what it took."""
+        try:
+            if not child.wait(CUT_EXIT_WAIT_S):
+                child.kill_and_reap()
+        finally:
+            if child.running:
+                child.kill_and_reap()
+            self._finish(child)
+        raw = _read(out_path) if child.returncode == 0 else ""
+        _remove(out_path)
+        _remove(log_path)
+        if raw and not sampler.stop.is_set():
+            counts = parse_raw(raw, sampler.pid, native=self.native)
+            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts),
+                                                  time.monotonic() - started, epoch))
+        else:
+            self._window_gone(sampler, epoch)
+
+    def _record_windows(self, sampler: _ProcessSampler) -> None:
         pid = sampler.pid
-        out_path = os.path.join(self._workdir, f"record-{pid}.txt")
-        log_path = os.path.join(self._workdir, f"record-{pid}.log")
         failures = 0
+        window_number = 0
         while not sampler.stop.is_set():
-            _remove(out_path)
+            # Each window its own files: one a wake ended may still be writing while the next one runs.
+            window_number += 1
+            out_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.txt")
+            log_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.log")
             with self._lock:
                 plan = sampler.policy.next_window()
                 sampler.window_epoch = plan.epoch
             started = time.monotonic()
-            returncode, spawn_error, killed_by, cut = self._run(
+            returncode, spawn_error, killed_by, cut_child = self._run(
                 sampler, self._record_argv(pid, plan.seconds, out_path, plan.rate_hz), log_path, None,
                 timeout=3 * plan.seconds + 10, record=True,
             )
             wall_seconds = time.monotonic() - started
             with self._lock:
                 sampler.window_epoch = None
+            if cut_child is not None and returncode is None:  # handed off, maybe still running
+                if sampler.stop.is_set():
+                    cut_child.kill_and_reap()
+                    self._finish(cut_child)
+                    return
+                finisher = threading.Thread(target=self._finish_cut, name=f"gputop-pyspy-cut-{pid}", daemon=True,
+                                            args=(sampler, cut_child, out_path, log_path, plan.epoch, started))
+                with self._lock:
+                    sampler.threads.append(finisher)
+                finisher.start()
+                continue
+            cut = cut_child is not None
             if sampler.stop.is_set():
                 return
             if killed_by is not None:  # its window is lost (record writes only at its end): start again
@@ -723,11 +792,13 @@ class StackSampler:
                 continue
             log = _read(log_path)
             raw = _read(out_path) if returncode == 0 or cut else ""
+            _remove(out_path)
+            _remove(log_path)
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
                 self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch))
             else:
-                self._window_gone(sampler)
+                self._window_gone(sampler, plan.epoch)
             if returncode == 0 and "process exited" in log:
                 if _process_gone(pid):
                     self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
@@ -803,15 +874,21 @@ class StackSampler:
             return None
         return self._states.get(sampler.pid)
 
-    def _window_gone(self, sampler: _ProcessSampler) -> None:
+    def _window_gone(self, sampler: _ProcessSampler, epoch: int) -> None:
         """A record window ended with nothing to deliver: a mark need not wait for it."""
         with self._lock:
-            self._awaiting_cut.discard(sampler.pid)
+            self._window_in(sampler.pid, epoch)
+
+    def _window_in(self, pid: int, epoch: int) -> None:
+        """Under the lock: a window of ``epoch`` is in. One from before the latest wake is the one the mark
+        waits for (a window after it may end first: py-spy notices SIGINT only at its next sample)."""
+        if epoch < self._mark_epochs.get(pid, 0):
+            self._awaiting_cut.discard(pid)
 
     def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
         worker = any(is_worker_stack(c.frames) for c in window.counts)
         with self._lock:
-            self._awaiting_cut.discard(sampler.pid)
+            self._window_in(sampler.pid, window.epoch)
             state = self._current_state(sampler)
             if state is None:
                 return
@@ -887,6 +964,14 @@ def _read(path: str) -> str:
             return handle.read()
     except OSError:
         return ""
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 64):
+            pass
+    except (BlockingIOError, OSError):
+        pass
 
 
 def _remove(path: str) -> None:
