@@ -49,6 +49,7 @@ def phase_signals(processes) -> dict[int, PhaseSignals]:
         io = [p.read_chars_per_s, p.write_chars_per_s, p.tcp_received_per_s, p.tcp_sent_per_s]
         known = [v for v in io if v is not None]
         signals[p.pid] = PhaseSignals(cpu_pct=p.cpu_pct, main_thread_cpu_pct=p.main_thread_cpu_pct,
+                                      main_thread_runqueue_pct=p.main_thread_runqueue_pct,
                                       wakeups_per_s=p.main_thread_wakeups_per_s,
                                       io_bytes_per_s=sum(known) if known else None)
     return signals
