@@ -154,6 +154,9 @@ DETECTOR_MIN_HISTORY = 5
 # and from 35% to 70% queued, while the process stayed at 60%.)
 CPU_MOVE_PCT = 25.0
 SPREAD_FACTOR = 0.5
+# Two kinds of reading moving together need less each: on a machine so crowded that the target gets half a
+# core, the same switch moved the main thread from 49% to 25% CPU and from 51% to 74% queued.
+WEAK_STEP_FACTOR = 0.6
 # Wake-ups and I/O are compared on a log2 scale above a floor (rates below it count as the floor): a 4x change.
 RATE_MOVE_LOG2 = 2.0
 WAKEUPS_FLOOR_PER_S = 50.0
@@ -209,7 +212,7 @@ class PhaseChangeDetector:
 
     Pure and cheap (a few comparisons per process per tick, on readings already taken). A signal moved when its
     latest value lies further from the median of its recent ticks than a fixed step (CPU_MOVE_PCT, or 4x for
-    rates) plus those ticks' spread, or two signals at once by the step plus half their spread; a process
+    rates) plus those ticks' spread, or two kinds of signal at once by 0.6x the step plus half their spread; a process
     appearing or going also counts. After a move the
     recent ticks are forgotten: the next ticks are the new phase settling in, and comparing them with the old
     one would fire again and again. ``now`` (seconds, any monotonic clock) only orders the observations.
@@ -270,7 +273,7 @@ class PhaseChangeDetector:
             line = f"{_LABELS[name]} moved ({_describe(name, median)} → {_describe(name, value, True)})"
             if move >= step + spread:  # beyond anything its recent jitter explains
                 return f"PID {pid}: {line}"
-            if move >= step + SPREAD_FACTOR * spread:
+            if move >= WEAK_STEP_FACTOR * step + SPREAD_FACTOR * spread:
                 weak.setdefault(_KINDS[name], line)
         if len(weak) >= 2:  # two kinds of reading moving at once, each well beyond half its jitter
             return f"PID {pid}: " + ", ".join(weak.values())
