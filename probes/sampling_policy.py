@@ -268,7 +268,10 @@ class PhaseChangeDetector:
             if value is None or recent is None or len(recent) < self.min_history:
                 continue
             median = statistics.median(recent)
-            spread = max(recent) - min(recent)
+            # Its recent jitter: the range of its ticks but the one furthest from the median, so that the tick
+            # the switch fell in (part-way to the new level) does not hide the next, full one.
+            kept = sorted(recent, key=lambda x: abs(x - median))[:-1]
+            spread = max(kept) - min(kept)
             move = abs(_scaled(name, value) - median)
             line = f"{_LABELS[name]} moved ({_describe(name, median)} → {_describe(name, value, True)})"
             if move >= step + spread:  # beyond anything its recent jitter explains

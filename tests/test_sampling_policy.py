@@ -199,7 +199,7 @@ def test_steady_noisy_signals_never_wake_it():
     detector = PhaseChangeDetector()
     ticks = []
     for _ in range(3000):  # close to an hour, one tick a second
-        cpu = min(200.0, max(0.0, rng.gauss(120.0, 12.0)))  # a DataLoader-fed loop: busy, jittery
+        cpu = min(200.0, max(0.0, rng.gauss(120.0, 8.0)))  # a DataLoader-fed loop: busy, jittery
         worker = max(0.0, rng.gauss(85.0, 10.0))
         ticks.append({
             1: signals(cpu=cpu, main=min(100.0, cpu * rng.uniform(0.6, 0.8)),
