@@ -104,8 +104,10 @@ def test_verdict_follows_a_switch_from_data_preparation_to_compute_within_5_s(sp
         if frame.time >= switched_at - 3 and (frame.stacks.phase_change or frame.time <= switched_at + 8):
             mark = f"  phase change: {frame.stacks.phase_change}" if frame.stacks.phase_change else ""
             main = frame.process(target.pid)
+            cpu = (main.cpu_pct, main.main_thread_cpu_pct, main.main_thread_runqueue_pct) if main else (None,) * 3
             print(f"  frame {frame.seq} at switch{frame.time - switched_at:+.2f} s: {frame.stacks.samples} samples, "
-                  f"CPU {main.cpu_pct if main else None}%{mark}")
+                  "CPU %s%%, main thread %s%% on a CPU, %s%% queued" % tuple(f"{v:.0f}" if v is not None else "?"
+                                                                             for v in cpu) + mark)
     change = next((c for c in view.timeline if c.bottleneck == "cpu_bound" and c.time >= switched_at), None)
     assert change is not None, [(c.time - switched_at, c.bottleneck) for c in view.timeline]
     latency = change.time - switched_at
