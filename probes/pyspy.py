@@ -79,9 +79,11 @@ from probes.stacks import frame_matches, merge_counts
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
-# After a wake, the phase mark waits for the windows it ended early (py-spy writes them within milliseconds of
-# SIGINT) at most this long before it is put on a reading without them.
-CUT_WINDOW_WAIT_S = 3.0
+# After a wake, the phase mark waits for the windows it ended early at most this long (less than a tick, so the
+# mark lands on the next tick and the first window of the new phase, a second long, is not held back). py-spy
+# writes a window only at its next sample after SIGINT: at 1 Hz that can take seconds. A window that comes
+# after its mark is dropped: its samples straddle the change and would hold the old verdict.
+CUT_WINDOW_WAIT_S = 0.8
 CUT_EXIT_WAIT_S = 10.0  # a window ended early that has not written its samples by then is killed
 
 # A process counts as failing after this many "other" failures in a row: nonblocking reads of a
@@ -409,6 +411,7 @@ class StackSampler:
         self._mark_since = 0.0
         self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
         self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
+        self._marked_epochs: dict[int, int] = {}  # per pid, the epoch the latest mark put on a reading began
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
@@ -430,6 +433,7 @@ class StackSampler:
             for pid in [p for p in self._states if p not in wanted]:
                 self._states.pop(pid)
                 self._mark_epochs.pop(pid, None)
+                self._marked_epochs.pop(pid, None)
                 self._awaiting_cut.discard(pid)
                 sampler = self._samplers.pop(pid, None)
                 if sampler is not None:
@@ -515,6 +519,10 @@ class StackSampler:
         with self._lock:
             windows, self._windows = self._windows, []
             phase_change = None
+            late = [w for w in windows if w.epoch < self._marked_epochs.get(w.pid, 0)]
+            if late:
+                late_ids = {id(w) for w in late}
+                windows = [w for w in windows if id(w) not in late_ids]
             if self._mark is not None:
                 # Windows started after the wake belong after the mark: they wait for the reading after it.
                 later = [w for w in windows if w.epoch >= self._mark_epochs.get(w.pid, 0) > 0]
@@ -524,6 +532,7 @@ class StackSampler:
                 if not self._awaiting_cut or time.monotonic() - self._mark_since > CUT_WINDOW_WAIT_S:
                     phase_change, self._mark = self._mark, None
                     self._awaiting_cut.clear()
+                    self._marked_epochs = dict(self._mark_epochs)
             events, self._events = self._events, []
             states = dict(self._states)
             counts = [self._mark_idle(c) for w in windows for c in w.counts]

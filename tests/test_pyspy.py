@@ -255,7 +255,8 @@ def test_wake_ends_a_settled_window_and_its_samples_arrive_now(spawn_target, sam
     # a wake gets a settled window's samples at once instead of at its end, 10 s later.
     target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
                           stdout=subprocess.PIPE, text=True, ready=_ready)
-    sampler = sampler_factory(rate_hz=10, settled_rate_hz=2, first_window_s=1, max_window_s=1)
+    # Settled at 5 Hz: py-spy writes at its next sample after SIGINT, well within the mark's wait (0.8 s).
+    sampler = sampler_factory(rate_hz=10, settled_rate_hz=5, first_window_s=1, max_window_s=1)
     sampler.set_targets([target.pid])
 
     def settled_window_age() -> float | None:
@@ -264,7 +265,7 @@ def test_wake_ends_a_settled_window_and_its_samples_arrive_now(spawn_target, sam
                 argv, started = child.cmdline(), child.create_time()
             except psutil.NoSuchProcess:
                 continue
-            if "record" in argv and argv[argv.index("--rate") + 1] == "2":
+            if "record" in argv and argv[argv.index("--rate") + 1] == "5":
                 return time.time() - started
         return None
 
