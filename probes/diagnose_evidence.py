@@ -29,6 +29,9 @@ from probes.history import recent_frames
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
+# Main-thread samples after a phase-change mark that let the stack window start at the mark: diagnose's
+# THIN_SAMPLES, the fewest a verdict is reached on.
+PHASE_CHANGE_SAMPLES = 10
 COMPILE_HISTORY_S = 60.0  # how far back recompilations are looked for
 UNCHANGED_LOOKBACK_S = 60.0  # how far back a still main-thread stack is followed
 MAX_LOOKBACK_FRAMES = 300  # bounds every walk over the history, whatever its length
@@ -435,15 +438,10 @@ def _gpu_summary(frames: list[Frame]) -> GpuSummary:
     )
 
 
-def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
-    """Everything the rules need, from the recent end of `history` (oldest first, not empty)."""
-    latest = history[-1]
-    main_pid = _main_pid(latest)
-    stack_frames = _recent(history, STACK_WINDOW_S)
-    metric_frames = _recent(history, METRIC_WINDOW_S)
-
+def _profiles(frames: Sequence[Frame], main_pid: int) -> tuple[ThreadProfile, ThreadProfile, ThreadProfile]:
+    """(main thread, the main process's other threads, DataLoader workers) over the frames' stack counts."""
     main, others, workers = ThreadProfile(), ThreadProfile(), ThreadProfile()
-    for frame in stack_frames:
+    for frame in frames:
         stacks = _frame_stacks(frame, main_pid)
         for count in stacks.main_counts:
             main.add(count)
@@ -451,6 +449,33 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
             others.add(count)
         for count in stacks.worker_counts:
             workers.add(count)
+    return main, others, workers
+
+
+def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
+    """The frames after the latest one marked with a phase change, or None when none is marked."""
+    for index in range(len(frames) - 1, -1, -1):
+        if frames[index].stacks.phase_change:
+            return list(frames[index + 1:])
+    return None
+
+
+def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
+    """Everything the rules need, from the recent end of `history` (oldest first, not empty)."""
+    latest = history[-1]
+    main_pid = _main_pid(latest)
+    stack_frames = _recent(history, STACK_WINDOW_S)
+    metric_frames = _recent(history, METRIC_WINDOW_S)
+
+    main, others, workers = _profiles(stack_frames, main_pid)
+    after_change = _after_phase_change(stack_frames)
+    if after_change is not None:
+        # The cheap signals moved (the sampler looked again): the samples before describe the earlier phase
+        # and would hold the old verdict for a whole window. Once enough new ones are in, only they count.
+        profiles = _profiles(after_change, main_pid)
+        if profiles[0].samples >= PHASE_CHANGE_SAMPLES:
+            stack_frames = after_change
+            main, others, workers = profiles
     main_dump = _latest_main_dump(latest, main_pid)
     if not main.samples and main_dump is not None:
         # No sample window has finished yet: the latest dump stands in as one sample.

@@ -20,8 +20,9 @@ from probes.hostcpu import HostCpuProbe
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe
-from probes.pyspy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, StackSampler
+from probes.pyspy import StackSampler
 from probes.redact import redact_argv, redact_environ
+from probes.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.25
@@ -37,6 +38,21 @@ class EngineConfig:
     read_gpu: bool = True
     log_path: str | None = None
     tokens_per_iter: int | None = None
+
+
+def phase_signals(processes) -> dict[int, PhaseSignals]:
+    """Each live process's cheap per-tick readings, for the sampler's phase-change detector."""
+    signals = {}
+    for p in processes:
+        if not p.alive:
+            continue
+        io = [p.read_chars_per_s, p.write_chars_per_s, p.tcp_received_per_s, p.tcp_sent_per_s]
+        known = [v for v in io if v is not None]
+        signals[p.pid] = PhaseSignals(cpu_pct=p.cpu_pct, main_thread_cpu_pct=p.main_thread_cpu_pct,
+                                      main_thread_runqueue_pct=p.main_thread_runqueue_pct,
+                                      wakeups_per_s=p.main_thread_wakeups_per_s,
+                                      io_bytes_per_s=sum(known) if known else None)
+    return signals
 
 
 class Engine:
@@ -73,6 +89,8 @@ class Engine:
         if self._sampler is not None:
             self._resample_new_programs(processes)
             self._sampler.set_targets(live_pids)
+            # Before collecting: when the cheap signals moved, the sampler ends its record windows now.
+            self._sampler.observe(time.monotonic(), phase_signals(processes))
             stacks = self._sampler.collect()
         else:
             stacks = StacksReading(available=False, reason="stack sampling turned off (--no-stacks)")

@@ -209,6 +209,9 @@ class StacksReading:
     threads: tuple[ThreadStack, ...] = ()  # each thread's latest stack
     counts: tuple[StackCount, ...] = ()  # samples taken this tick, grouped by identical stack
     errors: tuple[str, ...] = ()  # per-process failures this tick that did not stop sampling
+    # Set on the tick the cheap signals (CPU%, wake-ups, I/O, the process set) moved, with why: stack sampling
+    # looked again at once, and the counts in this frame and earlier ones describe the phase before.
+    phase_change: str | None = None
 
 
 @dataclass(frozen=True)

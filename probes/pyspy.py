@@ -1,5 +1,9 @@
 """The stack sampler: the only module that runs the py-spy binary.
 
+It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
+samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
+each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys.
+
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
 
 * a rolling ``py-spy record --format raw`` window. Measured here (py-spy 0.4.3, Python 3.11, a busy
@@ -7,7 +11,7 @@ For each process of the target's tree, :class:`StackSampler` keeps two kinds of 
   rate) and each record start ~0.02-0.07, while one ``py-spy dump`` costs ~0.035 core-seconds, so a
   dump per sample would cost about three times as much and spawn a process per sample. ``record``
   writes its file only when it ends, so windows are short at first (1 s, so the first hot frames
-  arrive fast) and then double up to 5 s to amortise the start. Counts arrive in lumps, one per
+  arrive fast) and then double up to 5 s to amortise the start (the policy's choice). Counts arrive in lumps, one per
   finished window. py-spy spaces samples randomly (exponential gaps), so a window's wall time varies.
 * a ``py-spy dump --json`` every ``dump_every_s`` (the first at once). Raw output carries no idle flag;
   the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. These
@@ -21,6 +25,10 @@ The default rate, 5 Hz, was measured with this sampler (records, dumps and start
 100-idle-thread target: 0.047 core at 2 Hz, 0.076 at 5 Hz, 0.146 at 10 Hz; with one thread, 0.009
 core at 5 Hz.
 
+A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
+with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
+SIGTERM or SIGKILL would lose it.
+
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
 (capped at 30 s); one killed by someone else (the OOM killer, a stray ``kill``) is restarted the same way
@@ -31,7 +39,6 @@ at once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
@@ -50,21 +57,34 @@ from pathlib import Path
 import psutil
 
 from probes.frame import StackCount, StackFrame, StacksReading, ThreadStack
+from probes.pyspy_output import (
+    KNOWN_WAITS,
+    dominant_position,
+    is_worker_stack,
+    parse_dump,
+    parse_raw,
+    samples_in,
+)
+from probes.sampling_policy import (
+    DEFAULT_DUMP_EVERY_S,
+    DEFAULT_RATE_HZ,
+    FIRST_WINDOW_S,
+    MAX_WINDOW_S,
+    PhaseChangeDetector,
+    PhaseSignals,
+    SamplingPolicy,
+)
 from probes.stacks import frame_matches, merge_counts
 
-DEFAULT_RATE_HZ = 5.0
-# Once a process's picture has settled (two full windows in a row agree on where it spends its time)
-# sampling drops to this rate; a window that disagrees restores DEFAULT_RATE_HZ and short windows.
-# The overhead benchmark (README) chose these: py-spy's cost to the target grows with threads x rate.
-SETTLED_RATE_HZ = 1.0
-DEFAULT_DUMP_EVERY_S = 5.0
-FIRST_WINDOW_S = 1.0
-MAX_WINDOW_S = 5.0
-SETTLED_WINDOW_S = 10.0
-SETTLED_DUMP_EVERY_S = 15.0
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+# After a wake, the phase mark waits for the windows it ended early at most this long (less than a tick, so the
+# mark lands on the next tick and the first window of the new phase, a second long, is not held back). py-spy
+# writes a window only at its next sample after SIGINT: at 1 Hz that can take seconds. A window that comes
+# after its mark is dropped: its samples straddle the change and would hold the old verdict.
+CUT_WINDOW_WAIT_S = 0.8
+CUT_EXIT_WAIT_S = 10.0  # a window ended early that has not written its samples by then is killed
 
 # A process counts as failing after this many "other" failures in a row: nonblocking reads of a
 # running process occasionally fail once, which should not flip the whole reading to unavailable.
@@ -81,25 +101,6 @@ _FAILURE_EXITED = "exited"
 _FAILURE_PERMISSION = "permission"
 _FAILURE_NOT_PYTHON = "not_python"
 _FAILURE_OTHER = "other"
-
-_THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
-_PROCESS_PART = re.compile(r'^process \d+:"')
-# The file may not contain parentheses, so a C++ name such as "std::function<void ()>" stays whole.
-_FRAME_PART = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-# Fallback for a path that contains parentheses: split at the first " (" (Python names have none).
-_FRAME_PART_LOOSE = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
-
-_PYTHON_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx")
-_TORCH_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
-# Innermost Python frames that are blocking calls: py-spy's own fallback list (threading wait,
-# selectors select) plus socket accept and Thread.join's lock wait.
-_KNOWN_WAITS = (
-    ("wait", "threading.py"),
-    ("_wait_for_tstate_lock", "threading.py"),
-    ("select", "selectors.py"),
-    ("accept", "socket.py"),
-)
-
 
 def find_pyspy() -> str | None:
     """The py-spy beside the running interpreter (same bin dir) first, then the one on PATH."""
@@ -123,87 +124,6 @@ def pyspy_version(path: str) -> str | None:
 
 def install_hint() -> str:
     return f"install it with: {sys.executable} -m pip install py-spy"
-
-
-# --- parsing py-spy's output -----------------------------------------------------------------------
-
-
-def _parse_frame(text: str, native_sampling: bool) -> StackFrame:
-    match = _FRAME_PART.match(text) or _FRAME_PART_LOOSE.match(text)
-    if match is None:  # a frame py-spy printed without a file
-        return StackFrame(function=text, file="", line=0, native=native_sampling)
-    file = match.group("file")
-    line = int(match.group("line") or 0)
-    native = native_sampling and not (file.endswith(_PYTHON_SOURCE_SUFFIXES) or file.startswith("<"))
-    return StackFrame(function=match.group("function"), file=file, line=line, native=native)
-
-
-def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
-    """Parse ``py-spy record --format raw --threads`` output into StackCounts (frames innermost first).
-
-    Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, frames joined by
-    ';' outermost first. Frames without a line number print as ``name (file)``; with ``--subprocesses``
-    lines start with ``process PID:"cmdline"`` parts, which are skipped. The thread id is the OS id,
-    or the pthread id in hex when py-spy could not find the OS id. ``idle`` is left False: raw output
-    has no idle flag (the sampler marks it from dumps).
-    """
-    counts: list[StackCount] = []
-    for line in text.splitlines():
-        stack, _, count_text = line.rstrip().rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        parts = stack.split(";")
-        if parts and _PROCESS_PART.match(parts[0]):
-            while parts and not parts[0].endswith('"'):  # a command line may itself contain ';'
-                parts.pop(0)
-            parts = parts[1:]
-        tid, thread_name = 0, None
-        thread_match = _THREAD_PART.match(parts[0]) if parts else None
-        if thread_match:
-            tid_text = thread_match.group("tid")
-            tid = int(tid_text, 16) if tid_text.startswith("0x") else int(tid_text)
-            thread_name = thread_match.group("name")
-            parts = parts[1:]
-            # A thread name containing ';' spills into the next parts; frames always end in ")".
-            while thread_name is not None and parts and not parts[0].endswith(")"):
-                thread_name += ";" + parts.pop(0)
-        frames = tuple(_parse_frame(part, native) for part in reversed(parts))
-        counts.append(
-            StackCount(pid=pid, tid=tid, thread_name=thread_name, idle=False, frames=frames,
-                       count=int(count_text))
-        )
-    return counts
-
-
-def parse_dump(text: str, pid: int) -> list[ThreadStack]:
-    """Parse ``py-spy dump --json`` output into ThreadStacks (idle = py-spy found the thread inactive)."""
-    threads = []
-    for trace in json.loads(text):
-        tid = trace.get("os_thread_id") or trace.get("thread_id") or 0
-        frames = tuple(
-            StackFrame(function=f.get("name", ""), file=f.get("filename", ""), line=int(f.get("line") or 0))
-            for f in trace.get("frames", ())
-        )
-        threads.append(
-            ThreadStack(
-                pid=pid,
-                tid=int(tid),
-                name=trace.get("thread_name"),
-                idle=not trace.get("active", True),
-                owns_gil=bool(trace.get("owns_gil", False)),
-                frames=frames,
-            )
-        )
-    return threads
-
-
-def samples_in(counts: Sequence[StackCount]) -> int:
-    """Samples one raw window took: with --idle every thread is in every sample, so the thread seen
-    most often (threads can start mid-window) was seen once per sample."""
-    per_thread: dict[int, int] = {}
-    for count in counts:
-        per_thread[count.tid] = per_thread.get(count.tid, 0) + count.count
-    return max(per_thread.values(), default=0)
 
 
 # --- explaining failures ---------------------------------------------------------------------------
@@ -290,6 +210,7 @@ class _PyspyRun:
         self.returncode: int | None = None
         self.cpu_seconds = 0.0
         self.signalled = False  # gputop itself sent it a signal (a window's end, close)
+        self.cut = False  # a record window ended early because the picture may have moved
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -320,23 +241,28 @@ class _PyspyRun:
         except ValueError:
             return f"signal {-self.returncode}"
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True once the child has exited and been reaped."""
+    def wait(self, timeout: float, interrupt_fd: int | None = None) -> bool:
+        """Wait up to ``timeout`` seconds; True once the child has exited and been reaped. Returns False early
+        when ``interrupt_fd`` (a pipe a wake writes to) becomes readable."""
         deadline = time.monotonic() + timeout
+        extra = [interrupt_fd] if interrupt_fd is not None else []
         while self.returncode is None:
             remaining = deadline - time.monotonic()
-            if self._pidfd is not None:
-                ready, _, _ = select.select([self._pidfd], [], [], max(remaining, 0.0))
-                if ready:
+            pidfd = self._pidfd
+            if pidfd is not None:
+                ready, _, _ = select.select([pidfd, *extra], [], [], max(remaining, 0.0))
+                if pidfd in ready:
                     self._reap(block=True)
-                elif remaining <= 0:
+                elif ready or remaining <= 0:
                     return False
             else:
                 self._reap(block=False)
                 if self.returncode is None:
                     if remaining <= 0:
                         return False
-                    time.sleep(min(0.1, remaining))
+                    ready, _, _ = select.select(extra, [], [], min(0.1, remaining))
+                    if ready:
+                        return False
         return True
 
     def _reap(self, block: bool) -> None:
@@ -390,6 +316,7 @@ class _Window:
     counts: list[StackCount]
     samples: int
     wall_seconds: float
+    epoch: int = 0  # the process's policy epoch when the window started
 
 
 @dataclass
@@ -409,9 +336,14 @@ class _ProcessSampler:
     """The two loops (record windows, dumps) for one process."""
 
     pid: int
+    policy: SamplingPolicy  # rates, window lengths, dump cadence; read and changed under the sampler's lock
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
-    settled: bool = False  # sampling at the settled rate: dumps may come less often too
+    window_epoch: int | None = None  # the running record window's epoch; None between windows
+    record_child: _PyspyRun | None = None  # the running record window's py-spy, to end it early
+    # A wake writes a byte here so that the record loop stops waiting for the window it ended: py-spy only
+    # notices SIGINT at its next sample (a second or two at 1 Hz), and the next window should not wait for it.
+    wake_pipe: tuple[int, int] = field(default_factory=lambda: os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
 
 
 class StackSampler:
@@ -423,6 +355,10 @@ class StackSampler:
     blocking call (threading wait, selectors select, ...) is idle; elsewhere, the flag py-spy last
     gave the same thread at that frame and line in a dump, else any thread there, else busy.
     ``achieved_rate_hz`` is samples per second of wall time over the latest windows, gaps included.
+
+    ``observe()`` takes each tick's cheap signals (before ``collect()``); when the policy's detector says
+    they moved, ``wake()`` ends the running windows with SIGINT so their samples come now, and the reading
+    that carries them says so in ``phase_change``.
     """
 
     def __init__(
@@ -468,6 +404,18 @@ class StackSampler:
         # Idle flags the dumps gave to innermost Python frames: per thread, and for any thread.
         self._thread_position_idle: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
         self._position_idle: OrderedDict[tuple[str, str, int], bool] = OrderedDict()
+        # Waking on a change of phase (see probes/sampling_policy.py): the detector, and the mark the next
+        # reading carries once the windows that were ended early are in.
+        self._detector = PhaseChangeDetector()
+        self._mark: str | None = None
+        self._mark_since = 0.0
+        self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
+        self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
+        self._marked_epochs: dict[int, int] = {}  # per pid, the epoch the latest mark put on a reading began
+
+    def _new_policy(self) -> SamplingPolicy:
+        return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
+                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s)
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -484,6 +432,9 @@ class StackSampler:
                 return
             for pid in [p for p in self._states if p not in wanted]:
                 self._states.pop(pid)
+                self._mark_epochs.pop(pid, None)
+                self._marked_epochs.pop(pid, None)
+                self._awaiting_cut.discard(pid)
                 sampler = self._samplers.pop(pid, None)
                 if sampler is not None:
                     sampler.stop.set()
@@ -497,7 +448,7 @@ class StackSampler:
                 if pid in self._samplers:
                     continue
                 self._states[pid] = _ProcessState()
-                sampler = _ProcessSampler(pid)
+                sampler = _ProcessSampler(pid, self._new_policy())
                 sampler.threads = [
                     threading.Thread(target=self._record_loop, args=(sampler,),
                                      name=f"gputop-pyspy-record-{pid}", daemon=True),
@@ -527,10 +478,61 @@ class StackSampler:
         self.set_targets([pid for pid in current if pid not in restarted])
         self.set_targets(current)
 
+    def observe(self, now: float, signals: dict[int, PhaseSignals]) -> str | None:
+        """This tick's cheap signals per process (``now``: time.monotonic()); when they say the picture may have
+        moved, wake() and return why."""
+        with self._lock:
+            reason = self._detector.observe(now, signals)
+        if reason is not None:
+            self.wake(reason)
+        return reason
+
+    def wake(self, reason: str) -> None:
+        """Look closely again at once: every process goes back to the fast rate, and its running record window
+        is ended with SIGINT, on which py-spy writes the samples it has, so they arrive now rather than at
+        the window's end. The reading that carries them is marked with ``reason`` (phase_change): stack
+        counts up to it describe the phase before."""
+        to_cut = []
+        with self._lock:
+            if self._closed:
+                return
+            for pid, sampler in self._samplers.items():
+                sampler.policy.wake()
+                self._mark_epochs[pid] = sampler.policy.epoch
+                if sampler.window_epoch is None:
+                    continue
+                self._awaiting_cut.add(pid)
+                if sampler.record_child is not None:
+                    sampler.record_child.cut = True
+                    to_cut.append(sampler.record_child)
+                    try:
+                        os.write(sampler.wake_pipe[1], b"w")  # the loop stops waiting for this window
+                    except OSError:  # full: a wake is already waiting to be read
+                        pass
+                # else its py-spy is starting: _run ends it as soon as it runs
+            self._mark, self._mark_since = reason, time.monotonic()
+        for child in to_cut:
+            child.signal(signal.SIGINT)
+
     def collect(self) -> StacksReading:
         """Everything gathered since the previous collect()."""
         with self._lock:
             windows, self._windows = self._windows, []
+            phase_change = None
+            late = [w for w in windows if w.epoch < self._marked_epochs.get(w.pid, 0)]
+            if late:
+                late_ids = {id(w) for w in late}
+                windows = [w for w in windows if id(w) not in late_ids]
+            if self._mark is not None:
+                # Windows started after the wake belong after the mark: they wait for the reading after it.
+                later = [w for w in windows if w.epoch >= self._mark_epochs.get(w.pid, 0) > 0]
+                later_ids = {id(w) for w in later}
+                windows = [w for w in windows if id(w) not in later_ids]
+                self._windows = later
+                if not self._awaiting_cut or time.monotonic() - self._mark_since > CUT_WINDOW_WAIT_S:
+                    phase_change, self._mark = self._mark, None
+                    self._awaiting_cut.clear()
+                    self._marked_epochs = dict(self._mark_epochs)
             events, self._events = self._events, []
             states = dict(self._states)
             counts = [self._mark_idle(c) for w in windows for c in w.counts]
@@ -554,6 +556,7 @@ class StackSampler:
             threads=threads,
             counts=merge_counts(counts),
             errors=tuple(dict.fromkeys(events + failing)),
+            phase_change=phase_change,
         )
 
     def worker_pids(self) -> set[int]:
@@ -623,7 +626,7 @@ class StackSampler:
         """
         if frame is None:
             return False
-        if any(frame_matches(frame, name, suffix) for name, suffix in _KNOWN_WAITS):
+        if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS):
             return True
         position = (frame.function, frame.file, frame.line)
         seen = self._thread_position_idle.get((pid, tid, *position))
@@ -667,22 +670,47 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float) -> tuple[int | None, str | None, str | None]:
+             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
         """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
-        that killed it when that was not gputop's doing)."""
+        that killed it when that was not gputop's doing, the child when a wake ended it early and it is still
+        finishing). ``record``: the process's record window, which a wake may end early; such a child is
+        returned running, for _finish_cut to wait for, so that the next window need not."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
-            return None, child, None
+            return None, child, None, None
+        cut_now = False
+        if record:
+            _drain(sampler.wake_pipe[0])  # wakes between windows concern no running child
+            with self._lock:
+                sampler.record_child = child
+                # A wake came between planning this window and starting it: it would straddle the change.
+                cut_now = sampler.window_epoch is not None and sampler.window_epoch != sampler.policy.epoch
+                child.cut = cut_now
+        if cut_now:
+            child.signal(signal.SIGINT)
+        handed_off = False
         try:
-            if not child.wait(timeout):
-                child.signal(signal.SIGINT)  # record writes what it has on SIGINT
-                if not child.wait(2.0):
-                    child.kill_and_reap()
+            deadline = time.monotonic() + timeout
+            while not child.wait(max(0.0, deadline - time.monotonic()),
+                                 sampler.wake_pipe[0] if record else None):
+                if child.cut:
+                    handed_off = True
+                    return None, None, None, child
+                if time.monotonic() >= deadline:
+                    child.signal(signal.SIGINT)  # record writes what it has on SIGINT
+                    if not child.wait(2.0):
+                        child.kill_and_reap()
+                    break
+                _drain(sampler.wake_pipe[0])  # a wake for a window that has since ended
         finally:
-            if child.running:
-                child.kill_and_reap()
-            self._finish(child)
-        return child.returncode, None, child.killed_by
+            if record:
+                with self._lock:
+                    sampler.record_child = None
+            if not handed_off:
+                if child.running:
+                    child.kill_and_reap()
+                self._finish(child)
+        return child.returncode, None, child.killed_by, (child if child.cut else None)
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -703,21 +731,67 @@ class StackSampler:
         return argv
 
     def _record_loop(self, sampler: _ProcessSampler) -> None:
+        try:
+            self._record_windows(sampler)
+        finally:
+            with self._lock:  # under the lock: wake() writes to the pipe only while it is open
+                read_fd, write_fd = sampler.wake_pipe
+                sampler.wake_pipe = (-1, -1)
+            os.close(read_fd)
+            os.close(write_fd)
+
+    def _finish_cut(self, sampler: _ProcessSampler, child: _PyspyRun, out_path: str, log_path: str,
+                    epoch: int, started: float) -> None:
+        """Wait for a window a wake ended (py-spy writes at its next sample) and deliver what it took."""
+        try:
+            if not child.wait(CUT_EXIT_WAIT_S):
+                child.kill_and_reap()
+        finally:
+            if child.running:
+                child.kill_and_reap()
+            self._finish(child)
+        raw = _read(out_path) if child.returncode == 0 else ""
+        _remove(out_path)
+        _remove(log_path)
+        if raw and not sampler.stop.is_set():
+            counts = parse_raw(raw, sampler.pid, native=self.native)
+            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts),
+                                                  time.monotonic() - started, epoch))
+        else:
+            self._window_gone(sampler, epoch)
+
+    def _record_windows(self, sampler: _ProcessSampler) -> None:
         pid = sampler.pid
-        out_path = os.path.join(self._workdir, f"record-{pid}.txt")
-        log_path = os.path.join(self._workdir, f"record-{pid}.log")
-        window_s = self.first_window_s
-        rate_hz = self.rate_hz
-        previous_picture: tuple[str, str] | None = None
         failures = 0
+        window_number = 0
         while not sampler.stop.is_set():
-            _remove(out_path)
+            # Each window its own files: one a wake ended may still be writing while the next one runs.
+            window_number += 1
+            out_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.txt")
+            log_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.log")
+            with self._lock:
+                plan = sampler.policy.next_window()
+                sampler.window_epoch = plan.epoch
             started = time.monotonic()
-            returncode, spawn_error, killed_by = self._run(
-                sampler, self._record_argv(pid, window_s, out_path, rate_hz), log_path, None,
-                timeout=3 * window_s + 10,
+            returncode, spawn_error, killed_by, cut_child = self._run(
+                sampler, self._record_argv(pid, plan.seconds, out_path, plan.rate_hz), log_path, None,
+                timeout=3 * plan.seconds + 10, record=True,
             )
             wall_seconds = time.monotonic() - started
+            with self._lock:
+                sampler.window_epoch = None
+            if cut_child is not None and returncode is None:  # handed off, maybe still running
+                if sampler.stop.is_set():
+                    cut_child.kill_and_reap()
+                    self._finish(cut_child)
+                    return
+                finisher = threading.Thread(target=self._finish_cut, name=f"gputop-pyspy-cut-{pid}", daemon=True,
+                                            args=(sampler, cut_child, out_path, log_path, plan.epoch, started))
+                with self._lock:
+                    sampler.threads.append(finisher)
+                finisher.start()
+                continue
+            cut = cut_child is not None
             if sampler.stop.is_set():
                 return
             if killed_by is not None:  # its window is lost (record writes only at its end): start again
@@ -726,10 +800,14 @@ class StackSampler:
                 sampler.stop.wait(_backoff(failures))
                 continue
             log = _read(log_path)
-            raw = _read(out_path) if returncode == 0 else ""
+            raw = _read(out_path) if returncode == 0 or cut else ""
+            _remove(out_path)
+            _remove(log_path)
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
-                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds))
+                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch))
+            else:
+                self._window_gone(sampler, plan.epoch)
             if returncode == 0 and "process exited" in log:
                 if _process_gone(pid):
                     self._note_failure(sampler, _FAILURE_EXITED, f"PID {pid} exited")
@@ -739,18 +817,14 @@ class StackSampler:
                 failures += 1
                 sampler.stop.wait(_backoff(failures))
                 continue
-            if returncode == 0 and raw:
+            if (returncode == 0 or cut) and raw:
                 failures = 0
                 self._note_success(sampler, behind="behind in sampling" in log)
-                window_s = min(window_s * 2, self.max_window_s)
-                if self.settled_rate_hz is not None:
-                    picture = _dominant_position(counts)
-                    if window_s >= self.max_window_s and picture == previous_picture:
-                        rate_hz, window_s = self.settled_rate_hz, SETTLED_WINDOW_S
-                    elif rate_hz != self.rate_hz:  # the picture moved: look closely again
-                        rate_hz, window_s = self.rate_hz, self.first_window_s
-                    previous_picture = picture
-                    sampler.settled = rate_hz != self.rate_hz
+                picture = dominant_position(counts)
+                with self._lock:
+                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch)
+                continue
+            if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
             kind, reason = (_FAILURE_OTHER, spawn_error) if spawn_error else explain_failure(pid, log)
             if returncode == 0 and kind == _FAILURE_OTHER:
@@ -767,8 +841,8 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
-            returncode, spawn_error, killed_by = self._run(sampler, self._dump_argv(pid), out_path, err_path,
-                                                           timeout=DUMP_TIMEOUT_S)
+            returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
+                                                              timeout=DUMP_TIMEOUT_S)
             if sampler.stop.is_set():
                 return
             if killed_by is not None:
@@ -785,8 +859,9 @@ class StackSampler:
             if threads is not None:
                 failures = 0
                 self._deliver_dump(sampler, threads)
-                sampler.stop.wait(max(self.dump_every_s, SETTLED_DUMP_EVERY_S) if sampler.settled
-                                  else self.dump_every_s)
+                with self._lock:
+                    wait_s = sampler.policy.dump_wait_s()
+                sampler.stop.wait(wait_s)
                 continue
             if spawn_error:
                 kind, reason = _FAILURE_OTHER, spawn_error
@@ -808,9 +883,21 @@ class StackSampler:
             return None
         return self._states.get(sampler.pid)
 
-    def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
-        worker = any(_is_worker_stack(c.frames) for c in window.counts)
+    def _window_gone(self, sampler: _ProcessSampler, epoch: int) -> None:
+        """A record window ended with nothing to deliver: a mark need not wait for it."""
         with self._lock:
+            self._window_in(sampler.pid, epoch)
+
+    def _window_in(self, pid: int, epoch: int) -> None:
+        """Under the lock: a window of ``epoch`` is in. One from before the latest wake is the one the mark
+        waits for (a window after it may end first: py-spy notices SIGINT only at its next sample)."""
+        if epoch < self._mark_epochs.get(pid, 0):
+            self._awaiting_cut.discard(pid)
+
+    def _deliver_window(self, sampler: _ProcessSampler, window: _Window) -> None:
+        worker = any(is_worker_stack(c.frames) for c in window.counts)
+        with self._lock:
+            self._window_in(sampler.pid, window.epoch)
             state = self._current_state(sampler)
             if state is None:
                 return
@@ -818,7 +905,7 @@ class StackSampler:
             state.is_worker = state.is_worker or worker
 
     def _deliver_dump(self, sampler: _ProcessSampler, threads: list[ThreadStack]) -> None:
-        worker = any(_is_worker_stack(t.frames) for t in threads)
+        worker = any(is_worker_stack(t.frames) for t in threads)
         with self._lock:
             state = self._current_state(sampler)
             if state is None:
@@ -876,26 +963,6 @@ class StackSampler:
             state.status, state.reason = _STATUS_FAILING, reason
 
 
-def _dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
-    """Where a window's busiest samples were: the innermost (function, file) with the most samples,
-    leaving out the known blocking calls that every idle helper thread sits in."""
-    totals: dict[tuple[str, str], int] = {}
-    for count in counts:
-        if not count.frames:
-            continue
-        inner = count.frames[0]
-        if any(frame_matches(inner, function, suffix) for function, suffix in _KNOWN_WAITS):
-            continue
-        key = (inner.function, inner.file)
-        totals[key] = totals.get(key, 0) + count.count
-    return max(totals, key=totals.__getitem__) if totals else None
-
-
-def _is_worker_stack(frames: Sequence[StackFrame]) -> bool:
-    function, file_suffix = _TORCH_WORKER_LOOP
-    return any(frame_matches(f, function, file_suffix) for f in frames)
-
-
 def _backoff(failures: int) -> float:
     return min(MAX_BACKOFF_S, 2.0 ** (failures - 1))
 
@@ -906,6 +973,14 @@ def _read(path: str) -> str:
             return handle.read()
     except OSError:
         return ""
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 64):
+            pass
+    except (BlockingIOError, OSError):
+        pass
 
 
 def _remove(path: str) -> None:

@@ -734,3 +734,26 @@ def test_recorded_real_runs_replay_to_the_same_verdict(recording, hang_after_s, 
     first = next(f.time - attached for f, v in zip(frames, verdicts, strict=True)
                  if v.bottleneck != "unknown" or v.liveness == "hung")
     assert first <= 3.0
+
+
+def test_a_phase_change_mark_lets_the_new_phase_win_without_waiting_out_the_old_samples():
+    # Settled sampling: one window of 10 tokenising samples every 10 s. At frame 25 the signals moved: the mark
+    # carries the window ended early (still tokenising), and looked-again windows bring compute from then on.
+    def frames(marked: bool) -> list[Frame]:
+        out = [make_frame(i, counts=[main_count(TOKENIZE, n=10)] if i % 10 == 0 else [], cpu=100.0)
+               for i in range(25)]
+        cut = make_frame(25, counts=[main_count(TOKENIZE, n=6)], cpu=180.0)
+        if marked:
+            cut = dataclasses.replace(cut, stacks=dataclasses.replace(cut.stacks, phase_change="PID 4242: CPU moved"))
+        out.append(cut)
+        out.append(make_frame(26, counts=[main_count(FORWARD, n=6)], cpu=190.0))
+        out.append(make_frame(27, counts=[main_count(FORWARD, n=5)], cpu=190.0))
+        out += [make_frame(i, counts=[main_count(FORWARD, n=5)], cpu=190.0) for i in range(28, 32)]
+        return out
+
+    marked = run(frames(marked=True))
+    assert marked[25].bottleneck == "data_bound" and marked[26].bottleneck == "data_bound"  # 6 samples: too few
+    assert marked[27].bottleneck == "cpu_bound"  # 11 samples of the new phase
+    assert "main thread: 100% of 11 samples running on the CPU" in marked[27].evidence[0]
+    unmarked = run(frames(marked=False))
+    assert unmarked[27].bottleneck == "data_bound"  # 16 + 10 tokenising samples still in the window

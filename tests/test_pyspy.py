@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 from conftest import TARGETS, wait_for
 
-from probes.frame import StackCount, StackFrame
-from probes.pyspy import (
-    StackSampler,
-    _dominant_position,
-    explain_failure,
-    find_pyspy,
-    parse_dump,
-    parse_raw,
-    samples_in,
-)
+from probes.pyspy import StackSampler, explain_failure, find_pyspy
 from probes.stacks import frame_matches, hot_frames
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
@@ -69,59 +61,6 @@ class Accumulator:
         self.counts.extend(self.latest.counts)
         self.errors.extend(self.latest.errors)
         return self.latest
-
-
-# --- parsers, on text copied from py-spy 0.4.3 --------------------------------------------------
-
-TPY = "/usr/lib/python3.11/threading.py"
-RAW = "\n".join([
-    f"thread (4578): idle-2;Thread._bootstrap ({TPY}:1002);Condition.wait ({TPY}:327) 19",
-    "thread (4535): MainThread;<module> (/app/loop.py:44);busy (/app/loop.py:22) 11",
-    "thread (0x7F00AA): Thread-1 (_serve);Listener.accept (/usr/lib/python3.11/multiprocessing/connection.py:482) 2",
-    "thread (4535): MainThread;0x7facd504524a (/usr/lib/x86_64-linux-gnu/libc.so.6);<module> (/app/loop.py:44);"
-    "sock_connect (/tmp/build/Modules/socketmodule.c:3330);thread_run (/usr/lib/libpython3.11.so.1.0) 3",
-    'process 77:"python train.py --x;y";thread (78): weird;name;main (/my dir (copy)/t.py:5) 1',
-    "thread (79);<module> (<string>:1) 4",
-]) + "\n"
-
-
-def test_parse_raw_real_formats():
-    counts = parse_raw(RAW, pid=4535, native=True)
-    assert len(counts) == 6
-    idle = counts[0]
-    assert (idle.tid, idle.thread_name, idle.count, idle.idle) == (4578, "idle-2", 19, False)
-    assert idle.frames[0].function == "Condition.wait" and idle.frames[0].line == 327  # innermost first
-    assert idle.frames[-1].function == "Thread._bootstrap"
-    assert [f.function for f in counts[1].frames] == ["busy", "<module>"]
-    assert counts[2].tid == 0x7F00AA and counts[2].thread_name == "Thread-1 (_serve)"
-    native = counts[3].frames
-    assert [(f.function, f.line, f.native) for f in native] == [
-        ("thread_run", 0, True),
-        ("sock_connect", 3330, True),
-        ("<module>", 44, False),
-        ("0x7facd504524a", 0, True),
-    ]
-    assert native[0].file == "/usr/lib/libpython3.11.so.1.0"
-    odd = counts[4]
-    assert (odd.tid, odd.thread_name) == (78, "weird;name")
-    assert (odd.frames[0].function, odd.frames[0].file, odd.frames[0].line) == ("main", "/my dir (copy)/t.py", 5)
-    nameless = counts[5]
-    assert (nameless.tid, nameless.thread_name, nameless.frames[0].file) == (79, None, "<string>")
-    assert not nameless.frames[0].native
-    assert not any(f.native for c in parse_raw(RAW, pid=1) for f in c.frames)  # only with --native
-    assert samples_in(counts) == 19  # the thread seen most often (idle-2) was in every sample
-
-
-def test_parse_dump_json():
-    text = """[{"pid": 5, "thread_id": 140, "thread_name": "MainThread", "os_thread_id": 5, "active": false,
-      "owns_gil": false, "frames": [{"name": "Condition.wait", "filename": "/t.py", "line": 327,
-      "module": null, "short_filename": "t.py", "locals": null, "is_entry": false}], "process_info": null},
-      {"pid": 5, "thread_id": 141, "thread_name": null, "os_thread_id": null, "active": true,
-      "owns_gil": true, "frames": [], "process_info": null}]"""
-    first, second = parse_dump(text, pid=5)
-    assert (first.tid, first.name, first.idle, first.owns_gil) == (5, "MainThread", True, False)
-    assert first.frames[0].function == "Condition.wait" and first.frames[0].line == 327
-    assert (second.tid, second.idle, second.owns_gil) == (141, False, True)
 
 
 def test_permission_failure_says_what_to_do():
@@ -290,13 +229,6 @@ def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_fac
         proc.wait()
 
 
-def test_dominant_position_skips_idle_waits():
-    busy = StackCount(1, 1, "MainThread", False, (StackFrame("step", "/app/train.py", 9),), 3)
-    waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
-    assert _dominant_position([busy, waiting]) == ("step", "/app/train.py")
-    assert _dominant_position([waiting]) is None
-
-
 def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factory):
     target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
                           stdout=subprocess.PIPE, text=True, ready=_ready)
@@ -316,3 +248,46 @@ def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factor
 
     assert wait_for(lambda: "10" in record_rates(), timeout=10)  # looks closely first
     assert wait_for(lambda: "2" in record_rates(), timeout=30)  # then, the same busy function: gently
+
+
+def test_wake_ends_a_settled_window_and_its_samples_arrive_now(spawn_target, sampler_factory):
+    # py-spy 0.4 writes what it sampled when it gets SIGINT ("Stopped sampling because Control-C pressed"):
+    # a wake gets a settled window's samples at once instead of at its end, 10 s later.
+    target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
+                          stdout=subprocess.PIPE, text=True, ready=_ready)
+    # Settled at 5 Hz: py-spy writes at its next sample after SIGINT, well within the mark's wait (0.8 s).
+    sampler = sampler_factory(rate_hz=10, settled_rate_hz=5, first_window_s=1, max_window_s=1)
+    sampler.set_targets([target.pid])
+
+    def settled_window_age() -> float | None:
+        for child in _pyspy_children():
+            try:
+                argv, started = child.cmdline(), child.create_time()
+            except psutil.NoSuchProcess:
+                continue
+            if "record" in argv and argv[argv.index("--rate") + 1] == "5":
+                return time.time() - started
+        return None
+
+    assert wait_for(lambda: (settled_window_age() or 0.0) >= 2.0, timeout=40)
+    sampler.collect()  # what the fast windows took
+    woken = time.monotonic()
+    sampler.wake("test: the picture may have moved")
+    reading = wait_for(lambda: (r := sampler.collect()).phase_change and r, timeout=5, interval=0.05)
+    assert time.monotonic() - woken < 2.0
+    assert reading.samples >= 2 and any(frame_matches(f, "busy_spin_for_gputop") for c in reading.counts
+                                        for f in c.frames)
+    assert not reading.errors
+    # and it looks again fast: a window at twice the fast rate
+    def record_rates() -> set[str]:
+        rates = set()
+        for child in _pyspy_children():
+            try:
+                argv = child.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            if "record" in argv:
+                rates.add(argv[argv.index("--rate") + 1])
+        return rates
+
+    assert wait_for(lambda: "20" in record_rates(), timeout=5)

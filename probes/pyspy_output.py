@@ -1,0 +1,131 @@
+"""Reading py-spy's output: ``record --format raw`` and ``dump --json`` text into probes.frame types.
+
+Pure functions of text (no processes, no files, no clock), so py-spy's formats are tested here without
+py-spy: the stack sampler (probes/pyspy.py) runs the binary and hands its output to these parsers, and the
+sampling policy (probes/sampling_policy.py) compares the ``dominant_position`` of successive windows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from probes.frame import StackCount, StackFrame, ThreadStack
+from probes.stacks import frame_matches
+
+_THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
+_PROCESS_PART = re.compile(r'^process \d+:"')
+# The file may not contain parentheses, so a C++ name such as "std::function<void ()>" stays whole.
+_FRAME_PART = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+# Fallback for a path that contains parentheses: split at the first " (" (Python names have none).
+_FRAME_PART_LOOSE = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
+
+_PYTHON_SOURCE_SUFFIXES = (".py", ".pyw", ".pyx")
+TORCH_WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
+# Innermost Python frames that are blocking calls: py-spy's own fallback list (threading wait,
+# selectors select) plus socket accept and Thread.join's lock wait.
+KNOWN_WAITS = (
+    ("wait", "threading.py"),
+    ("_wait_for_tstate_lock", "threading.py"),
+    ("select", "selectors.py"),
+    ("accept", "socket.py"),
+)
+
+
+def _parse_frame(text: str, native_sampling: bool) -> StackFrame:
+    match = _FRAME_PART.match(text) or _FRAME_PART_LOOSE.match(text)
+    if match is None:  # a frame py-spy printed without a file
+        return StackFrame(function=text, file="", line=0, native=native_sampling)
+    file = match.group("file")
+    line = int(match.group("line") or 0)
+    native = native_sampling and not (file.endswith(_PYTHON_SOURCE_SUFFIXES) or file.startswith("<"))
+    return StackFrame(function=match.group("function"), file=file, line=line, native=native)
+
+
+def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
+    """Parse ``py-spy record --format raw --threads`` output into StackCounts (frames innermost first).
+
+    Each line is ``thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT``, frames joined by
+    ';' outermost first. Frames without a line number print as ``name (file)``; with ``--subprocesses``
+    lines start with ``process PID:"cmdline"`` parts, which are skipped. The thread id is the OS id,
+    or the pthread id in hex when py-spy could not find the OS id. ``idle`` is left False: raw output
+    has no idle flag (the sampler marks it from dumps).
+    """
+    counts: list[StackCount] = []
+    for line in text.splitlines():
+        stack, _, count_text = line.rstrip().rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        parts = stack.split(";")
+        if parts and _PROCESS_PART.match(parts[0]):
+            while parts and not parts[0].endswith('"'):  # a command line may itself contain ';'
+                parts.pop(0)
+            parts = parts[1:]
+        tid, thread_name = 0, None
+        thread_match = _THREAD_PART.match(parts[0]) if parts else None
+        if thread_match:
+            tid_text = thread_match.group("tid")
+            tid = int(tid_text, 16) if tid_text.startswith("0x") else int(tid_text)
+            thread_name = thread_match.group("name")
+            parts = parts[1:]
+            # A thread name containing ';' spills into the next parts; frames always end in ")".
+            while thread_name is not None and parts and not parts[0].endswith(")"):
+                thread_name += ";" + parts.pop(0)
+        frames = tuple(_parse_frame(part, native) for part in reversed(parts))
+        counts.append(
+            StackCount(pid=pid, tid=tid, thread_name=thread_name, idle=False, frames=frames,
+                       count=int(count_text))
+        )
+    return counts
+
+
+def parse_dump(text: str, pid: int) -> list[ThreadStack]:
+    """Parse ``py-spy dump --json`` output into ThreadStacks (idle = py-spy found the thread inactive)."""
+    threads = []
+    for trace in json.loads(text):
+        tid = trace.get("os_thread_id") or trace.get("thread_id") or 0
+        frames = tuple(
+            StackFrame(function=f.get("name", ""), file=f.get("filename", ""), line=int(f.get("line") or 0))
+            for f in trace.get("frames", ())
+        )
+        threads.append(
+            ThreadStack(
+                pid=pid,
+                tid=int(tid),
+                name=trace.get("thread_name"),
+                idle=not trace.get("active", True),
+                owns_gil=bool(trace.get("owns_gil", False)),
+                frames=frames,
+            )
+        )
+    return threads
+
+
+def samples_in(counts: Sequence[StackCount]) -> int:
+    """Samples one raw window took: with --idle every thread is in every sample, so the thread seen
+    most often (threads can start mid-window) was seen once per sample."""
+    per_thread: dict[int, int] = {}
+    for count in counts:
+        per_thread[count.tid] = per_thread.get(count.tid, 0) + count.count
+    return max(per_thread.values(), default=0)
+
+
+def dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
+    """Where a window's busiest samples were: the innermost (function, file) with the most samples,
+    leaving out the known blocking calls that every idle helper thread sits in."""
+    totals: dict[tuple[str, str], int] = {}
+    for count in counts:
+        if not count.frames:
+            continue
+        inner = count.frames[0]
+        if any(frame_matches(inner, function, suffix) for function, suffix in KNOWN_WAITS):
+            continue
+        key = (inner.function, inner.file)
+        totals[key] = totals.get(key, 0) + count.count
+    return max(totals, key=totals.__getitem__) if totals else None
+
+
+def is_worker_stack(frames: Sequence[StackFrame]) -> bool:
+    function, file_suffix = TORCH_WORKER_LOOP
+    return any(frame_matches(f, function, file_suffix) for f in frames)

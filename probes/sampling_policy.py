@@ -1,0 +1,293 @@
+"""The stack sampler's policy: how fast to sample one process, in windows of what length, how often to dump.
+
+Pure: no processes, no files, no clock. The stack sampler (probes/pyspy.py) asks a :class:`SamplingPolicy`
+for the next record window's rate and length and the wait before the next dump, and tells it what each
+finished window showed; tests drive it the same way, with no py-spy.
+
+The policy, per process:
+
+* Look closely first: ``rate_hz`` (5 Hz by default) in short windows, 1 s and doubling up to
+  ``max_window_s``. ``py-spy record`` writes nothing until a window ends, so short windows make the first
+  verdict come fast and longer ones spread py-spy's start-up cost (see probes/pyspy.py).
+* Settle: once a full-length window shows the same dominant position (innermost busy function and file,
+  known waits left out) as the window before it, sample at ``settled_rate_hz`` (1 Hz) in
+  ``settled_window_s`` windows (10 s) and dump every ``settled_dump_every_s`` (15 s): py-spy's cost to the
+  target grows with threads x rate, and a picture that holds still needs few samples.
+* Go back: a settled window whose dominant position differs from the previous one restores the fast rate
+  and short windows, so the change is looked at closely.
+* Wake: a settled window only reports at its end, 10 s later, so waiting for it to disagree makes a verdict
+  lag a change of phase by over 6 s. The per-tick readings the engine takes anyway (CPU%, the main thread's
+  CPU and wake-ups, I/O rates, the process set) move at once when the phase does: the
+  :class:`PhaseChangeDetector` watches them, and when they move the sampler calls :meth:`SamplingPolicy.wake`,
+  which goes back to the fast rate at once, looks again at twice that rate until ``look_again_samples``
+  samples are in (enough for a verdict, diagnose's THIN_SAMPLES), and starts a new epoch: the running window,
+  ended early by the sampler, mixes both phases and is not compared with what follows.
+
+With ``settled_rate_hz`` None (a rate the user fixed) it never settles and a wake keeps the rate, only the
+windows shorten.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+DEFAULT_RATE_HZ = 5.0
+# Once a process's picture has settled sampling drops to this rate. The overhead benchmark (README) chose
+# these: py-spy's cost to the target grows with threads x rate.
+SETTLED_RATE_HZ = 1.0
+DEFAULT_DUMP_EVERY_S = 5.0
+FIRST_WINDOW_S = 1.0
+MAX_WINDOW_S = 5.0
+SETTLED_WINDOW_S = 10.0
+SETTLED_DUMP_EVERY_S = 15.0
+# After a wake: this many samples at LOOK_AGAIN_RATE_FACTOR x the fast rate, in first-length windows, so that
+# a verdict on the new phase does not wait for 10 samples at 5 Hz (2 s on average, 3 s one time in ten:
+# py-spy spaces samples at random). About 0.1 core-second per wake on a 100-thread target.
+LOOK_AGAIN_SAMPLES = 10
+LOOK_AGAIN_RATE_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """One record window: its rate and length, and the policy's epoch when it started."""
+
+    rate_hz: float
+    seconds: float
+    epoch: int
+
+
+class SamplingPolicy:
+    """One process's sampling rate, window length and dump cadence; see the module docstring.
+
+    Not thread-safe: the sampler calls it under its own lock.
+    """
+
+    def __init__(
+        self,
+        rate_hz: float = DEFAULT_RATE_HZ,
+        settled_rate_hz: float | None = None,
+        *,
+        first_window_s: float = FIRST_WINDOW_S,
+        max_window_s: float = MAX_WINDOW_S,
+        settled_window_s: float = SETTLED_WINDOW_S,
+        dump_every_s: float = DEFAULT_DUMP_EVERY_S,
+        settled_dump_every_s: float = SETTLED_DUMP_EVERY_S,
+        look_again_samples: int = LOOK_AGAIN_SAMPLES,
+    ) -> None:
+        self.fast_rate_hz = float(rate_hz)
+        self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
+        self.first_window_s = first_window_s
+        self.max_window_s = max(max_window_s, first_window_s)
+        self.settled_window_s = settled_window_s
+        self.dump_every_s = dump_every_s
+        self.settled_dump_every_s = settled_dump_every_s
+        self.look_again_samples = look_again_samples
+        self.rate_hz = self.fast_rate_hz  # of the next record window (before any look-again boost)
+        self.window_s = first_window_s  # length of the next record window
+        self.epoch = 0  # bumped by every wake: windows started before it describe the earlier phase
+        self._look_again_left = 0  # samples still wanted at the boosted rate since the last wake
+        self._previous_picture: Hashable | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Sampling at the settled rate (the picture has held still)."""
+        return self.rate_hz != self.fast_rate_hz
+
+    @property
+    def looking_again(self) -> bool:
+        """Since a wake, fewer than ``look_again_samples`` samples have been taken."""
+        return self._look_again_left > 0
+
+    def next_window(self) -> WindowPlan:
+        """The record window to start now."""
+        if self.looking_again:
+            return WindowPlan(self.fast_rate_hz * LOOK_AGAIN_RATE_FACTOR, self.first_window_s, self.epoch)
+        return WindowPlan(self.rate_hz, self.window_s, self.epoch)
+
+    def wake(self) -> None:
+        """The cheap signals say the picture may have moved: look closely again, at once. The sampler ends the
+        running window early (its samples still count, but not as this process's picture)."""
+        self.epoch += 1
+        self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
+        self._previous_picture = None  # settling again takes two agreeing windows of the new phase
+        self._look_again_left = self.look_again_samples
+
+    def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None) -> None:
+        """A record window ended with ``samples`` samples; ``picture`` is its dominant position
+        (probes.pyspy_output.dominant_position), ``epoch`` its plan's. Decides the next window's rate and length."""
+        if epoch is not None and epoch != self.epoch:
+            return  # started before a wake: it straddles the change, so it says nothing about the new phase
+        if self.looking_again:
+            self._look_again_left = max(0, self._look_again_left - samples)
+            self._previous_picture = picture
+            return  # windows stay short until the new phase has been seen enough
+        self.window_s = min(self.window_s * 2, self.max_window_s)
+        if self.settled_rate_hz is None:
+            return
+        if self.window_s >= self.max_window_s and picture == self._previous_picture:
+            self.rate_hz, self.window_s = self.settled_rate_hz, self.settled_window_s
+        elif self.settled:  # the picture moved: look closely again
+            self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
+        self._previous_picture = picture
+
+    def dump_wait_s(self) -> float:
+        """Seconds to wait after a dump before the next one."""
+        if self.settled:
+            return max(self.dump_every_s, self.settled_dump_every_s)
+        return self.dump_every_s
+
+
+# --- when the picture may have moved -----------------------------------------------------------------------
+
+# How many recent ticks each signal is compared with, and how many it needs before it may fire.
+DETECTOR_HISTORY_TICKS = 10
+DETECTOR_MIN_HISTORY = 5
+# A process's CPU% (or its main thread's, or the main thread's time queued for a core) must move from its
+# recent median by this step, in percent of a core, plus the spread (max - min) of its recent ticks, or two of
+# them by the step plus half their spread: a steady but noisy job's spread grows with its noise, so its jitter
+# does not look like a change, while a quiet one is caught at a quarter of a core. (Measured on a saturated
+# 2-core machine: a main thread going from a Python loop to torch ops on two threads went from 64% to 28% CPU
+# and from 35% to 70% queued, while the process stayed at 60%.)
+CPU_MOVE_PCT = 25.0
+SPREAD_FACTOR = 0.5
+# Two kinds of reading moving together need less each: on a machine so crowded that the target gets half a
+# core, the same switch moved the main thread from 49% to 25% CPU and from 51% to 74% queued.
+WEAK_STEP_FACTOR = 0.6
+# Wake-ups and I/O are compared on a log2 scale above a floor (rates below it count as the floor): a 4x change.
+RATE_MOVE_LOG2 = 2.0
+WAKEUPS_FLOOR_PER_S = 50.0
+IO_FLOOR_BYTES_PER_S = 1 << 20
+
+
+@dataclass(frozen=True)
+class PhaseSignals:
+    """The cheap readings of one process, taken each tick, that move when its phase does."""
+
+    cpu_pct: float | None = None
+    main_thread_cpu_pct: float | None = None
+    main_thread_runqueue_pct: float | None = None  # runnable but waiting for a core, percent of wall time
+    wakeups_per_s: float | None = None  # the main thread's voluntary context switches
+    io_bytes_per_s: float | None = None  # read + written (rchar, wchar) and TCP, all together
+
+
+def _scaled(name: str, value: float) -> float:
+    """The value on the scale its moves are judged on."""
+    if name == "wakeups_per_s":
+        return math.log2(max(value, WAKEUPS_FLOOR_PER_S))
+    if name == "io_bytes_per_s":
+        return math.log2(max(value, IO_FLOOR_BYTES_PER_S))
+    return value
+
+
+_MOVE_THRESHOLDS = {
+    "cpu_pct": CPU_MOVE_PCT,
+    "main_thread_cpu_pct": CPU_MOVE_PCT,
+    "main_thread_runqueue_pct": CPU_MOVE_PCT,
+    "wakeups_per_s": RATE_MOVE_LOG2,
+    "io_bytes_per_s": RATE_MOVE_LOG2,
+}
+# The process's CPU and its main thread's are one kind: in a one-thread process they are the same reading.
+_KINDS = {
+    "cpu_pct": "cpu",
+    "main_thread_cpu_pct": "cpu",
+    "main_thread_runqueue_pct": "queue",
+    "wakeups_per_s": "wakeups",
+    "io_bytes_per_s": "io",
+}
+_LABELS = {
+    "cpu_pct": "CPU",
+    "main_thread_cpu_pct": "main thread CPU",
+    "main_thread_runqueue_pct": "main thread queued for a core",
+    "wakeups_per_s": "main thread wake-ups",
+    "io_bytes_per_s": "I/O",
+}
+
+
+class PhaseChangeDetector:
+    """Tells, from each tick's :class:`PhaseSignals` per process, when the stack picture may have moved.
+
+    Pure and cheap (a few comparisons per process per tick, on readings already taken). A signal moved when its
+    latest value lies further from the median of its recent ticks than a fixed step (CPU_MOVE_PCT, or 4x for
+    rates) plus those ticks' spread, or two kinds of signal at once by 0.6x the step plus half their spread; a process
+    appearing or going also counts. After a move the
+    recent ticks are forgotten: the next ticks are the new phase settling in, and comparing them with the old
+    one would fire again and again. ``now`` (seconds, any monotonic clock) only orders the observations.
+    """
+
+    def __init__(self, history_ticks: int = DETECTOR_HISTORY_TICKS, min_history: int = DETECTOR_MIN_HISTORY) -> None:
+        self.history_ticks = history_ticks
+        self.min_history = min_history
+        self._history: dict[int, dict[str, deque[float]]] = {}
+        self._pids: frozenset[int] | None = None
+        self._last_now: float | None = None
+
+    def observe(self, now: float, signals: Mapping[int, PhaseSignals]) -> str | None:
+        """Take one tick's signals; why the picture may have moved (one line), or None when it holds."""
+        if self._last_now is not None and now < self._last_now:
+            return None  # out of order: ignore
+        self._last_now = now
+        pids = frozenset(signals)
+        reason = self._process_set_moved(pids)
+        if reason is None:
+            reason = next((r for pid in sorted(signals) if (r := self._moved(pid, signals[pid])) is not None), None)
+        self._pids = pids
+        if reason is not None:
+            self._history.clear()
+            return reason
+        for pid, reading in signals.items():
+            per_signal = self._history.setdefault(pid, {})
+            for name in _MOVE_THRESHOLDS:
+                value = getattr(reading, name)
+                if value is not None:
+                    per_signal.setdefault(name, deque(maxlen=self.history_ticks)).append(_scaled(name, value))
+        for pid in [p for p in self._history if p not in pids]:
+            del self._history[pid]
+        return None
+
+    def _process_set_moved(self, pids: frozenset[int]) -> str | None:
+        if self._pids is None or pids == self._pids:
+            return None
+        started, ended = sorted(pids - self._pids), sorted(self._pids - pids)
+        parts = []
+        if started:
+            parts.append(f"process{'es' if len(started) > 1 else ''} {', '.join(map(str, started[:4]))} started")
+        if ended:
+            parts.append(f"process{'es' if len(ended) > 1 else ''} {', '.join(map(str, ended[:4]))} ended")
+        return " and ".join(parts)
+
+    def _moved(self, pid: int, reading: PhaseSignals) -> str | None:
+        per_signal = self._history.get(pid, {})
+        weak: dict[str, str] = {}  # kind of signal -> what moved
+        for name, step in _MOVE_THRESHOLDS.items():
+            value = getattr(reading, name)
+            recent = per_signal.get(name)
+            if value is None or recent is None or len(recent) < self.min_history:
+                continue
+            median = statistics.median(recent)
+            # Its recent jitter: the range of its ticks but the one furthest from the median, so that the tick
+            # the switch fell in (part-way to the new level) does not hide the next, full one.
+            kept = sorted(recent, key=lambda x: abs(x - median))[:-1]
+            spread = max(kept) - min(kept)
+            move = abs(_scaled(name, value) - median)
+            line = f"{_LABELS[name]} moved ({_describe(name, median)} → {_describe(name, value, True)})"
+            if move >= step + spread:  # beyond anything its recent jitter explains
+                return f"PID {pid}: {line}"
+            if move >= WEAK_STEP_FACTOR * step + SPREAD_FACTOR * spread:
+                weak.setdefault(_KINDS[name], line)
+        if len(weak) >= 2:  # two kinds of reading moving at once, each well beyond half its jitter
+            return f"PID {pid}: " + ", ".join(weak.values())
+        return None
+
+
+def _describe(name: str, value: float, raw: bool = False) -> str:
+    if name in ("wakeups_per_s", "io_bytes_per_s") and not raw:
+        value = 2.0 ** value
+    if name == "wakeups_per_s":
+        return f"{value:.0f}/s"
+    if name == "io_bytes_per_s":
+        return f"{value / (1 << 20):.1f} MiB/s"
+    return f"{value:.0f}%"

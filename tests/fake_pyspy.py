@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""A stand-in for py-spy that samples nothing: ``record`` sleeps its --duration (or until SIGINT, as py-spy 0.4
+does) and then writes one raw line counting rate x elapsed samples of ``work (/app/fake.py:1)``; ``dump`` prints
+one busy thread. Every start and every SIGINT is appended to $FAKE_PYSPY_LOG as a line of JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def log(**entry) -> None:
+    path = os.environ.get("FAKE_PYSPY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"time": time.monotonic(), **entry}) + "\n")
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def record(argv: list[str]) -> None:
+    pid, rate, duration = int(option(argv, "--pid")), float(option(argv, "--rate")), float(option(argv, "--duration"))
+    started = time.monotonic()
+    interrupted = []
+    signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    log(mode="record", rate=rate, duration=duration)
+    while not interrupted and time.monotonic() - started < duration:
+        time.sleep(0.01)
+    if interrupted:
+        log(mode="sigint", rate=rate, duration=duration)
+        print("Stopped sampling because Control-C pressed")
+    samples = max(1, round(rate * (time.monotonic() - started)))
+    with open(option(argv, "-o"), "w", encoding="utf-8") as out:
+        out.write(f"thread ({pid}): MainThread;work (/app/fake.py:1) {samples}\n")
+
+
+def dump(argv: list[str]) -> None:
+    pid = int(option(argv, "--pid"))
+    print(json.dumps([{"thread_id": pid, "os_thread_id": pid, "thread_name": "MainThread", "active": True,
+                       "owns_gil": False, "frames": [{"name": "work", "filename": "/app/fake.py", "line": 1}]}]))
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        print("py-spy 0.4.3 (fake)")
+    elif args and args[0] == "record":
+        record(args)
+    elif args and args[0] == "dump":
+        dump(args)
+    else:
+        sys.exit(2)

@@ -1,0 +1,81 @@
+"""Target: prepares data on the main thread (a tokenize-like pure-Python loop) until SIGUSR1, then trains.
+
+Usage: phase_switch.py [--seconds S]. Prints "ready" once the data preparation runs, and on SIGUSR1
+"switched UNIX_TIME" (the moment the loop left data preparation) before the first compute step. The compute
+phase is a CPU MLP training loop on torch's intra-op threads (as many as CPUs, torch's own default), built and
+warmed up before the data phase so that its threads already exist: the switch is a change of what the same
+threads do, not new threads appearing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+
+import torch
+
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "gradient", "descent"]
+switch_requested = False
+
+
+def tokenize_text(text: str, vocab: dict[str, int]) -> list[int]:
+    ids = []
+    for word in text.split():
+        for start in range(0, len(word), 2):  # toy subword split, slow on purpose like a Python BPE
+            piece = word[start:start + 2]
+            ids.append(vocab.setdefault(piece, len(vocab)) % 1000)
+    return ids
+
+
+def prepare_dataset(documents: list[str], vocab: dict[str, int], deadline: float) -> int:
+    """Tokenize documents over and over until asked to switch; the number of documents done."""
+    done = 0
+    while not switch_requested and time.monotonic() < deadline:
+        tokenize_text(documents[done % len(documents)], vocab)
+        done += 1
+        if done == 1:
+            print("ready", flush=True)
+    return done
+
+
+def train_step(model, optimizer, batch: torch.Tensor) -> float:
+    loss = model(batch).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=120.0)
+    args = parser.parse_args()
+
+    def request_switch(*_) -> None:
+        global switch_requested
+        switch_requested = True
+
+    signal.signal(signal.SIGUSR1, request_switch)
+    torch.set_num_threads(max(2, os.cpu_count() or 2))
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = torch.randn(256, 512)
+    train_step(model, optimizer, batch)  # warm-up: torch's threads exist before the data phase
+
+    rng = random.Random(0)
+    documents = [" ".join(rng.choice(WORDS) for _ in range(2000)) for _ in range(32)]
+    end = time.monotonic() + args.seconds
+    prepare_dataset(documents, {}, end)
+    if not switch_requested:
+        sys.exit(3)
+    print(f"switched {time.time():.3f}", flush=True)
+    while time.monotonic() < end:
+        train_step(model, optimizer, batch)
+
+
+if __name__ == "__main__":
+    main()

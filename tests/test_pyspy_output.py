@@ -1,0 +1,63 @@
+"""probes.pyspy_output: py-spy's raw and JSON formats, on text copied from py-spy 0.4.3 (no py-spy needed)."""
+
+from __future__ import annotations
+
+from probes.frame import StackCount, StackFrame
+from probes.pyspy_output import dominant_position, parse_dump, parse_raw, samples_in
+
+TPY = "/usr/lib/python3.11/threading.py"
+RAW = "\n".join([
+    f"thread (4578): idle-2;Thread._bootstrap ({TPY}:1002);Condition.wait ({TPY}:327) 19",
+    "thread (4535): MainThread;<module> (/app/loop.py:44);busy (/app/loop.py:22) 11",
+    "thread (0x7F00AA): Thread-1 (_serve);Listener.accept (/usr/lib/python3.11/multiprocessing/connection.py:482) 2",
+    "thread (4535): MainThread;0x7facd504524a (/usr/lib/x86_64-linux-gnu/libc.so.6);<module> (/app/loop.py:44);"
+    "sock_connect (/tmp/build/Modules/socketmodule.c:3330);thread_run (/usr/lib/libpython3.11.so.1.0) 3",
+    'process 77:"python train.py --x;y";thread (78): weird;name;main (/my dir (copy)/t.py:5) 1',
+    "thread (79);<module> (<string>:1) 4",
+]) + "\n"
+
+
+def test_parse_raw_real_formats():
+    counts = parse_raw(RAW, pid=4535, native=True)
+    assert len(counts) == 6
+    idle = counts[0]
+    assert (idle.tid, idle.thread_name, idle.count, idle.idle) == (4578, "idle-2", 19, False)
+    assert idle.frames[0].function == "Condition.wait" and idle.frames[0].line == 327  # innermost first
+    assert idle.frames[-1].function == "Thread._bootstrap"
+    assert [f.function for f in counts[1].frames] == ["busy", "<module>"]
+    assert counts[2].tid == 0x7F00AA and counts[2].thread_name == "Thread-1 (_serve)"
+    native = counts[3].frames
+    assert [(f.function, f.line, f.native) for f in native] == [
+        ("thread_run", 0, True),
+        ("sock_connect", 3330, True),
+        ("<module>", 44, False),
+        ("0x7facd504524a", 0, True),
+    ]
+    assert native[0].file == "/usr/lib/libpython3.11.so.1.0"
+    odd = counts[4]
+    assert (odd.tid, odd.thread_name) == (78, "weird;name")
+    assert (odd.frames[0].function, odd.frames[0].file, odd.frames[0].line) == ("main", "/my dir (copy)/t.py", 5)
+    nameless = counts[5]
+    assert (nameless.tid, nameless.thread_name, nameless.frames[0].file) == (79, None, "<string>")
+    assert not nameless.frames[0].native
+    assert not any(f.native for c in parse_raw(RAW, pid=1) for f in c.frames)  # only with --native
+    assert samples_in(counts) == 19  # the thread seen most often (idle-2) was in every sample
+
+
+def test_parse_dump_json():
+    text = """[{"pid": 5, "thread_id": 140, "thread_name": "MainThread", "os_thread_id": 5, "active": false,
+      "owns_gil": false, "frames": [{"name": "Condition.wait", "filename": "/t.py", "line": 327,
+      "module": null, "short_filename": "t.py", "locals": null, "is_entry": false}], "process_info": null},
+      {"pid": 5, "thread_id": 141, "thread_name": null, "os_thread_id": null, "active": true,
+      "owns_gil": true, "frames": [], "process_info": null}]"""
+    first, second = parse_dump(text, pid=5)
+    assert (first.tid, first.name, first.idle, first.owns_gil) == (5, "MainThread", True, False)
+    assert first.frames[0].function == "Condition.wait" and first.frames[0].line == 327
+    assert (second.tid, second.idle, second.owns_gil) == (141, False, True)
+
+
+def test_dominant_position_skips_idle_waits():
+    busy = StackCount(1, 1, "MainThread", False, (StackFrame("step", "/app/train.py", 9),), 3)
+    waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
+    assert dominant_position([busy, waiting]) == ("step", "/app/train.py")
+    assert dominant_position([waiting]) is None

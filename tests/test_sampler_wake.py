@@ -1,0 +1,69 @@
+"""StackSampler.wake against a stand-in py-spy (tests/fake_pyspy.py): a settled window is ended with SIGINT,
+its samples arrive at once on a reading marked with the phase change, and the next windows look again, fast.
+The real py-spy's side of it (writing its samples on SIGINT) is checked in test_pyspy.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from probes.pyspy import StackSampler
+from probes.sampling_policy import LOOK_AGAIN_RATE_FACTOR, SETTLED_WINDOW_S, PhaseSignals
+
+FAKE = Path(__file__).parent / "fake_pyspy.py"
+FAST_HZ, SETTLED_HZ = 5.0, 1.0
+
+
+@pytest.fixture
+def fake_sampler(tmp_path, monkeypatch):
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    wrapper.chmod(0o755)
+    log = tmp_path / "pyspy.log"
+    monkeypatch.setenv("FAKE_PYSPY_LOG", str(log))  # inherited by the children the sampler spawns
+    sampler = StackSampler(rate_hz=FAST_HZ, settled_rate_hz=SETTLED_HZ, pyspy_path=str(wrapper),
+                           first_window_s=1, max_window_s=1)
+    try:
+        yield sampler, log
+    finally:
+        sampler.close()
+
+
+def entries(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_wake_ends_the_settled_window_now_and_marks_the_reading_that_carries_it(fake_sampler):
+    sampler, log = fake_sampler
+    sampler.set_targets([os.getpid()])
+    wait_for(lambda: any(e["mode"] == "record" and e["rate"] == SETTLED_HZ for e in entries(log)), timeout=20)
+    readings = [sampler.collect()]  # what came before the settled window
+    sampler.wake("PID 1: CPU moved (100% → 190%)")
+    wait_for(lambda: any(e["mode"] == "sigint" for e in entries(log)), timeout=5)
+    cut = next(e for e in entries(log) if e["mode"] == "sigint")
+    assert (cut["rate"], cut["duration"]) == (SETTLED_HZ, SETTLED_WINDOW_S)
+
+    def marked():
+        readings.append(sampler.collect())
+        return readings[-1].phase_change
+
+    assert wait_for(marked, timeout=5, interval=0.05) == "PID 1: CPU moved (100% → 190%)"
+    assert readings[-1].samples >= 1  # the settled window's samples so far, now rather than in 10 s
+    # then it looks again: a short window at twice the fast rate, whose samples come on a later reading
+    after = [e for e in entries(log) if e["time"] > cut["time"] and e["mode"] == "record"]
+    assert after and (after[0]["rate"], after[0]["duration"]) == (FAST_HZ * LOOK_AGAIN_RATE_FACTOR, 1.0)
+    assert wait_for(lambda: sampler.collect().samples >= 5, timeout=5, interval=0.1)
+
+
+def test_steady_signals_do_not_wake_it_and_a_move_does(fake_sampler):
+    sampler, _ = fake_sampler
+    sampler.set_targets([os.getpid()])
+    steady = {os.getpid(): PhaseSignals(cpu_pct=100.0, main_thread_cpu_pct=99.0, wakeups_per_s=2.0)}
+    assert all(sampler.observe(float(t), steady) is None for t in range(6))
+    moved = {os.getpid(): PhaseSignals(cpu_pct=190.0, main_thread_cpu_pct=99.0, wakeups_per_s=2.0)}
+    assert sampler.observe(6.0, moved) == f"PID {os.getpid()}: CPU moved (100% → 190%)"
