@@ -75,6 +75,7 @@ from probes.sampling_policy import (
     SamplingPolicy,
 )
 from probes.stacks import frame_matches, merge_counts
+from probes.textfiles import read_text
 
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
@@ -968,11 +969,8 @@ def _backoff(failures: int) -> float:
 
 
 def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
+    """A py-spy output or log file; empty when it was never written."""
+    return read_text(path) or ""
 
 
 def _drain(fd: int) -> None:
