@@ -229,25 +229,27 @@ def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_fac
         proc.wait()
 
 
+def _record_rates() -> set[str]:
+    """The --rate of every py-spy record child running now."""
+    rates = set()
+    for child in _pyspy_children():
+        try:
+            argv = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "record" in argv:
+            rates.add(argv[argv.index("--rate") + 1])
+    return rates
+
+
 def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factory):
     target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
                           stdout=subprocess.PIPE, text=True, ready=_ready)
     sampler = sampler_factory(rate_hz=10, settled_rate_hz=2, first_window_s=1, max_window_s=1)
     sampler.set_targets([target.pid])
 
-    def record_rates() -> set[str]:
-        rates = set()
-        for child in _pyspy_children():
-            try:
-                argv = child.cmdline()
-            except psutil.NoSuchProcess:
-                continue
-            if "record" in argv:
-                rates.add(argv[argv.index("--rate") + 1])
-        return rates
-
-    assert wait_for(lambda: "10" in record_rates(), timeout=10)  # looks closely first
-    assert wait_for(lambda: "2" in record_rates(), timeout=30)  # then, the same busy function: gently
+    assert wait_for(lambda: "10" in _record_rates(), timeout=10)  # looks closely first
+    assert wait_for(lambda: "2" in _record_rates(), timeout=30)  # then, the same busy function: gently
 
 
 def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler_factory):
@@ -284,16 +286,6 @@ def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler
         return any(frame_matches(f, "busy_spin_for_gputop") for c in counts for f in c.frames)
 
     wait_for(busy_function_sampled, timeout=15, interval=0.1)
-    # and it looks again fast: a window at twice the fast rate
-    def record_rates() -> set[str]:
-        rates = set()
-        for child in _pyspy_children():
-            try:
-                argv = child.cmdline()
-            except psutil.NoSuchProcess:
-                continue
-            if "record" in argv:
-                rates.add(argv[argv.index("--rate") + 1])
-        return rates
 
-    assert wait_for(lambda: "20" in record_rates(), timeout=5)
+    # and it looks again fast: a window at twice the fast rate
+    assert wait_for(lambda: "20" in _record_rates(), timeout=5)

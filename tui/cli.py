@@ -138,10 +138,6 @@ def engine_config(args: argparse.Namespace):
     )
 
 
-def _hang_kwargs(args: argparse.Namespace) -> dict:
-    return {} if args.hang_after is None else {"hang_after_s": args.hang_after}
-
-
 def _hang_after(args: argparse.Namespace) -> float:
     from probes.diagnose import DEFAULT_HANG_AFTER_S
 
@@ -191,7 +187,7 @@ def run_attach(args: argparse.Namespace) -> int:
 
     recorder = open_recorder(args, comparison)
     engine = Engine(args.pid, engine_config(args))
-    app = make_app(engine=engine, recorder=recorder, comparison=comparison, **_hang_kwargs(args))
+    app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=_hang_after(args))
     try:
         app.run()
     finally:
@@ -273,7 +269,7 @@ def run_replay(args: argparse.Namespace) -> int:
         return EXIT_OK
     from tui.app import make_app
 
-    make_app(replay_frames=frames, replay_notice=notice, comparison=comparison, **_hang_kwargs(args)).run()
+    make_app(replay_frames=frames, replay_notice=notice, comparison=comparison, hang_after_s=_hang_after(args)).run()
     return EXIT_OK
 
 
