@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -276,16 +277,33 @@ def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler
 
     assert wait_for(lambda: (settled_window_age() or 0.0) >= 2.0, timeout=40)
     sampler.collect()  # what the fast windows took
-    sampler.wake("test: the picture may have moved")
-    reading = wait_for(lambda: (r := sampler.collect()).phase_change and r, timeout=15, interval=0.05)
-    assert not reading.errors
-    counts = list(reading.counts)
 
-    def busy_function_sampled() -> bool:
-        counts.extend(sampler.collect().counts)
-        return any(frame_matches(f, "busy_spin_for_gputop") for c in counts for f in c.frames)
+    # The look-again window (10 samples at twice the fast rate) lasts about a second and may be over by the
+    # time the busy function shows, so the rates of py-spy's children are watched from the wake on.
+    rates_seen: set[str] = set()
+    watching = threading.Event()
+    watching.set()
 
-    wait_for(busy_function_sampled, timeout=15, interval=0.1)
+    def watch_rates() -> None:
+        while watching.is_set():
+            rates_seen.update(_record_rates())
+            time.sleep(0.02)
 
-    # and it looks again fast: a window at twice the fast rate
-    assert wait_for(lambda: "20" in _record_rates(), timeout=5)
+    watcher = threading.Thread(target=watch_rates, daemon=True)
+    watcher.start()
+    try:
+        sampler.wake("test: the picture may have moved")
+        reading = wait_for(lambda: (r := sampler.collect()).phase_change and r, timeout=15, interval=0.05)
+        assert not reading.errors
+        counts = list(reading.counts)
+
+        def busy_function_sampled() -> bool:
+            counts.extend(sampler.collect().counts)
+            return any(frame_matches(f, "busy_spin_for_gputop") for c in counts for f in c.frames)
+
+        wait_for(busy_function_sampled, timeout=15, interval=0.1)
+        # and it looked again fast: a window at twice the fast rate
+        assert wait_for(lambda: "20" in rates_seen, timeout=5)
+    finally:
+        watching.clear()
+        watcher.join()
