@@ -26,8 +26,15 @@ ROLE_COMPILE_WORKER = "compile_worker"
 ROLE_FORKSERVER = "forkserver"
 ROLE_RESOURCE_TRACKER = "resource_tracker"
 ROLE_OTHER = "other"
+# Distributed jobs: the process that started the ranks (torchrun's agent, mp.spawn's parent, a shell script,
+# srun), and one training process per GPU. A rank's own DataLoader workers keep their role and name their rank
+# in ProcessSample.owner_pid.
+ROLE_LAUNCHER = "launcher"
+ROLE_RANK = "rank"
 ROLES = (
     ROLE_MAIN,
+    ROLE_LAUNCHER,
+    ROLE_RANK,
     ROLE_DATALOADER_WORKER,
     ROLE_COMPILE_WORKER,
     ROLE_FORKSERVER,
@@ -85,6 +92,15 @@ class ProcessSample:
     tcp_sent_per_s: float | None = None
     tcp_peers: tuple[str, ...] = ()  # "address:port" of established connections, a few at most
     tcp_last_data_recv_s: float | None = None  # seconds since any of its connections last received data
+    # A rank of a distributed job (role "rank"): from its environment (torchrun's agent sets RANK, LOCAL_RANK,
+    # WORLD_SIZE, TORCHELASTIC_RESTART_COUNT); mp.spawn children carry none, so their rank is their start order.
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    restart_count: int | None = None
+    cuda_visible_devices: str | None = None  # as the rank's environment sets it; None when unset
+    gpu_index: int | None = None  # NVML index of the GPU the rank uses (its compute context, else its env)
+    owner_pid: int | None = None  # the training process (rank or main) this helper process works for
 
 
 @dataclass(frozen=True)
@@ -261,6 +277,26 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class JobInfo:
+    """The distributed job (or the training process under a launcher) found from the PID gputop was given.
+
+    None on a Frame whose target is itself the one training process. The Frame's ``target`` is the root of
+    the watched tree (the launcher when there is one), so the job ends when its launcher does.
+    """
+
+    kind: str  # "torchrun", "mp.spawn", "ranks" (RANK set, launcher unknown), "launched" (one python under a launcher)
+    attached_pid: int  # the PID the user named
+    root_pid: int  # the process whose tree is watched
+    launcher_pid: int | None = None
+    run_id: str | None = None  # TORCHELASTIC_RUN_ID: names the job across nodes
+    world_size: int | None = None
+    local_world_size: int | None = None
+    rank_pids: tuple[int, ...] = ()  # live training processes on this node, by rank
+    selected_pid: int | None = None  # the rank the user attached to (selected first in the TUI)
+    note: str | None = None  # one line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12)"
+
+
+@dataclass(frozen=True)
 class Frame:
     seq: int
     time: float  # Unix time at the end of the tick
@@ -273,10 +309,40 @@ class Frame:
     stacks: StacksReading = field(default_factory=lambda: StacksReading(available=False, reason="not read"))
     progress: ProgressReading | None = None
     overhead: MonitorOverhead = field(default_factory=MonitorOverhead)
+    job: JobInfo | None = None  # a distributed job or a launched training process; None for a lone process
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:
         return next((p for p in self.processes if p.pid == pid), None)
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank's own verdict (diagnose() on its projection) and how much of its time it waits for the others."""
+
+    rank: int
+    pid: int
+    verdict: Verdict
+    local_rank: int | None = None
+    gpu_index: int | None = None
+    cpu_pct: float | None = None
+    # Share of its main thread's samples waiting in a collective (an all_reduce/barrier/all_gather frame, or
+    # DDP's reducer wait inside backward at low CPU). None without samples. NVRx's straggler score, passively.
+    collective_wait_ratio: float | None = None
+    samples: int = 0  # its main thread's samples in the window
+
+
+JobFinding = Literal["straggler", "hung_rank", "rank_exited", "shared", "mixed", "single"]
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    """The verdict on a whole job: which rank holds the others back, and where; each rank's own beside it."""
+
+    verdict: Verdict  # for the job: what the verdict pane, the snapshot and /metrics show first
+    finding: JobFinding
+    ranks: tuple[RankVerdict, ...] = ()  # by rank
+    responsible_rank: int | None = None  # the straggler, the stuck rank or the exited one
 
 
 # --- JSON round trip -------------------------------------------------------------------------------
