@@ -194,7 +194,11 @@ def feed(detector: PhaseChangeDetector, ticks, start: float = 0.0) -> list[tuple
     return fired
 
 
-def test_steady_noisy_signals_never_wake_it():
+def test_steady_noisy_signals_seldom_wake_it():
+    # A wake on a steady job costs little: ten samples at twice the fast rate, then ~17 s at the fast rate
+    # before it settles again (~80 samples more than settled sampling would take). The two-tick rule that
+    # catches a switch on a crowded machine also fires, on this much jitter (a worker's CPU at 85% +/- 10 each
+    # tick), a few times an hour: 2 to 7 per 3000 ticks over seeds 0-7. Bound it at one per 5 minutes.
     rng = random.Random(8)
     detector = PhaseChangeDetector()
     ticks = []
@@ -207,7 +211,8 @@ def test_steady_noisy_signals_never_wake_it():
                        io=rng.lognormvariate(math.log(30e6), 0.3)),
             2: signals(cpu=worker, main=worker, wakeups=rng.uniform(20.0, 80.0), io=rng.uniform(0.0, 2e6)),
         })
-    assert feed(detector, ticks) == []
+    fired = feed(detector, ticks)
+    assert len(fired) <= 3000 / 300, fired
 
 
 def test_tick_quantised_cpu_and_idle_flicker_never_wake_it():
@@ -229,6 +234,27 @@ def test_main_thread_leaving_a_python_loop_for_torch_threads_on_a_crowded_machin
     after = PhaseSignals(cpu_pct=54.0, main_thread_cpu_pct=27.6, main_thread_runqueue_pct=71.5)
     reason = detector.observe(9.0, {1: after})
     assert reason == "PID 1: main thread CPU moved (65% → 28%), main thread queued for a core moved (36% → 72%)"
+
+
+def test_a_level_shift_just_inside_the_one_tick_rules_wakes_it_within_three_ticks():
+    # Measured beside two busy processes and other load (2 cores): the main thread on a CPU ~51% +/- 8, then
+    # 30%, 26%, 24% after the switch; its time queued for a core the mirror image. Each tick is just inside the
+    # one-tick rules; two full ticks running beyond half the step plus half the jitter are not jitter (the
+    # first tick after the switch is part-way).
+    before = [(54.8, 44.6), (50.3, 48.4), (60.5, 41.5), (44.7, 55.3), (49.8, 50.2), (44.1, 55.9), (57.0, 43.2),
+              (50.7, 49.1), (52.1, 48.1)]
+    after = [(30.5, 66.8), (26.2, 68.6), (24.2, 71.5)]
+    ticks = [{1: PhaseSignals(cpu_pct=50.0 + i % 3, main_thread_cpu_pct=m, main_thread_runqueue_pct=q)}
+             for i, (m, q) in enumerate(before + after)]
+    fired = feed(PhaseChangeDetector(), ticks)
+    assert fired == [(11.0, "PID 1: main thread CPU moved (50% → 26%, 24%: two ticks)")]
+
+
+def test_one_tick_excursion_does_not_wake_it():
+    steady = [{1: PhaseSignals(cpu_pct=50.0, main_thread_cpu_pct=m)} for m in (51, 47, 55, 50, 45, 53, 49, 52, 50)]
+    detector = PhaseChangeDetector()
+    assert feed(detector, steady + [{1: PhaseSignals(cpu_pct=50.0, main_thread_cpu_pct=30.0)},
+                                    {1: PhaseSignals(cpu_pct=50.0, main_thread_cpu_pct=51.0)}]) == []
 
 
 def test_cpu_jump_wakes_it_within_one_tick_even_half_a_tick_in():
