@@ -161,6 +161,9 @@ WEAK_STEP_FACTOR = 0.6
 # jitter rarely does that twice, a phase always does. Measured beside two busy processes and other load on
 # 2 cores: the main thread went from ~51% ± 8 on a CPU to 30%, 26%, 24%, and its queued time from ~48% to 67%,
 # 69%, 71%, each tick just inside the rules above, and the switch went unseen for 20 s.
+# The main thread's share of its process's CPU is judged like CPU% (in points), once the process uses this much
+# of a core: below it, the kernel's 10 ms ticks make the share jump about.
+SHARE_MIN_CPU_PCT = 5.0
 # Wake-ups and I/O are compared on a log2 scale above a floor (rates below it count as the floor): a 4x change.
 RATE_MOVE_LOG2 = 2.0
 WAKEUPS_FLOOR_PER_S = 50.0
@@ -177,6 +180,15 @@ class PhaseSignals:
     wakeups_per_s: float | None = None  # the main thread's voluntary context switches
     io_bytes_per_s: float | None = None  # read + written (rchar, wchar) and TCP, all together
 
+    @property
+    def main_thread_share_pct(self) -> float | None:
+        """The main thread's share of its process's CPU. Unlike CPU% it does not shrink when other work crowds
+        the machine: a main thread leaving a Python loop for torch's worker threads goes from ~100% to ~50%
+        whether the process gets two cores or a seventh of one (seen: 14% → 8% of a core, 16% the process)."""
+        if self.cpu_pct is None or self.main_thread_cpu_pct is None or self.cpu_pct < SHARE_MIN_CPU_PCT:
+            return None
+        return min(100.0, 100.0 * self.main_thread_cpu_pct / self.cpu_pct)
+
 
 def _scaled(name: str, value: float) -> float:
     """The value on the scale its moves are judged on."""
@@ -191,6 +203,7 @@ _MOVE_THRESHOLDS = {
     "cpu_pct": CPU_MOVE_PCT,
     "main_thread_cpu_pct": CPU_MOVE_PCT,
     "main_thread_runqueue_pct": CPU_MOVE_PCT,
+    "main_thread_share_pct": CPU_MOVE_PCT,
     "wakeups_per_s": RATE_MOVE_LOG2,
     "io_bytes_per_s": RATE_MOVE_LOG2,
 }
@@ -199,6 +212,7 @@ _KINDS = {
     "cpu_pct": "cpu",
     "main_thread_cpu_pct": "cpu",
     "main_thread_runqueue_pct": "queue",
+    "main_thread_share_pct": "share",
     "wakeups_per_s": "wakeups",
     "io_bytes_per_s": "io",
 }
@@ -206,6 +220,7 @@ _LABELS = {
     "cpu_pct": "CPU",
     "main_thread_cpu_pct": "main thread CPU",
     "main_thread_runqueue_pct": "main thread queued for a core",
+    "main_thread_share_pct": "main thread's share of the process's CPU",
     "wakeups_per_s": "main thread wake-ups",
     "io_bytes_per_s": "I/O",
 }
