@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
     ROLE_LAUNCHER,
