@@ -713,6 +713,8 @@ class JobTracker:
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_ranks: int) -> str | None:
         root = by_pid.get(self.root_pid)
         root_name = root.name if root is not None and root.name else "PID"
+        if root is not None and is_torchrun(root.name, root.cmdline):
+            root_name = "torchrun"  # its agent's comm is pt_elastic, which says little to a reader
         if layout.kind == KIND_LAUNCHED:
             main = by_pid.get(layout.main_pid) if layout.main_pid is not None else None
             if main is None:

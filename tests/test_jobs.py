@@ -7,8 +7,21 @@ through the agent, a rank and --process-only; mp.spawn; `bash train.sh`; torchru
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
 
+import psutil
+import pytest
+from conftest import REPO, TARGETS, wait_for
+
+from probes.engine import Engine, EngineConfig
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
     ROLE_LAUNCHER,
@@ -16,6 +29,7 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RANK,
     ROLE_RESOURCE_TRACKER,
+    Frame,
     GpuReading,
     ProcessSample,
     StackFrame,
@@ -361,3 +375,237 @@ def test_gpu_environment_without_nvml():
     assert environment_gpu_index(None, 1, unavailable) is None
     assert environment_gpu_index("GPU-1234", 0, unavailable) is None
     assert environment_gpu_index("-1", 0, unavailable) is None
+
+
+def test_process_only_flag_reaches_the_engine_config():
+    from tui.cli import build_parser, engine_config
+
+    assert engine_config(build_parser().parse_args(["--pid", "1", "--process-only"])).process_only
+    assert not engine_config(build_parser().parse_args(["--pid", "1"])).process_only
+
+
+# --- real jobs --------------------------------------------------------------------------------------------
+
+TICK_S = 0.5
+START_TIMEOUT_S = 180.0  # torch imports in every rank and worker; a busy 2-core machine takes its time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_job(proc: subprocess.Popen) -> None:
+    """Every process the job started (torchrun gives each rank its own session), then its process group."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    psutil.wait_procs(family, timeout=5)
+
+
+def start_job(script: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, str(TARGETS / script), *args], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@dataclass
+class Watch:
+    """Frames of one engine, and which PIDs' stacks have arrived in them so far."""
+
+    engine: Engine
+    frame: Frame | None = None
+    sampled: set[int] = field(default_factory=set)
+    seen: list[Frame] = field(default_factory=list)
+
+    def until(self, predicate, timeout: float = START_TIMEOUT_S) -> Frame:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.frame = self.engine.tick()
+            self.seen.append(self.frame)
+            self.sampled |= {c.pid for c in self.frame.stacks.counts}
+            if predicate(self.frame):
+                return self.frame
+            time.sleep(TICK_S)
+        pytest.fail(f"not reached within {timeout}s; last job {self.frame.job if self.frame else None}, "
+                    f"roles {[(p.pid, p.role, p.rank) for p in self.frame.processes] if self.frame else None}")
+
+
+@contextlib.contextmanager
+def watching(pid: int, **config):
+    engine = Engine(pid, EngineConfig(interval_s=TICK_S, read_gpu=False, **config))
+    try:
+        yield Watch(engine)
+    finally:
+        engine.close()
+
+
+def ranks_of(frame: Frame) -> list[ProcessSample]:
+    return sorted((p for p in frame.processes if p.role == ROLE_RANK and p.alive), key=lambda p: p.rank)
+
+
+def workers_of(frame: Frame, owner: int) -> list[ProcessSample]:
+    return [p for p in frame.processes if p.role == ROLE_DATALOADER_WORKER and p.owner_pid == owner and p.alive]
+
+
+def whole_job(watch: Watch, ranks: int = 2, workers: int = 1, restart_count: int | None = None):
+    """A predicate: the job shows `ranks` live ranks, each with its workers, and every rank's stacks arrived."""
+    def ready(frame: Frame) -> bool:
+        found = ranks_of(frame)
+        return (frame.job is not None and len(frame.job.rank_pids) == ranks and len(found) == ranks
+                and all(len(workers_of(frame, r.pid)) == workers for r in found)
+                and (restart_count is None or all(r.restart_count == restart_count for r in found))
+                and {r.pid for r in found} <= watch.sampled)
+    return ready
+
+
+@pytest.fixture(scope="module")
+def torchrun_job():
+    """A 2-rank torchrun gloo job (one DataLoader worker per rank), shared by the attach tests below."""
+    proc = start_job("job_torchrun.py", str(free_port()), "2", "0", "--workers", "1")
+    try:
+        yield proc
+    finally:
+        kill_job(proc)
+
+
+@pytest.mark.slow
+def test_torchrun_attached_to_the_agent(torchrun_job):
+    agent = torchrun_job.pid
+    with watching(agent) as watch:
+        agent_waits = lambda f: any(  # noqa: E731
+            t.pid == agent and any(fr.function.endswith("_invoke_run") for fr in t.frames) for t in f.stacks.threads)
+        frame = watch.until(lambda f: whole_job(watch)(f) and agent_waits(f))
+    job = frame.job
+    rank0, rank1 = ranks_of(frame)
+    assert (job.kind, job.attached_pid, job.root_pid, job.launcher_pid) == (KIND_TORCHRUN, agent, agent, agent)
+    assert job.rank_pids == (rank0.pid, rank1.pid) and job.selected_pid is None
+    assert (job.world_size, job.local_world_size) == (2, 2) and job.run_id
+    assert frame.target.pid == agent and frame.process(agent).role == ROLE_LAUNCHER
+    for number, rank in enumerate((rank0, rank1)):
+        assert (rank.rank, rank.local_rank, rank.world_size, rank.restart_count) == (number, number, 2, 0)
+        assert rank.ppid == agent and rank.gpu_index is None, "a CPU job: no GPU to name"
+    assert {p.role for p in frame.processes} <= {ROLE_LAUNCHER, ROLE_RANK, ROLE_DATALOADER_WORKER}, \
+        "nothing left as 'other'"
+    assert "torchrun job, 2 ranks" in job.note
+
+
+@pytest.mark.slow
+def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_job):
+    agent = torchrun_job.pid
+    rank1 = wait_for(lambda: next((c.pid for c in psutil.Process(agent).children()
+                                   if parse_environ(open(f"/proc/{c.pid}/environ").read()).get("RANK") == "1"),
+                                  None), timeout=START_TIMEOUT_S)
+    with watching(rank1) as watch:
+        frame = watch.until(whole_job(watch))
+    job = frame.job
+    assert (job.kind, job.attached_pid, job.root_pid, job.selected_pid) == (KIND_TORCHRUN, rank1, agent, rank1)
+    assert frame.target.pid == agent and watch.engine.pid == rank1 and watch.engine.root_pid == agent
+    assert frame.process(rank1).rank == 1 and len(job.rank_pids) == 2
+    assert "rank 1" in job.note and "--process-only" in job.note
+
+
+@pytest.mark.slow
+def test_torchrun_rank_with_process_only_is_watched_alone(torchrun_job):
+    agent = torchrun_job.pid
+    rank1 = wait_for(lambda: next((c.pid for c in psutil.Process(agent).children()
+                                   if parse_environ(open(f"/proc/{c.pid}/environ").read()).get("RANK") == "1"),
+                                  None), timeout=START_TIMEOUT_S)
+    with watching(rank1, process_only=True) as watch:
+        frame = watch.until(lambda f: rank1 in watch.sampled and any(
+            p.role == ROLE_DATALOADER_WORKER for p in f.processes))
+    assert frame.job is None and frame.target.pid == rank1
+    assert {p.pid for p in frame.processes if p.role != ROLE_DATALOADER_WORKER} == {rank1}
+    assert frame.process(rank1).role == ROLE_MAIN and frame.process(rank1).rank is None, "exactly as before"
+    assert agent not in watch.sampled
+
+
+@pytest.mark.slow
+def test_mp_spawn_parent_is_the_launcher_and_children_are_ranks_by_start_order(spawn_target):
+    parent = spawn_target("job_train.py", "--spawn", "2", "--master-port", str(free_port()), "--workers", "1",
+                          stdout=subprocess.DEVNULL)
+    with watching(parent.pid) as watch:
+        frame = watch.until(whole_job(watch))
+    job = frame.job
+    assert (job.kind, job.root_pid, job.launcher_pid, job.world_size) == (KIND_MP_SPAWN, parent.pid, parent.pid, 2)
+    rank0, rank1 = ranks_of(frame)
+    assert psutil.Process(rank0.pid).create_time() <= psutil.Process(rank1.pid).create_time()
+    assert (rank0.rank, rank0.local_rank, rank1.rank, rank1.local_rank) == (0, 0, 1, 1)
+    assert rank0.restart_count is None and rank0.ppid == parent.pid
+    assert frame.process(parent.pid).role == ROLE_LAUNCHER
+    assert [p.role for p in frame.processes if p.ppid == parent.pid and p.pid not in job.rank_pids] == [
+        ROLE_RESOURCE_TRACKER], "spawn's resource tracker is no rank"
+    assert any(t.pid == parent.pid and any(fr.file.endswith("torch/multiprocessing/spawn.py") for fr in t.frames)
+               for t in frame.stacks.threads), "the parent waits in torch's spawn, as the layout assumed"
+
+    with watching(rank1.pid) as watch:  # attached to a spawned rank: its parent's job, the rank selected
+        frame = watch.until(lambda f: f.job is not None and f.job.selected_pid == rank1.pid
+                            and len(f.job.rank_pids) == 2)
+    assert frame.job.root_pid == parent.pid and frame.job.kind == KIND_MP_SPAWN
+
+
+def shell_ready(proc) -> bool:
+    return proc.stdout.readline().startswith(b"ready")
+
+
+@pytest.mark.slow
+def test_shell_script_watches_the_python_it_started(spawn_target):
+    shell = spawn_target("job_shell.py", "--workers", "2", "--step-ms", "5", stdout=subprocess.PIPE,
+                         ready=shell_ready, timeout=START_TIMEOUT_S)
+    assert psutil.Process(shell.pid).name() == "bash"
+    with watching(shell.pid) as watch:
+        frame = watch.until(lambda f: f.job is not None and f.job.rank_pids and len(
+            workers_of(f, f.job.rank_pids[0])) == 2 and f.job.rank_pids[0] in watch.sampled)
+    job = frame.job
+    (main,) = [p for p in frame.processes if p.role == ROLE_MAIN]
+    assert job.kind == KIND_LAUNCHED and job.rank_pids == (main.pid,) and main.ppid == shell.pid
+    assert (job.root_pid, job.launcher_pid) == (shell.pid, shell.pid)
+    assert frame.process(shell.pid).role == ROLE_LAUNCHER
+    assert job.note == f"attached to bash (PID {shell.pid}): watching {short_command(main.cmdline)} " \
+                      f"(PID {main.pid}) under it"
+    assert shell.pid not in watch.sampled, "py-spy is not pointed at bash"
+    assert not any(str(shell.pid) in e for f in watch.seen for e in f.stacks.errors)
+
+    # Headless, as a user runs it: the note once on stderr, and a verdict drawn from the Python child's stacks.
+    result = subprocess.run([sys.executable, "-m", "tui", "--pid", str(shell.pid), "--snapshot", "-",
+                             "--duration", "6"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count(f"gputop: attached to bash (PID {shell.pid}): watching ") == 1, result.stderr
+    snapshot = json.loads(result.stdout)
+    verdict = snapshot["verdict"]
+    assert not any("no samples of the main thread" in line for line in verdict["evidence"]), verdict
+    assert verdict["bottleneck"] != "unknown", verdict
+    roles = {p["pid"]: p["role"] for p in snapshot["processes"]}
+    assert roles[shell.pid] == ROLE_LAUNCHER and roles[main.pid] == ROLE_MAIN
+
+
+@pytest.mark.slow
+def test_torchrun_restart_is_followed(tmp_path):
+    fail_now = tmp_path / "fail-now"
+    proc = start_job("job_torchrun.py", str(free_port()), "2", "1", "--workers", "1", "--fail-rank", "1",
+                     "--fail-when", str(fail_now))
+    try:
+        with watching(proc.pid) as watch:
+            first = watch.until(whole_job(watch, restart_count=0))
+            first_pids = set(first.job.rank_pids)
+            fail_now.touch()  # rank 1 exits with status 3: torchrun stops rank 0 and starts both again
+            second = watch.until(lambda f: whole_job(watch, restart_count=1)(f)
+                                 and not first_pids & set(f.job.rank_pids))
+    finally:
+        kill_job(proc)
+        stderr = proc.stderr.read().decode(errors="replace")
+    assert "fails on purpose" in stderr
+    restarted = ranks_of(second)
+    assert [r.rank for r in restarted] == [0, 1] and all(r.restart_count == 1 for r in restarted)
+    assert {r.pid for r in restarted} <= watch.sampled, "py-spy samples the new ranks"
+    assert second.job.root_pid == proc.pid and second.target.alive
+    assert not first_pids & {p.pid for p in second.processes if p.alive}, "the first attempt's ranks are gone"
