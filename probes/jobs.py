@@ -615,7 +615,10 @@ class JobTracker:
 
     def __init__(self, attached_pid: int) -> None:
         self.attached_pid = attached_pid
-        choice = resolve_root(attached_pid)
+        try:
+            choice = resolve_root(attached_pid)
+        except Exception:  # never raise: a process that cannot be read is watched as named
+            choice = RootChoice(attached_pid)
         self.root_pid = choice.root_pid
         self._attached_rank = choice.attached_rank
         self._static: dict[tuple[int, int | None], _Static] = {}
@@ -645,12 +648,16 @@ class JobTracker:
         present = {p.pid for p in processes}
         self._static = {key: value for key, value in self._static.items() if key[0] in present}
         layout = find_layout(self.root_pid, facts, spawn_evidence, self._spawn_ranks, self._main)
-        if layout is None and self._last_layout is not None and any(p.pid == self.root_pid for p in processes):
-            # Between a rank's exit and its restart, or the script's next program: still the same job.
-            layout = dataclasses.replace(self._last_layout, ranks=(), main_pid=None, launchers=(self.root_pid,),
-                                         other_candidates=0)
+        root = next((f for f in facts if f.pid == self.root_pid), None)
+        last = self._last_layout
+        if layout is None and last is not None and root is not None and (
+                last.kind != KIND_LAUNCHED or not root.python or root.waiting_for_child):
+            # Between a rank's exit and its restart, or the script's next program: still the same job. (A Python
+            # process that ran a Python child for a while and now trains again is a lone process again.)
+            launchers = tuple(pid for pid in last.launchers if pid in present) or (self.root_pid,)
+            layout = dataclasses.replace(last, ranks=(), main_pid=None, launchers=launchers, other_candidates=0)
         if layout is None:
-            self._launchers = ()
+            self._launchers, self._last_layout, self._main = (), None, None
             return None, tuple(processes)
         self._last_layout = layout
         self._launchers = layout.launchers
