@@ -627,6 +627,8 @@ class JobTracker:
         self._last_layout: JobLayout | None = None
         self._launchers: tuple[int, ...] = ()
         self._not_python: set[int] = set()
+        self._last_info: JobInfo | None = None
+        self._last_samples: tuple[ProcessSample, ...] = ()
 
     def unsampled_pids(self) -> set[int]:
         """Launchers that are not Python (bash, uv, srun): py-spy cannot read them, so the sampler skips them."""
@@ -642,6 +644,10 @@ class JobTracker:
 
     def _update(self, processes: Sequence[ProcessSample],
                 stacks: StacksReading | None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
+        if self._last_info is not None and processes and not any(p.alive for p in processes):
+            # The root has ended (proctree returns its last samples marked ended): the job as last seen, ended.
+            ended = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)
+            return dataclasses.replace(self._last_info, rank_pids=(), selected_pid=None), ended
         spawn_evidence, waiting_in_stack = stack_evidence(stacks)
         facts = [self._facts(p, waiting_in_stack) for p in processes]
         self._not_python = {f.pid for f in facts if not f.python}
@@ -657,7 +663,7 @@ class JobTracker:
             launchers = tuple(pid for pid in last.launchers if pid in present) or (self.root_pid,)
             layout = dataclasses.replace(last, ranks=(), main_pid=None, launchers=launchers, other_candidates=0)
         if layout is None:
-            self._launchers, self._last_layout, self._main = (), None, None
+            self._launchers, self._last_layout, self._main, self._last_info = (), None, None, None
             return None, tuple(processes)
         self._last_layout = layout
         self._launchers = layout.launchers
@@ -666,7 +672,8 @@ class JobTracker:
         self._main = layout.main_pid
         by_pid = {f.pid: f for f in facts}
         samples = apply_layout(layout, processes, by_pid)
-        return self._job_info(layout, samples, by_pid), samples
+        self._last_info, self._last_samples = self._job_info(layout, samples, by_pid), samples
+        return self._last_info, samples
 
     def _facts(self, sample: ProcessSample, waiting_in_stack: set[int]) -> ProcessFacts:
         started = start_ticks(sample.pid)

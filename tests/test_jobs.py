@@ -600,6 +600,8 @@ def test_torchrun_restart_is_followed(tmp_path):
             fail_now.touch()  # rank 1 exits with status 3: torchrun stops rank 0 and starts both again
             second = watch.until(lambda f: whole_job(watch, restart_count=1)(f)
                                  and not first_pids & set(f.job.rank_pids))
+            proc.terminate()  # torchrun stops its ranks and exits: the job ends with its launcher
+            ended = watch.until(lambda f: not f.target.alive, timeout=60)
     finally:
         kill_job(proc)
         stderr = proc.stderr.read().decode(errors="replace")
@@ -609,3 +611,81 @@ def test_torchrun_restart_is_followed(tmp_path):
     assert {r.pid for r in restarted} <= watch.sampled, "py-spy samples the new ranks"
     assert second.job.root_pid == proc.pid and second.target.alive
     assert not first_pids & {p.pid for p in second.processes if p.alive}, "the first attempt's ranks are gone"
+    assert ended.job.kind == KIND_TORCHRUN and ended.job.rank_pids == () and ended.target.exit_reason
+    assert not any(p.alive for p in ended.processes)
+
+
+# --- real processes without torch: the tracker's reading of /proc ------------------------------------------
+
+SLEEPER = "import time; time.sleep(600)"
+
+
+def shell(script: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(["bash", "-c", script], start_new_session=True,
+                            env=dict(os.environ, PY=sys.executable, **env))
+
+
+def children_with(parent: int, **wanted: str) -> list[int]:
+    found = []
+    for child in psutil.Process(parent).children():
+        with contextlib.suppress(OSError):
+            environ = parse_environ(open(f"/proc/{child.pid}/environ").read())
+            if all(environ.get(k) == v for k, v in wanted.items()):
+                found.append(child.pid)
+    return found
+
+
+@pytest.fixture
+def shells():
+    started: list[subprocess.Popen] = []
+
+    def start(script: str, **env: str) -> subprocess.Popen:
+        started.append(shell(script, **env))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        kill_job(proc)
+
+
+def test_ranks_started_by_a_script_and_a_restarted_rank_keeps_the_selection(shells):
+    script = (f'RANK=0 WORLD_SIZE=2 "$PY" -c "{SLEEPER}" & '
+              f'while true; do RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=2,3 "$PY" -c "{SLEEPER}"; done')
+    proc = shells(script)
+    rank1 = wait_for(lambda: children_with(proc.pid, RANK="1"))[0]
+    rank0 = wait_for(lambda: children_with(proc.pid, RANK="0"))[0]
+    with watching(rank1, sample_stacks=False) as watch:
+        frame = watch.until(lambda f: f.job is not None and len(f.job.rank_pids) == 2, timeout=30)
+        job = frame.job
+        assert (job.kind, job.root_pid, job.launcher_pid, job.selected_pid) == (KIND_RANKS, proc.pid, proc.pid, rank1)
+        assert job.rank_pids == (rank0, rank1) and frame.process(proc.pid).role == ROLE_LAUNCHER
+        sample = frame.process(rank1)
+        assert (sample.role, sample.rank, sample.local_rank, sample.world_size, sample.cuda_visible_devices) == (
+            ROLE_RANK, 1, 1, 2, "2,3")
+        os.kill(rank1, signal.SIGKILL)  # the script starts rank 1 again: the selection follows the rank
+        frame = watch.until(lambda f: f.job.selected_pid not in (None, rank1) and len(f.job.rank_pids) == 2,
+                            timeout=30)
+    assert frame.process(frame.job.selected_pid).rank == 1 and rank1 not in frame.job.rank_pids
+
+
+def test_a_shell_running_python_makes_it_main_and_a_lone_python_stays_alone(shells):
+    proc = shells(f'"$PY" -c "{SLEEPER}"; echo done')
+    child = wait_for(lambda: psutil.Process(proc.pid).children())[0].pid
+    with watching(proc.pid, sample_stacks=False) as watch:
+        frame = watch.until(lambda f: f.job is not None, timeout=30)
+    assert (frame.job.kind, frame.job.rank_pids, frame.job.selected_pid) == (KIND_LAUNCHED, (child,), None)
+    assert frame.process(child).role == ROLE_MAIN and frame.process(proc.pid).role == ROLE_LAUNCHER
+    assert frame.job.note.startswith(f"attached to bash (PID {proc.pid}): watching ")
+    with watching(child, sample_stacks=False) as watch:
+        frame = watch.until(lambda f: f.processes, timeout=30)
+    assert frame.job is None and frame.process(child).role == ROLE_MAIN, "attached to the Python child itself"
+
+
+def test_a_python_launcher_waiting_for_its_child(shells):
+    launcher = f'import subprocess, sys; subprocess.run([sys.executable, "-c", "{SLEEPER}"])'
+    proc = shells(f"exec \"$PY\" -c '{launcher}'")
+    child = wait_for(lambda: psutil.Process(proc.pid).children())[0].pid
+    with watching(proc.pid, sample_stacks=False) as watch:
+        frame = watch.until(lambda f: f.job is not None, timeout=30)
+    assert frame.job.kind == KIND_LAUNCHED and frame.job.rank_pids == (child,)
+    assert frame.process(proc.pid).role == ROLE_LAUNCHER
