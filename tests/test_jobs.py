@@ -8,6 +8,7 @@ through the agent, a rank and --process-only; mp.spawn; `bash train.sh`; torchru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import psutil
 import pytest
 from conftest import REPO, TARGETS, wait_for
 
+from probes import jobs
 from probes.engine import Engine, EngineConfig
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
@@ -44,7 +46,9 @@ from probes.jobs import (
     NO_ENV,
     SPAWN_MAIN_MARKER,
     DistEnv,
+    JobTracker,
     ProcessFacts,
+    RootChoice,
     apply_layout,
     environment_gpu_index,
     find_layout,
@@ -375,6 +379,78 @@ def test_gpu_environment_without_nvml():
     assert environment_gpu_index(None, 1, unavailable) is None
     assert environment_gpu_index("GPU-1234", 0, unavailable) is None
     assert environment_gpu_index("-1", 0, unavailable) is None
+
+
+class FakeProc:
+    """What JobTracker reads of each process (its environment, start time, wchan), set by the test."""
+
+    def __init__(self, monkeypatch, root: RootChoice) -> None:
+        self.envs: dict[int, DistEnv] = {}
+        self.waiting: set[int] = set()
+        monkeypatch.setattr(jobs, "resolve_root", lambda pid: root)
+        monkeypatch.setattr(jobs, "read_dist_env", lambda pid: self.envs.get(pid, NO_ENV))
+        monkeypatch.setattr(jobs, "start_ticks", lambda pid: 1000 + pid)
+        monkeypatch.setattr(jobs, "_exe", lambda pid: None)
+        monkeypatch.setattr(jobs, "read_text", lambda path: "do_wait" if int(path.split("/")[2]) in self.waiting
+                            else "0")
+
+
+def sample(pid, ppid, role=ROLE_OTHER, name="python3", alive=True, cmdline=("python3", "train.py")):
+    return ProcessSample(pid=pid, ppid=ppid, role=role, name=name, cmdline=cmdline, alive=alive,
+                         state="sleeping" if alive else "zombie")
+
+
+def test_tracker_follows_a_restart_and_ends_with_its_launcher(monkeypatch):
+    proc = FakeProc(monkeypatch, RootChoice(10, attached_rank=1))
+    proc.envs = {11: rank_env(0), 12: rank_env(1), 21: rank_env(0), 31: rank_env(0, restart=1),
+                 32: rank_env(1, restart=1)}
+    tracker = JobTracker(12)
+    agent = sample(10, 1, ROLE_MAIN, name="pt_elastic", cmdline=("python3", "-m", "torch.distributed.run"))
+    job, samples = tracker.update([agent, sample(11, 10), sample(12, 10), sample(21, 11, ROLE_DATALOADER_WORKER)])
+    by_pid = {s.pid: s for s in samples}
+    assert (job.kind, job.root_pid, job.attached_pid, job.rank_pids, job.selected_pid) == (
+        KIND_TORCHRUN, 10, 12, (11, 12), 12)
+    assert by_pid[10].role == ROLE_LAUNCHER and by_pid[21].owner_pid == 11 and by_pid[12].restart_count == 0
+    assert job.note == ("attached to rank 1 (PID 12): watching the torchrun job, 2 ranks on this node under "
+                        "PID 10; --process-only watches PID 12 alone")
+
+    job, samples = tracker.update([agent, sample(11, 10, alive=False), sample(12, 10, alive=False)])
+    assert job.rank_pids == () and job.selected_pid is None
+    assert [(s.role, s.rank) for s in samples[1:]] == [(ROLE_RANK, 0), (ROLE_RANK, 1)], "zombies keep their rank"
+
+    job, samples = tracker.update([agent])  # reaped, the new attempt not started yet
+    assert job.kind == KIND_TORCHRUN and job.rank_pids == () and samples[0].role == ROLE_LAUNCHER
+
+    job, samples = tracker.update([agent, sample(31, 10), sample(32, 10)])
+    assert job.rank_pids == (31, 32) and job.selected_pid == 32, "the selection follows rank 1"
+    assert [s.restart_count for s in samples[1:]] == [1, 1]
+
+    ended = [dataclasses.replace(s, alive=False) for s in [agent, sample(31, 10), sample(32, 10)]]
+    job, samples = tracker.update(ended)
+    assert job.kind == KIND_TORCHRUN and job.rank_pids == () and job.selected_pid is None
+    assert [(s.role, s.rank, s.alive) for s in samples] == [
+        (ROLE_LAUNCHER, None, False), (ROLE_RANK, 0, False), (ROLE_RANK, 1, False)]
+
+
+def test_tracker_python_that_ran_a_python_child_is_lone_again(monkeypatch):
+    proc = FakeProc(monkeypatch, RootChoice(10))
+    proc.waiting = {10}
+    tracker = JobTracker(10)
+    job, samples = tracker.update([sample(10, 1, ROLE_MAIN), sample(11, 10)])
+    assert job.kind == KIND_LAUNCHED and [s.role for s in samples] == [ROLE_LAUNCHER, ROLE_MAIN]
+    assert tracker.unsampled_pids() == set(), "a Python launcher is still sampled"
+    proc.waiting = set()
+    job, samples = tracker.update([sample(10, 1, ROLE_MAIN)])
+    assert job is None and samples[0].role == ROLE_MAIN
+
+
+def test_tracker_skips_sampling_non_python_launchers(monkeypatch):
+    FakeProc(monkeypatch, RootChoice(10))
+    tracker = JobTracker(10)
+    job, samples = tracker.update([sample(10, 1, ROLE_MAIN, name="bash", cmdline=("bash", "train.sh")),
+                                   sample(11, 10), sample(12, 11, ROLE_DATALOADER_WORKER)])
+    assert job.note == "attached to bash (PID 10): watching python3 train.py (PID 11) under it"
+    assert tracker.unsampled_pids() == {10} and samples[2].owner_pid == 11
 
 
 def test_process_only_flag_reaches_the_engine_config():
