@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import pytest
@@ -63,6 +64,7 @@ from probes.jobs import (
     start_ticks,
 )
 from probes.nvml import NvmlGpuProbe
+from probes.textfiles import read_text
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml
 
 # --- environment ------------------------------------------------------------------------------------------
@@ -472,6 +474,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def children_with(parent: int, **wanted: str) -> list[int]:
+    """The children of `parent` whose environment holds these variables."""
+    found = []
+    for child in psutil.Process(parent).children():
+        environ = parse_environ(read_text(f"/proc/{child.pid}/environ"))
+        if all(environ.get(k) == v for k, v in wanted.items()):
+            found.append(child.pid)
+    return found
+
+
 def kill_job(proc: subprocess.Popen) -> None:
     """Every process the job started (torchrun gives each rank its own session), then its process group."""
     try:
@@ -487,10 +499,12 @@ def kill_job(proc: subprocess.Popen) -> None:
     psutil.wait_procs(family, timeout=5)
 
 
-def start_job(script: str, *args: str) -> subprocess.Popen:
+def start_job(script: str, *args: str, log: Path) -> subprocess.Popen:
+    """The target in its own session, its output (and its ranks') into `log`: a pipe nobody reads could fill."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, str(TARGETS / script), *args], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, str(TARGETS / script), *args], env=env, start_new_session=True,
+                                stdout=out, stderr=subprocess.STDOUT)
 
 
 @dataclass
@@ -544,9 +558,10 @@ def whole_job(watch: Watch, ranks: int = 2, workers: int = 1, restart_count: int
 
 
 @pytest.fixture(scope="module")
-def torchrun_job():
+def torchrun_job(tmp_path_factory):
     """A 2-rank torchrun gloo job (one DataLoader worker per rank), shared by the attach tests below."""
-    proc = start_job("job_torchrun.py", str(free_port()), "2", "0", "--workers", "1")
+    log = tmp_path_factory.mktemp("torchrun") / "job.log"
+    proc = start_job("job_torchrun.py", str(free_port()), "2", "0", "--workers", "1", log=log)
     try:
         yield proc
     finally:
@@ -577,9 +592,7 @@ def test_torchrun_attached_to_the_agent(torchrun_job):
 @pytest.mark.slow
 def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_job):
     agent = torchrun_job.pid
-    rank1 = wait_for(lambda: next((c.pid for c in psutil.Process(agent).children()
-                                   if parse_environ(open(f"/proc/{c.pid}/environ").read()).get("RANK") == "1"),
-                                  None), timeout=START_TIMEOUT_S)
+    rank1 = wait_for(lambda: children_with(agent, RANK="1"), timeout=START_TIMEOUT_S)[0]
     with watching(rank1) as watch:
         frame = watch.until(whole_job(watch))
     job = frame.job
@@ -592,9 +605,7 @@ def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_j
 @pytest.mark.slow
 def test_torchrun_rank_with_process_only_is_watched_alone(torchrun_job):
     agent = torchrun_job.pid
-    rank1 = wait_for(lambda: next((c.pid for c in psutil.Process(agent).children()
-                                   if parse_environ(open(f"/proc/{c.pid}/environ").read()).get("RANK") == "1"),
-                                  None), timeout=START_TIMEOUT_S)
+    rank1 = wait_for(lambda: children_with(agent, RANK="1"), timeout=START_TIMEOUT_S)[0]
     with watching(rank1, process_only=True) as watch:
         frame = watch.until(lambda f: rank1 in watch.sampled and any(
             p.role == ROLE_DATALOADER_WORKER for p in f.processes))
@@ -668,7 +679,7 @@ def test_shell_script_watches_the_python_it_started(spawn_target):
 def test_torchrun_restart_is_followed(tmp_path):
     fail_now = tmp_path / "fail-now"
     proc = start_job("job_torchrun.py", str(free_port()), "2", "1", "--workers", "1", "--fail-rank", "1",
-                     "--fail-when", str(fail_now))
+                     "--fail-when", str(fail_now), log=tmp_path / "job.log")
     try:
         with watching(proc.pid) as watch:
             first = watch.until(whole_job(watch, restart_count=0))
@@ -680,8 +691,7 @@ def test_torchrun_restart_is_followed(tmp_path):
             ended = watch.until(lambda f: not f.target.alive, timeout=60)
     finally:
         kill_job(proc)
-        stderr = proc.stderr.read().decode(errors="replace")
-    assert "fails on purpose" in stderr
+    assert "fails on purpose" in (tmp_path / "job.log").read_text(errors="replace")
     restarted = ranks_of(second)
     assert [r.rank for r in restarted] == [0, 1] and all(r.restart_count == 1 for r in restarted)
     assert {r.pid for r in restarted} <= watch.sampled, "py-spy samples the new ranks"
@@ -699,16 +709,6 @@ SLEEPER = "import time; time.sleep(600)"
 def shell(script: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen(["bash", "-c", script], start_new_session=True,
                             env=dict(os.environ, PY=sys.executable, **env))
-
-
-def children_with(parent: int, **wanted: str) -> list[int]:
-    found = []
-    for child in psutil.Process(parent).children():
-        with contextlib.suppress(OSError):
-            environ = parse_environ(open(f"/proc/{child.pid}/environ").read())
-            if all(environ.get(k) == v for k, v in wanted.items()):
-                found.append(child.pid)
-    return found
 
 
 @pytest.fixture
