@@ -569,6 +569,7 @@ def torchrun_job(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_torchrun_attached_to_the_agent(torchrun_job):
     agent = torchrun_job.pid
     with watching(agent) as watch:
@@ -590,6 +591,7 @@ def test_torchrun_attached_to_the_agent(torchrun_job):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_job):
     agent = torchrun_job.pid
     rank1 = wait_for(lambda: children_with(agent, RANK="1"), timeout=START_TIMEOUT_S)[0]
@@ -603,6 +605,7 @@ def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_j
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_torchrun_rank_with_process_only_is_watched_alone(torchrun_job):
     agent = torchrun_job.pid
     rank1 = wait_for(lambda: children_with(agent, RANK="1"), timeout=START_TIMEOUT_S)[0]
@@ -616,6 +619,7 @@ def test_torchrun_rank_with_process_only_is_watched_alone(torchrun_job):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_mp_spawn_parent_is_the_launcher_and_children_are_ranks_by_start_order(spawn_target):
     parent = spawn_target("job_train.py", "--spawn", "2", "--master-port", str(free_port()), "--workers", "1",
                           stdout=subprocess.DEVNULL)
@@ -644,6 +648,7 @@ def shell_ready(proc) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_shell_script_watches_the_python_it_started(spawn_target):
     shell = spawn_target("job_shell.py", "--workers", "2", "--step-ms", "5", stdout=subprocess.PIPE,
                          ready=shell_ready, timeout=START_TIMEOUT_S)
@@ -676,6 +681,7 @@ def test_shell_script_watches_the_python_it_started(spawn_target):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torch's import in every rank and worker, on a loaded 2-core machine
 def test_torchrun_restart_is_followed(tmp_path):
     fail_now = tmp_path / "fail-now"
     proc = start_job("job_torchrun.py", str(free_port()), "2", "1", "--workers", "1", "--fail-rank", "1",

@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -47,8 +48,15 @@ def train(rank: int | None, world_size: int, args: argparse.Namespace, init_meth
     model: nn.Module = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     if rank is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        if init_method is None:
-            dist.init_process_group("gloo")  # torchrun's environment says where and who
+        if init_method is None:  # torchrun's environment says where and who
+            # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT and keeps it across restarts; torch 2.13
+            # adds no per-attempt prefix, so a restarted rank may read the address of the rank it replaces and
+            # gloo's connect is refused. A prefix per attempt keeps the attempts apart.
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                  timeout=timedelta(minutes=5))
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                                    world_size=world_size)
         else:
             dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
         model = DistributedDataParallel(model)
