@@ -496,7 +496,17 @@ def kill_job(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    psutil.wait_procs(family, timeout=5)
+    # Orphans are reaped by whoever adopts them: a zombie counts as gone.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_lives(p) for p in family):
+        time.sleep(0.05)
+
+
+def _lives(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def start_job(script: str, *args: str, log: Path) -> subprocess.Popen:
