@@ -781,3 +781,20 @@ def test_a_python_launcher_waiting_for_its_child(shells):
         frame = watch.until(lambda f: f.job is not None, timeout=30)
     assert frame.job.kind == KIND_LAUNCHED and frame.job.rank_pids == (child,)
     assert frame.process(proc.pid).role == ROLE_LAUNCHER
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_spawn_context_dataloader_workers_are_not_mp_spawn_ranks(spawn_target):
+    # They start as `spawn_main` children of a Python process, as mp.spawn's ranks do; once their parent's stack
+    # is known (not in torch's spawn), or they have named themselves, the process is a lone trainer again.
+    target = spawn_target("dataloader_loop.py", "--num-workers", "2", "--context", "spawn", "--seconds", "600",
+                          stdout=subprocess.PIPE, ready=lambda p: p.stdout.readline().strip() == b"ready",
+                          timeout=START_TIMEOUT_S)
+    with watching(target.pid) as watch:
+        frame = watch.until(lambda f: target.pid in watch.sampled and len(
+            [p for p in f.processes if p.role == ROLE_DATALOADER_WORKER and p.alive]) == 2)
+        later = [watch.until(lambda f: True) for _ in range(3)]
+    for f in (frame, *later):
+        assert f.job is None and f.process(target.pid).role == ROLE_MAIN
+        assert not any(p.role in (ROLE_RANK, ROLE_LAUNCHER) for p in f.processes)
