@@ -498,3 +498,22 @@ def test_one_job_tick_on_a_full_history_is_cheap():
     per_call = (time.perf_counter() - started) / calls
     print(f"diagnose_job() on 600 frames, 2 ranks: {per_call * 1000:.2f} ms per call")
     assert per_call < 0.010
+
+
+def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeypatch):
+    """One diagnose() per rank per frame, over at most the history's capacity: replays stay linear."""
+    import probes.diagnose_job as diagnose_job_module
+    import probes.monitor as monitor_module
+
+    seen, tree = [], []
+    real = diagnose_job_module.diagnose_with_evidence
+
+    def counting(history, previous=None, hang_after_s=5.0):
+        seen.append(len(history))
+        return real(history, previous, hang_after_s)
+
+    monkeypatch.setattr(diagnose_job_module, "diagnose_with_evidence", counting)
+    monkeypatch.setattr(monitor_module, "diagnose", lambda *args: tree.append(1))
+    fold(straggler_frames(700))
+    assert len(seen) == 2 * 700 and max(seen) == 600
+    assert tree == []  # the launcher's tree is not diagnosed besides
