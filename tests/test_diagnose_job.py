@@ -16,7 +16,15 @@ import pytest
 
 from probes.diagnose import diagnose
 from probes.diagnose_job import RankHistory, diagnose_job, project_rank
-from probes.diagnose_stacks import COMMS, COMPUTE, PEER_WAIT_BACKWARD, PEER_WAIT_SYNC, WAIT, classify_stack
+from probes.diagnose_stacks import (
+    COMMS,
+    COMPUTE,
+    PEER_WAIT_BACKWARD,
+    PEER_WAIT_BACKWARD_QUIET,
+    PEER_WAIT_SYNC,
+    WAIT,
+    classify_stack,
+)
 from probes.frame import (
     CpuReading,
     Frame,
@@ -206,6 +214,20 @@ def test_a_rank_history_projects_each_frame_once():
     history = RankHistory(frames, RANK0)
     assert len(history) == 4 and history[-1] is history[3] and history[1:3] == [history[1], history[2]]
     assert history[0].target.pid == RANK0
+
+
+def test_an_awake_backward_sample_counts_as_waiting_only_when_the_rank_barely_works():
+    """py-spy's idle flag is one instant's thread state: a rank whose main thread is on a CPU 10% of the time
+    waits in its backward samples even where py-spy caught it awake; one at 100% computes its backward."""
+    def frames(main_cpu):
+        return [job_frame(i, [rank_proc(RANK0, 0, cpu=main_cpu), rank_proc(RANK1, 1)], counts=[
+            count(RANK0, DDP_WAIT, n=6, idle=False), count(RANK0, FORWARD, n=4),
+            count(RANK1, SLOW_AUGMENT, n=10)]) for i in range(8)]
+    quiet = run_job(frames(10.0))[-1]
+    assert quiet.ranks[0].collective_wait_ratio == 0.6 and quiet.finding == "straggler"
+    busy = run_job(frames(100.0))[-1]
+    assert busy.ranks[0].collective_wait_ratio == 0.0 and busy.finding == "mixed"
+    assert classify_stack(DDP_WAIT, idle=False, peer_wait=PEER_WAIT_BACKWARD_QUIET).activity == COMMS
 
 
 # --- findings -----------------------------------------------------------------------------------------------
