@@ -76,7 +76,8 @@ def job_words(job: JobInfo) -> str:
     words = f"{job.kind} job"
     if ranks:
         words += f", {ranks} rank{'s' if ranks != 1 else ''}"
-    return words + (f" (run {job.run_id})" if job.run_id else "")
+    # torchrun names a run "none" unless told otherwise: no use to anyone
+    return words + (f" (run {job.run_id})" if job.run_id and job.run_id != "none" else "")
 
 
 def rank_scope_words(row: RankRow, group: frozenset[int]) -> str:

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from probes.diagnose_evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, percent, role_words, size
+from tui.panes.text import clip, percent, process_role_words, size
 
 # (heading, width, right-aligned); the command column takes whatever room is left.
 PROCESS_COLUMNS = (("PID", 7, False), ("role", 19, False), ("CPU%", 5, True), ("run/thr", 7, True),
@@ -73,7 +73,7 @@ def process_row(depth: int, process: ProcessSample, command_room: int) -> tuple[
     cpu_style = "bold" if (process.cpu_pct or 0) >= 90 else ""
     cells = (
         Text(str(process.pid), style=dim),
-        Text(indent + role_words(process.role), style=dim or ("bold" if depth == 0 else "")),
+        Text(indent + process_role_words(process), style=dim or ("bold" if depth == 0 else "")),
         Text(percent(process.cpu_pct), style=dim or cpu_style, justify="right"),
         Text(f"{runnable}/{threads}", style=dim, justify="right"),
         Text(state, style=dim or ("bold yellow" if state == "disk-sleep" else "")),

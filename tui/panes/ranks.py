@@ -87,7 +87,7 @@ def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     if row.responsible and finding == "straggler":
         return f"straggler: {bottleneck_words(verdict.bottleneck)}"
     if waits is not None and waits >= WAITING_RATIO:
-        return f"waits {waits:.0%} for the other ranks"
+        return f"waits {waits:.0%} for the others"
     return bottleneck_words(verdict.bottleneck)
 
 

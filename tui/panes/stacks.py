@@ -25,7 +25,7 @@ from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.history import recent_frames
 from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, clip_left, duration, role_words
+from tui.panes.text import clip, clip_left, duration, process_role_words
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
 DEFAULT_WINDOW_INDEX = 1
@@ -299,7 +299,7 @@ class StacksPane(Vertical):
         if self.scope_pid is None:
             return self.group_words if self.group is not None and self.group_words else "all processes"
         process = latest.process(self.scope_pid)
-        role = role_words(process.role) if process else "gone"
+        role = process_role_words(process) if process else "gone"
         words = f"PID {self.scope_pid} ({role})"
         if self.scope_tid is not None:
             name = next((t.name for t in latest.stacks.threads if t.tid == self.scope_tid and t.name), None)
@@ -421,7 +421,7 @@ class StacksPane(Vertical):
                                 style="bold"))
             for pid, pid_threads in sorted(by_pid.items()):
                 process = latest.process(pid)
-                role = role_words(process.role) if process else "process"
+                role = process_role_words(process) if process else "process"
                 process_node = root.add(Text(f"PID {pid} {role}", style="bold"), data=("process", pid),
                                         expand=True)
                 for thread in sorted(pid_threads, key=lambda t: (t.idle, t.tid)):
