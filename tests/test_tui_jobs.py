@@ -92,6 +92,19 @@ def with_worker(frames):
             for f in frames]
 
 
+class GatedEngine(RecordedEngine):
+    """Holds its tick number `gate_at` until `gate` is set: the screen can be caught between two frames."""
+
+    def __init__(self, frames, *, gate_at: int, gate: threading.Event) -> None:
+        super().__init__(frames, interval_s=0.05)
+        self.gate_at, self.gate = gate_at, gate
+
+    def tick(self):
+        if self.ticks == self.gate_at:
+            self.gate.wait(10)
+        return super().tick()
+
+
 def verdict_text(app) -> str:
     return text_of(app.query_one("#verdict-text", Static).content)
 
@@ -260,31 +273,23 @@ async def test_a_rank_that_restarts_under_a_new_pid_lets_go_of_the_selection():
 
 
 @pilot_test
-async def test_80x24_keeps_verdict_ranks_processes_and_stacks_readable():
-    app = job_app()
+async def test_80x24_keeps_verdict_ranks_and_stacks_readable_and_folds_processes_until_3():
+    app = job_app(with_worker(straggler_frames()))
     async with app.run_test(size=SMALL) as pilot:
         await pilot.pause()
         await pilot.press("right_square_bracket", "right_square_bracket")
-        screen_rows = {pane: app.query_one(f"#{pane}").region for pane in ("verdict", "ranks", "cpu", "stacks")}
-        for pane, region in screen_rows.items():
-            assert region.height >= 3 and region.bottom <= 23, (pane, region)  # above the footer
+        for pane in ("verdict", "ranks", "stacks"):
+            region = app.query_one(f"#{pane}").region
+            assert region.height >= 4 and region.bottom <= 23, (pane, region)  # above the footer
         assert app.query_one("#ranks-table").region.height == 3  # heading and both ranks
-        assert app.query_one("#hot").region.height >= 2
+        assert app.query_one("#hot").region.height >= 5
+        assert app.query_one("#cpu").region.height == 1  # its title: the rank table has each rank's CPU%
         lines = verdict_text(app).splitlines()
         assert "straggler: rank 1" in lines[0] and lines[1].startswith("▶ rank 1")
-
-
-class GatedEngine(RecordedEngine):
-    """Holds its tick number `gate_at` until `gate` is set: the screen can be caught between two frames."""
-
-    def __init__(self, frames, *, gate_at: int, gate: threading.Event) -> None:
-        super().__init__(frames, interval_s=0.05)
-        self.gate_at, self.gate = gate_at, gate
-
-    def tick(self):
-        if self.ticks == self.gate_at:
-            self.gate.wait(10)
-        return super().tick()
+        await pilot.press("3")
+        await pilot.pause()
+        assert app.query_one("#processes").region.height == 3  # heading, the rank and its worker
+        assert app.query_one("#stacks").region.height >= 4
 
 
 def test_rank_verdict_words():
