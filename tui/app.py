@@ -94,8 +94,8 @@ class GputopApp(App[None]):
     # Keys that work only while the view has a job with ranks: the footer and the help show them only then.
     JOB_BINDINGS: ClassVar[list[Binding]] = [
         Binding("right_square_bracket", "next_rank", "Rank", key_display="[ ]",
-                tooltip="Select the next / previous rank (then all ranks again): the CPU and Stacks panes "
-                "show only it and its workers, the Verdict pane its own verdict under the job's"),
+                tooltip="Select the next / previous rank, then all ranks again: CPU and Stacks show only that "
+                "rank and its workers, Verdict its own verdict under the job's"),
         Binding("left_square_bracket", "previous_rank", "Rank", show=False),
         Binding("5", "focus_pane('ranks')", "Ranks", show=False, key_display="5",
                 tooltip="Go to the Ranks pane: j / k move, enter selects that rank"),
@@ -405,7 +405,7 @@ class GputopApp(App[None]):
         groups = [("Everywhere", [b for b in everywhere if b not in self.JOB_BINDINGS] + focus_moves),
                   ("Stacks pane", stacks)]
         if self._ranks_shown:
-            groups.insert(1, ("Distributed job", [b for b in self.JOB_BINDINGS if b.tooltip]))
+            groups.insert(0, ("Distributed job", [b for b in self.JOB_BINDINGS if b.tooltip]))
         return groups
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -23,7 +23,7 @@ from tui.panes.text import bottleneck_words, clip, percent
 
 TITLE = "5 Ranks"
 # (heading, width, right-aligned); the verdict column takes whatever room is left.
-RANK_COLUMNS = (("rank", 6, True), ("local", 5, True), ("PID", 7, True), ("GPU", 3, True), ("CPU%", 5, True),
+RANK_COLUMNS = (("rank", 5, True), ("local", 5, True), ("PID", 7, True), ("GPU", 3, True), ("CPU%", 5, True),
                 ("waits", 5, True))
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
 TABLE_CHROME = 2 * (len(RANK_COLUMNS) + 1) + 2
@@ -71,6 +71,12 @@ def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankR
                    responsible=job.responsible_rank is not None and job.responsible_rank == rank.rank)
 
 
+def short_bottleneck_words(bottleneck: str) -> str:
+    """The bottleneck's words without their parenthesis ("input-bound", not "input-bound (DataLoader)"):
+    a rank's row has a few columns of room, and the verdict pane above says it in full."""
+    return bottleneck_words(bottleneck).split(" (")[0]
+
+
 def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     """A rank's verdict in a few words: "straggler: host-CPU-bound", "waits 85%", "hung", "exited"."""
     verdict = row.verdict
@@ -81,14 +87,14 @@ def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     waits = row.collective_wait_ratio
     if verdict.liveness == "hung":
         if row.responsible and finding == "hung_rank":
-            return f"hung: the others wait for it ({bottleneck_words(verdict.bottleneck)})"
+            return f"hung: the others wait for it ({short_bottleneck_words(verdict.bottleneck)})"
         return f"hung, waiting {waits:.0%} in collectives" if waits is not None and waits >= WAITING_RATIO \
             else "hung"
     if row.responsible and finding == "straggler":
-        return f"straggler: {bottleneck_words(verdict.bottleneck)}"
+        return f"straggler: {short_bottleneck_words(verdict.bottleneck)}"
     if waits is not None and waits >= WAITING_RATIO:
         return f"waits {waits:.0%} for the others"
-    return bottleneck_words(verdict.bottleneck)
+    return short_bottleneck_words(verdict.bottleneck)
 
 
 def rank_label(row: RankRow) -> str:

@@ -46,13 +46,15 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
     """
     verdict = view.verdict
-    head = Text()
-    head.append_text(verdict_badge(verdict))
-    head.append(f"  {liveness_words(verdict.liveness)}", style="bold red" if verdict.liveness == "hung" else "bold")
     found = finding_words(view.job) if view.job is not None else None
+    # A job's first line names the rank first, and is cut rather than wrapped: it carries more than a
+    # lone process's, and the lines under it must stay on an 80x24 screen.
+    head = Text(no_wrap=True, overflow="ellipsis") if found else Text()
+    head.append_text(verdict_badge(verdict))
     if found:
-        head.append(" · ")
-        head.append(found, style="bold yellow")
+        head.append(f"  {found} ·", style="bold yellow")
+    head.append(f"  {liveness_words(verdict.liveness)}" if not found else f" {liveness_words(verdict.liveness)}",
+                style="bold red" if verdict.liveness == "hung" else "bold")
     head.append(f" · {verdict.confidence:.0%} sure")
     if verdict.since is not None:
         head.append(f" · for {duration(now - verdict.since)}")
