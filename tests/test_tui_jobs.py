@@ -15,7 +15,7 @@ from pathlib import Path
 
 from textual.widgets import Static
 
-from probes.frame import JobVerdict, ProcessSample, RankVerdict, StackCount, StackFrame, Verdict
+from probes.frame import JobInfo, JobVerdict, ProcessSample, RankVerdict, StackCount, StackFrame, Verdict
 from probes.recording import read_recording
 from tests.test_tui_app import (
     RecordedEngine,
@@ -290,6 +290,39 @@ async def test_80x24_keeps_verdict_ranks_and_stacks_readable_and_folds_processes
         await pilot.pause()
         assert app.query_one("#processes").region.height == 3  # heading, the rank and its worker
         assert app.query_one("#stacks").region.height >= 4
+
+
+@pilot_test
+async def test_a_launched_trainer_gets_its_note_but_no_rank_table():
+    frames = frames_of("data_bound")
+    main = frames[-1].processes[0]
+    note = f"attached to bash (PID 10): watching python demo_target.py (PID {main.pid}) under it"
+    job = JobInfo(kind="launched", attached_pid=10, root_pid=main.pid, launcher_pid=10, rank_pids=(main.pid,),
+                  selected_pid=main.pid, note=note)
+    app = make_app(replay_frames=[dataclasses.replace(f, job=job) for f in frames])
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.pause()
+        assert not app.query_one("#ranks").display
+        assert note in app.status_text().plain
+        assert "input-bound (DataLoader)" in verdict_text(app).splitlines()[0]
+        assert "▶" not in verdict_text(app)
+        assert len(process_pids(app)) == 3  # the whole tree, folded by nothing
+        assert "[ ]" not in footer_keys(app)
+
+
+@pilot_test
+async def test_selecting_a_rank_while_paused_scopes_the_frozen_view():
+    engine = RecordedEngine(straggler_frames(), interval_s=0.05)
+    app = make_app(engine=engine)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_until(pilot, lambda: app.view is not None and app.view.latest.seq >= 3)
+        await pilot.press("p")
+        frozen_seq = app._drawn_view.latest.seq
+        await wait_until(pilot, lambda: app.view.latest.seq > frozen_seq + 2)
+        await pilot.press("right_square_bracket")
+        assert process_pids(app) == [RANK0]
+        assert app._drawn_view.latest.seq == frozen_seq
+        assert "PAUSED" in app.status_text().plain
 
 
 def test_rank_verdict_words():

@@ -53,6 +53,8 @@ def rank_rows(view: MonitorView) -> list[RankRow]:
     share), else from the latest frame's rank processes (before a verdict, or on a build without one).
     Empty for a lone process or a launched one, whose screen has no rank table."""
     frame = view.shown
+    if frame.job is not None and frame.job.kind == "launched":  # one training process, no ranks to compare
+        return []
     job = view.job
     if job is not None and job.ranks:
         return [_row_from_verdict(rank, frame, job) for rank in sorted(job.ranks, key=lambda r: r.rank)]
