@@ -134,7 +134,8 @@ async def test_rank_table_lists_each_rank_with_its_verdict_in_a_few_words():
         assert rows[1][4] == "97%" and rows[1][6] == "straggler: host-CPU-bound"
         head = verdict_text(app).splitlines()[0]
         assert "host-CPU-bound" in head and "straggler: rank 1" in head
-        assert "torchrun job, 2 ranks" in app.status_text().plain
+        assert "torchrun job, 2 ranks" in app.status_text().plain and app.job_note_text() is None
+        assert not app.query_one("#job-note").display
         # Attached to the launcher: no rank is selected, every process shows.
         assert process_pids(app) == [LAUNCHER, RANK0, RANK1]
         assert "all processes" in stacks_title(app)
@@ -178,10 +179,9 @@ async def test_the_rank_the_user_attached_to_is_selected_first_and_its_note_head
         await pilot.pause()
         assert app.selected_rank_pid == RANK1
         assert process_pids(app) == [RANK1]
-        status = app.status_text().plain
-        assert note in status and "torchrun job, 2 ranks" not in status
-        # The state comes before the note, so a narrow terminal cuts the note, not "EXITED" or "PAUSED".
-        assert status.index("replay of") < status.index(note)
+        # The note has the header's second line to itself; the status line no longer says what the note says.
+        assert app.job_note_text().plain.strip() == note and app.query_one("#job-note").region.height == 1
+        assert "torchrun job, 2 ranks" not in app.status_text().plain
 
 
 @pilot_test
@@ -303,7 +303,7 @@ async def test_a_launched_trainer_gets_its_note_but_no_rank_table():
     async with app.run_test(size=SMALL) as pilot:
         await pilot.pause()
         assert not app.query_one("#ranks").display
-        assert note in app.status_text().plain
+        assert app.job_note_text().plain.strip() == note
         assert "input-bound (DataLoader)" in verdict_text(app).splitlines()[0]
         assert "▶" not in verdict_text(app)
         assert len(process_pids(app)) == 3  # the whole tree, folded by nothing

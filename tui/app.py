@@ -70,6 +70,11 @@ class StatusBar(Static):
     """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
 
 
+class JobNote(Static):
+    """The header's second line, for a job only: what gputop found from the PID it was given (JobInfo.note),
+    e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it"."""
+
+
 def job_words(job: JobInfo) -> str:
     """The job in a few words when discovery left no note: "torchrun job, 2 ranks"."""
     ranks = job.world_size or len(job.rank_pids)
@@ -168,6 +173,7 @@ class GputopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
+        yield JobNote(id="job-note")
         yield VerdictPane()
         with Container(id="body"):
             yield GpuPane()
@@ -343,6 +349,20 @@ class GputopApp(App[None]):
 
     def _render_status(self) -> None:
         self.query_one(StatusBar).update(self.status_text(), layout=False)  # always one line
+        note = self.job_note_text()
+        job_note = self.query_one(JobNote)
+        if note is not None:
+            job_note.update(note, layout=False)
+        if job_note.display != (note is not None):
+            job_note.display = note is not None
+
+    def job_note_text(self) -> Text | None:
+        """The job's note, on its own line: on the status line it would be the first thing a narrow terminal
+        cuts, and it is what tells a person who named a shell script or one rank what gputop is watching."""
+        job = self.view.shown.job if self.view is not None else None
+        if job is None or not job.note:
+            return None
+        return Text(f" {job.note}", style="bold")
 
     def status_text(self) -> Text:
         """Most important first, so a narrow terminal cuts the command line, not the state."""
@@ -380,8 +400,8 @@ class GputopApp(App[None]):
             if costs:
                 text.append(" · CPU " + ", ".join(costs), style="dim")
         job = view.shown.job
-        if job is not None:  # says what is watched: a person who named a shell script sees the job under it
-            text.append(f" · {job.note or job_words(job)}", style="bold")
+        if job is not None and not job.note:  # with a note, the line under this one says what is watched
+            text.append(f" · {job_words(job)}", style="bold")
         if self._last_saved:
             text.append(f" · saved {self._last_saved}", style="green")
         if target.cmdline:
