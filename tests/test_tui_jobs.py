@@ -93,15 +93,15 @@ def with_worker(frames):
 
 
 class GatedEngine(RecordedEngine):
-    """Holds its tick number `gate_at` until `gate` is set: the screen can be caught between two frames."""
+    """Holds a tick (by number) until its event is set: the screen can be caught between two frames."""
 
-    def __init__(self, frames, *, gate_at: int, gate: threading.Event) -> None:
+    def __init__(self, frames, *, gates: dict[int, threading.Event]) -> None:
         super().__init__(frames, interval_s=0.05)
-        self.gate_at, self.gate = gate_at, gate
+        self.gates = gates
 
     def tick(self):
-        if self.ticks == self.gate_at:
-            self.gate.wait(10)
+        if self.ticks in self.gates:
+            self.gates[self.ticks].wait(10)
         return super().tick()
 
 
@@ -254,22 +254,32 @@ async def test_ranks_show_from_the_frames_before_any_job_verdict():
 
 
 @pilot_test
-async def test_a_rank_that_restarts_under_a_new_pid_lets_go_of_the_selection():
+async def test_a_rank_restarted_under_a_new_pid_stays_selected_and_a_vanished_one_lets_go():
     frames = straggler_frames()
-    restarted = [dataclasses.replace(f, processes=tuple(
-        dataclasses.replace(p, pid=RANK1 + 100) if p.pid == RANK1 else p for p in f.processes)) for f in frames]
-    go_on = threading.Event()
-    engine = GatedEngine(frames[:3] + restarted[3:], gate_at=3, gate=go_on)
-    app = with_job_verdict(make_app(engine=engine), None)
+
+    def replace_rank1(frame, **changes):
+        return dataclasses.replace(frame, processes=tuple(
+            dataclasses.replace(p, **changes) if p.pid == RANK1 else p for p in frame.processes))
+
+    restarted = [replace_rank1(f, pid=RANK1 + 100, restart_count=1) for f in frames[3:6]]
+    renumbered = [replace_rank1(f, pid=RANK1 + 200, rank=None, role="other") for f in frames[6:]]
+    gates = [threading.Event(), threading.Event()]
+    engine = GatedEngine(frames[:3] + restarted + renumbered, gates={3: gates[0], 6: gates[1]})
+    app = with_job_verdict(make_app(engine=engine), None)  # the frames' own ranks: no verdict to keep old PIDs
     async with app.run_test(size=WIDE) as pilot:
         await wait_until(pilot, lambda: app.view is not None and app.view.latest.seq == 3)
         await pilot.press("left_square_bracket")
         assert app.selected_rank_pid == RANK1
-        go_on.set()
+        gates[0].set()
+        await wait_until(pilot, lambda: app.view.latest.seq == 6)
+        await pilot.pause()
+        assert app.selected_rank_pid == RANK1 + 100
+        assert process_pids(app) == [RANK1 + 100]
+        gates[1].set()
         await wait_until(pilot, lambda: app.view.latest.seq >= len(frames))
         await pilot.pause()
         assert app.selected_rank_pid is None
-        assert [row[2] for row in table_rows(app, "ranks-table")] == [str(RANK0), str(RANK1 + 100)]
+        assert [row[2] for row in table_rows(app, "ranks-table")] == [str(RANK0)]
 
 
 @pilot_test

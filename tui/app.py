@@ -158,6 +158,7 @@ class GputopApp(App[None]):
         self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
         self.selected_rank_pid: int | None = None  # the distributed job's rank the panes are scoped to
         self._rank_selection_started = False  # JobInfo.selected_pid is applied once, when ranks first show
+        self._selected_rank_number: int | None = None  # followed when the selected rank restarts
         self._ranks_shown = False
 
     # --- time -----------------------------------------------------------------------------------
@@ -324,16 +325,20 @@ class GputopApp(App[None]):
         stacks.show(shown)
 
     def _follow_rank_selection(self, view: MonitorView, rows: list[RankRow]) -> None:
-        """The rank the user attached to is selected when ranks first show; a rank that is gone (restarted
-        under a new PID) lets go. Showing or hiding the rank table switches the keys that work on it."""
+        """The rank the user attached to is selected when ranks first show. A selected rank that torchrun
+        restarted under a new PID stays selected by its number; one that is gone altogether lets go. Showing
+        or hiding the rank table switches the keys that work on it."""
         pids = [row.pid for row in rows]
         if rows and not self._rank_selection_started:
             self._rank_selection_started = True
             job_info = view.shown.job
             if job_info is not None and job_info.selected_pid in pids:
                 self.selected_rank_pid = job_info.selected_pid
-        if self.selected_rank_pid not in pids:
-            self.selected_rank_pid = None
+        if self.selected_rank_pid is not None and self.selected_rank_pid not in pids:
+            same_rank = next((row.pid for row in rows if row.rank is not None
+                              and row.rank == self._selected_rank_number), None)
+            self.selected_rank_pid = same_rank
+        self._selected_rank_number = next((row.rank for row in rows if row.pid == self.selected_rank_pid), None)
         if bool(rows) != self._ranks_shown:
             self._ranks_shown = bool(rows)
             self.screen.set_class(self._ranks_shown, "-job")
