@@ -322,16 +322,16 @@ async def test_a_launched_trainer_gets_its_note_but_no_rank_table():
 
 @pilot_test
 async def test_selecting_a_rank_while_paused_scopes_the_frozen_view():
-    engine = RecordedEngine(straggler_frames(), interval_s=0.05)
-    app = make_app(engine=engine)
+    go_on = threading.Event()
+    app = make_app(engine=GatedEngine(straggler_frames(), gates={4: go_on}))
     async with app.run_test(size=WIDE) as pilot:
-        await wait_until(pilot, lambda: app.view is not None and app.view.latest.seq >= 3)
+        await wait_until(pilot, lambda: app.view is not None and app.view.latest.seq == 4)
         await pilot.press("p")
-        frozen_seq = app._drawn_view.latest.seq
-        await wait_until(pilot, lambda: app.view.latest.seq > frozen_seq + 2)
+        go_on.set()
+        await wait_until(pilot, lambda: app.view.latest.seq >= 8)
         await pilot.press("right_square_bracket")
         assert process_pids(app) == [RANK0]
-        assert app._drawn_view.latest.seq == frozen_seq
+        assert app._drawn_view.latest.seq == 4
         assert "PAUSED" in app.status_text().plain
 
 
