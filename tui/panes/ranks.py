@@ -115,9 +115,11 @@ def rank_group(frames: Sequence[Frame], rank_pid: int) -> frozenset[int]:
 def finding_words(job: JobVerdict) -> str | None:
     """What the job verdict found, naming the responsible rank: it goes in the verdict's first line."""
     rank = job.responsible_rank
-    named = {"straggler": "straggler", "hung_rank": "stuck", "rank_exited": "exited"}.get(job.finding)
-    if named and rank is not None:
-        return f"{named}: rank {rank}"
+    if rank is not None:
+        named = {"straggler": f"straggler: rank {rank}", "hung_rank": f"stuck: rank {rank}",
+                 "rank_exited": f"rank {rank} exited"}.get(job.finding)
+        if named:
+            return named
     return {"shared": "all ranks alike", "mixed": "ranks differ"}.get(job.finding)
 
 
@@ -198,8 +200,9 @@ class RanksPane(Vertical):
         if not rows:
             return
         selected = next((row for row in rows if row.pid == selected_pid), None)
-        scope = f"{rank_label(selected)} selected" if selected else f"{len(rows)} ranks, none selected"
-        self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope} ([ ] select)")
+        scope = f"{rank_label(selected)} selected ([ ] other ranks)" if selected else \
+            f"{len(rows)} ranks, all shown ([ ] selects one)"
+        self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
         table = self.query_one(RankTable)
         room = verdict_width(table.size.width or self.size.width)
         table.set_columns(room)
