@@ -23,7 +23,6 @@ TARGET = REPO / "tests" / "targets" / "tui_ddp_straggler.py"
 VERDICT_TIMEOUT_S = 120  # torch's import and gloo's rendezvous on a crowded 2-core machine, then a few samples
 
 pytestmark = TMUX_MARKS  # slow; needs tmux and py-spy
-pytest.importorskip("probes.jobs", reason="needs job discovery (probes/jobs.py, branch h-discovery)")
 
 
 def free_port() -> int:
