@@ -26,7 +26,7 @@ from probes.recording import read_recording  # noqa: E402
 from tui.app import make_app  # noqa: E402
 
 RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
-CONSTRUCTED = REPO / "tests" / "fixtures" / "frames"  # GPU runs built by make_gpu_frames.py until a GPU records
+CONSTRUCTED = REPO / "tests" / "fixtures" / "frames"  # built by make_gpu_frames.py / make_job_frames.py
 SCREENSHOTS = REPO / "screenshots"
 SECONDS_AFTER_LAST_FRAME = 2.0
 
@@ -43,6 +43,9 @@ SHOTS = (
     (RECORDINGS / "gpu_bound.jsonl", "gpu-bound.svg", (160, 48), (), None),
     (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace.svg", (160, 48), (), SEED_CASE),
     (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace-80x24.svg", (80, 24), (), SEED_CASE),
+    # A 2-rank torchrun job whose rank 1 is slow, with rank 1 selected (`[` from "all ranks").
+    (CONSTRUCTED / "ddp_straggler.jsonl", "ddp-straggler.svg", (160, 48), ("left_square_bracket",), None),
+    (CONSTRUCTED / "ddp_straggler.jsonl", "ddp-straggler-80x24.svg", (80, 24), ("left_square_bracket",), None),
 )
 
 

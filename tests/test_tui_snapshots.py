@@ -42,3 +42,28 @@ def test_now_view_with_idle_threads(snap_compare):
 
 def test_help(snap_compare):
     assert snap_compare(replay_app("data_bound"), press=["question_mark"], terminal_size=SIZES["80x24"])
+
+
+CONSTRUCTED = Path(__file__).parent / "fixtures" / "frames"
+
+
+def job_replay_app():
+    """The 2-rank torchrun straggler (constructed after a real run): the job verdict comes from the real
+    probes.diagnose_job, so a change of its rules shows here too."""
+    frames = list(read_recording(CONSTRUCTED / "ddp_straggler.jsonl"))
+    frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
+    return make_app(replay_frames=frames, clock=lambda: frozen)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_ddp_straggler_with_the_straggler_selected(snap_compare, size):
+    # `[` from "all ranks" selects the last rank: rank 1, the straggler.
+    assert snap_compare(job_replay_app(), press=["left_square_bracket"], terminal_size=SIZES[size])
+
+
+def test_ddp_straggler_all_ranks(snap_compare):
+    assert snap_compare(job_replay_app(), terminal_size=SIZES["160x48"])
+
+
+def test_help_with_job_keys(snap_compare):
+    assert snap_compare(job_replay_app(), press=["question_mark"], terminal_size=SIZES["80x24"])

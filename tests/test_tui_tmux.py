@@ -43,7 +43,9 @@ class Tmux:
         return done.stdout
 
     def start(self, command: str, width: int, height: int) -> None:
-        env = f"PYTHONPATH={REPO} TERM=xterm-256color"
+        # Textual takes COLUMNS / LINES over the terminal's size, and pytest's session has them set (80x24):
+        # left in, every screen here would be drawn at 80x24 whatever the window's size.
+        env = f"-u COLUMNS -u LINES PYTHONPATH={REPO} TERM=xterm-256color"
         self.run("new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(REPO),
                  f"env {env} {command}; echo GPUTOP_EXIT=$?; sleep 60")
 

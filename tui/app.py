@@ -25,7 +25,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Container
+from textual.containers import Container, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -33,12 +33,13 @@ from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
 from probes.engine import Engine, run_ticks
-from probes.frame import Frame
+from probes.frame import Frame, JobInfo
 from probes.monitor import Monitor, MonitorView, recording_meta
 from probes.recording import Recorder
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
+from tui.panes.ranks import RankRow, RanksPane, rank_group, rank_label, rank_rows
 from tui.panes.stacks import HotTable, StacksPane
 from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
@@ -69,15 +70,47 @@ class StatusBar(Static):
     """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
 
 
+class JobNote(Static):
+    """The header's second line, for a job only: what gputop found from the PID it was given (JobInfo.note),
+    e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it"."""
+
+
+def job_words(job: JobInfo) -> str:
+    """The job in a few words when discovery left no note: "torchrun job, 2 ranks"."""
+    ranks = job.world_size or len(job.rank_pids)
+    words = f"{job.kind} job"
+    if ranks:
+        words += f", {ranks} rank{'s' if ranks != 1 else ''}"
+    # torchrun names a run "none" unless told otherwise: no use to anyone
+    return words + (f" (run {job.run_id})" if job.run_id and job.run_id != "none" else "")
+
+
+def rank_scope_words(row: RankRow, group: frozenset[int]) -> str:
+    """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers"."""
+    workers = len(group) - 1
+    return rank_label(row) + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "")
+
+
 class GputopApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "gputop"
     ENABLE_COMMAND_PALETTE = False
 
+    # Keys that work only while the view has a job with ranks: the footer and the help show them only then.
+    JOB_BINDINGS: ClassVar[list[Binding]] = [
+        Binding("right_square_bracket", "next_rank", "Rank", key_display="[ ]",
+                tooltip="Select the next / previous rank, then all ranks again: CPU and Stacks show only that "
+                "rank and its workers, Verdict its own verdict under the job's"),
+        Binding("left_square_bracket", "previous_rank", "Rank", show=False),
+        Binding("5", "focus_pane('ranks')", "Ranks", show=False, key_display="5",
+                tooltip="Go to the Ranks pane: j / k move, enter selects that rank"),
+    ]
+
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit", tooltip="Quit gputop (the target keeps running)"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Show every key"),
+        *JOB_BINDINGS,
         Binding("p", "pause", "Pause", tooltip="Freeze the view; sampling and recording continue"),
         Binding("s", "save", "Save", tooltip="Write a snapshot (JSON) and a screenshot (SVG) here"),
         Binding("1", "focus_pane('verdict')", "Verdict", show=False, key_display="1 2 3 4",
@@ -122,6 +155,11 @@ class GputopApp(App[None]):
         self._sampling_done = threading.Event()
         self._sampling_error: str | None = None
         self._last_saved: str | None = None
+        self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
+        self.selected_rank_pid: int | None = None  # the distributed job's rank the panes are scoped to
+        self._rank_selection_started = False  # JobInfo.selected_pid is applied once, when ranks first show
+        self._selected_rank_number: int | None = None  # followed when the selected rank restarts
+        self._ranks_shown = False
 
     # --- time -----------------------------------------------------------------------------------
 
@@ -136,11 +174,14 @@ class GputopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
+        yield JobNote(id="job-note")
         yield VerdictPane()
         with Container(id="body"):
             yield GpuPane()
             with Container(id="lower"):
-                yield CpuPane()
+                with Vertical(id="left"):
+                    yield RanksPane()
+                    yield CpuPane()
                 yield StacksPane(native_available=bool(self.engine and self.engine.config.native))
         yield Footer()
 
@@ -245,7 +286,11 @@ class GputopApp(App[None]):
     def _refresh_clock_texts(self) -> None:
         self._render_status()
         if self.view is not None and not self.paused:
-            self.query_one(VerdictPane).show(self.view, self.now())
+            self.query_one(VerdictPane).show(self.view, self.now(), self._selected_rank_row(self.view))
+
+    @on(RanksPane.RankChosen)
+    def _on_rank_chosen(self, message: RanksPane.RankChosen) -> None:
+        self._select_rank(message.pid)
 
     @on(CpuPane.ProcessChosen)
     def _on_process_chosen(self, message: CpuPane.ProcessChosen) -> None:
@@ -256,19 +301,73 @@ class GputopApp(App[None]):
     # --- rendering ------------------------------------------------------------------------------
 
     def _render_all(self) -> None:
-        view = self.view
         self._render_status()
-        if view is None:
+        if self.view is None:
             return
+        self._draw(self.view)
+
+    def _draw(self, view: MonitorView) -> None:
+        self._drawn_view = view
         now = self.now()
         shown = view.shown_frames
-        self.query_one(VerdictPane).show(view, now)
+        rows = rank_rows(view)
+        self._follow_rank_selection(view, rows)
+        selected = next((row for row in rows if row.pid == self.selected_rank_pid), None)
+        group = rank_group(shown, selected.pid) if selected is not None else None
+        scope_words = rank_scope_words(selected, group) if selected is not None else None
+        job_info = view.shown.job
+        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None)
+        self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
-        self.query_one(CpuPane).show(shown[-1])
-        self.query_one(StacksPane).show(shown)
+        self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)
+        stacks = self.query_one(StacksPane)
+        stacks.set_group(group, scope_words)
+        stacks.show(shown)
+
+    def _follow_rank_selection(self, view: MonitorView, rows: list[RankRow]) -> None:
+        """The rank the user attached to is selected when ranks first show. A selected rank that torchrun
+        restarted under a new PID stays selected by its number; one that is gone altogether lets go. Showing
+        or hiding the rank table switches the keys that work on it."""
+        pids = [row.pid for row in rows]
+        if rows and not self._rank_selection_started:
+            self._rank_selection_started = True
+            job_info = view.shown.job
+            if job_info is not None and job_info.selected_pid in pids:
+                self.selected_rank_pid = job_info.selected_pid
+        if self.selected_rank_pid is not None and self.selected_rank_pid not in pids:
+            same_rank = next((row.pid for row in rows if row.rank is not None
+                              and row.rank == self._selected_rank_number), None)
+            self.selected_rank_pid = same_rank
+        self._selected_rank_number = next((row.rank for row in rows if row.pid == self.selected_rank_pid), None)
+        if bool(rows) != self._ranks_shown:
+            self._ranks_shown = bool(rows)
+            self.screen.set_class(self._ranks_shown, "-job")
+            self.refresh_bindings()
+
+    def _selected_rank_row(self, view: MonitorView) -> RankRow | None:
+        return next((row for row in rank_rows(view) if row.pid == self.selected_rank_pid), None)
+
+    def _select_rank(self, pid: int | None) -> None:
+        self.selected_rank_pid = pid
+        if self._drawn_view is not None:  # paused: the frozen view, scoped to the new rank
+            self._draw(self._drawn_view)
 
     def _render_status(self) -> None:
         self.query_one(StatusBar).update(self.status_text(), layout=False)  # always one line
+        note = self.job_note_text()
+        job_note = self.query_one(JobNote)
+        if note is not None:
+            job_note.update(note, layout=False)
+        if job_note.display != (note is not None):
+            job_note.display = note is not None
+
+    def job_note_text(self) -> Text | None:
+        """The job's note, on its own line: on the status line it would be the first thing a narrow terminal
+        cuts, and it is what tells a person who named a shell script or one rank what gputop is watching."""
+        job = self.view.shown.job if self.view is not None else None
+        if job is None or not job.note:
+            return None
+        return Text(f" {job.note}", style="bold")
 
     def status_text(self) -> Text:
         """Most important first, so a narrow terminal cuts the command line, not the state."""
@@ -305,6 +404,9 @@ class GputopApp(App[None]):
                      (("gputop", overhead.monitor_cpu_pct), ("py-spy", overhead.sampler_cpu_pct)) if value is not None]
             if costs:
                 text.append(" · CPU " + ", ".join(costs), style="dim")
+        job = view.shown.job
+        if job is not None and not job.note:  # with a note, the line under this one says what is watched
+            text.append(f" · {job_words(job)}", style="bold")
         if self._last_saved:
             text.append(f" · saved {self._last_saved}", style="green")
         if target.cmdline:
@@ -325,7 +427,31 @@ class GputopApp(App[None]):
         everywhere = [b for b in self.BINDINGS if isinstance(b, Binding) and b.tooltip]
         focus_moves = [b for b in Screen.BINDINGS if isinstance(b, Binding) and "focus" in b.action]
         stacks = StacksPane.HELP_BINDINGS + [b for b in HotTable.BINDINGS if b.tooltip]
-        return [("Everywhere", everywhere + focus_moves), ("Stacks pane", stacks)]
+        groups = [("Everywhere", [b for b in everywhere if b not in self.JOB_BINDINGS] + focus_moves),
+                  ("Stacks pane", stacks)]
+        if self._ranks_shown:
+            groups.insert(0, ("Distributed job", [b for b in self.JOB_BINDINGS if b.tooltip]))
+        return groups
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The rank keys only while there are ranks to choose from (hidden from the footer otherwise)."""
+        if action in ("next_rank", "previous_rank") or (action == "focus_pane" and parameters == ("ranks",)):
+            return self._ranks_shown
+        return True
+
+    def action_next_rank(self) -> None:
+        self._step_rank(1)
+
+    def action_previous_rank(self) -> None:
+        self._step_rank(-1)
+
+    def _step_rank(self, step: int) -> None:
+        """All ranks, rank 0, rank 1, ..., all ranks again."""
+        if self._drawn_view is None:
+            return
+        choices: list[int | None] = [None, *(row.pid for row in rank_rows(self._drawn_view))]
+        index = choices.index(self.selected_rank_pid) if self.selected_rank_pid in choices else 0
+        self._select_rank(choices[(index + step) % len(choices)])
 
     def action_pause(self) -> None:
         if self.view is not None and self.view.replay:
@@ -361,6 +487,8 @@ class GputopApp(App[None]):
             return
         if isinstance(pane, StacksPane):
             pane.focus_view()
+        elif isinstance(pane, RanksPane):
+            pane.query_one("#ranks-table").focus()
         elif isinstance(pane, CpuPane):
             pane.query_one("#processes").focus()
         else:

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from probes.diagnose_evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, percent, role_words, size
+from tui.panes.text import clip, percent, process_role_words, size
 
 # (heading, width, right-aligned); the command column takes whatever room is left.
 PROCESS_COLUMNS = (("PID", 7, False), ("role", 19, False), ("CPU%", 5, True), ("run/thr", 7, True),
@@ -73,7 +73,7 @@ def process_row(depth: int, process: ProcessSample, command_room: int) -> tuple[
     cpu_style = "bold" if (process.cpu_pct or 0) >= 90 else ""
     cells = (
         Text(str(process.pid), style=dim),
-        Text(indent + role_words(process.role), style=dim or ("bold" if depth == 0 else "")),
+        Text(indent + process_role_words(process), style=dim or ("bold" if depth == 0 else "")),
         Text(percent(process.cpu_pct), style=dim or cpu_style, justify="right"),
         Text(f"{runnable}/{threads}", style=dim, justify="right"),
         Text(state, style=dim or ("bold yellow" if state == "disk-sleep" else "")),
@@ -160,6 +160,7 @@ class CpuPane(Vertical):
         self.border_title = TITLE
         self._frame: Frame | None = None
         self._shown_notes: Text | None = None
+        self._group: tuple[frozenset[int] | None, int | None, str | None] = (None, None, None)
 
     def compose(self):
         yield Static(id="cpu-notes")
@@ -167,14 +168,19 @@ class CpuPane(Vertical):
 
     def on_resize(self) -> None:
         if self._frame is not None:
-            self.show(self._frame)
+            self.show(self._frame, *self._group)
 
     def show_waiting(self, message: str) -> None:
         self._shown_notes = Text(message, style="dim")
         self.query_one("#cpu-notes", Static).update(self._shown_notes)
 
-    def show(self, frame: Frame) -> None:
-        self.border_title = Text.assemble(TITLE, " · ", cpu_summary(frame.cpu))
+    def show(self, frame: Frame, group: frozenset[int] | None = None, group_root: int | None = None,
+             group_words: str | None = None) -> None:
+        """The frame's process tree; with `group` (a rank and its workers), only those processes, from
+        `group_root` down, and `group_words` in the title saying so."""
+        self._group = (group, group_root, group_words)
+        scope = f" · {group_words}" if group_words else ""
+        self.border_title = Text.assemble(TITLE, scope, " · ", cpu_summary(frame.cpu))
         notes = cpu_notes(frame)
         if notes != self._shown_notes:
             self._shown_notes = notes
@@ -184,8 +190,12 @@ class CpuPane(Vertical):
         table = self.query_one(ProcessTable)
         command_room = command_width(table.size.width or self.size.width)
         table.set_columns(command_room)
+        processes, root = frame.processes, frame.target.pid
+        if group is not None:
+            processes = tuple(p for p in processes if p.pid in group)
+            root = group_root if group_root is not None else root
         sync_rows(table, [(str(process.pid), process_row(depth, process, command_room))
-                          for depth, process in tree_order(frame.processes, frame.target.pid)], follow_key=True)
+                          for depth, process in tree_order(processes, root)], follow_key=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -25,7 +25,7 @@ from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.history import recent_frames
 from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, clip_left, duration, role_words
+from tui.panes.text import clip, clip_left, duration, process_role_words
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
 DEFAULT_WINDOW_INDEX = 1
@@ -112,6 +112,9 @@ class StacksPane(Vertical):
         self.filter_text = ""
         self.scope_pid: int | None = None
         self.scope_tid: int | None = None
+        # A distributed job's selected rank and its workers: every view shows only their samples.
+        self.group: frozenset[int] | None = None
+        self.group_words: str | None = None
         self.mode = "hot"
         self.drill_key: FrameKey | None = None
         self._frames: tuple[Frame, ...] = ()
@@ -157,6 +160,18 @@ class StacksPane(Vertical):
     def scope_to_process(self, pid: int) -> None:
         self.scope_pid, self.scope_tid = pid, None
         self._switch("hot")
+
+    def set_group(self, group: frozenset[int] | None, words: str | None = None) -> None:
+        """Show only these processes' samples (None: all); a process or thread chosen outside them is let go."""
+        if group == self.group and words == self.group_words:
+            return
+        self.group, self.group_words = group, words
+        if group is not None and self.scope_pid is not None and self.scope_pid not in group:
+            self.scope_pid = self.scope_tid = None
+        self._refresh()
+
+    def _in_group(self, items):
+        return list(items) if self.group is None else [item for item in items if item.pid in self.group]
 
     def open_filter(self) -> None:
         field = self.query_one("#filter", Input)
@@ -243,7 +258,7 @@ class StacksPane(Vertical):
     def _view_inputs(self) -> tuple:
         """What the user chose: a change shows at once."""
         return (self.mode, self.window_index, self.include_idle, self.by_line, self.filter_text, self.scope_pid,
-                self.scope_tid, self.drill_key, self.size)
+                self.scope_tid, self.drill_key, self.size, self.group)
 
     def _data_inputs(self) -> tuple:
         """Which data the content comes from: the frames in the window that carry stack counts, and the
@@ -265,7 +280,7 @@ class StacksPane(Vertical):
             if data_inputs == self._shown_data_inputs or now - self._drawn_at < DATA_REDRAW_INTERVAL_S:
                 return
         self._shown_view_inputs, self._shown_data_inputs, self._drawn_at = view_inputs, data_inputs, now
-        counts = window_counts(self._frames, self.window_s)
+        counts = self._in_group(window_counts(self._frames, self.window_s))
         self._idle_in_view = self.include_idle or self._all_idle(counts)
         self.border_title = self._title(counts)
         notes = self._notes(counts)
@@ -282,9 +297,9 @@ class StacksPane(Vertical):
     def _scope_words(self) -> str:
         latest = self._frames[-1]
         if self.scope_pid is None:
-            return "all processes"
+            return self.group_words if self.group is not None and self.group_words else "all processes"
         process = latest.process(self.scope_pid)
-        role = role_words(process.role) if process else "gone"
+        role = process_role_words(process) if process else "gone"
         words = f"PID {self.scope_pid} ({role})"
         if self.scope_tid is not None:
             name = next((t.name for t in latest.stacks.threads if t.tid == self.scope_tid and t.name), None)
@@ -339,7 +354,7 @@ class StacksPane(Vertical):
     def _all_idle(self, counts: Sequence[StackCount]) -> bool:
         """Every sampled thread in scope is idle (a hung run): then idle threads are the story."""
         if self.mode == "now":
-            threads = select_samples(self._frames[-1].stacks.threads, self.scope_pid)
+            threads = select_samples(self._in_group(self._frames[-1].stacks.threads), self.scope_pid)
             return bool(threads) and all(t.idle for t in threads)
         return self._idle_share(counts) == 1.0
 
@@ -394,7 +409,8 @@ class StacksPane(Vertical):
 
     def _fill_now(self) -> None:
         latest = self._frames[-1]
-        threads = select_samples(latest.stacks.threads, self.scope_pid, include_idle=self._idle_in_view)
+        threads = select_samples(self._in_group(latest.stacks.threads), self.scope_pid,
+                                 include_idle=self._idle_in_view)
         by_pid: dict[int, list[ThreadStack]] = {}
         for thread in threads:
             by_pid.setdefault(thread.pid, []).append(thread)
@@ -405,7 +421,7 @@ class StacksPane(Vertical):
                                 style="bold"))
             for pid, pid_threads in sorted(by_pid.items()):
                 process = latest.process(pid)
-                role = role_words(process.role) if process else "process"
+                role = process_role_words(process) if process else "process"
                 process_node = root.add(Text(f"PID {pid} {role}", style="bold"), data=("process", pid),
                                         expand=True)
                 for thread in sorted(pid_threads, key=lambda t: (t.idle, t.tid)):

@@ -11,9 +11,12 @@ from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
     ROLE_FORKSERVER,
+    ROLE_LAUNCHER,
     ROLE_MAIN,
     ROLE_OTHER,
+    ROLE_RANK,
     ROLE_RESOURCE_TRACKER,
+    ProcessSample,
 )
 
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
@@ -46,6 +49,8 @@ ROLE_WORDS = {
     ROLE_FORKSERVER: "forkserver",
     ROLE_RESOURCE_TRACKER: "resource tracker",
     ROLE_OTHER: "other",
+    ROLE_LAUNCHER: "launcher",
+    ROLE_RANK: "rank",
 }
 
 # Path fragments after which a file path is specific enough to read (site-packages/torch/...).
@@ -59,6 +64,13 @@ def liveness_words(liveness: str) -> str:
 
 def role_words(role: str) -> str:
     return ROLE_WORDS.get(role, role.replace("_", " "))
+
+
+def process_role_words(process: ProcessSample) -> str:
+    """A process's role, with its rank when it is one of a distributed job's: "rank 1"."""
+    if process.role == ROLE_RANK and process.rank is not None:
+        return f"rank {process.rank}"
+    return role_words(process.role)
 
 
 def duration(seconds: float) -> str:

@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from probes.frame import Verdict
 from probes.monitor import MonitorView, Pace, VerdictChange
+from tui.panes.ranks import SELECTED_MARK, RankRow, finding_words, rank_label, rank_verdict_words
 from tui.panes.text import bottleneck_words, duration, liveness_words, offset, sparkline
 
 MAX_EVIDENCE_LINES = 3
@@ -36,15 +37,24 @@ def verdict_badge(verdict: Verdict) -> Text:
     return Text(f" {bottleneck_words(verdict.bottleneck)} ", style=style)
 
 
-def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EVIDENCE_LINES) -> Group:
+def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EVIDENCE_LINES,
+                       selected_rank: RankRow | None = None) -> Group:
     """Everything the pane says, given the monitor's view and the time to measure "since" against.
 
+    For a distributed job the verdict is the job's: its first line names the rank that holds the others
+    back, and the selected rank's own verdict follows in one line.
     Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
     """
     verdict = view.verdict
-    head = Text()
+    found = finding_words(view.job) if view.job is not None else None
+    # A job's first line names the rank first, and is cut rather than wrapped: it carries more than a
+    # lone process's, and the lines under it must stay on an 80x24 screen.
+    head = Text(no_wrap=True, overflow="ellipsis") if found else Text()
     head.append_text(verdict_badge(verdict))
-    head.append(f"  {liveness_words(verdict.liveness)}", style="bold red" if verdict.liveness == "hung" else "bold")
+    if found:
+        head.append(f"  {found} ·", style="bold yellow")
+    head.append(f"  {liveness_words(verdict.liveness)}" if not found else f" {liveness_words(verdict.liveness)}",
+                style="bold red" if verdict.liveness == "hung" else "bold")
     head.append(f" · {verdict.confidence:.0%} sure")
     if verdict.since is not None:
         head.append(f" · for {duration(now - verdict.since)}")
@@ -62,12 +72,25 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
         lines.add_row(Text("•", style="dim"),
                       Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
     parts = [head]
+    if selected_rank is not None:
+        parts.append(selected_rank_text(selected_rank, view))
     if view.pace is not None:
         parts.append(pace_text(view.pace))
     parts.append(lines)
     if len(_changes(view)) > 1:
         parts.append(timeline_text(view))
     return Group(*parts)
+
+
+def selected_rank_text(row: RankRow, view: MonitorView) -> Text:
+    """The selected rank's own verdict in one line: its words, then its first piece of evidence."""
+    finding = view.job.finding if view.job is not None else None
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{SELECTED_MARK} {rank_label(row)}: ", style="bold")
+    text.append(rank_verdict_words(row, finding), style="bold yellow" if row.responsible else "")
+    if row.verdict is not None and row.verdict.evidence:
+        text.append(f" · {row.verdict.evidence[0]}", style="dim")
+    return text
 
 
 def _seconds(value: float) -> str:
@@ -158,6 +181,6 @@ class VerdictPane(VerticalScroll):
     def show_waiting(self, message: str) -> None:
         self.query_one("#verdict-text", Static).update(Text(message, style="dim"))
 
-    def show(self, view: MonitorView, now: float) -> None:
+    def show(self, view: MonitorView, now: float, selected_rank: RankRow | None = None) -> None:
         max_evidence = SHORT_SCREEN_EVIDENCE_LINES if self.screen.has_class("-short") else MAX_EVIDENCE_LINES
-        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now, max_evidence))
+        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now, max_evidence, selected_rank))

@@ -1,0 +1,218 @@
+"""The Ranks pane, shown only for a distributed job: one row per rank on this node (rank, local rank, PID, GPU,
+CPU%, the share of its samples spent waiting for the other ranks, its own verdict in a few words), the rank
+that holds the others back in bold. The selected rank (`[` / `]`, or enter on a row) scopes the CPU and
+Stacks panes to it and its workers; the pure helpers below say which rows, words and processes that means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable
+
+from probes.frame import ROLE_RANK, Frame, JobFinding, JobVerdict, RankVerdict, Verdict
+from probes.monitor import MonitorView
+from tui.panes.tables import forget_rows, sync_rows
+from tui.panes.text import bottleneck_words, clip, percent
+
+TITLE = "5 Ranks"
+# (heading, width, right-aligned); the verdict column takes whatever room is left.
+RANK_COLUMNS = (("rank", 5, True), ("local", 5, True), ("PID", 7, True), ("GPU", 3, True), ("CPU%", 5, True),
+                ("waits", 5, True))
+# DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
+TABLE_CHROME = 2 * (len(RANK_COLUMNS) + 1) + 2
+MIN_VERDICT_WIDTH = 12
+# A rank waiting this share of its samples for the others says so before its own bottleneck.
+WAITING_RATIO = 0.5
+SELECTED_MARK = "▶"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank as the table shows it: its RankVerdict where the job has one, else its process alone."""
+
+    pid: int
+    rank: int | None
+    local_rank: int | None = None
+    gpu_index: int | None = None
+    cpu_pct: float | None = None
+    collective_wait_ratio: float | None = None
+    verdict: Verdict | None = None
+    alive: bool = True
+    responsible: bool = False  # the rank the job verdict names
+
+
+def rank_rows(view: MonitorView) -> list[RankRow]:
+    """The job's ranks, by rank: from the job verdict when there is one (each rank's own verdict and wait
+    share), else from the latest frame's rank processes (before a verdict, or on a build without one).
+    Empty for a lone process or a launched one, whose screen has no rank table."""
+    frame = view.shown
+    if frame.job is not None and frame.job.kind == "launched":  # one training process, no ranks to compare
+        return []
+    job = view.job
+    if job is not None and job.ranks:
+        return [_row_from_verdict(rank, frame, job) for rank in sorted(job.ranks, key=lambda r: r.rank)]
+    ranks = [p for p in frame.processes if p.role == ROLE_RANK]
+    return [RankRow(pid=p.pid, rank=p.rank, local_rank=p.local_rank, gpu_index=p.gpu_index, cpu_pct=p.cpu_pct,
+                    alive=p.alive)
+            for p in sorted(ranks, key=lambda p: (p.rank is None, p.rank or 0, p.pid))]
+
+
+def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankRow:
+    process = frame.process(rank.pid)
+    alive = process is not None and process.alive and rank.verdict.liveness != "exited"
+    return RankRow(pid=rank.pid, rank=rank.rank, local_rank=rank.local_rank, gpu_index=rank.gpu_index,
+                   cpu_pct=rank.cpu_pct if rank.cpu_pct is not None else (process.cpu_pct if process else None),
+                   collective_wait_ratio=rank.collective_wait_ratio, verdict=rank.verdict, alive=alive,
+                   responsible=job.responsible_rank is not None and job.responsible_rank == rank.rank)
+
+
+def short_bottleneck_words(bottleneck: str) -> str:
+    """The bottleneck's words without their parenthesis ("input-bound", not "input-bound (DataLoader)"):
+    a rank's row has a few columns of room, and the verdict pane above says it in full."""
+    return bottleneck_words(bottleneck).split(" (")[0]
+
+
+def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
+    """A rank's verdict in a few words: "straggler: host-CPU-bound", "waits 85%", "hung", "exited"."""
+    verdict = row.verdict
+    if not row.alive or (verdict is not None and verdict.liveness == "exited"):
+        return "exited"
+    if verdict is None:
+        return "-"
+    waits = row.collective_wait_ratio
+    if verdict.liveness == "hung":
+        if row.responsible and finding == "hung_rank":
+            return f"hung: the others wait for it ({short_bottleneck_words(verdict.bottleneck)})"
+        return f"hung, waiting {waits:.0%} in collectives" if waits is not None and waits >= WAITING_RATIO \
+            else "hung"
+    if row.responsible and finding == "straggler":
+        return f"straggler: {short_bottleneck_words(verdict.bottleneck)}"
+    if waits is not None and waits >= WAITING_RATIO:
+        return f"waits {waits:.0%} for the others"
+    return short_bottleneck_words(verdict.bottleneck)
+
+
+def rank_label(row: RankRow) -> str:
+    return f"rank {row.rank} (PID {row.pid})" if row.rank is not None else f"PID {row.pid}"
+
+
+def rank_group(frames: Sequence[Frame], rank_pid: int) -> frozenset[int]:
+    """The rank and the processes that work for it (its DataLoader and compile workers: owner_pid), over
+    every frame shown, so a worker that ended earlier in the window still counts as the rank's."""
+    pids = {rank_pid}
+    for frame in frames:
+        pids.update(p.pid for p in frame.processes if p.owner_pid == rank_pid)
+    return frozenset(pids)
+
+
+def finding_words(job: JobVerdict) -> str | None:
+    """What the job verdict found, naming the responsible rank: it goes in the verdict's first line."""
+    rank = job.responsible_rank
+    if rank is not None:
+        named = {"straggler": f"straggler: rank {rank}", "hung_rank": f"stuck: rank {rank}",
+                 "rank_exited": f"rank {rank} exited"}.get(job.finding)
+        if named:
+            return named
+    return {"shared": "all ranks alike", "mixed": "ranks differ"}.get(job.finding)
+
+
+def verdict_width(available: int) -> int:
+    return max(MIN_VERDICT_WIDTH, available - TABLE_CHROME - sum(width for _, width, _ in RANK_COLUMNS))
+
+
+def rank_cells(row: RankRow, finding: JobFinding | None, selected: bool, verdict_room: int) -> tuple[Text, ...]:
+    dim = "" if row.alive else "dim"
+    strong = "bold yellow" if row.responsible else ""
+    rank = "-" if row.rank is None else str(row.rank)
+    waits = "-" if row.collective_wait_ratio is None else f"{row.collective_wait_ratio:.0%}"
+    return (
+        Text(f"{SELECTED_MARK + ' ' if selected else ''}{rank}", style=dim or ("bold" if selected else strong),
+             justify="right"),
+        Text("-" if row.local_rank is None else str(row.local_rank), style=dim, justify="right"),
+        Text(str(row.pid), style=dim, justify="right"),
+        Text("-" if row.gpu_index is None else str(row.gpu_index), style=dim, justify="right"),
+        Text(percent(row.cpu_pct), style=dim, justify="right"),
+        Text(waits, style=dim, justify="right"),
+        Text(clip(rank_verdict_words(row, finding), verdict_room), style=dim or strong),
+    )
+
+
+class RankTable(DataTable):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    def set_columns(self, verdict_room: int) -> None:
+        if getattr(self, "_verdict_room", None) == verdict_room:
+            return
+        self._verdict_room = verdict_room
+        self.clear(columns=True)
+        forget_rows(self)
+        for heading, width, right in RANK_COLUMNS:
+            self.add_column(Text(heading, justify="right" if right else "left"), width=width)
+        self.add_column("verdict", width=verdict_room)
+
+    # The selected rank carries a mark; the row cursor shows only while the table has focus (5), where
+    # j/k move it and enter selects, so it is never mistaken for the selection.
+    def on_focus(self) -> None:
+        self.show_cursor = True
+
+    def on_blur(self) -> None:
+        self.show_cursor = False
+
+
+class RanksPane(Vertical):
+    """Hidden unless the view has ranks; remembers nothing itself: the app owns the selection."""
+
+    class RankChosen(Message):
+        """Enter (or a click) on a rank's row: select it."""
+
+        def __init__(self, pid: int) -> None:
+            super().__init__()
+            self.pid = pid
+
+    def __init__(self) -> None:
+        super().__init__(id="ranks", classes="pane")
+        self.border_title = TITLE
+        self._shown: tuple | None = None
+
+    def compose(self):
+        table = RankTable(id="ranks-table", cursor_type="row")
+        table.show_cursor = False
+        yield table
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
+    def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_pid: int | None,
+             kind: str | None = None) -> None:
+        self._shown = (rows, job, selected_pid, kind)
+        self.display = bool(rows)
+        if not rows:
+            return
+        selected = next((row for row in rows if row.pid == selected_pid), None)
+        scope = f"{rank_label(selected)} selected ([ ] other ranks)" if selected else \
+            f"{len(rows)} ranks, all shown ([ ] selects one)"
+        self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
+        table = self.query_one(RankTable)
+        room = verdict_width(table.size.width or self.size.width)
+        table.set_columns(room)
+        finding = job.finding if job is not None else None
+        sync_rows(table, [(str(row.pid), rank_cells(row, finding, row.pid == selected_pid, room)) for row in rows],
+                  follow_key=False)
+        if selected is not None and not table.has_focus:
+            table.move_cursor(row=list(rows).index(selected), animate=False, scroll=True)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.RankChosen(int(event.row_key.value)))
