@@ -72,6 +72,7 @@ def diagnose(history: Sequence[Frame], previous: Verdict | None = None,
         evidence=tuple(candidate.evidence),
         advice=tuple(candidate.advice),
         since=since,
+        stalled_s=round(evidence.stuck_for_s, 1),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
 from probes.diagnose import DEFAULT_HANG_AFTER_S, diagnose
-from probes.frame import Bottleneck, Frame, Liveness, ProgressReading, Verdict
+from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.recording import Recorder
 
@@ -65,6 +65,7 @@ class MonitorView:
     first_time: float | None = None  # time of the first frame ever seen (history may have dropped it)
     replay: bool = False
     pace: Pace | None = None
+    job: JobVerdict | None = None  # a distributed job's verdict, rank by rank; None for a lone process
 
     @property
     def latest(self) -> Frame:
