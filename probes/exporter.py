@@ -231,7 +231,7 @@ def _responsible_frame(families: _Families, view: MonitorView, frame: Frame, hos
 def _gpu_metrics(families: _Families, device: GpuDevice, host: str) -> None:
     values = (host, str(device.index), device.uuid or "")
     if device.name:
-        families.info("gputop_gpu", "The GPU's model", GPU_LABELS).add_metric(list(values), {"name": device.name})
+        families.info("gputop_gpu", "The GPU's model", GPU_LABELS).add_metric(list(values), {"model": device.name})
     mhz_to_hz = 1e6
     families.set("gputop_gpu_sm_clock_hertz", "The SM clock now", GPU_LABELS, values,
                  None if device.sm_clock_mhz is None else device.sm_clock_mhz * mhz_to_hz)
