@@ -36,6 +36,7 @@ from probes.frame import (
     GpuReading,
     JobInfo,
     JobVerdict,
+    MonitorOverhead,
     RankVerdict,
     TargetInfo,
     ThreadStack,
@@ -147,7 +148,8 @@ def job_view(run_id: str | None = "run-42") -> MonitorView:
     frame = dataclasses.replace(frame, **{"target": TargetInfo(pid=launcher, alive=True),
                                "job": JobInfo(kind="torchrun", attached_pid=launcher, root_pid=launcher,
                                               launcher_pid=launcher, run_id=run_id, world_size=2,
-                                              rank_pids=(rank0, rank1))})
+                                              rank_pids=(rank0, rank1)),
+                               "overhead": MonitorOverhead(monitor_cpu_pct=3.0, sampler_cpu_pct=12.0)})
     ranks = (RankVerdict(rank=0, pid=rank0, gpu_index=0, cpu_pct=30.0, collective_wait_ratio=0.7, samples=40,
                          verdict=Verdict("comms_bound", "progressing", 0.8)),
              RankVerdict(rank=1, pid=rank1, gpu_index=1, cpu_pct=100.0, collective_wait_ratio=0.05, samples=40,
@@ -178,6 +180,8 @@ def test_job_ranks_carry_rank_pid_gpu_labels_wait_ratio_and_the_straggler():
     assert value(found, "gputop_cpu_quota_cpus", pid="500", **job) == 4.0
     assert value(found, "gputop_cpu_throttled_ratio", pid="500", **job) == 0.3
     assert value(found, "gputop_cpu_throttled_seconds_total", pid="500", **job) == 12.5
+    assert value(found, "gputop_monitor_cpu_ratio", pid="500", **job) == pytest.approx(0.03)
+    assert value(found, "gputop_sampler_cpu_ratio", pid="500", **job) == pytest.approx(0.12)
     assert value(found, "gputop_gpu_clock_event_reason", gputop_gpu_clock_event_reason="sw_power_cap",
                  uuid="GPU-1aaa") == 1.0
     assert value(found, "gputop_gpu_clock_event_reason", gputop_gpu_clock_event_reason="hw_slowdown",
@@ -370,3 +374,41 @@ def test_follow_drops_a_target_once_it_has_ended_and_keeps_the_others():
     assert len(server.views()) == 1 and ended.closed and not running.closed
     assert PID not in server._watched
     assert server.views()[0].view.latest.process(77) is not None
+
+
+def exported_names() -> set[str]:
+    """Every sample name the collector can produce, from views that fill every reading."""
+    text = exposition(WatchedView(seed_case_view(), mfu_floor=0.3), WatchedView(deadlock_view()),
+                      WatchedView(job_view()))
+    return {name for name, _ in samples(text)}
+
+
+def test_every_metric_the_rules_and_the_dashboard_name_is_exported():
+    import json
+    import re
+
+    names = exported_names() | {"gputop_gpu_sm_occupancy_ratio"}  # GPM occupancy: not in the fixtures' readings
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    rules = (RULES / "gputop-rules.yml").read_text()
+    docs = (REPO / "docs" / "exporter.md").read_text()
+    for where, text in (("dashboard", "\n".join(exprs)), ("rules", rules), ("docs", docs)):
+        used = set(re.findall(r"\bgputop_[a-z_]+", text)) - {"gputop_rules", "gputop_job"}
+        assert used and used <= names, (where, sorted(used - names))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (apt-get install prometheus; .ci/run does it as root)")
+def test_dashboard_queries_are_valid_promql(tmp_path):
+    import json
+
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    lines = ["groups:", "  - name: dashboard", "    rules:"]
+    for i, expr in enumerate(exprs):
+        expr = expr.replace("$training_job", "run-42").replace("$host", ".*")
+        lines += [f"      - record: dashboard_query_{i}", f"        expr: {json.dumps(expr)}"]
+    (tmp_path / "dashboard.yml").write_text("\n".join(lines) + "\n")
+    result = subprocess.run(["promtool", "check", "rules", str(tmp_path / "dashboard.yml")], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
