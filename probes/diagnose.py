@@ -42,11 +42,18 @@ CONFIDENCE_FULL_SECONDS = 10.0
 def diagnose(history: Sequence[Frame], previous: Verdict | None = None,
              hang_after_s: float = DEFAULT_HANG_AFTER_S) -> Verdict:
     """The verdict on `history` (oldest frame first). Pass the previous verdict for stability."""
+    return diagnose_with_evidence(history, previous, hang_after_s)[0]
+
+
+def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = None,
+                           hang_after_s: float = DEFAULT_HANG_AFTER_S) -> tuple[Verdict, Evidence | None]:
+    """diagnose(), plus the Evidence it was reached on (None for an empty history or an exited target), so
+    the job's diagnosis reads each rank's profile without gathering it twice."""
     if not history:
-        return Verdict()
+        return Verdict(), None
     latest = history[-1]
     if not latest.target.alive:
-        return _exited(latest, previous)
+        return _exited(latest, previous), None
     evidence = gather(history, hang_after_s)
     liveness = evidence.liveness
     if liveness == "hung":
@@ -73,7 +80,7 @@ def diagnose(history: Sequence[Frame], previous: Verdict | None = None,
         advice=tuple(candidate.advice),
         since=since,
         stalled_s=round(evidence.stuck_for_s, 1),
-    )
+    ), evidence
 
 
 def _exited(latest: Frame, previous: Verdict | None) -> Verdict:

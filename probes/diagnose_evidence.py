@@ -12,7 +12,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from probes.diagnose_stacks import COMPILE, IO, ThreadProfile, classify_cached, is_main_thread
+from probes.diagnose_stacks import (
+    COMPILE,
+    IO,
+    PEER_WAIT_BACKWARD,
+    PEER_WAIT_SYNC,
+    ThreadProfile,
+    classify_cached,
+    is_main_thread,
+)
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -42,6 +50,10 @@ MAIN_THREAD_CPU_PROGRESS_PCT = 0.2
 GPU_PROGRESS_UTIL_PCT = 5.0
 COMPILE_FRAME_SHARE = 0.1  # a sample window "compiled" if this share of its main-thread samples did
 TRAIN_FRAME_SHARE = 0.1
+# A GPU "spins" at this util with fewer SMs active (or less power) than this: kernels waiting, not working.
+SPIN_UTIL_PCT = 70.0
+SPIN_SM_ACTIVE_PCT = 35.0
+SPIN_POWER_FRACTION = 0.35
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,10 @@ class _FrameStacks:
 
 
 # Summaries of the frames a diagnosis looks back over, so each tick summarises only its new frame. The
-# cache holds the frames' stacks alive, so it is sized to the look-back window, not to the history.
-_FRAME_CACHE_LIMIT = MAX_LOOKBACK_FRAMES + 16
+# cache holds the frames' stacks alive, so it is sized to the look-back window, not to the history: one
+# window for each of up to CACHED_RANKS ranks of a job (each rank's frames are its own projection).
+CACHED_RANKS = 8
+_FRAME_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
 _frame_cache: OrderedDict[int, tuple[object, int, _FrameStacks]] = OrderedDict()
 
 
@@ -113,6 +127,16 @@ class GpuSummary:
     def in_use(self) -> bool:
         return bool(self.devices)
 
+    def spinning(self) -> bool:
+        """Util high but few SMs at work (or, without GPM, little power): kernels that wait, as NCCL's do
+        for a peer, rather than compute."""
+        if not self.in_use or self.util_pct is None or self.util_pct < SPIN_UTIL_PCT:
+            return False
+        if self.sm_active_pct is not None:
+            return self.sm_active_pct < SPIN_SM_ACTIVE_PCT
+        return self.power_w is not None and bool(self.power_limit_w) and \
+            self.power_w / self.power_limit_w < SPIN_POWER_FRACTION
+
     def label(self) -> str:
         if len(self.devices) == 1:
             return f"GPU {self.devices[0].index}"
@@ -166,6 +190,8 @@ class Evidence:
     steal_pct: float | None = None
     main_thread_cpu_pct: float | None = None  # the main thread alone, metric window (schedstat)
     main_thread_runqueue_pct: float | None = None  # of wall time, runnable but not running
+    # The main process is a rank: how it waits for the other ranks beyond collective frames (PEER_WAIT_*).
+    peer_wait: str | None = None
 
     def running_share(self) -> float | None:
         """Of the time the main thread wanted a CPU, the share it had one (None without schedstat). py-spy
@@ -438,9 +464,10 @@ def _gpu_summary(frames: list[Frame]) -> GpuSummary:
     )
 
 
-def _profiles(frames: Sequence[Frame], main_pid: int) -> tuple[ThreadProfile, ThreadProfile, ThreadProfile]:
+def _profiles(frames: Sequence[Frame], main_pid: int,
+              peer_wait: str | None = None) -> tuple[ThreadProfile, ThreadProfile, ThreadProfile]:
     """(main thread, the main process's other threads, DataLoader workers) over the frames' stack counts."""
-    main, others, workers = ThreadProfile(), ThreadProfile(), ThreadProfile()
+    main, others, workers = ThreadProfile(peer_wait=peer_wait), ThreadProfile(), ThreadProfile()
     for frame in frames:
         stacks = _frame_stacks(frame, main_pid)
         for count in stacks.main_counts:
@@ -460,19 +487,33 @@ def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
     return None
 
 
+def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary) -> str | None:
+    """How the main process, when it is a rank of a multi-rank job, waits for the other ranks where no
+    collective frame shows: in backward (no GPU: DDP's reducer on gloo), at a GPU synchronisation (its GPU
+    spins), or None (not a rank, or a GPU doing real work)."""
+    main = frame.process(main_pid)
+    if main is None or main.rank is None or (main.world_size is not None and main.world_size < 2):
+        return None
+    if not gpu.in_use and main.gpu_index is None:
+        return PEER_WAIT_BACKWARD
+    return PEER_WAIT_SYNC if gpu.spinning() else None
+
+
 def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     """Everything the rules need, from the recent end of `history` (oldest first, not empty)."""
     latest = history[-1]
     main_pid = _main_pid(latest)
     stack_frames = _recent(history, STACK_WINDOW_S)
     metric_frames = _recent(history, METRIC_WINDOW_S)
+    gpu = _gpu_summary(metric_frames)
+    waits_for_peers = peer_wait(latest, main_pid, gpu)
 
-    main, others, workers = _profiles(stack_frames, main_pid)
+    main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     after_change = _after_phase_change(stack_frames)
     if after_change is not None:
         # The cheap signals moved (the sampler looked again): the samples before describe the earlier phase
         # and would hold the old verdict for a whole window. Once enough new ones are in, only they count.
-        profiles = _profiles(after_change, main_pid)
+        profiles = _profiles(after_change, main_pid, waits_for_peers)
         if profiles[0].samples >= PHASE_CHANGE_SAMPLES:
             stack_frames = after_change
             main, others, workers = profiles
@@ -517,7 +558,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         tree_cpu_pct=tree_cpu,
         effective_cpus=latest.cpu.effective_cpus,
         throttled_fraction=_mean(f.cpu.throttled_fraction for f in metric_frames),
-        gpu=_gpu_summary(metric_frames),
+        gpu=gpu,
         liveness=state,
         stuck_for_s=stuck_for,
         progress_seen=progress_seen,
@@ -538,6 +579,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         steal_pct=_mean(f.host.steal_pct for f in metric_frames),
         main_thread_cpu_pct=_mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in metric_frames),
         main_thread_runqueue_pct=_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in metric_frames),
+        peer_wait=waits_for_peers,
     )
 
 

@@ -576,7 +576,7 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     advice = []
     activity = None
     if ev.stuck_stack:
-        stuck = classify_stack(ev.stuck_stack, idle=True)
+        stuck = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
         activity = stuck.activity
         same = f"; same stack for {ev.unchanged_for_s:.0f} s" if ev.unchanged_for_s >= 1.0 else ""
         lines.append(f"main thread ({ev.stuck_thread}, PID {ev.main_pid}) stuck in "

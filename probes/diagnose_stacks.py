@@ -31,6 +31,12 @@ WAIT = "wait"  # idle: sleeping, a lock, an event, a select
 COMPUTE = "compute"  # running (Python, or a native call under a Python line)
 ACTIVITIES = (COMPILE, CHECKPOINT, COMMS, IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT, WAIT, COMPUTE)
 
+# How a rank's main thread waits for the other ranks where no collective frame shows (classify_stack's
+# `peer_wait`): in a CPU (gloo) job, DDP's reducer waits inside backward; in a GPU job whose GPU spins (NCCL
+# kernels waiting for peers: util high, power low), the host waits at its next synchronisation.
+PEER_WAIT_BACKWARD = "backward"
+PEER_WAIT_SYNC = "sync"
+
 # Frames inside these files mean torch.compile is compiling (not running compiled code, which goes
 # through eval_frame.py and the runtime wrappers instead).
 _COMPILE_FILES = (
@@ -59,7 +65,35 @@ _CHECKPOINT_FILES = ("torch/distributed/checkpoint/",)
 _COMMS_FILES = (
     "torch/distributed/distributed_c10d.py",
     "torch/distributed/_functional_collectives.py",
+    "torch/distributed/c10d_logger.py",  # the logging wrapper every c10d collective runs under
+    "torch/distributed/algorithms/ddp_comm_hooks/",
+    "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",  # FSDP2's all-gather and reduce-scatter
 )
+# Collectives run from hooks, named by the hook: FSDP's unshard (all-gather) and gradient reduce-scatter,
+# DDP's buffer broadcast before forward.
+_COMMS_MARKERS = (
+    ("_unshard", "torch/distributed/fsdp/_runtime_utils.py"),
+    ("_reduce_grad", "torch/distributed/fsdp/_runtime_utils.py"),
+    ("FSDPParamGroup.unshard", "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"),
+    ("FSDPParamGroup.wait_for_unshard", "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"),
+    ("FSDPParamGroup.post_backward", "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"),
+    ("DistributedDataParallel._sync_buffers", "torch/nn/parallel/distributed.py"),
+    ("DistributedDataParallel._distributed_broadcast_coalesced", "torch/nn/parallel/distributed.py"),
+)
+# DDP's gradient all-reduce runs from autograd hooks in C++: a rank waiting for a slower peer shows only
+# backward's entry into the engine as its innermost Python frame, idle. A lone process shows the same while
+# the GPU runs its backward, so this counts as a collective only for a rank of a CPU (gloo) job.
+_REDUCER_WAIT = ("_engine_run_backward", "torch/autograd/graph.py")
+# Where the host waits for the GPU. A rank whose GPU spins (util high, power low: NCCL kernels waiting for
+# peers) and whose main thread sits here is waiting for the other ranks. `.item()` and `.cpu()` show only
+# with native frames (--native): their CUDA copies and synchronisations are named below.
+_DEVICE_SYNC = (
+    ("synchronize", "torch/cuda/__init__.py"),
+    ("Event.synchronize", "torch/cuda/streams.py"),
+    ("Stream.synchronize", "torch/cuda/streams.py"),
+)
+_DEVICE_SYNC_NATIVE = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                       "_local_scalar_dense", "cudaMemcpy", "cuStreamSynchronize", "cuMemcpyDtoH")
 # Network and object-store clients; a socket read under any of them is I/O.
 _IO_FILES = (
     "/socket.py", "/ssl.py", "/http/client.py", "/urllib/request.py", "/urllib3/", "/requests/",
@@ -134,7 +168,26 @@ def _is_checkpoint(frame: StackFrame) -> bool:
 
 
 def _is_comms(frame: StackFrame) -> bool:
-    return _in_files(frame, _COMMS_FILES)
+    return _in_files(frame, _COMMS_FILES) or any(
+        frame_matches(frame, function, suffix) for function, suffix in _COMMS_MARKERS)
+
+
+def is_reducer_wait(frames: Sequence[StackFrame]) -> bool:
+    """The innermost Python frame is backward's entry into the autograd engine (DDP's reducer waits there)."""
+    innermost = next((f for f in frames if not f.native), None)
+    return innermost is not None and frame_matches(innermost, *_REDUCER_WAIT)
+
+
+def is_device_sync(frames: Sequence[StackFrame]) -> bool:
+    """The thread waits for the GPU: torch.cuda.synchronize, an event or stream sync, or (native frames) a
+    CUDA synchronisation or device-to-host copy such as `.item()` makes."""
+    for frame in frames:
+        if frame.native:
+            if any(name in frame.function for name in _DEVICE_SYNC_NATIVE):
+                return True
+        elif any(frame_matches(frame, function, suffix) for function, suffix in _DEVICE_SYNC):
+            return True
+    return False
 
 
 def _is_io(frame: StackFrame) -> bool:
@@ -175,14 +228,16 @@ def _innermost_user_frame(frames: Sequence[StackFrame], start: int) -> StackFram
     return next((f for f in frames[start:] if not is_library(f)), None)
 
 
-def classify_stack(frames: Sequence[StackFrame], idle: bool) -> StackActivity:
-    """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread.
+def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: str | None = None) -> StackActivity:
+    """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread;
+    `peer_wait` (PEER_WAIT_*), for a rank's main thread, where it also waits for the other ranks.
 
     A phase (compiling, checkpointing, a collective) covers everything beneath it, so it wins wherever
     it sits. Otherwise the innermost marker says what the thread does now: a socket read inside a
     DataLoader fetch is I/O, a tokenizer under get_batch is data preparation. A queue get directly
     under the DataLoader is the DataLoader's wait.
     """
+    synchronising = peer_wait == PEER_WAIT_SYNC and is_device_sync(frames)
     frames = tuple(f for f in frames if not f.native) or tuple(frames)
     # A forked DataLoader worker still shows the parent's frames beneath its _worker_loop: cut them.
     loop = next((i for i, f in enumerate(frames) if frame_matches(f, *_WORKER_LOOP)), None)
@@ -200,6 +255,8 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool) -> StackActivity:
             # The entry point names a phase (torch.save, the compile entry); a collective is named by
             # itself (all_reduce), not by the logging wrappers around it.
             return _found(activity, frames, first[activity] if activity == COMMS else last[activity])
+    if synchronising or (peer_wait == PEER_WAIT_BACKWARD and idle and is_reducer_wait(frames)):
+        return _found(COMMS, frames, 0)
     local = sorted((first[a], a) for a in (IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT) if a in first)
     if local:
         index, activity = local[0]
@@ -232,17 +289,17 @@ _MARKER_TESTS = (
 )
 
 _CLASSIFY_CACHE_LIMIT = 1024  # distinct stacks of a few windows; bounded so memory stays flat
-_classify_cache: dict[tuple[tuple[StackFrame, ...], bool], StackActivity] = {}
+_classify_cache: dict[tuple[tuple[StackFrame, ...], bool, str | None], StackActivity] = {}
 
 
-def classify_cached(frames: tuple[StackFrame, ...], idle: bool) -> StackActivity:
+def classify_cached(frames: tuple[StackFrame, ...], idle: bool, peer_wait: str | None = None) -> StackActivity:
     """classify_stack, memoised: the same stacks come back tick after tick."""
-    key = (frames, idle)
+    key = (frames, idle, peer_wait)
     found = _classify_cache.get(key)
     if found is None:
         if len(_classify_cache) >= _CLASSIFY_CACHE_LIMIT:
             _classify_cache.clear()
-        found = _classify_cache[key] = classify_stack(frames, idle)
+        found = _classify_cache[key] = classify_stack(frames, idle, peer_wait)
     return found
 
 
@@ -255,9 +312,10 @@ class ThreadProfile:
     # activity -> Counter of (responsible frame, user frame) -> samples
     where: dict[str, Counter] = field(default_factory=dict)
     stacks: Counter = field(default_factory=Counter)  # exact stack -> samples
+    peer_wait: str | None = None  # a rank's main thread: how it waits for the others (classify_stack)
 
     def add(self, count: StackCount) -> None:
-        classified = classify_cached(count.frames, count.idle)
+        classified = classify_cached(count.frames, count.idle, self.peer_wait)
         self.samples += count.count
         self.by_activity[classified.activity] += count.count
         self.where.setdefault(classified.activity, Counter())[

@@ -13,6 +13,7 @@ scrape job's name) and would rename ours to ``exported_job``.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -121,7 +122,7 @@ def build_metrics(watched: Iterable[WatchedView], host: str) -> list[Metric]:
         job_label = training_job_label(frame)
         target = (host, job_label, str(frame.target.pid))
         _verdict_metrics(families, "gputop", "The verdict on the watched target", TARGET_LABELS, target,
-                         view.verdict)
+                         _with_job_silence(view))
         _pace_metrics(families, view, item.mfu_floor, target)
         _cpu_metrics(families, frame, target)
         if view.job is not None:
@@ -137,6 +138,16 @@ def build_metrics(watched: Iterable[WatchedView], host: str) -> list[Metric]:
     families.set("gputop_watched_targets", "Targets (a process or a job's launcher) gputop watches now",
                  ("host",), (host,), targets)
     return list(families)
+
+
+def _with_job_silence(view: MonitorView) -> Verdict:
+    """The verdict shown for the target, with its silence: a job's verdict is composed from its ranks', so its
+    last progress is the most recent any rank made."""
+    verdict = view.verdict
+    if verdict.stalled_s is not None or view.job is None:
+        return verdict
+    silences = [r.verdict.stalled_s for r in view.job.ranks if r.verdict.stalled_s is not None]
+    return dataclasses.replace(verdict, stalled_s=min(silences)) if silences else verdict
 
 
 def _verdict_metrics(families: _Families, prefix: str, what: str, labels: Sequence[str], values: Sequence[str],

@@ -1,9 +1,11 @@
 """The one fold from frames to what people see: every front end (the TUI, the headless snapshot, replay,
 the `s` key, tests) hands frames to a Monitor and reads the immutable MonitorView it returns.
 
-A Monitor owns the bounded History, calls diagnose() once per frame with the previous verdict, keeps the
+A Monitor owns the bounded History, calls diagnose() once per frame with the previous verdict (for a
+distributed job, diagnose_job(): one diagnose() per rank, and the job's verdict is the one shown), keeps the
 verdict timeline, feeds the recorder, and follows the job's own pace (its log) against the baseline. Folding
-a recording costs one diagnose() per frame over the bounded window, so replays are linear in their length.
+a recording costs one diagnose() per frame (per rank) over the bounded window, so replays are linear in their
+length.
 
 Used by one thread at a time (the sampling worker live, the main thread for replays and snapshots); what it
 hands out is immutable, so the UI thread never reads a structure another thread is changing.
@@ -18,6 +20,7 @@ from typing import Any
 
 from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
 from probes.diagnose import DEFAULT_HANG_AFTER_S, diagnose
+from probes.diagnose_job import diagnose_job
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.recording import Recorder
@@ -65,7 +68,9 @@ class MonitorView:
     first_time: float | None = None  # time of the first frame ever seen (history may have dropped it)
     replay: bool = False
     pace: Pace | None = None
-    job: JobVerdict | None = None  # a distributed job's verdict, rank by rank; None for a lone process
+    # A distributed job's verdict, each rank's beside it; None for a lone process. When set, `verdict` is
+    # the job's (job.verdict, with the pace line) and the timeline follows it.
+    job: JobVerdict | None = None
 
     @property
     def latest(self) -> Frame:
@@ -107,6 +112,7 @@ class Monitor:
         self.recorder = recorder
         self.record_problem: str | None = None  # set once, when a write fails; monitoring goes on
         self._verdict: Verdict | None = None  # diagnose's own, fed back to it for stability
+        self._job: JobVerdict | None = None  # diagnose_job's own, likewise
         self._timeline: list[VerdictChange] = []
         self._first_time: float | None = None
         self._pace_points: deque[float] = deque(maxlen=PACE_POINTS)
@@ -124,7 +130,13 @@ class Monitor:
             self._first_time = frame.time
         self._record(frame)
         frames = tuple(self.history)
-        self._verdict = diagnose(frames, self._verdict, self.hang_after_s)
+        # A job is diagnosed rank by rank, and its verdict replaces the tree's: the tree's root is the launcher,
+        # which is never the bottleneck, so diagnosing it as well would only cost a diagnose() more per frame.
+        self._job = diagnose_job(frames, self._job, self.hang_after_s) if frame.job is not None else None
+        if self._job is not None:
+            self._verdict = self._job.verdict
+        else:
+            self._verdict = diagnose(frames, self._verdict, self.hang_after_s)
         pair = (self._verdict.bottleneck, self._verdict.liveness)
         if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
             since = self._verdict.since if self._verdict.since is not None else frame.time
@@ -132,7 +144,7 @@ class Monitor:
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
         self._view = MonitorView(frames=frames, verdict=_with_pace(self._verdict, pace), timeline=tuple(self._timeline),
-                                 first_time=self._first_time, replay=self.replay, pace=pace)
+                                 first_time=self._first_time, replay=self.replay, pace=pace, job=self._job)
         return self._view
 
     def snapshot(self) -> dict[str, Any]:
@@ -141,7 +153,8 @@ class Monitor:
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
-        return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace)
+        return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
+                              job=self._view.job)
 
     def close(self) -> None:
         if self.recorder is not None:

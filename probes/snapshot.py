@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
-from probes.frame import Frame, Verdict, to_jsonable
+from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
 if TYPE_CHECKING:
@@ -30,10 +30,11 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
-                   comparison: ComparisonInputs | None = None, pace: Pace | None = None) -> dict[str, Any]:
+                   comparison: ComparisonInputs | None = None, pace: Pace | None = None,
+                   job: JobVerdict | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
-    seconds per iteration."""
+    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process)."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -95,6 +96,43 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "evidence": list(verdict.evidence),
             "advice": list(verdict.advice),
         },
+        "job": job_document(latest, job),
+    }
+
+
+RANK_EVIDENCE_LINES = 2
+
+
+def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None:
+    """The snapshot's `job` object: what the job is, the finding, and each rank's own verdict in brief."""
+    if job is None:
+        return None
+    info = latest.job
+    return {
+        "kind": info.kind if info is not None else None,
+        "run_id": info.run_id if info is not None else None,
+        "world_size": info.world_size if info is not None else None,
+        "launcher_pid": info.launcher_pid if info is not None else None,
+        "finding": job.finding,
+        "responsible_rank": job.responsible_rank,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "local_rank": r.local_rank,
+                "pid": r.pid,
+                "gpu_index": r.gpu_index,
+                "cpu_pct": r.cpu_pct,
+                "collective_wait_ratio": r.collective_wait_ratio,
+                "samples": r.samples,
+                "verdict": {
+                    "bottleneck": r.verdict.bottleneck,
+                    "liveness": r.verdict.liveness,
+                    "confidence": round(r.verdict.confidence, 2),
+                    "evidence": list(r.verdict.evidence[:RANK_EVIDENCE_LINES]),
+                },
+            }
+            for r in job.ranks
+        ],
     }
 
 

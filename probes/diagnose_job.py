@@ -1,0 +1,576 @@
+"""diagnose_job(history, previous, hang_after_s) -> JobVerdict: the verdict on a distributed job (torchrun,
+mp.spawn) from each rank's own verdict and how much of its time each rank waits for the others.
+
+Each rank is diagnosed as a lone process: project_rank() cuts a frame down to that rank and its helper
+processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the previous
+JobVerdict's ranks). The ranks are then compared, in this order:
+
+1. rank_exited: a rank is gone while others live: they wait for it until the collective timeout.
+2. hung_rank: a rank is stuck outside a collective (its main thread silent, as diagnose judges it) while the
+   others wait in one: the job is hung, though its launcher looks fine.
+3. straggler: the others wait in collectives most of the time while one rank works elsewhere: the job's
+   bottleneck is that rank's own.
+4. shared: every rank has the same bottleneck, said once.
+5. mixed: otherwise; the job's verdict is that of the rank that waits least.
+
+Pure, like diagnose(): frames in, a JobVerdict out, no I/O and no clock. Projections are memoised by frame
+identity, so each frame is projected once per rank and a tick costs one diagnose() per rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from probes.diagnose import (
+    CONFIDENCE_FULL_SAMPLES,
+    CONFIDENCE_FULL_SECONDS,
+    DEFAULT_HANG_AFTER_S,
+    HOLD_MIN_CONFIDENCE,
+    PROVISIONAL_CONFIDENCE,
+    THIN_SAMPLES,
+    diagnose,
+    diagnose_with_evidence,
+)
+from probes.diagnose_evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
+from probes.diagnose_stacks import (
+    ACTIVITIES,
+    COMMS,
+    PEER_WAIT_SYNC,
+    classify_stack,
+    describe,
+    format_where,
+    is_reducer_wait,
+)
+from probes.frame import (
+    ROLE_MAIN,
+    ROLE_RANK,
+    Frame,
+    GpuReading,
+    JobFinding,
+    JobVerdict,
+    Liveness,
+    ProcessSample,
+    RankVerdict,
+    StacksReading,
+    TargetInfo,
+    Verdict,
+)
+from probes.history import recent_frames
+
+# A straggler: the other ranks wait in collectives at least WAITING_SHARE of their samples, and it waits at
+# least STRAGGLER_MARGIN less than the least-waiting of them. Once named, it stays named while the picture
+# still nearly holds (STAY_*): one noisy window must not move the blame.
+WAITING_SHARE = 0.5
+STRAGGLER_MARGIN = 0.3
+STAY_WAITING_SHARE = 0.35
+STAY_MARGIN = 0.15
+# Default collective timeouts (init_process_group's timeout), minutes.
+COLLECTIVE_TIMEOUT_MIN = {"gloo": 30, "nccl": 10}
+RANKS_LISTED = 4  # ranks named one by one in a line; the rest are counted
+
+# --- projection ----------------------------------------------------------------------------------------
+
+
+def project_rank(frame: Frame, pid: int) -> Frame:
+    """The frame as a lone-process frame for one rank: target = that rank (alive from its sample), processes =
+    it (role main) and the processes working for it (owner_pid; workers keep their roles), stacks of those
+    processes only, its own GPU marked as the target's; the cgroup, host, progress and the rest as they are."""
+    sample = frame.process(pid)
+    members = {pid} | {p.pid for p in frame.processes if p.owner_pid == pid}
+    processes = [dataclasses.replace(sample, role=ROLE_MAIN)] if sample is not None else []
+    processes += [p for p in frame.processes if p.pid in members and p.pid != pid]
+    alive = sample is not None and sample.alive and sample.state != "zombie"
+    root = frame.target
+    target = TargetInfo(
+        pid=pid, alive=alive, cmdline=sample.cmdline if sample is not None else (), exe=root.exe,
+        python_version=root.python_version, exited_at=None if alive else frame.time,
+        exit_reason=None if alive else "the rank's process ended", environment=root.environment)
+    stacks = frame.stacks
+    counts = tuple(c for c in stacks.counts if c.pid in members)
+    stacks = StacksReading(
+        available=stacks.available, reason=stacks.reason, sampler=stacks.sampler, rate_hz=stacks.rate_hz,
+        achieved_rate_hz=stacks.achieved_rate_hz, samples=sum(c.count for c in counts), native=stacks.native,
+        threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
+        errors=stacks.errors, phase_change=stacks.phase_change)
+    return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
+                               gpu=_rank_gpu(frame.gpu, sample), job=None)
+
+
+def _rank_gpu(gpu: GpuReading, sample: ProcessSample | None) -> GpuReading:
+    """The GPU reading with only the rank's own device marked as the target's (by its gpu_index, else by the
+    compute processes NVML lists). Unchanged when neither says which device is the rank's."""
+    if not gpu.available or sample is None:
+        return gpu
+    if sample.gpu_index is not None:
+        mine = {sample.gpu_index}
+    else:
+        mine = {d.index for d in gpu.devices for p in d.processes if sample.pid in (p.local_pid, p.pid)}
+    if not mine:
+        return gpu
+    devices = tuple(dataclasses.replace(d, in_target=d.index in mine) for d in gpu.devices)
+    return dataclasses.replace(gpu, devices=devices)
+
+
+# Projections of the frames the per-rank diagnoses look back over. Each holds its source frame, so an id()
+# is never reused while its entry lives; sized like the evidence cache: a look-back window per rank.
+_PROJECTION_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
+_projections: OrderedDict[tuple[int, int], tuple[Frame, Frame]] = OrderedDict()
+
+
+def _projected(frame: Frame, pid: int) -> Frame:
+    key = (id(frame), pid)
+    cached = _projections.get(key)
+    if cached is not None and cached[0] is frame:
+        return cached[1]
+    projection = project_rank(frame, pid)
+    while len(_projections) >= _PROJECTION_CACHE_LIMIT:
+        _projections.popitem(last=False)
+    _projections[key] = (frame, projection)
+    return projection
+
+
+class RankHistory(Sequence):
+    """A history seen through project_rank for one rank, projected lazily: diagnose() reads only the recent
+    end, so only those frames are projected (each once, then cached)."""
+
+    def __init__(self, history: Sequence[Frame], pid: int) -> None:
+        self._history = history
+        self._pid = pid
+
+    def __len__(self) -> int:
+        return len(self._history)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _projected(self._history[index], self._pid)
+
+
+# --- the ranks ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Member:
+    rank: int
+    pid: int
+    sample: ProcessSample | None  # its latest reading; None once it has left the frames
+    alive: bool
+
+
+@dataclass
+class _Diagnosed:
+    member: _Member
+    verdict: Verdict
+    evidence: Evidence | None
+
+    @property
+    def rank(self) -> int:
+        return self.member.rank
+
+    @property
+    def samples(self) -> int:
+        return self.evidence.main.samples if self.evidence is not None else 0
+
+    @property
+    def wait(self) -> float | None:
+        """Share of its main thread's samples waiting for the other ranks (None without samples)."""
+        if self.evidence is None or not self.evidence.main.samples:
+            return None
+        return self.evidence.main.share(COMMS)
+
+    @property
+    def hung(self) -> bool:
+        return self.verdict.liveness == "hung"
+
+
+def _is_alive(sample: ProcessSample | None) -> bool:
+    return sample is not None and sample.alive and sample.state != "zombie"
+
+
+def _members(history: Sequence[Frame], previous: JobVerdict | None) -> list[_Member]:
+    """The job's ranks by rank: those in the latest frame, and those seen before (in the previous verdict or
+    the recent frames) that are gone now and whose rank no new process has taken."""
+    latest = history[-1]
+    job = latest.job
+    if job is not None and job.kind == "launched":
+        return _launched(latest)
+    samples = [p for p in latest.processes if p.role == ROLE_RANK]
+    order = {pid: i for i, pid in enumerate(job.rank_pids)} if job is not None else {}
+    unnumbered = sorted((p for p in samples if p.rank is None), key=lambda p: (order.get(p.pid, len(order)), p.pid))
+    by_rank: dict[int, _Member] = {}
+    for p in samples:
+        number = p.rank if p.rank is not None else unnumbered.index(p)
+        member = _Member(number, p.pid, p, _is_alive(p))
+        if number not in by_rank or (member.alive and not by_rank[number].alive):
+            by_rank[number] = member  # a restarted rank replaces the old process that held its number
+    seen_before: list[tuple[int, int, ProcessSample | None]] = []
+    for frame in recent_frames(history, STACK_WINDOW_S):
+        seen_before += [(p.rank, p.pid, p) for p in frame.processes if p.role == ROLE_RANK and p.rank is not None]
+    if previous is not None:
+        seen_before += [(r.rank, r.pid, None) for r in previous.ranks]
+    for number, pid, sample in seen_before:
+        if number not in by_rank:
+            by_rank[number] = _Member(number, pid, sample, False)
+    return [by_rank[number] for number in sorted(by_rank)]
+
+
+def _launched(latest: Frame) -> list[_Member]:
+    """The one training process under a launcher (a shell script, srun)."""
+    job = latest.job
+    candidates = [job.selected_pid, *job.rank_pids] if job is not None else []
+    candidates += [p.pid for p in latest.processes if p.role in (ROLE_RANK, ROLE_MAIN)]
+    pid = next((c for c in candidates if c is not None and c != job.launcher_pid), None)
+    if pid is None:
+        return []
+    sample = latest.process(pid)
+    number = sample.rank if sample is not None and sample.rank is not None else 0
+    return [_Member(number, pid, sample, _is_alive(sample))]
+
+
+def _diagnose_rank(history: Sequence[Frame], member: _Member, previous: RankVerdict | None,
+                   hang_after_s: float) -> _Diagnosed:
+    verdict, evidence = diagnose_with_evidence(RankHistory(history, member.pid),
+                                               previous.verdict if previous is not None else None, hang_after_s)
+    return _Diagnosed(member, verdict, evidence)
+
+
+def _rank_verdict(d: _Diagnosed) -> RankVerdict:
+    sample = d.member.sample
+    cpu = d.evidence.main_cpu_pct if d.evidence is not None else None
+    if cpu is None and sample is not None and d.member.alive:
+        cpu = sample.cpu_pct
+    wait = d.wait
+    return RankVerdict(
+        rank=d.rank, pid=d.member.pid, verdict=d.verdict,
+        local_rank=sample.local_rank if sample is not None else None,
+        gpu_index=sample.gpu_index if sample is not None else None,
+        cpu_pct=round(cpu, 1) if cpu is not None else None,
+        collective_wait_ratio=round(wait, 3) if wait is not None else None,
+        samples=d.samples)
+
+
+# --- what the ranks do ------------------------------------------------------------------------------------
+
+
+def _pct(fraction: float) -> str:
+    return f"{100.0 * fraction:.0f}%"
+
+
+def _base_name(function: str) -> str:
+    return function.rsplit(".", 1)[-1]
+
+
+def _ranks_text(ranks: Sequence[_Diagnosed]) -> str:
+    numbers = [str(d.rank) for d in ranks]
+    if len(numbers) > RANKS_LISTED:
+        numbers = numbers[:RANKS_LISTED] + [f"{len(numbers) - RANKS_LISTED} more"]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(numbers)
+
+
+def _current_stack(d: _Diagnosed):
+    ev = d.evidence
+    return ev.stuck_stack if ev is not None else None
+
+
+def _in_collective_now(d: _Diagnosed) -> bool:
+    """It waits for the other ranks now: hung with its main thread in a collective, or waiting in most of its
+    recent samples."""
+    ev = d.evidence
+    if ev is None:
+        return False
+    if d.hung and ev.stuck_stack:
+        return classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait).activity == COMMS
+    return (d.wait or 0.0) >= WAITING_SHARE
+
+
+def _wait_place(d: _Diagnosed) -> str:
+    """Where a rank waits for the others, in words: 'all_reduce', 'the gradient all-reduce (DDP, in backward)'."""
+    ev = d.evidence
+    if ev is None:
+        return "a collective"
+    responsible = None
+    if d.hung and ev.stuck_stack:
+        responsible = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait).responsible
+    if responsible is None:
+        responsible = ev.main.top(COMMS)[0]
+    if responsible is None:
+        return "a collective"
+    if is_reducer_wait((responsible,)):
+        return "the gradient all-reduce (DDP, inside backward)"
+    if ev.peer_wait == PEER_WAIT_SYNC and not _is_collective_frame(responsible):
+        return f"a GPU synchronisation at {describe(responsible)} while its GPU spins (NCCL waiting for peers)"
+    return _base_name(responsible.function)
+
+
+def _is_collective_frame(frame) -> bool:
+    return classify_stack((frame,), idle=False).activity == COMMS
+
+
+def _busy_place(d: _Diagnosed) -> tuple[str, float]:
+    """(where the rank spends the samples it does not wait in, share of all its samples there)."""
+    ev = d.evidence
+    working = [a for a in ACTIVITIES if a != COMMS]
+    responsible, user_frame, share_of_working = ev.main.top(*working)
+    return format_where(responsible, user_frame), share_of_working * ev.main.share(*working)
+
+
+def _backend(history: Sequence[Frame], members: Sequence[_Diagnosed]) -> tuple[str | None, str]:
+    """(the process group's backend, how that is known), from NCCL's threads in the stacks, the job's
+    environment, or the absence of GPUs (NCCL needs them); (None, '') when nothing says."""
+    for frame in reversed(recent_frames(history, STACK_WINDOW_S)):
+        names = [t.name for t in frame.stacks.threads] + [c.thread_name for c in frame.stacks.counts]
+        if any(name and name.startswith("pt_nccl") for name in names):
+            return "nccl", "NCCL's threads are running"
+    environment = history[-1].target.environment or {}
+    if any(key.startswith(("NCCL_", "TORCH_NCCL_")) for key in environment):
+        return "nccl", "NCCL variables are set"
+    if any(key.startswith("GLOO_") for key in environment):
+        return "gloo", "GLOO variables are set"
+    gpus = [d for d in members if d.member.sample is not None and d.member.sample.gpu_index is not None]
+    devices = history[-1].gpu.devices if history[-1].gpu.available else ()
+    if not gpus and not any(d.in_target for d in devices):
+        return "gloo", "no rank uses a GPU"
+    return None, ""
+
+
+def _timeout_text(backend: str | None, why: str) -> str:
+    if backend is None:
+        return "the default collective timeout: 30 min with gloo, 10 min with NCCL"
+    return f"{backend}'s default collective timeout, {COLLECTIVE_TIMEOUT_MIN[backend]} min ({why})"
+
+
+def _job_liveness(ranks: Sequence[_Diagnosed]) -> Liveness:
+    """All ranks silent: hung. Otherwise progressing if any moves (those waiting in collectives wait on it)."""
+    states = [d.verdict.liveness for d in ranks]
+    if states and all(s == "hung" for s in states):
+        return "hung"
+    if "progressing" in states:
+        return "progressing"
+    return "unknown"
+
+
+def _evidence_of(d: _Diagnosed, limit: int = 3) -> list[str]:
+    """A rank's own evidence, each line naming the rank, without its thin-evidence notes (said once)."""
+    lines = [line for line in d.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    return [f"rank {d.rank}: {line}" for line in lines[:limit]]
+
+
+# --- the findings, in order -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Finding:
+    finding: JobFinding
+    verdict: Verdict
+    responsible_rank: int | None = None
+    ranks_involved: tuple[_Diagnosed, ...] = ()  # whose sample counts make the finding thin or not
+
+
+def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_Diagnosed],
+                 previous: JobVerdict | None) -> _Finding | None:
+    if not gone:
+        return None
+    first = gone[0]
+    backend, why = _backend(history, live + gone)
+    timeout = _timeout_text(backend, why)
+    gone_text = f"{_ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})"
+    advice = [
+        (f"Find why {_ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
+         "whether the OOM killer ended it."),
+        ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
+         "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
+        "torchrun --max-restarts N restarts the whole group when a rank fails.",
+    ]
+    if not live:
+        launcher = history[-1].target
+        lines = [f"all ranks have exited: {gone_text}; the launcher (PID {launcher.pid}) is still running: it is "
+                 "finishing, or about to restart them"]
+        bottleneck = previous.verdict.bottleneck if previous is not None else "unknown"
+        return _Finding("rank_exited", Verdict(bottleneck, "exited", 1.0, tuple(lines), tuple(advice)),
+                        first.rank)
+    waiting = [d for d in live if _in_collective_now(d)]
+    verb = "has" if len(gone) == 1 else "have"
+    lines = [f"{gone_text} {verb} exited while {_ranks_text(live)} still run: they wait for it at their next "
+             f"collective until {timeout}"]
+    for d in live[:RANKS_LISTED]:
+        if d in waiting:
+            lines.append(f"rank {d.rank} waits in {_wait_place(d)}" +
+                         (f", silent for {d.evidence.stuck_for_s:.0f} s" if d.hung else ""))
+        else:
+            lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
+    bottleneck = "comms_bound" if waiting else live[0].verdict.bottleneck
+    liveness = _job_liveness(live)
+    return _Finding("rank_exited", Verdict(bottleneck, liveness, 1.0 if waiting else 0.6, tuple(lines),
+                                           tuple(advice)), first.rank)
+
+
+def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
+    stuck = [d for d in live if d.hung and d.evidence is not None and not _in_collective_now(d)]
+    if not stuck:
+        return None
+    culprit = max(stuck, key=lambda d: (d.evidence.stuck_for_s, -d.rank))
+    ev = culprit.evidence
+    where = "an unknown place (no stack of its main thread was sampled)"
+    if ev.stuck_stack:
+        found = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
+        where = format_where(found.responsible, found.user_frame)
+    others = [d for d in live if d is not culprit]
+    waiting = [d for d in others if _in_collective_now(d)]
+    head = f"rank {culprit.rank} stuck in {where} for {ev.stuck_for_s:.0f} s"
+    parts = [head]
+    for d in waiting[:RANKS_LISTED]:
+        parts.append(f"rank {d.rank} waits for it in {_wait_place(d)}")
+    lines = ["; ".join(parts)]
+    lines += _evidence_of(culprit, limit=2)
+    for d in [d for d in others if d not in waiting][:RANKS_LISTED]:
+        lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
+    backend, why = _backend(history, live)
+    advice = list(culprit.verdict.advice)
+    if waiting:
+        advice.insert(0, (f"The other ranks wait in a collective until {_timeout_text(backend, why)}: find what "
+                          f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}), not them."))
+    verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice))
+    return _Finding("hung_rank", verdict, culprit.rank)
+
+
+def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid: int | None,
+               now: float) -> _Finding | None:
+    measured = [d for d in live if d.wait is not None]
+    if len(measured) < 2:
+        return None
+    slow = min(measured, key=lambda d: (d.wait, d.rank))
+    others = [d for d in measured if d is not slow]
+    least = min(d.wait for d in others)
+    named_before = previous is not None and previous.finding == "straggler" and \
+        previous.responsible_rank == slow.rank
+    need_wait, need_margin = (STAY_WAITING_SHARE, STAY_MARGIN) if named_before else (WAITING_SHARE, STRAGGLER_MARGIN)
+    if least < need_wait or least - slow.wait < need_margin:
+        return None
+    where, share = _busy_place(slow)
+    if len(others) == 1:
+        waits = f"rank {others[0].rank} waits for it in {_wait_place(others[0])} {_pct(others[0].wait)} of the time"
+    else:
+        top = max(d.wait for d in others)
+        waits = (f"{_ranks_text(others)} wait for it in {_wait_place(others[0])} {_pct(least)}–{_pct(top)} of "
+                 "the time")
+    lines = [f"rank {slow.rank} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
+    lines += _evidence_of(slow, limit=2)
+    lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in measured[:8]))
+    advice = list(slow.verdict.advice)
+    watch = f"gputop --pid {launcher_pid}" if launcher_pid is not None else "gputop on the launcher"
+    advice.append(
+        f"Confirm across ranks: time each step's sections on every rank (time.perf_counter around data, forward, "
+        f"backward, then all_gather them): rank {slow.rank} should be the slowest outside the all-reduce. "
+        f"{watch} shows every rank's wait share beside its verdict; uneven work by rank (a larger data shard, "
+        "rank-0-only logging or evaluation) is the usual cause.")
+    support = min(1.0, min(d.samples for d in measured) / CONFIDENCE_FULL_SAMPLES)
+    persistence = 0.0
+    if named_before and previous.verdict.since is not None:
+        persistence = min(1.0, max(0.0, now - previous.verdict.since) / CONFIDENCE_FULL_SECONDS)
+    strength = min(1.0, least - slow.wait + 0.4)
+    confidence = strength * (0.45 + 0.35 * support + 0.2 * persistence)
+    verdict = Verdict(slow.verdict.bottleneck, slow.verdict.liveness, confidence, tuple(lines), tuple(advice))
+    return _Finding("straggler", verdict, slow.rank, tuple(measured))
+
+
+def _shared(live: list[_Diagnosed]) -> _Finding | None:
+    bottlenecks = {d.verdict.bottleneck for d in live}
+    if len(live) < 2 or len(bottlenecks) != 1:
+        return None
+    (bottleneck,) = bottlenecks
+    lead = max(live, key=lambda d: (d.verdict.confidence, -d.rank))
+    own = [line for line in lead.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    head = f"all {len(live)} ranks: {bottleneck}"
+    if own:
+        head += f" — rank {lead.rank}: {own[0]}"
+    lines = [head, *own[1:3]]
+    waits = [d for d in live if d.wait is not None]
+    if waits:
+        lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in waits[:8]))
+    confidence = min(d.verdict.confidence for d in live)
+    verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice)
+    return _Finding("shared", verdict, None, tuple(live))
+
+
+def _mixed(live: list[_Diagnosed]) -> _Finding:
+    lead = min(live, key=lambda d: (d.wait if d.wait is not None else 1.0, d.rank))
+    own = [line for line in lead.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    waits = f", waits {_pct(lead.wait)} of the time" if lead.wait is not None else ""
+    lines = [f"rank {lead.rank} (waits least{waits}): {own[0] if own else lead.verdict.bottleneck}", *own[1:3]]
+    others = [d for d in live if d is not lead]
+    if others:
+        lines.append("other ranks: " + "; ".join(
+            f"rank {d.rank} {d.verdict.bottleneck}" + (f" (waits {_pct(d.wait)})" if d.wait is not None else "")
+            for d in others[:RANKS_LISTED]))
+    verdict = Verdict(lead.verdict.bottleneck, _job_liveness(live), lead.verdict.confidence, tuple(lines),
+                      lead.verdict.advice)
+    return _Finding("mixed", verdict, None, tuple(live))
+
+
+# --- thin evidence and the job's verdict ------------------------------------------------------------------
+
+_COMPARED: tuple[JobFinding, ...] = ("straggler", "shared", "mixed")  # findings that rest on sample shares
+
+
+def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
+    """Thin evidence (a rank with fewer than THIN_SAMPLES samples) keeps a finding provisional and never
+    overturns one reached on more: the previous finding stands, saying what it holds back."""
+    if found.finding not in _COMPARED or not found.ranks_involved:
+        return found
+    thinnest = min(found.ranks_involved, key=lambda d: (d.samples, d.rank))
+    if thinnest.samples >= THIN_SAMPLES:
+        return found
+    lines = [line for line in found.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    n = thinnest.samples
+    if previous is not None and previous.finding in _COMPARED and \
+            previous.verdict.confidence >= HOLD_MIN_CONFIDENCE and previous.verdict.liveness != "hung" and \
+            (previous.finding, previous.responsible_rank) != (found.finding, found.responsible_rank):
+        kept = [line for line in previous.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+        kept.append(f"holding: the latest samples point to {found.finding}, too few (rank {thinnest.rank}: {n}; "
+                    f"{THIN_SAMPLES} needed) to change the verdict")
+        return _Finding(previous.finding, dataclasses.replace(previous.verdict, evidence=tuple(kept)),
+                        previous.responsible_rank, found.ranks_involved)
+    lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of rank {thinnest.rank}'s main thread so "
+                 f"far ({THIN_SAMPLES} make a verdict)")
+    verdict = dataclasses.replace(found.verdict, evidence=tuple(lines),
+                                  confidence=min(found.verdict.confidence, PROVISIONAL_CONFIDENCE))
+    return dataclasses.replace(found, verdict=verdict)
+
+
+def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
+                 hang_after_s: float = DEFAULT_HANG_AFTER_S) -> JobVerdict | None:
+    """The verdict on the job in `history` (oldest frame first); None when its latest frame has no job or no
+    ranks. Pass the previous JobVerdict for stability (each rank's previous verdict rides in it)."""
+    if not history or history[-1].job is None:
+        return None
+    latest = history[-1]
+    members = _members(history, previous)
+    if not members:
+        return None
+    prior = {r.pid: r for r in previous.ranks} if previous is not None else {}
+    diagnosed = [_diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
+    ranks = tuple(_rank_verdict(d) for d in diagnosed)
+    if latest.job.kind == "launched":
+        return JobVerdict(verdict=diagnosed[0].verdict, finding="single", ranks=ranks,
+                          responsible_rank=diagnosed[0].rank)
+    if not latest.target.alive:  # the launcher itself has gone: the job is over
+        verdict = diagnose(history, previous.verdict if previous is not None else None, hang_after_s)
+        return JobVerdict(verdict=verdict, finding=previous.finding if previous is not None else "mixed",
+                          ranks=ranks, responsible_rank=previous.responsible_rank if previous is not None else None)
+    live = [d for d in diagnosed if d.member.alive]
+    gone = [d for d in diagnosed if not d.member.alive]
+    if len(live) == 1 and not gone:
+        return JobVerdict(verdict=live[0].verdict, finding="single", ranks=ranks, responsible_rank=live[0].rank)
+    found = (_rank_exited(history, live, gone, previous) or _hung_rank(history, live)
+             or _straggler(live, previous, latest.job.launcher_pid, latest.time) or _shared(live) or _mixed(live))
+    found = _settle(found, previous)
+    verdict = found.verdict
+    since = latest.time
+    if previous is not None and (previous.verdict.bottleneck, previous.verdict.liveness) == \
+            (verdict.bottleneck, verdict.liveness) and previous.verdict.since is not None:
+        since = previous.verdict.since
+    verdict = dataclasses.replace(verdict, confidence=round(max(0.0, min(1.0, verdict.confidence)), 2), since=since)
+    return JobVerdict(verdict=verdict, finding=found.finding, ranks=ranks, responsible_rank=found.responsible_rank)
