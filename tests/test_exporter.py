@@ -412,3 +412,34 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
     result = subprocess.run(["promtool", "check", "rules", str(tmp_path / "dashboard.yml")], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_deadlocked_rank_folded_by_the_monitor_reads_as_a_hung_job_with_its_culprit():
+    """The real fold (Monitor → diagnose_job) on a torchrun job whose rank 1 deadlocks in flush_metrics while
+    rank 0 waits for it in all_reduce: the job is hung, rank 1 is the one to blame, and where."""
+    from test_diagnose_job import ALL_REDUCE, FLUSH_METRICS, LAUNCHER, RANK0, RANK1, count, job_frame, rank_proc
+
+    from probes.frame import ThreadStack as Thread
+
+    training = [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)], counts=[
+        count(RANK0, FORWARD, n=5), count(RANK1, FORWARD, n=5)]) for i in range(4)]
+    stuck = [job_frame(i, [rank_proc(RANK0, 0, cpu=1.0, main_cpu=0.0), rank_proc(RANK1, 1, cpu=0.0, main_cpu=0.0)],
+                       counts=[count(RANK0, ALL_REDUCE, n=5, idle=True), count(RANK1, FLUSH_METRICS, n=5, idle=True)],
+                       threads=[Thread(pid=RANK0, tid=RANK0, name="MainThread", idle=True, frames=ALL_REDUCE),
+                                Thread(pid=RANK1, tid=RANK1, name="MainThread", idle=True, frames=FLUSH_METRICS)])
+             for i in range(4, 16)]
+    view = fold(training + stuck, hang_after_s=5.0, replay=False).view
+    assert view.job is not None and view.job.finding == "hung_rank"
+    found = samples(exposition(WatchedView(view)))
+    job = {"host": "node1", "training_job": "run-7"}
+    assert value(found, "gputop_liveness", gputop_liveness="hung", pid=str(LAUNCHER), **job) == 1.0
+    assert value(found, "gputop_last_progress_age_seconds", pid=str(LAUNCHER), **job) >= 5.0
+    assert value(found, "gputop_job_finding", gputop_job_finding="hung_rank", **job) == 1.0
+    assert value(found, "gputop_rank_responsible", rank="1", pid=str(RANK1), **job) == 1.0
+    assert value(found, "gputop_rank_responsible", rank="0", pid=str(RANK0), **job) == 0.0
+    assert value(found, "gputop_rank_liveness", gputop_rank_liveness="hung", rank="1", **job) == 1.0
+    assert value(found, "gputop_rank_last_progress_age_seconds", rank="1", **job) >= 5.0
+    assert value(found, "gputop_responsible_frame_info", rank="1", pid=str(RANK1), function="flush_metrics",
+                 file="train.py", line="12", **job) == 1.0
+    assert value(found, "gputop_rank_collective_wait_ratio", rank="0", **job) > \
+        (value(found, "gputop_rank_collective_wait_ratio", rank="1", **job) or 0.0)
