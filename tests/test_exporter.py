@@ -267,6 +267,10 @@ def test_endpoint_speaks_prometheus_text_and_openmetrics_when_asked():
     assert "# TYPE gputop_bottleneck gauge" in plain
     assert "# TYPE gputop_bottleneck stateset" in openmetrics and openmetrics.rstrip().endswith("# EOF")
     assert "# TYPE gputop_responsible_frame info" in openmetrics
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+    types = {family.name: family.type for family in parse_openmetrics(openmetrics)}  # raises on a malformed one
+    assert types["gputop_rank_liveness"] == "stateset" and types["gputop_cpu_throttled_seconds"] == "counter"
 
 
 @pytest.mark.parametrize("text, expected", [
