@@ -205,17 +205,26 @@ def test_follow_picks_up_a_torchrun_job_and_drops_it_when_it_ends(spawn_target, 
 
 
 def test_follow_census_finds_a_rank_and_a_gpu_holder_on_the_real_process_table(spawn_target):
-    from probes.follow import find_training_jobs
-
     ranked = spawn_target("busy_loop.py", ready=lambda proc: True, env={"RANK": "3", "LOCAL_RANK": "1"})
     plain = spawn_target("busy_loop.py", ready=lambda proc: True)
     gpu_user = spawn_target("busy_loop.py", ready=lambda proc: True)
 
     def census() -> dict[int, str] | None:
-        jobs = {job.root_pid: job.why for job in find_training_jobs(gpu_pids=[gpu_user.pid])}
+        # From a process of its own, as gputop serve runs it: what the census's caller started is never a job,
+        # and these targets are children of this test's process.
+        code = (f"import json; from probes.follow import find_training_jobs; print(json.dumps("
+                f"{{j.root_pid: j.why for j in find_training_jobs(gpu_pids=[{gpu_user.pid}])}}))")
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        jobs = {int(pid): why for pid, why in json.loads(result.stdout).items()}
         return jobs if ranked.pid in jobs and gpu_user.pid in jobs else None
 
     jobs = wait_for(census, timeout=20)
     assert jobs[ranked.pid] == "RANK=3 in its environment"
     assert jobs[gpu_user.pid] == f"PID {gpu_user.pid} holds a GPU context"
     assert plain.pid not in jobs and os.getpid() not in jobs
+    # What the caller started is not a job: asked from this process, its own children are left out.
+    from probes.follow import find_training_jobs
+
+    assert not {job.root_pid for job in find_training_jobs(gpu_pids=[gpu_user.pid])} & {ranked.pid, gpu_user.pid}
