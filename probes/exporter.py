@@ -224,8 +224,10 @@ def _responsible_frame(families: _Families, view: MonitorView, frame: Frame, hos
         blamed = next((r for r in job.ranks if r.rank == job.responsible_rank), None)
         if blamed is not None:
             pid, rank = blamed.pid, str(blamed.rank)
-    elif frame.job is not None and frame.job.rank_pids:
+    elif frame.job is not None and frame.job.rank_pids:  # no one rank to blame: the first (or the attached) one
         pid = frame.job.selected_pid or frame.job.rank_pids[0]
+        sample = frame.process(pid)
+        rank = "" if sample is None or sample.rank is None else str(sample.rank)
     stack = next((t for t in frame.stacks.threads if t.pid == pid and t.tid == pid), None)
     if stack is None or not stack.frames:
         return

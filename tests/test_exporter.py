@@ -447,3 +447,14 @@ def test_a_deadlocked_rank_folded_by_the_monitor_reads_as_a_hung_job_with_its_cu
                  file="train.py", line="12", **job) == 1.0
     assert value(found, "gputop_rank_collective_wait_ratio", rank="0", **job) > \
         (value(found, "gputop_rank_collective_wait_ratio", rank="1", **job) or 0.0)
+
+
+def test_without_a_rank_to_blame_the_frame_is_the_first_ranks_with_its_rank():
+    view = job_view()
+    shared = dataclasses.replace(view.job, finding="shared", responsible_rank=None)
+    frame = view.latest
+    threads = (ThreadStack(pid=501, tid=501, name="MainThread", frames=FORWARD),)
+    frame = dataclasses.replace(frame, stacks=dataclasses.replace(frame.stacks, threads=threads))
+    found = samples(exposition(WatchedView(MonitorView(frames=(frame,), verdict=shared.verdict, job=shared))))
+    assert value(found, "gputop_responsible_frame_info", rank="0", pid="501", function="Linear.forward") == 1.0
+    assert value(found, "gputop_rank_responsible", rank="0") == 0.0  # named for where it is, not blamed
