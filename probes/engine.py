@@ -17,6 +17,7 @@ import psutil
 from probes.cgroup import CgroupCpuProbe
 from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.hostcpu import HostCpuProbe
+from probes.jobs import JobTracker, with_gpu_indices
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe
@@ -38,6 +39,8 @@ class EngineConfig:
     read_gpu: bool = True
     log_path: str | None = None
     tokens_per_iter: int | None = None
+    # Watch only the named process and its workers, not the job around it (its launcher and the other ranks).
+    process_only: bool = False
 
 
 def phase_signals(processes) -> dict[int, PhaseSignals]:
@@ -59,14 +62,19 @@ class Engine:
     """Reads the target once per tick(); call close() to stop the samplers it started."""
 
     def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None) -> None:
-        self.pid = pid
+        self.pid = pid  # the PID the user named
         self.config = config
         self._seq = 0
-        self._tree = ProcessTreeProbe(pid, redact=redact_argv, redact_environ=redact_environ)
-        self._cgroup = CgroupCpuProbe(pid)
-        self._host = HostCpuProbe(pid)
+        # The job around the named process: attached to a rank, the tree of its launcher is watched.
+        self._jobs = None if config.process_only else JobTracker(pid)
+        self.root_pid = self._jobs.root_pid if self._jobs is not None else pid
+        root = self.root_pid
+        self._tree = ProcessTreeProbe(root, redact=redact_argv, redact_environ=redact_environ)
+        self._cgroup = CgroupCpuProbe(root)
+        self._host = HostCpuProbe(root)
         self._gpu = NvmlGpuProbe(nvml) if config.read_gpu else None
-        self._progress = LogProgressProbe(pid, config.log_path, config.tokens_per_iter)
+        self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
+        self._last_stacks: StacksReading | None = None  # the job layout reads the parents' stacks of last tick
         self._sampler: StackSampler | None = None
         if config.sample_stacks:
             if config.stack_rate_hz is not None:  # the user's rate holds still
@@ -85,13 +93,19 @@ class Engine:
         if self._sampler is not None:
             hints = {pid: "dataloader_worker" for pid in self._sampler.worker_pids()}
         target, processes = self._tree.read(role_hints=hints)
-        live_pids = [p.pid for p in processes if p.alive]
+        job = None
+        unsampled: set[int] = set()
+        if self._jobs is not None:
+            job, processes = self._jobs.update(processes, self._last_stacks)
+            unsampled = self._jobs.unsampled_pids()
+        live_pids = [p.pid for p in processes if p.alive and p.pid not in unsampled]
         if self._sampler is not None:
             self._resample_new_programs(processes)
             self._sampler.set_targets(live_pids)
             # Before collecting: when the cheap signals moved, the sampler ends its record windows now.
             self._sampler.observe(time.monotonic(), phase_signals(processes))
             stacks = self._sampler.collect()
+            self._last_stacks = stacks
         else:
             stacks = StacksReading(available=False, reason="stack sampling turned off (--no-stacks)")
         runnable = sum(p.runnable_threads or 0 for p in processes if p.alive)
@@ -102,6 +116,7 @@ class Engine:
             gpu = self._gpu.read(self._tree.pid_aliases())
         else:
             gpu = GpuReading(available=False, reason="GPU reading turned off (--no-gpu)")
+        processes = with_gpu_indices(processes, gpu)
         progress = self._progress.read()
         ended = time.monotonic()
         interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
@@ -119,6 +134,7 @@ class Engine:
             stacks=stacks,
             progress=progress,
             overhead=self._overhead(ended - started, interval),
+            job=job,
         )
 
     def _resample_new_programs(self, processes) -> None:

@@ -296,7 +296,8 @@ class JobInfo:
     local_world_size: int | None = None
     rank_pids: tuple[int, ...] = ()  # live training processes on this node, by rank
     selected_pid: int | None = None  # the rank the user attached to (selected first in the TUI)
-    note: str | None = None  # one line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12)"
+    # One line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it".
+    note: str | None = None
 
 
 @dataclass(frozen=True)

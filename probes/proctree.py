@@ -55,6 +55,27 @@ def target_exists(pid: int) -> bool:
         return False
 
 
+def child_pids(pid: int) -> list[int]:
+    """The direct children of `pid` (empty when it is gone or unreadable); for deciding, before the tree is
+    watched, whether a process's parent is the launcher of a job."""
+    me = os.getpid()
+    if os.path.exists(f"/proc/{me}/task/{me}/children"):
+        scan = _scan_tasks(pid, with_children=True)
+        return list(dict.fromkeys(scan.children)) if scan is not None else []
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid`, or None when it is gone or unreadable."""
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
 @dataclass(frozen=True)
 class _MainThreadCounters:
     """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.

@@ -104,7 +104,10 @@ def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
 def add_attach_arguments(parser: argparse.ArgumentParser) -> None:
     from probes.engine import DEFAULT_INTERVAL_S
 
-    parser.add_argument("--pid", type=_pid, help="the training process to watch (its workers are found)")
+    parser.add_argument("--pid", type=_pid, help="the training process to watch (its workers are found); a "
+                        "launcher (torchrun, mp.spawn's parent, bash, uv run) or any rank: the whole job is watched")
+    parser.add_argument("--process-only", action="store_true",
+                        help="watch only this process and its workers, not the job around it")
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
                         help=f"seconds between readings (default {DEFAULT_INTERVAL_S}, at least 0.25)")
     parser.add_argument("--rate", type=_positive_float, default=None, metavar="HZ",
@@ -141,6 +144,7 @@ def engine_config(args: argparse.Namespace):
         read_gpu=not args.no_gpu,
         log_path=args.log,
         tokens_per_iter=args.tokens_per_iter,
+        process_only=bool(getattr(args, "process_only", False)),
     )
 
 
@@ -227,9 +231,13 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     interrupted = False
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     told_record_problem = False
+    told_job_note = False
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
             monitor.ingest(frame)
+            if frame.job is not None and frame.job.note and not told_job_note:  # what is watched, once
+                print(f"gputop: {frame.job.note}", file=sys.stderr)
+                told_job_note = True
             if monitor.record_problem and not told_record_problem:  # a full disk: say so once, sample on
                 print(f"gputop: {monitor.record_problem}", file=sys.stderr)
                 told_record_problem = True
