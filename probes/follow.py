@@ -1,10 +1,11 @@
 """Follow mode's census: which training jobs run on this node now, each named by the PID whose tree to watch.
 
-A job is found three ways: a launcher (torchrun, torch.distributed.launch) with its ranks under it; a process
-whose environment names its rank (RANK, set by torchrun, srun wrappers, custom launchers) outside any
-launcher; a Python process holding a GPU context (NVML lists it). A process started by multiprocessing
-(mp.spawn, a DataLoader worker) is followed up to the Python process that started it, so a job is watched
-once from its top, not once per process.
+A job is found three ways: torchrun (its agent, with the ranks under it); a Python process whose environment
+names its rank (RANK, as srun wrappers and custom launchers set it) outside any torchrun; a Python process
+holding a GPU context (NVML lists it). What a job is, and which process's tree is its root (a rank's
+launcher, mp.spawn's parent), probes/jobs.py decides, as it does for `gputop --pid`; this module only looks
+for candidates across the machine. A process started by multiprocessing (a DataLoader worker forked from a
+rank) is followed up to the process that started it, so a job is found once, from its top.
 
 ``find_training_jobs`` never raises: a process that ends or hides its details while being read is skipped.
 """
@@ -15,57 +16,30 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import psutil
+from probes.jobs import is_python_command, is_spawn_child, is_torchrun, read_dist_env, resolve_root
+from probes.proctree import NodeProcess, node_processes
 
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic.agent")
-LAUNCHER_SCRIPTS = ("torchrun",)
-RANK_VARIABLES = ("RANK", "LOCAL_RANK")
+TORCHRUN_SCRIPT = "torchrun"
 
 
 @dataclass(frozen=True)
 class FoundJob:
     root_pid: int  # the process whose tree gputop watches: the launcher, or the top of a training process
-    why: str  # one line: "torchrun launcher", "RANK=0 in its environment", "holds a GPU context"
+    why: str  # one line: "torchrun launcher", "RANK=0 in its environment", "PID 12 holds a GPU context"
 
 
-@dataclass(frozen=True)
-class _Proc:
-    pid: int
-    ppid: int
-    cmdline: tuple[str, ...]
-    python: bool
+def _is_python(proc: NodeProcess) -> bool:
+    return is_python_command(proc.cmdline) or proc.name.startswith("python")
 
 
-def is_python(name: str, cmdline: tuple[str, ...]) -> bool:
-    program = os.path.basename(cmdline[0]) if cmdline else name
-    return program.startswith("python") or name.startswith("python") or name in LAUNCHER_SCRIPTS
+def _is_launcher(proc: NodeProcess) -> bool:
+    """torchrun's agent: a Python process (or the torchrun script) whose command line runs torchrun; an editor
+    or a shell merely naming torchrun is not one."""
+    runs_python = _is_python(proc) or os.path.basename(proc.cmdline[0]) == TORCHRUN_SCRIPT
+    return runs_python and is_torchrun(proc.name, proc.cmdline)
 
 
-def is_launcher(cmdline: tuple[str, ...]) -> bool:
-    """torchrun (its script or `python -m torch.distributed.run`), or the older torch.distributed.launch."""
-    if not cmdline:
-        return False
-    if os.path.basename(cmdline[0]) in LAUNCHER_SCRIPTS:
-        return True
-    head = cmdline[:4]
-    if any(os.path.basename(arg) in LAUNCHER_SCRIPTS for arg in head[1:2]):  # python /usr/bin/torchrun ...
-        return True
-    return any(arg in LAUNCHER_MODULES for arg in head) and "-m" in head
-
-
-def _scan(exclude: set[int]) -> dict[int, _Proc]:
-    procs = {}
-    for process in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
-        info = process.info
-        if info["pid"] in exclude or info["pid"] <= 1:
-            continue
-        cmdline = tuple(info.get("cmdline") or ())
-        procs[info["pid"]] = _Proc(info["pid"], info.get("ppid") or 0, cmdline,
-                                   is_python(info.get("name") or "", cmdline))
-    return procs
-
-
-def _ancestors(pid: int, procs: dict[int, _Proc]) -> list[int]:
+def _ancestors(pid: int, procs: dict[int, NodeProcess]) -> list[int]:
     chain, seen = [], set()
     while pid in procs and pid not in seen:
         seen.add(pid)
@@ -74,62 +48,53 @@ def _ancestors(pid: int, procs: dict[int, _Proc]) -> list[int]:
     return chain
 
 
-def _top(pid: int, procs: dict[int, _Proc]) -> int:
-    """Up through the Python processes that started this one by multiprocessing (spawn's command line names
-    it; fork keeps the parent's command line), to the process that started them."""
+def _top(pid: int, procs: dict[int, NodeProcess]) -> int:
+    """Up through the Python processes that started this one by multiprocessing (spawn's command line says so;
+    fork keeps the parent's command line), to the process that started them."""
     while True:
         proc = procs.get(pid)
         parent = procs.get(proc.ppid) if proc is not None else None
-        if proc is None or parent is None or not parent.python:
+        if proc is None or parent is None or not _is_python(parent):
             return pid
-        forked = proc.cmdline == parent.cmdline
-        spawned = any("multiprocessing" in arg for arg in proc.cmdline)
-        if not (forked or spawned):
+        if not (proc.cmdline == parent.cmdline or is_spawn_child(proc.cmdline)):
             return pid
         pid = parent.pid
 
 
-def _has_rank(pid: int) -> str | None:
-    try:
-        environ = psutil.Process(pid).environ()
-    except (psutil.Error, OSError):
-        return None
-    for name in RANK_VARIABLES:
-        if name in environ:
-            return f"{name}={environ[name]} in its environment"
-    return None
+def _rank_variable(pid: int) -> str | None:
+    env = read_dist_env(pid)
+    return None if env.rank is None else f"RANK={env.rank} in its environment"
 
 
-def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()) -> list[FoundJob]:
+def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = (),
+                       procs: dict[int, NodeProcess] | None = None) -> list[FoundJob]:
     """The training jobs on this node, by root PID (ascending). `gpu_pids`: processes holding a GPU context
-    (local PIDs, from NVML); `exclude`: PIDs never to report (gputop itself and what it started)."""
+    (local PIDs, from NVML); `exclude`: PIDs never to report. What the caller started (py-spy) is never a job."""
     me = os.getpid()
-    excluded = {me, *exclude}
-    try:
-        procs = _scan(excluded)
-    except (psutil.Error, OSError):
-        return []
-    for pid in list(procs):  # what gputop started (py-spy) is not a job
-        if me in _ancestors(pid, procs):
+    procs = dict(node_processes() if procs is None else procs)
+    for pid in list(procs):
+        if pid == me or pid in set(exclude) or me in _ancestors(pid, procs):
             del procs[pid]
     found: dict[int, FoundJob] = {}
-    launchers = {pid for pid, proc in procs.items() if proc.python and is_launcher(proc.cmdline)}
-    for pid in launchers:
+    launchers = {pid for pid, proc in procs.items() if _is_launcher(proc)}
+    for pid in sorted(launchers):
         if not launchers.intersection(_ancestors(pid, procs)):  # an agent under torchrun is part of its job
             found[pid] = FoundJob(pid, "torchrun launcher")
 
     def covered(pid: int) -> bool:
         return pid in found or bool(found.keys() & set(_ancestors(pid, procs)))
 
-    for pid in sorted(set(gpu_pids)):
-        if pid in procs and procs[pid].python and not covered(pid):
-            root = _top(pid, procs)
-            found.setdefault(root, FoundJob(root, f"PID {pid} holds a GPU context"))
-    for pid, proc in sorted(procs.items()):
-        if not proc.python or covered(pid):
-            continue
-        why = _has_rank(pid)
-        if why is not None:
-            root = _top(pid, procs)
+    def add(pid: int, why: str) -> None:
+        root = resolve_root(_top(pid, procs)).root_pid
+        if not covered(root):
             found.setdefault(root, FoundJob(root, why))
+
+    for pid in sorted(set(gpu_pids)):
+        if pid in procs and _is_python(procs[pid]) and not covered(pid):
+            add(pid, f"PID {pid} holds a GPU context")
+    for pid, proc in sorted(procs.items()):
+        if _is_python(proc) and not covered(pid):
+            why = _rank_variable(pid)
+            if why is not None:
+                add(pid, why)
     return [found[pid] for pid in sorted(found)]

@@ -29,7 +29,7 @@ from test_monitor import gpu_bound_frames
 
 from probes.baseline import load_comparison_inputs
 from probes.exporter import GputopCollector, WatchedView, build_metrics, training_job_label
-from probes.follow import _Proc, _top, is_launcher
+from probes.follow import _is_launcher, _top, find_training_jobs
 from probes.frame import (
     CpuReading,
     GpuDevice,
@@ -43,6 +43,7 @@ from probes.frame import (
     Verdict,
 )
 from probes.monitor import MonitorView, fold
+from probes.proctree import NodeProcess
 from tui.serve import ListenError, Server, parse_listen
 
 RULES = REPO / "deploy" / "prometheus"
@@ -322,30 +323,52 @@ def test_a_port_in_use_is_a_usage_error():
 # --- follow mode's rules, on constructed process tables ------------------------------------------------------
 
 
-@pytest.mark.parametrize("cmdline, launcher", [
-    (("/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"), True),
-    (("/venv/bin/python", "/venv/bin/torchrun", "--standalone", "train.py"), True),
-    (("/venv/bin/torchrun", "train.py"), True),
-    (("python", "-m", "torch.distributed.launch", "train.py"), True),
-    (("python", "train.py", "--note", "torch.distributed.run"), False),
-    (("python", "train.py"), False),
-    ((), False),
+@pytest.mark.parametrize("name, cmdline, launcher", [
+    ("python3", ("/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"), True),
+    ("torchrun", ("/venv/bin/python", "/venv/bin/torchrun", "--standalone", "train.py"), True),
+    ("torchrun", ("/venv/bin/torchrun", "train.py"), True),
+    ("python", ("python", "-m", "torch.distributed.launch", "train.py"), True),
+    ("vim", ("vim", "torchrun"), False),  # naming torchrun is not running it
+    ("python", ("python", "train.py"), False),
 ])
-def test_launchers_are_recognised_by_their_command_line(cmdline, launcher):
-    assert is_launcher(cmdline) is launcher
+def test_launchers_are_recognised_by_their_command_line(name, cmdline, launcher):
+    assert _is_launcher(NodeProcess(10, 1, name, cmdline)) is launcher
+
+
+PYTHON_TRAIN = ("python", "train.py")
 
 
 def test_multiprocessing_children_are_followed_up_to_their_starter():
-    python = ("python", "train.py")
     procs = {
-        10: _Proc(10, 1, ("bash",), False),
-        20: _Proc(20, 10, python, True),  # the training script
-        21: _Proc(21, 20, ("python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"), True),
-        22: _Proc(22, 20, python, True),  # forked: same command line
-        23: _Proc(23, 20, ("python", "other.py"), True),  # started with subprocess: its own job
+        10: NodeProcess(10, 1, "bash", ("bash",)),
+        20: NodeProcess(20, 10, "python", PYTHON_TRAIN),  # the training script
+        21: NodeProcess(21, 20, "python", ("python", "-c", "from multiprocessing.spawn import spawn_main; "
+                                           "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork")),
+        22: NodeProcess(22, 20, "pt_data_worker", PYTHON_TRAIN),  # forked: same command line
+        23: NodeProcess(23, 20, "python", ("python", "other.py")),  # started with subprocess: its own job
     }
     assert _top(21, procs) == 20 and _top(22, procs) == 20
     assert _top(23, procs) == 23 and _top(20, procs) == 20
+
+
+def test_census_on_a_constructed_table_one_job_per_launcher_or_gpu_holder():
+    # PIDs far above any real one: resolve_root and the environment reads find nothing there, as for a
+    # process that has ended; the census still decides from the table.
+    base = 4_000_000_000
+    launcher, rank0, rank1, worker, lone, its_worker, shell = (base + i for i in range(7))
+    procs = {
+        shell: NodeProcess(shell, 1, "bash", ("bash",)),
+        launcher: NodeProcess(launcher, shell, "python", ("python", "-m", "torch.distributed.run", "job.py")),
+        rank0: NodeProcess(rank0, launcher, "python", ("python", "-u", "job.py")),
+        rank1: NodeProcess(rank1, launcher, "python", ("python", "-u", "job.py")),
+        worker: NodeProcess(worker, rank0, "pt_data_worker", ("python", "-u", "job.py")),
+        lone: NodeProcess(lone, shell, "python", ("python", "infer.py")),
+        its_worker: NodeProcess(its_worker, lone, "pt_data_worker", ("python", "infer.py")),
+    }
+    found = find_training_jobs(gpu_pids=[rank0, rank1, its_worker, shell], procs=procs)
+    assert [(j.root_pid, j.why) for j in found] == [
+        (launcher, "torchrun launcher"), (lone, f"PID {its_worker} holds a GPU context")]
+    assert find_training_jobs(gpu_pids=[lone], procs=procs, exclude=[lone, launcher]) == []
 
 
 class _FakeEngine:

@@ -20,6 +20,7 @@ import threading
 import urllib.parse
 import urllib.request
 
+import psutil
 import pytest
 from conftest import REPO, wait_for
 from test_diagnose_e2e import start
@@ -181,26 +182,37 @@ def test_prometheus_sees_the_dataloader_starved_target_data_bound(spawn_target, 
     promtool_check(served.metrics())
 
 
-def series_for(pid: int, exposition: str) -> list[str]:
-    return [line for line in exposition.splitlines() if not line.startswith("#") and f'pid="{pid}"' in line]
+def series_of(run_id: str, exposition: str) -> list[str]:
+    return [line for line in exposition.splitlines()
+            if not line.startswith("#") and f'training_job="{run_id}"' in line]
 
 
-def test_follow_picks_up_a_torchrun_job_and_drops_it_when_it_ends(spawn_target, tmp_path, serve):
+def test_follow_picks_up_a_torchrun_job_with_its_ranks_and_drops_it_when_it_ends(spawn_target, tmp_path, serve):
     served = serve("--follow", "--no-gpu", "--interval", "0.5")
     stop_file, out = tmp_path / "stop", tmp_path / "job.out"
+    run_id = f"exporter-e2e-{os.getpid()}"  # torchrun's --rdzv-id: the job's name on every node
     with out.open("w") as handle:
         launcher = spawn_target(
-            "exporter_torchrun.py", "--nproc_per_node", "2", "--master_port", str(free_port()),
+            "exporter_torchrun.py", "--nproc_per_node", "2", "--master_port", str(free_port()), "--rdzv-id", run_id,
             str(REPO / "tests" / "targets" / "exporter_ddp_job.py"), str(stop_file),
             stdout=handle, stderr=subprocess.STDOUT, timeout=120,
             ready=lambda proc: out.read_text().count(" ready") >= 2)
-    found = wait_for(lambda: series_for(launcher.pid, served.metrics()), timeout=60, interval=0.5)
-    assert any(line.startswith("gputop_liveness{") for line in found), found
+
+    def both_ranks() -> list[str] | None:
+        lines = series_of(run_id, served.metrics())
+        ranks = {re.search(r'rank="(\d+)"', line).group(1) for line in lines
+                 if line.startswith("gputop_rank_liveness{")}
+        return lines if ranks == {"0", "1"} else None
+
+    found = wait_for(both_ranks, timeout=60, interval=0.5)
+    assert any(line.startswith("gputop_liveness{") and f'pid="{launcher.pid}"' in line for line in found), found
+    rank_pids = {int(p) for p in re.findall(r'gputop_rank_liveness\{[^}]*pid="(\d+)"', "\n".join(found))}
+    assert rank_pids == {child.pid for child in psutil.Process(launcher.pid).children()}
     assert any(f"following PID {launcher.pid} (torchrun launcher)" in line for line in served.lines), served.lines
     stop_file.touch()
     wait_for(lambda: launcher.poll() is not None, timeout=60)
     assert launcher.returncode == 0, out.read_text()[-2000:]
-    wait_for(lambda: not series_for(launcher.pid, served.metrics()), timeout=30, interval=0.5)
+    wait_for(lambda: not series_of(run_id, served.metrics()), timeout=30, interval=0.5)
     assert any(f"stopped following PID {launcher.pid}" in line for line in served.lines), served.lines
 
 

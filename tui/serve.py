@@ -107,12 +107,19 @@ class Server:
 
     # --- inside ----------------------------------------------------------------------------------------
 
-    def _watch(self, pid: int, why: str) -> None:
+    def _watch(self, pid: int, why: str) -> bool:
+        """Watch `pid`'s job; False (and nothing started) when its root is watched already."""
         from probes.engine import Engine
         from probes.monitor import Monitor
 
-        self._watched[pid] = _Watched(Engine(pid, self._config),
-                                      Monitor(hang_after_s=self._hang_after_s, comparison=self._comparison), why)
+        engine = Engine(pid, self._config)  # resolves the job's root, as gputop --pid does
+        root = getattr(engine, "root_pid", pid)
+        if root in self._watched:
+            engine.close()
+            return False
+        self._watched[root] = _Watched(engine, Monitor(hang_after_s=self._hang_after_s, comparison=self._comparison),
+                                       why)
+        return True
 
     def _tick(self) -> None:
         from probes.exporter import WatchedView
@@ -141,9 +148,8 @@ class Server:
 
         self._last_scan = time.monotonic()
         for job in find_training_jobs(gpu_pids=self._gpu_pids()):
-            if job.root_pid not in self._watched:
+            if job.root_pid not in self._watched and self._watch(job.root_pid, job.why):
                 self._log(f"following PID {job.root_pid} ({job.why})")
-                self._watch(job.root_pid, job.why)
 
     def _gpu_pids(self) -> list[int]:
         """Processes holding a GPU context, in our PID namespace."""
