@@ -152,9 +152,9 @@ def job_view(run_id: str | None = "run-42") -> MonitorView:
                                               rank_pids=(rank0, rank1)),
                                "overhead": MonitorOverhead(monitor_cpu_pct=3.0, sampler_cpu_pct=12.0)})
     ranks = (RankVerdict(rank=0, pid=rank0, gpu_index=0, cpu_pct=30.0, collective_wait_ratio=0.7, samples=40,
-                         verdict=Verdict("comms_bound", "progressing", 0.8)),
+                         verdict=Verdict("comms_bound", "progressing", 0.8, stalled_s=0.4)),
              RankVerdict(rank=1, pid=rank1, gpu_index=1, cpu_pct=100.0, collective_wait_ratio=0.05, samples=40,
-                         verdict=Verdict("gpu_bound", "progressing", 0.9)))
+                         verdict=Verdict("gpu_bound", "progressing", 0.9, stalled_s=0.2)))
     job = JobVerdict(verdict=Verdict("gpu_bound", "progressing", 0.8), finding="straggler", ranks=ranks,
                      responsible_rank=1)
     return MonitorView(frames=(frame,), verdict=job.verdict, job=job)
@@ -174,6 +174,9 @@ def test_job_ranks_carry_rank_pid_gpu_labels_wait_ratio_and_the_straggler():
     assert value(found, "gputop_rank_bottleneck", gputop_rank_bottleneck="comms_bound", rank="0", **job) == 1.0
     assert value(found, "gputop_rank_liveness", gputop_rank_liveness="progressing", rank="1", **job) == 1.0
     assert value(found, "gputop_rank_cpu_ratio", rank="1", **job) == 1.0
+    assert value(found, "gputop_rank_last_progress_age_seconds", rank="0", **job) == 0.4
+    # The job's verdict is composed from its ranks': its last progress is the most recent any rank made.
+    assert value(found, "gputop_last_progress_age_seconds", pid="500", **job) == 0.2
     # The info series names the straggler's frame, with its rank: the library frame and the user's caller.
     assert value(found, "gputop_responsible_frame_info", rank="1", pid="502", function="Linear.forward",
                  file="torch/nn/modules/linear.py", called_from="GPT.forward (model.py:180)", **job) == 1.0
