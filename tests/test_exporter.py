@@ -306,6 +306,7 @@ def run_gputop(*args: str) -> subprocess.CompletedProcess:
     (("serve", "--pid", "1", "--follow"), "not allowed with argument"),
     (("serve", "--follow", "--listen", "nowhere"), "--listen wants HOST:PORT"),
     (("serve", "--follow", "--mfu-floor", "35"), "a ratio between 0 and 1"),
+    (("serve", "--follow", "--process-only"), "use it with --pid, not --follow"),
 ])
 def test_serve_usage_errors_are_one_line_and_exit_2(args, says):
     result = run_gputop(*args)

@@ -298,8 +298,11 @@ def run_serve(args: argparse.Namespace) -> int:
         check_target(args.pid)
     elif args.log is not None:
         raise UsageError("--log names one target's log: use it with --pid, not --follow")
+    if args.process_only and args.pid is None:
+        raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
     config = EngineConfig(interval_s=args.interval, stack_rate_hz=args.rate, sample_stacks=not args.no_stacks,
-                          read_gpu=not args.no_gpu, log_path=args.log, tokens_per_iter=args.tokens_per_iter)
+                          read_gpu=not args.no_gpu, log_path=args.log, tokens_per_iter=args.tokens_per_iter,
+                          process_only=args.process_only)
     return serve(args, config=config, hang_after_s=_hang_after(args), comparison=comparison_inputs(args),
                  usage_error=UsageError)
 

@@ -183,6 +183,8 @@ def add_serve_parser(sub, *, pid_type, interval_type, positive_float, add_compar
                        help=f"seconds between readings (default {DEFAULT_INTERVAL_S})")
     serve.add_argument("--rate", type=positive_float, default=None, metavar="HZ",
                        help="py-spy stack samples per second per process, fixed (default: adaptive, 5 then 1)")
+    serve.add_argument("--process-only", action="store_true",
+                       help="with --pid: watch only that process and its workers, not the job around it")
     serve.add_argument("--no-gpu", action="store_true", help="do not read NVML")
     serve.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
     serve.add_argument("--log", metavar="PATH", help="with --pid: the target's log, for s/iter, tokens/s and MFU")
