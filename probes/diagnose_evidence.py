@@ -16,6 +16,7 @@ from probes.diagnose_stacks import (
     COMPILE,
     IO,
     PEER_WAIT_BACKWARD,
+    PEER_WAIT_BACKWARD_QUIET,
     PEER_WAIT_SYNC,
     ThreadProfile,
     classify_cached,
@@ -54,6 +55,9 @@ TRAIN_FRAME_SHARE = 0.1
 SPIN_UTIL_PCT = 70.0
 SPIN_SM_ACTIVE_PCT = 35.0
 SPIN_POWER_FRACTION = 0.35
+# A rank's main thread on a CPU or queued for one less than this share of wall time barely works: its
+# backward samples are waits for the other ranks, whatever py-spy's idle flag caught.
+QUIET_MAIN_THREAD_PCT = 30.0
 
 
 @dataclass(frozen=True)
@@ -487,16 +491,26 @@ def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
     return None
 
 
-def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary) -> str | None:
+def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary, wanting_cpu_pct: float | None) -> str | None:
     """How the main process, when it is a rank of a multi-rank job, waits for the other ranks where no
-    collective frame shows: in backward (no GPU: DDP's reducer on gloo), at a GPU synchronisation (its GPU
-    spins), or None (not a rank, or a GPU doing real work)."""
+    collective frame shows: in backward (no GPU: DDP's reducer on gloo; any backward sample when its main thread
+    wants a CPU less than QUIET_MAIN_THREAD_PCT of the time, on one or queued for one), at a GPU
+    synchronisation (its GPU spins), or None (not a rank, or a GPU doing real work)."""
     main = frame.process(main_pid)
     if main is None or main.rank is None or (main.world_size is not None and main.world_size < 2):
         return None
     if not gpu.in_use and main.gpu_index is None:
-        return PEER_WAIT_BACKWARD
+        quiet = wanting_cpu_pct is not None and wanting_cpu_pct < QUIET_MAIN_THREAD_PCT
+        return PEER_WAIT_BACKWARD_QUIET if quiet else PEER_WAIT_BACKWARD
     return PEER_WAIT_SYNC if gpu.spinning() else None
+
+
+def _wanting_cpu(frames: Sequence[Frame], main_pid: int) -> float | None:
+    """The main thread's time on a CPU or queued for one, percent of wall time (metric window mean)."""
+    cpu = _mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in frames)
+    if cpu is None:
+        return None
+    return cpu + (_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in frames) or 0.0)
 
 
 def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
@@ -506,7 +520,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stack_frames = _recent(history, STACK_WINDOW_S)
     metric_frames = _recent(history, METRIC_WINDOW_S)
     gpu = _gpu_summary(metric_frames)
-    waits_for_peers = peer_wait(latest, main_pid, gpu)
+    waits_for_peers = peer_wait(latest, main_pid, gpu, _wanting_cpu(metric_frames, main_pid))
 
     main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     after_change = _after_phase_change(stack_frames)

@@ -518,7 +518,7 @@ _COMPARED: tuple[JobFinding, ...] = ("straggler", "shared", "mixed")  # findings
 def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     """Thin evidence (a rank with fewer than THIN_SAMPLES samples) keeps a finding provisional and never
     overturns one reached on more: the previous finding stands, saying what it holds back."""
-    if found.finding not in _COMPARED or not found.ranks_involved:
+    if found.finding not in _COMPARED or not found.ranks_involved or found.verdict.bottleneck == "unknown":
         return found
     thinnest = min(found.ranks_involved, key=lambda d: (d.samples, d.rank))
     if thinnest.samples >= THIN_SAMPLES:

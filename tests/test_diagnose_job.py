@@ -16,7 +16,15 @@ import pytest
 
 from probes.diagnose import diagnose
 from probes.diagnose_job import RankHistory, diagnose_job, project_rank
-from probes.diagnose_stacks import COMMS, COMPUTE, PEER_WAIT_BACKWARD, PEER_WAIT_SYNC, WAIT, classify_stack
+from probes.diagnose_stacks import (
+    COMMS,
+    COMPUTE,
+    PEER_WAIT_BACKWARD,
+    PEER_WAIT_BACKWARD_QUIET,
+    PEER_WAIT_SYNC,
+    WAIT,
+    classify_stack,
+)
 from probes.frame import (
     CpuReading,
     Frame,
@@ -206,6 +214,20 @@ def test_a_rank_history_projects_each_frame_once():
     history = RankHistory(frames, RANK0)
     assert len(history) == 4 and history[-1] is history[3] and history[1:3] == [history[1], history[2]]
     assert history[0].target.pid == RANK0
+
+
+def test_an_awake_backward_sample_counts_as_waiting_only_when_the_rank_barely_works():
+    """py-spy's idle flag is one instant's thread state: a rank whose main thread is on a CPU 10% of the time
+    waits in its backward samples even where py-spy caught it awake; one at 100% computes its backward."""
+    def frames(main_cpu):
+        return [job_frame(i, [rank_proc(RANK0, 0, cpu=main_cpu), rank_proc(RANK1, 1)], counts=[
+            count(RANK0, DDP_WAIT, n=6, idle=False), count(RANK0, FORWARD, n=4),
+            count(RANK1, SLOW_AUGMENT, n=10)]) for i in range(8)]
+    quiet = run_job(frames(10.0))[-1]
+    assert quiet.ranks[0].collective_wait_ratio == 0.6 and quiet.finding == "straggler"
+    busy = run_job(frames(100.0))[-1]
+    assert busy.ranks[0].collective_wait_ratio == 0.0 and busy.finding == "mixed"
+    assert classify_stack(DDP_WAIT, idle=False, peer_wait=PEER_WAIT_BACKWARD_QUIET).activity == COMMS
 
 
 # --- findings -----------------------------------------------------------------------------------------------
@@ -498,3 +520,22 @@ def test_one_job_tick_on_a_full_history_is_cheap():
     per_call = (time.perf_counter() - started) / calls
     print(f"diagnose_job() on 600 frames, 2 ranks: {per_call * 1000:.2f} ms per call")
     assert per_call < 0.010
+
+
+def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeypatch):
+    """One diagnose() per rank per frame, over at most the history's capacity: replays stay linear."""
+    import probes.diagnose_job as diagnose_job_module
+    import probes.monitor as monitor_module
+
+    seen, tree = [], []
+    real = diagnose_job_module.diagnose_with_evidence
+
+    def counting(history, previous=None, hang_after_s=5.0):
+        seen.append(len(history))
+        return real(history, previous, hang_after_s)
+
+    monkeypatch.setattr(diagnose_job_module, "diagnose_with_evidence", counting)
+    monkeypatch.setattr(monitor_module, "diagnose", lambda *args: tree.append(1))
+    fold(straggler_frames(700))
+    assert len(seen) == 2 * 700 and max(seen) == 600
+    assert tree == []  # the launcher's tree is not diagnosed besides
