@@ -79,6 +79,7 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         evidence=tuple(candidate.evidence),
         advice=tuple(candidate.advice),
         since=since,
+        stalled_s=round(evidence.stuck_for_s, 1),
     ), evidence
 
 

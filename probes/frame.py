@@ -274,6 +274,9 @@ class Verdict:
     evidence: tuple[str, ...] = ()
     advice: tuple[str, ...] = ()
     since: float | None = None  # Unix time this bottleneck/liveness pair was first concluded
+    # Seconds since the last sign of progress (since watching began when none was seen); None once exited.
+    # Added for /metrics (gputop_last_progress_age_seconds): the hang alert wants the silence, not only its verdict.
+    stalled_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,31 @@ def parent_pid(pid: int) -> int | None:
 
 
 @dataclass(frozen=True)
+class NodeProcess:
+    """One process of the whole machine, as `gputop serve --follow`'s census sees it."""
+
+    pid: int
+    ppid: int
+    name: str  # /proc/PID/comm
+    cmdline: tuple[str, ...]  # as read: not redacted, never stored or shown
+
+
+def node_processes() -> dict[int, NodeProcess]:
+    """Every process this user can see, by PID (kernel threads and PID 1 left out); never raises."""
+    found = {}
+    try:
+        for process in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+            info = process.info
+            if info["pid"] <= 1 or not info.get("cmdline"):  # kernel threads have no command line
+                continue
+            found[info["pid"]] = NodeProcess(info["pid"], info.get("ppid") or 0, info.get("name") or "",
+                                             tuple(info["cmdline"]))
+    except (psutil.Error, OSError):
+        pass
+    return found
+
+
+@dataclass(frozen=True)
 class _MainThreadCounters:
     """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.
 

@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gputop",
         description="Why is my training job slow, or is it hung? Attach to its PID and see, with evidence.",
         epilog="Examples: gputop demo | gputop --pid 1234 | gputop --pid 1234 --snapshot out.json --duration 10"
-               " | gputop replay run.jsonl | gputop probe --model gpt2 | gputop mfu --model gpt2-xl ...",
+               " | gputop serve --pid 1234 | gputop replay run.jsonl | gputop probe --model gpt2"
+               " | gputop mfu --model gpt2-xl ...",
     )
     parser.add_argument("--version", action="version", version=f"gputop {__version__}")
     add_attach_arguments(parser)
@@ -72,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start a bundled training process and watch it in the TUI")
     demo.add_argument("--interval", type=_interval, default=1.0, metavar="S")
     demo.set_defaults(func=run_demo)
+
+    from tui.serve import add_serve_parser
+
+    add_serve_parser(sub, pid_type=_pid, interval_type=_interval, positive_float=_positive_float,
+                     add_comparison_arguments=add_comparison_arguments, run=run_serve)
 
     try:
         from tui.probe_commands import register
@@ -279,6 +285,26 @@ def run_replay(args: argparse.Namespace) -> int:
 
     make_app(replay_frames=frames, replay_notice=notice, comparison=comparison, hang_after_s=_hang_after(args)).run()
     return EXIT_OK
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """`gputop serve`: /metrics for Prometheus, one PID or every training job on the node (tui/serve.py)."""
+    from probes.engine import EngineConfig
+    from tui.serve import serve
+
+    if args.pid is None and not args.follow:
+        raise UsageError("say what to serve: gputop serve --pid PID, or gputop serve --follow for every job")
+    if args.pid is not None:
+        check_target(args.pid)
+    elif args.log is not None:
+        raise UsageError("--log names one target's log: use it with --pid, not --follow")
+    if args.process_only and args.pid is None:
+        raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
+    config = EngineConfig(interval_s=args.interval, stack_rate_hz=args.rate, sample_stacks=not args.no_stacks,
+                          read_gpu=not args.no_gpu, log_path=args.log, tokens_per_iter=args.tokens_per_iter,
+                          process_only=args.process_only)
+    return serve(args, config=config, hang_after_s=_hang_after(args), comparison=comparison_inputs(args),
+                 usage_error=UsageError)
 
 
 def run_demo(args: argparse.Namespace) -> int:

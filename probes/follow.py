@@ -1,0 +1,100 @@
+"""Follow mode's census: which training jobs run on this node now, each named by the PID whose tree to watch.
+
+A job is found three ways: torchrun (its agent, with the ranks under it); a Python process whose environment
+names its rank (RANK, as srun wrappers and custom launchers set it) outside any torchrun; a Python process
+holding a GPU context (NVML lists it). What a job is, and which process's tree is its root (a rank's
+launcher, mp.spawn's parent), probes/jobs.py decides, as it does for `gputop --pid`; this module only looks
+for candidates across the machine. A process started by multiprocessing (a DataLoader worker forked from a
+rank) is followed up to the process that started it, so a job is found once, from its top.
+
+``find_training_jobs`` never raises: a process that ends or hides its details while being read is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from probes.jobs import is_python_command, is_spawn_child, is_torchrun, read_dist_env, resolve_root
+from probes.proctree import NodeProcess, node_processes
+
+TORCHRUN_SCRIPT = "torchrun"
+
+
+@dataclass(frozen=True)
+class FoundJob:
+    root_pid: int  # the process whose tree gputop watches: the launcher, or the top of a training process
+    why: str  # one line: "torchrun launcher", "RANK=0 in its environment", "PID 12 holds a GPU context"
+
+
+def _is_python(proc: NodeProcess) -> bool:
+    return is_python_command(proc.cmdline) or proc.name.startswith("python")
+
+
+def _is_launcher(proc: NodeProcess) -> bool:
+    """torchrun's agent: a Python process (or the torchrun script) whose command line runs torchrun; an editor
+    or a shell merely naming torchrun is not one."""
+    runs_python = _is_python(proc) or os.path.basename(proc.cmdline[0]) == TORCHRUN_SCRIPT
+    return runs_python and is_torchrun(proc.name, proc.cmdline)
+
+
+def _ancestors(pid: int, procs: dict[int, NodeProcess]) -> list[int]:
+    chain, seen = [], set()
+    while pid in procs and pid not in seen:
+        seen.add(pid)
+        pid = procs[pid].ppid
+        chain.append(pid)
+    return chain
+
+
+def _top(pid: int, procs: dict[int, NodeProcess]) -> int:
+    """Up through the Python processes that started this one by multiprocessing (spawn's command line says so;
+    fork keeps the parent's command line), to the process that started them."""
+    while True:
+        proc = procs.get(pid)
+        parent = procs.get(proc.ppid) if proc is not None else None
+        if proc is None or parent is None or not _is_python(parent):
+            return pid
+        if not (proc.cmdline == parent.cmdline or is_spawn_child(proc.cmdline)):
+            return pid
+        pid = parent.pid
+
+
+def _rank_variable(pid: int) -> str | None:
+    env = read_dist_env(pid)
+    return None if env.rank is None else f"RANK={env.rank} in its environment"
+
+
+def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = (),
+                       procs: dict[int, NodeProcess] | None = None) -> list[FoundJob]:
+    """The training jobs on this node, by root PID (ascending). `gpu_pids`: processes holding a GPU context
+    (local PIDs, from NVML); `exclude`: PIDs never to report. What the caller started (py-spy) is never a job."""
+    me = os.getpid()
+    procs = dict(node_processes() if procs is None else procs)
+    for pid in list(procs):
+        if pid == me or pid in set(exclude) or me in _ancestors(pid, procs):
+            del procs[pid]
+    found: dict[int, FoundJob] = {}
+    launchers = {pid for pid, proc in procs.items() if _is_launcher(proc)}
+    for pid in sorted(launchers):
+        if not launchers.intersection(_ancestors(pid, procs)):  # an agent under torchrun is part of its job
+            found[pid] = FoundJob(pid, "torchrun launcher")
+
+    def covered(pid: int) -> bool:
+        return pid in found or bool(found.keys() & set(_ancestors(pid, procs)))
+
+    def add(pid: int, why: str) -> None:
+        root = resolve_root(_top(pid, procs)).root_pid
+        if not covered(root):
+            found.setdefault(root, FoundJob(root, why))
+
+    for pid in sorted(set(gpu_pids)):
+        if pid in procs and _is_python(procs[pid]) and not covered(pid):
+            add(pid, f"PID {pid} holds a GPU context")
+    for pid, proc in sorted(procs.items()):
+        if _is_python(proc) and not covered(pid):
+            why = _rank_variable(pid)
+            if why is not None:
+                add(pid, why)
+    return [found[pid] for pid in sorted(found)]

@@ -1,0 +1,248 @@
+"""`gputop serve`: headless, sample one target (--pid) or every training job on the node (--follow) and serve
+/metrics for Prometheus, no TUI.
+
+One sampling thread ticks every watched target's Engine once per interval, folds the frame into that
+target's Monitor and publishes the views as one immutable tuple; the HTTP server (prometheus_client's, on
+its own thread) reads only that tuple on a scrape, so a scrape never samples and never waits for a tick.
+Listens on 127.0.0.1:9407 unless told otherwise: nothing beyond this machine can read it until the user
+asks (`--listen 0.0.0.0:9407` or `--listen :9407`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+DEFAULT_LISTEN_HOST = "127.0.0.1"
+DEFAULT_PORT = 9407  # near dcgm-exporter's 9400, not on it: both run on one GPU node
+DEFAULT_FOLLOW_SCAN_S = 2.0  # how often --follow looks for new jobs
+
+
+class ListenError(ValueError):
+    """A --listen value that is not HOST:PORT; the message is one line."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9407', ':9407' (every interface, as dcgm-exporter spells it), '9407' (loopback),
+    '[::1]:9407'."""
+    text = text.strip()
+    host, port_text = DEFAULT_LISTEN_HOST, text
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or not text[close + 1:].startswith(":"):
+            raise ListenError(f"--listen wants [IPV6]:PORT, got {text!r}")
+        host, port_text = text[1:close], text[close + 2:]
+    elif ":" in text:
+        host, port_text = text.rsplit(":", 1)
+        host = host or "0.0.0.0"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ListenError(f"--listen wants HOST:PORT (e.g. 127.0.0.1:{DEFAULT_PORT}), got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ListenError(f"--listen: port {port} is not between 0 and 65535")
+    return host, port
+
+
+@dataclass
+class _Watched:
+    """One watched target: its engine and the monitor that folds its frames."""
+
+    engine: object
+    monitor: object
+    why: str
+
+
+class Server:
+    """The sampling loop behind /metrics: ticks each watched target, publishes the views, follows jobs."""
+
+    def __init__(self, config, *, pid: int | None, follow: bool, hang_after_s: float, comparison=None,
+                 mfu_floor: float | None = None, scan_interval_s: float = DEFAULT_FOLLOW_SCAN_S,
+                 log=lambda line: print(f"gputop: {line}", file=sys.stderr, flush=True)) -> None:
+        from probes.exporter import WatchedView
+
+        self._config = config
+        self._follow = follow
+        self._hang_after_s = hang_after_s
+        self._comparison = comparison
+        self._mfu_floor = mfu_floor
+        self._scan_interval_s = scan_interval_s
+        self._log = log
+        self._watched: dict[int, _Watched] = {}
+        self._published: tuple[WatchedView, ...] = ()
+        self._last_scan: float | None = None
+        self._gpu_census = None
+        self.stop = threading.Event()
+        if pid is not None:
+            self._watch(pid, f"PID {pid}")
+
+    def views(self):
+        """What a scrape reads: the views of the last tick (an immutable tuple, swapped whole)."""
+        return self._published
+
+    def run(self) -> None:
+        """Tick until stop is set; each tick's views replace the published ones."""
+        interval = self._config.interval_s
+        next_tick = time.monotonic()
+        while not self.stop.is_set():
+            if self._follow and self._scan_due():
+                self._scan()
+            self._tick()
+            next_tick += interval
+            if next_tick < time.monotonic():  # fell behind: start afresh rather than firing a burst
+                next_tick = time.monotonic() + interval
+            self.stop.wait(max(0.0, next_tick - time.monotonic()))
+
+    def close(self) -> None:
+        for watched in self._watched.values():
+            watched.engine.close()
+            watched.monitor.close()
+        self._watched.clear()
+        if self._gpu_census is not None:
+            self._gpu_census.close()
+
+    # --- inside ----------------------------------------------------------------------------------------
+
+    def _watch(self, pid: int, why: str) -> bool:
+        """Watch `pid`'s job; False (and nothing started) when its root is watched already."""
+        from probes.engine import Engine
+        from probes.monitor import Monitor
+
+        engine = Engine(pid, self._config)  # resolves the job's root, as gputop --pid does
+        root = getattr(engine, "root_pid", pid)
+        if root in self._watched:
+            engine.close()
+            return False
+        self._watched[root] = _Watched(engine, Monitor(hang_after_s=self._hang_after_s, comparison=self._comparison),
+                                       why)
+        return True
+
+    def _tick(self) -> None:
+        from probes.exporter import WatchedView
+
+        published = []
+        for pid, watched in list(self._watched.items()):
+            try:
+                view = watched.monitor.ingest(watched.engine.tick())
+            except Exception as exc:  # a bug in one target's reading must not stop the others' metrics
+                self._log(f"reading PID {pid} failed ({type(exc).__name__}: {exc}); still serving the others")
+                continue
+            if self._follow and not view.latest.target.alive:
+                self._log(f"stopped following PID {pid} ({watched.why}): it has ended")
+                watched.engine.close()
+                watched.monitor.close()
+                del self._watched[pid]
+                continue
+            published.append(WatchedView(view, self._mfu_floor))
+        self._published = tuple(published)
+
+    def _scan_due(self) -> bool:
+        return self._last_scan is None or time.monotonic() - self._last_scan >= self._scan_interval_s
+
+    def _scan(self) -> None:
+        from probes.follow import find_training_jobs
+
+        self._last_scan = time.monotonic()
+        for job in find_training_jobs(gpu_pids=self._gpu_pids()):
+            if job.root_pid not in self._watched and self._watch(job.root_pid, job.why):
+                self._log(f"following PID {job.root_pid} ({job.why})")
+
+    def _gpu_pids(self) -> list[int]:
+        """Processes holding a GPU context, in our PID namespace."""
+        if not self._config.read_gpu:
+            return []
+        if self._gpu_census is None:
+            from probes.nvml import NvmlGpuProbe
+
+            self._gpu_census = NvmlGpuProbe()
+        reading = self._gpu_census.read()
+        return [p.local_pid or p.pid for device in reading.devices for p in device.processes]
+
+
+def add_serve_parser(sub, *, pid_type, interval_type, positive_float, add_comparison_arguments, run) -> None:
+    from probes.engine import DEFAULT_INTERVAL_S
+
+    serve = sub.add_parser(
+        "serve", help="headless: serve /metrics for Prometheus while sampling one PID or every training job",
+        description="Sample without a screen and serve the verdicts, pace and GPU readings at /metrics "
+                    f"(Prometheus text; OpenMetrics when asked). Listens on {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT} "
+                    "unless --listen says otherwise.")
+    which = serve.add_mutually_exclusive_group()
+    which.add_argument("--pid", type=pid_type, help="the training process (or its launcher) to watch")
+    which.add_argument("--follow", action="store_true",
+                       help="watch every training job on this node: torchrun launchers, processes with RANK set, "
+                            "Python processes holding a GPU; new ones are picked up, ended ones dropped")
+    serve.add_argument("--listen", default=f"{DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}", metavar="HOST:PORT",
+                       help=f"address for /metrics (default {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}, this machine "
+                            f"only; :{DEFAULT_PORT} or 0.0.0.0:{DEFAULT_PORT} for every interface)")
+    serve.add_argument("--interval", type=interval_type, default=DEFAULT_INTERVAL_S, metavar="S",
+                       help=f"seconds between readings (default {DEFAULT_INTERVAL_S})")
+    serve.add_argument("--rate", type=positive_float, default=None, metavar="HZ",
+                       help="py-spy stack samples per second per process, fixed (default: adaptive, 5 then 1)")
+    serve.add_argument("--process-only", action="store_true",
+                       help="with --pid: watch only that process and its workers, not the job around it")
+    serve.add_argument("--no-gpu", action="store_true", help="do not read NVML")
+    serve.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
+    serve.add_argument("--log", metavar="PATH", help="with --pid: the target's log, for s/iter, tokens/s and MFU")
+    add_comparison_arguments(serve)
+    serve.add_argument("--hang-after", type=positive_float, default=None, metavar="S",
+                       help="call a target hung after this long with no progress (default 5)")
+    serve.add_argument("--mfu-floor", type=_ratio_arg, default=None, metavar="RATIO",
+                       help="export gputop_mfu_floor_ratio (0-1) beside gputop_mfu_ratio, for the shipped "
+                            "'MFU below floor' alert")
+    serve.set_defaults(func=run)
+
+
+def _ratio_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a ratio between 0 and 1 (0.35 = 35%), got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a ratio between 0 and 1 (0.35 = 35%), got {text}")
+    return value
+
+
+def serve(args: argparse.Namespace, *, config, hang_after_s: float, comparison, usage_error) -> int:
+    """Start the HTTP endpoint and the sampling loop; run until SIGTERM or Ctrl-C."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.process_collector import ProcessCollector
+
+    from probes.exporter import GputopCollector
+    from tui.exitcodes import EXIT_OK
+
+    try:
+        host, port = parse_listen(args.listen)
+    except ListenError as exc:
+        raise usage_error(str(exc)) from None
+    server = Server(config, pid=args.pid, follow=args.follow, hang_after_s=hang_after_s, comparison=comparison,
+                    mfu_floor=args.mfu_floor)
+    registry = CollectorRegistry()
+    registry.register(GputopCollector(server.views))
+    ProcessCollector(registry=registry)  # gputop's own CPU and memory: process_cpu_seconds_total, ...
+    try:
+        httpd, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        server.close()
+        raise usage_error(f"cannot listen on {host}:{port} ({exc.strerror or exc}): choose another with "
+                          f"--listen HOST:PORT") from None
+    bound_port = httpd.server_address[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    what = f"PID {args.pid}" if args.pid is not None else "this node's training jobs (--follow)"
+    print(f"gputop: serving /metrics on http://{shown_host}:{bound_port}/metrics for {what}", file=sys.stderr,
+          flush=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: server.stop.set())
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        httpd.shutdown()
+        httpd.server_close()
+        server.close()
+    return EXIT_OK
