@@ -248,12 +248,18 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: str | No
         frames = frames[: loop + 1]
     first: dict[str, int] = {}  # activity -> index of its innermost marker
     last: dict[str, int] = {}  # activity -> index of its outermost marker
+    # Code that runs while a module is imported (beneath importlib's frames) is not the phase its file names:
+    # a rank importing torch._dynamo at start-up is not compiling. A compile that imports lazily still has
+    # its entry point outside the import.
+    importing_below = max((i for i, f in enumerate(frames) if f.file.startswith(_IMPORTLIB_FILE)), default=-1)
     for index, frame in enumerate(frames):
         for activity, test in _MARKER_TESTS:
+            if index < importing_below and activity in _PHASES:
+                continue
             if test(frame):
                 first.setdefault(activity, index)
                 last[activity] = index
-    for activity in (COMPILE, CHECKPOINT, COMMS):
+    for activity in _PHASES:
         if activity in first:
             # The entry point names a phase (torch.save, the compile entry); a collective is named by
             # itself (all_reduce), not by the logging wrappers around it.
@@ -281,6 +287,9 @@ def _found(activity: str, frames: Sequence[StackFrame], index: int) -> StackActi
             index += 1
     return StackActivity(activity, frames[index], _innermost_user_frame(frames, index))
 
+
+_IMPORTLIB_FILE = "<frozen importlib._bootstrap"  # and _bootstrap_external
+_PHASES = (COMPILE, CHECKPOINT, COMMS)
 
 _MARKER_TESTS = (
     (COMPILE, _is_compile),

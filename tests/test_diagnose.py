@@ -206,6 +206,25 @@ def test_module_getitem_in_torch_is_not_data_and_socket_under_getitem_is_io():
     assert classify_stack(reading_in_dataset, idle=True).activity == IO
 
 
+def test_importing_torch_modules_at_start_up_is_not_compiling_or_a_collective():
+    # Seen on a torchrun rank starting: module-level code of convert_frame.py and distributed_c10d.py runs
+    # beneath importlib's frames while `import torch._dynamo` executes; nothing is being compiled.
+    def importing(file: str) -> tuple:
+        return (
+            fr("<module>", SITE + file, 62),
+            fr("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
+            fr("_LoaderBasics.exec_module", "<frozen importlib._bootstrap_external>", 940),
+            fr("_load_unlocked", "<frozen importlib._bootstrap>", 690),
+            fr("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+        ) + ROOT
+    assert classify_stack(importing("torch/_dynamo/convert_frame.py"), idle=False).activity == COMPUTE
+    assert classify_stack(importing("torch/distributed/distributed_c10d.py"), idle=False).activity == COMPUTE
+    # A compile that imports lazily is still compiling: its entry point sits outside the import.
+    lazy = importing("torch/_inductor/codecache.py")[:-len(ROOT)] + (
+        fr("_compile", SITE + "torch/_dynamo/convert_frame.py", 700),) + ROOT
+    assert classify_stack(lazy, idle=False).activity == COMPILE
+
+
 # --- liveness ----------------------------------------------------------------------------------------
 
 
