@@ -197,6 +197,16 @@ class Evidence:
     # The main process is a rank: how it waits for the other ranks beyond collective frames (PEER_WAIT_*).
     peer_wait: str | None = None
 
+    def asleep_pct(self) -> float | None:
+        """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
+        without schedstat). py-spy calls a thread active once it is runnable, and a sleeper woken on a crowded
+        machine queues for a core with its stack still on the sleep: on such a machine this is the truer
+        measure of how much it waits."""
+        cpu, waiting = self.main_thread_cpu_pct, self.main_thread_runqueue_pct
+        if cpu is None or waiting is None:
+            return None
+        return max(0.0, 100.0 - cpu - waiting)
+
     def running_share(self) -> float | None:
         """Of the time the main thread wanted a CPU, the share it had one (None without schedstat). py-spy
         counts a runnable thread as active, so on a crowded machine "computing" samples include waiting for

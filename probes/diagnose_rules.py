@@ -56,6 +56,10 @@ LONG_CALL_S = 3.0
 LONG_CALL_MIN_CPU_PCT = 30.0  # a crowded machine gives a busy call less than a full core
 LONG_CALL_MIN_WANTING_PCT = 60.0  # with schedstat: on a CPU or queued for one this share of the time
 BUSY_CPU_PCT = 80.0
+# The main thread asleep (neither on a CPU nor queued for one) this share of wall time, in a process using less
+# than IDLE_MAX_CPU_PCT of a core, waits more than it works whatever py-spy's samples say (see asleep_pct).
+MOSTLY_ASLEEP_PCT = 60.0
+IDLE_MAX_CPU_PCT = 30.0
 
 
 @dataclass
@@ -424,7 +428,7 @@ def _cpu(ev: Evidence) -> Candidate | None:
         ], from_metrics=True)
     if compute < 0.05:
         return None
-    if ev.main.share(WAIT, QUEUE_WAIT) > compute:
+    if ev.main.share(WAIT, QUEUE_WAIT) > compute or _mostly_asleep(ev):
         # It waits (sleeps, polls) more than it works: the idle rule's case. On a crowded machine its bursts
         # of work stretch while it queues for a core, which must not turn a sleepy loop into a CPU-bound one.
         return None
@@ -477,14 +481,28 @@ def _busy_in_one_call(ev: Evidence) -> bool:
     return ev.main_cpu_pct is not None and ev.main_cpu_pct >= LONG_CALL_MIN_CPU_PCT
 
 
+def _mostly_asleep(ev: Evidence) -> bool:
+    asleep = ev.asleep_pct()
+    return asleep is not None and asleep >= MOSTLY_ASLEEP_PCT and (
+        ev.main_cpu_pct is None or ev.main_cpu_pct < IDLE_MAX_CPU_PCT)
+
+
 def _idle(ev: Evidence) -> Candidate | None:
     waiting = ev.main.share(WAIT, QUEUE_WAIT)
-    if waiting < 0.3 or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= 30.0):
+    asleep = _mostly_asleep(ev)
+    if (waiting < 0.3 and not asleep) or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= IDLE_MAX_CPU_PCT):
         return None
     if ev.main.share(QUEUE_WAIT) >= 0.3 and _producer_busy(ev):
         return None  # waiting on a working producer: the data rule's case
-    where = _where(ev.main, WAIT, QUEUE_WAIT)
-    lines = [_main_share_line(ev, waiting, "waiting", WAIT, QUEUE_WAIT)]
+    if waiting >= 0.3:
+        where = _where(ev.main, WAIT, QUEUE_WAIT)
+        lines = [_main_share_line(ev, waiting, "waiting", WAIT, QUEUE_WAIT)]
+    else:  # py-spy caught it runnable; schedstat says it slept
+        where = _where(ev.main, *ev.main.by_activity)
+        waiting = ev.asleep_pct() / 100.0
+        lines = [f"main thread asleep {_pct(waiting)} of wall time (on a CPU {ev.main_thread_cpu_pct:.0f}%, queued "
+                 f"for one {ev.main_thread_runqueue_pct:.0f}%), most often in {where}: py-spy's samples catch it "
+                 "only while it is runnable"]
     if ev.active_tick_share is not None and ev.tree_cpu_pct is not None:
         ticks = len([f for f in ev.stack_frames if f.processes])
         lines.append(f"CPU time in {_pct(ev.active_tick_share)} of {ticks} ticks, {ev.tree_cpu_pct:.0f}% of a "

@@ -704,6 +704,22 @@ def test_a_sleepy_loop_on_a_crowded_machine_stays_idle_and_queueing_is_said():
             "against 50% on a CPU") in last.evidence
 
 
+def test_a_sleeper_py_spy_only_catches_runnable_is_idle_by_schedstat():
+    """Seen beside two busy processes: every one of 13 samples caught the sleepy loop runnable, its stack on the
+    sleep (woken, queued for a core), while schedstat said it ran 6% and queued 12% of wall time: asleep 82%."""
+    sleeping = (fr("main", TRAIN, 30), fr("<module>", TRAIN, 320))
+    crowded = [make_frame(i, counts=[main_count(sleeping, n=2)], cpu=6.0, main_thread_cpu_pct=6.0,
+                          main_thread_runqueue_pct=12.0) for i in range(8)]
+    last = run(crowded)[-1]
+    assert (last.bottleneck, last.liveness) == ("idle", "progressing")
+    assert last.evidence[0].startswith("main thread asleep 82% of wall time (on a CPU 6%, queued for one 12%), most "
+                                       "often in main (train.py:30)")
+    # A thread that wants the CPU most of the time is not asleep, however little it gets.
+    starved = [make_frame(i, counts=[main_count(FORWARD, n=2)], cpu=6.0, main_thread_cpu_pct=6.0,
+                          main_thread_runqueue_pct=80.0) for i in range(8)]
+    assert run(starved)[-1].bottleneck == "cpu_bound"
+
+
 def test_one_call_on_a_full_history_is_cheap():
     """600 frames (ten minutes at 1 s) with samples every tick: a call must cost well under 1% of a tick."""
     stacks = [DATALOADER_WAIT, FORWARD, BACKWARD, TOKENIZE, SOCKET_READ, TORCH_SAVE]
