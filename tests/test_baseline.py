@@ -193,15 +193,15 @@ def test_bad_baseline_file_exits_2_before_attaching(tmp_path):
     me = str(os.getpid())  # a live PID, so only the baseline can be what is wrong
     not_json = tmp_path / "notes.json"
     not_json.write_text("step 1 took 3 s\n")
-    started = time.monotonic()
+    # Each asks for 120 s of sampling: one that attached before checking its baseline would outlast gputop()'s
+    # 60 s timeout and fail here, however slowly this machine starts Python.
     assert_one_line_usage_error(gputop("--pid", me, "--baseline", str(tmp_path / "none.json"), "--snapshot", "-",
-                                       "--duration", "5"), "cannot read the baseline", "none.json")
-    assert_one_line_usage_error(gputop("--pid", me, "--baseline", str(not_json), "--duration", "5"),
+                                       "--duration", "120"), "cannot read the baseline", "none.json")
+    assert_one_line_usage_error(gputop("--pid", me, "--baseline", str(not_json), "--duration", "120"),
                                 "is not JSON")
     xl = write_json(tmp_path / "xl.json", dataclasses.asdict(xl_probe_on_h200()))
-    assert_one_line_usage_error(gputop("--pid", me, "--baseline", xl, "--model", "gpt2", "--duration", "5"),
+    assert_one_line_usage_error(gputop("--pid", me, "--baseline", xl, "--model", "gpt2", "--duration", "120"),
                                 "--model gpt2", "is not the model the baseline")
-    assert time.monotonic() - started < 15  # none of them sampled for its 5 s
 
 
 # --- GPU names for `gputop mfu` --------------------------------------------------------------------------

@@ -731,13 +731,15 @@ def test_one_call_on_a_full_history_is_cheap():
         processes = [proc(cpu=50.0), proc(pid=PID + 1, role="dataloader_worker", cpu=90.0)]
         frames.append(make_frame(i, counts=counts, processes=processes, gpu=h200()))
     verdict = diagnose(frames[:-1])
-    started = time.perf_counter()
+    # CPU time, not wall time: on a crowded machine the wall clock also counts the time other work held the
+    # core, which says nothing of what a call costs.
+    started = time.process_time()
     calls = 20
     for _ in range(calls):
         verdict = diagnose(frames, verdict)
-    per_call = (time.perf_counter() - started) / calls
-    print(f"diagnose() on 600 frames: {per_call * 1000:.2f} ms per call")
-    assert per_call < 0.010  # 1% of the default 1 s tick
+    per_call = (time.process_time() - started) / calls
+    print(f"diagnose() on 600 frames: {per_call * 1000:.2f} ms of CPU per call")
+    assert per_call < 0.010  # 1% of the default 1 s tick, ~10x what it measures
 
 
 # --- real runs, replayed ------------------------------------------------------------------------------
