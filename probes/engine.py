@@ -61,7 +61,9 @@ def phase_signals(processes) -> dict[int, PhaseSignals]:
 class Engine:
     """Reads the target once per tick(); call close() to stop the samplers it started."""
 
-    def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None) -> None:
+    def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None, gpu=None) -> None:
+        """nvml: a module with pynvml's API (tests pass a fake). gpu: a reader shared with other engines
+        (nvml.SharedGpuReading, refreshed by its owner once per tick), which this engine does not close."""
         self.pid = pid  # the PID the user named
         self.config = config
         self._seq = 0
@@ -72,7 +74,8 @@ class Engine:
         self._tree = ProcessTreeProbe(root, redact=redact_argv, redact_environ=redact_environ)
         self._cgroup = CgroupCpuProbe(root)
         self._host = HostCpuProbe(root)
-        self._gpu = NvmlGpuProbe(nvml) if config.read_gpu else None
+        self._owns_gpu = gpu is None
+        self._gpu = (gpu if gpu is not None else NvmlGpuProbe(nvml)) if config.read_gpu else None
         self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
         self._last_stacks: StacksReading | None = None  # the job layout reads the parents' stacks of last tick
         self._sampler: StackSampler | None = None
@@ -169,7 +172,7 @@ class Engine:
     def close(self) -> None:
         if self._sampler is not None:
             self._sampler.close()
-        if self._gpu is not None:
+        if self._gpu is not None and self._owns_gpu:
             self._gpu.close()
         self._progress.close()
 

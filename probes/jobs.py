@@ -587,6 +587,14 @@ def resolve_root(attached_pid: int) -> RootChoice:
     return RootChoice(attached_pid)
 
 
+def resolve_root_safely(attached_pid: int) -> RootChoice:
+    """resolve_root, but never raising: a process that cannot be read is watched as named."""
+    try:
+        return resolve_root(attached_pid)
+    except Exception:
+        return RootChoice(attached_pid)
+
+
 def _exe(pid: int) -> str | None:
     try:
         return psutil.Process(pid).exe() or None
@@ -615,10 +623,7 @@ class JobTracker:
 
     def __init__(self, attached_pid: int) -> None:
         self.attached_pid = attached_pid
-        try:
-            choice = resolve_root(attached_pid)
-        except Exception:  # never raise: a process that cannot be read is watched as named
-            choice = RootChoice(attached_pid)
+        choice = resolve_root_safely(attached_pid)
         self.root_pid = choice.root_pid
         self._attached_rank = choice.attached_rank
         self._static: dict[tuple[int, int | None], _Static] = {}

@@ -9,6 +9,7 @@ other fields of the tick stay intact.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -446,3 +447,39 @@ class NvmlGpuProbe:
             return function(*args)
         except self._nvml.NVMLError:
             return None
+
+
+def for_target(reading: GpuReading, target_pids: Mapping[int, int]) -> GpuReading:
+    """One reading of the node's GPUs, with each compute process marked in or out of one target's tree.
+
+    target_pids maps a PID as NVML may report it to its local PID (ProcessTreeProbe.pid_aliases()). Lets
+    several targets share a single NVML read per tick (`gputop serve --follow`): read once, mark per target.
+    """
+    if not reading.available:
+        return reading
+    devices = []
+    for device in reading.devices:
+        processes = tuple(dataclasses.replace(p, in_target=p.pid in target_pids, local_pid=target_pids.get(p.pid))
+                          for p in device.processes)
+        devices.append(dataclasses.replace(device, processes=processes,
+                                           in_target=any(p.in_target for p in processes)))
+    return dataclasses.replace(reading, devices=tuple(devices))
+
+
+class SharedGpuReading:
+    """One NVML read per tick for many targets: refresh() reads every GPU once; read(target_pids) hands each
+    target that reading, marked for it (for_target). Quacks like NvmlGpuProbe for the Engine."""
+
+    def __init__(self, probe: NvmlGpuProbe | None = None) -> None:
+        self._probe = probe if probe is not None else NvmlGpuProbe()
+        self.latest = GpuReading(available=False, reason="NVML not read yet")
+
+    def refresh(self) -> GpuReading:
+        self.latest = self._probe.read()
+        return self.latest
+
+    def read(self, target_pids: Mapping[int, int] | None = None) -> GpuReading:
+        return for_target(self.latest, target_pids or {})
+
+    def close(self) -> None:
+        self._probe.close()

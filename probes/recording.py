@@ -120,14 +120,19 @@ class Recording:
 
     def notice(self) -> str | None:
         """One line for the user when lines were left out, else None."""
-        if not self.skipped:
-            return None
-        named = "; ".join(f"line {s.number}: {s.why}" for s in self.skipped[:SKIPPED_LINES_NAMED])
-        more = len(self.skipped) - SKIPPED_LINES_NAMED
-        if more > 0:
-            named += f"; and {more} more"
-        what = "line that is not a whole frame" if len(self.skipped) == 1 else "lines that are not whole frames"
-        return f"{self.path}: skipped {len(self.skipped)} {what} ({named}); showing the {len(self.frames)} whole frames"
+        return skipped_notice(self.path, self.skipped, len(self.frames))
+
+
+def skipped_notice(path: str | Path, skipped: list[SkippedLine] | tuple[SkippedLine, ...], whole: int) -> str | None:
+    """One line for the user when lines were left out of a recording of `whole` good frames, else None."""
+    if not skipped:
+        return None
+    named = "; ".join(f"line {s.number}: {s.why}" for s in skipped[:SKIPPED_LINES_NAMED])
+    more = len(skipped) - SKIPPED_LINES_NAMED
+    if more > 0:
+        named += f"; and {more} more"
+    what = "line that is not a whole frame" if len(skipped) == 1 else "lines that are not whole frames"
+    return f"{path}: skipped {len(skipped)} {what} ({named}); showing the {whole} whole frames"
 
 
 def load_recording(path: str | Path) -> Recording:
@@ -138,7 +143,8 @@ def load_recording(path: str | Path) -> Recording:
 
 
 def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -> Iterator[Frame]:
-    """Yield the frames of a recording in order.
+    """Yield the frames of a recording in order, reading it a line at a time (an hour's recording is tens
+    of megabytes; a fold over it holds only what the Monitor keeps).
 
     A line that is not a whole frame is left out and, when ``skipped`` is given, listed there: a last
     line cut short (the writer was killed mid-line, or its disk filled), or a damaged line anywhere.
@@ -147,38 +153,35 @@ def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -
     path = Path(path)
     try:
         # errors="replace": a damaged line may hold bytes that are not UTF-8; it is then skipped, not fatal.
-        text = path.read_text(encoding="utf-8", errors="replace")
+        # newline="\n": a frame ends at a newline and nowhere else (the writer escapes every other control).
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
+            first = handle.readline()
+            if not first:
+                raise RecordingError(f"{path} is empty: not a gputop recording")
+            try:
+                header = json.loads(first)
+            except json.JSONDecodeError:
+                header = None
+            if not isinstance(header, dict) or header.get("schema") != RECORDING_SCHEMA:
+                raise RecordingError(f"{path} is not a gputop recording (first line lacks schema {RECORDING_SCHEMA})")
+            for number, line in enumerate(handle, start=2):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    cut_short = not line.endswith("\n")  # only the last line can lack its newline
+                    _skip(skipped, number, "cut short, the recording ends mid-line (its writer stopped while "
+                                           "writing)" if cut_short else "not JSON")
+                    continue
+                try:
+                    frame = from_jsonable(Frame, data)
+                except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                    _skip(skipped, number, f"not a frame ({type(exc).__name__})")
+                    continue
+                yield frame
     except OSError as exc:
         raise RecordingError(f"cannot read recording {path}: {exc.strerror or exc}") from None
-    lines = text.splitlines()
-    if not lines:
-        raise RecordingError(f"{path} is empty: not a gputop recording")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("schema") != RECORDING_SCHEMA:
-        raise RecordingError(f"{path} is not a gputop recording (first line lacks schema {RECORDING_SCHEMA})")
-    last = len(lines)
-    cut_short = not text.endswith("\n")
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            if number == last and cut_short:
-                why = "cut short, the recording ends mid-line (its writer stopped while writing)"
-            else:
-                why = "not JSON"
-            _skip(skipped, number, why)
-            continue
-        try:
-            frame = from_jsonable(Frame, data)
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            _skip(skipped, number, f"not a frame ({type(exc).__name__})")
-            continue
-        yield frame
 
 
 def _skip(skipped: list[SkippedLine] | None, number: int, why: str) -> None:

@@ -407,6 +407,33 @@ def test_follow_drops_a_target_once_it_has_ended_and_keeps_the_others():
     assert server.views()[0].view.latest.process(77) is not None
 
 
+def test_every_watched_target_shares_one_nvml_read_per_tick():
+    """Two real targets, each on its own fake GPU: one NVML read per tick, each target sees its own GPU."""
+    from fake_pynvml import GIB, FakeGpu, FakeNvml
+
+    from probes.engine import EngineConfig
+    from probes.nvml import NvmlGpuProbe, SharedGpuReading
+
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(2)]
+    try:
+        fake = FakeNvml([FakeGpu(uuid=f"GPU-{i}", processes=[(p.pid, GIB)]) for i, p in enumerate(sleepers)])
+        server = Server(EngineConfig(sample_stacks=False, process_only=True), pid=sleepers[0].pid, follow=False,
+                        hang_after_s=5.0, log=lambda line: None, gpu=SharedGpuReading(NvmlGpuProbe(fake)))
+        assert server._watch(sleepers[1].pid, "test")
+        for _ in range(3):
+            server.step()
+        gpus_in_target = {v.view.latest.target.pid: [d.index for d in v.view.latest.gpu.devices if d.in_target]
+                          for v in server.views()}
+        assert gpus_in_target == {sleepers[0].pid: [0], sleepers[1].pid: [1]}
+        assert fake.call_count("nvmlDeviceGetPowerUsage") == 3 * 2  # three ticks, two GPUs: not once per target
+        server.close()
+        assert fake.call_count("nvmlShutdown") == 1
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
 def exported_names() -> set[str]:
     """Every sample name the collector can produce, from views that fill every reading."""
     text = exposition(WatchedView(seed_case_view(), mfu_floor=0.3), WatchedView(deadlock_view()),

@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
-from probes.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, decode_clock_event_reasons
+from probes.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
 from tests.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,6 +114,25 @@ def test_target_processes_are_marked_with_their_local_pid():
     untargeted = probe.read().devices
     assert not any(device.in_target for device in untargeted)
     probe.close()
+
+
+def test_a_shared_reading_reads_nvml_once_and_marks_each_targets_own_processes():
+    fake = two_h200s()
+    probe, clock = make_probe(fake)
+    shared = SharedGpuReading(probe)
+    assert not shared.read({4242: 42}).available  # nothing read yet
+    for _ in range(2):
+        shared.refresh()
+        clock.now += 1.0
+        one, other = shared.read({4242: 42}), shared.read({999: 9})
+        assert [d.in_target for d in one.devices] == [True, False]
+        assert [(p.pid, p.local_pid) for p in one.devices[0].processes if p.in_target] == [(4242, 42)]
+        assert [d.in_target for d in other.devices] == [False, True]
+        assert [(p.pid, p.local_pid) for p in other.devices[1].processes if p.in_target] == [(999, 9)]
+        assert one.devices[0].power_w == other.devices[0].power_w == 690.0  # the same reading, marked twice
+    assert fake.call_count("nvmlDeviceGetPowerUsage") == 4  # two devices, two refreshes: not once per target
+    shared.close()
+    assert fake.call_count("nvmlShutdown") == 1
 
 
 def test_unsupported_fields_are_none_and_the_others_intact():

@@ -260,30 +260,50 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    if args.snapshot is not None:
+        return _replay_to_snapshot(args)
     from probes.recording import RecordingError, load_recording
 
     try:
         recording = load_recording(args.recording)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    frames = list(recording.frames)
+    frames = list(recording.frames)  # the TUI moves back and forth through them: all of them are held
     notice = recording.notice()
     if not frames:
         raise UsageError(notice or f"{args.recording} holds no frames")
     if notice:  # a recording cut mid-line (its writer was killed) or damaged: replay what is whole
         print(f"gputop: {notice}", file=sys.stderr)
-    comparison = comparison_inputs(args)
-    if args.snapshot is not None:
-        from probes.monitor import fold
-        from probes.snapshot import write_json_atomic
-
-        check_writable(args.snapshot, "snapshot")
-        monitor = fold(frames, hang_after_s=_hang_after(args), comparison=comparison)
-        write_json_atomic(monitor.snapshot(), args.snapshot)
-        return EXIT_OK
     from tui.app import make_app
 
-    make_app(replay_frames=frames, replay_notice=notice, comparison=comparison, hang_after_s=_hang_after(args)).run()
+    make_app(replay_frames=frames, replay_notice=notice, comparison=comparison_inputs(args),
+             hang_after_s=_hang_after(args)).run()
+    return EXIT_OK
+
+
+def _replay_to_snapshot(args: argparse.Namespace) -> int:
+    """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
+    from probes.monitor import Monitor
+    from probes.recording import RecordingError, read_recording, skipped_notice
+    from probes.snapshot import write_json_atomic
+
+    comparison = comparison_inputs(args)
+    check_writable(args.snapshot, "snapshot")
+    monitor = Monitor(hang_after_s=_hang_after(args), comparison=comparison, replay=True)
+    skipped: list = []
+    whole = 0
+    try:
+        for frame in read_recording(args.recording, skipped):
+            monitor.ingest(frame)
+            whole += 1
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    notice = skipped_notice(args.recording, skipped, whole)
+    if not whole:
+        raise UsageError(notice or f"{args.recording} holds no frames")
+    if notice:
+        print(f"gputop: {notice}", file=sys.stderr)
+    write_json_atomic(monitor.snapshot(), args.snapshot)
     return EXIT_OK
 
 

@@ -62,7 +62,8 @@ class Server:
 
     def __init__(self, config, *, pid: int | None, follow: bool, hang_after_s: float, comparison=None,
                  mfu_floor: float | None = None, scan_interval_s: float = DEFAULT_FOLLOW_SCAN_S,
-                 log=lambda line: print(f"gputop: {line}", file=sys.stderr, flush=True)) -> None:
+                 log=lambda line: print(f"gputop: {line}", file=sys.stderr, flush=True), gpu=None) -> None:
+        """gpu: the shared GPU reader (probes.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
         from probes.exporter import WatchedView
 
         self._config = config
@@ -75,7 +76,12 @@ class Server:
         self._watched: dict[int, _Watched] = {}
         self._published: tuple[WatchedView, ...] = ()
         self._last_scan: float | None = None
-        self._gpu_census = None
+        # One NVML read per tick, shared by every watched target and by the scan for new jobs.
+        self._gpu = gpu
+        if gpu is None and config.read_gpu:
+            from probes.nvml import SharedGpuReading
+
+            self._gpu = SharedGpuReading()
         self.stop = threading.Event()
         if pid is not None:
             self._watch(pid, f"PID {pid}")
@@ -89,32 +95,43 @@ class Server:
         interval = self._config.interval_s
         next_tick = time.monotonic()
         while not self.stop.is_set():
-            if self._follow and self._scan_due():
-                self._scan()
-            self._tick()
+            self.step()
             next_tick += interval
             if next_tick < time.monotonic():  # fell behind: start afresh rather than firing a burst
                 next_tick = time.monotonic() + interval
             self.stop.wait(max(0.0, next_tick - time.monotonic()))
+
+    def step(self) -> None:
+        """One tick: read the GPUs once, look for new jobs when it is time, read every watched target."""
+        if self._gpu is not None:
+            self._gpu.refresh()
+        if self._follow and self._scan_due():
+            self._scan()
+        self._tick()
 
     def close(self) -> None:
         for watched in self._watched.values():
             watched.engine.close()
             watched.monitor.close()
         self._watched.clear()
-        if self._gpu_census is not None:
-            self._gpu_census.close()
+        if self._gpu is not None:
+            self._gpu.close()
 
     # --- inside ----------------------------------------------------------------------------------------
 
     def _watch(self, pid: int, why: str) -> bool:
         """Watch `pid`'s job; False (and nothing started) when its root is watched already."""
         from probes.engine import Engine
+        from probes.jobs import resolve_root_safely
         from probes.monitor import Monitor
 
-        engine = Engine(pid, self._config)  # resolves the job's root, as gputop --pid does
-        root = getattr(engine, "root_pid", pid)
+        # The job's root, as gputop --pid finds it: asked first, so a job watched already costs no Engine.
+        root = pid if self._config.process_only else resolve_root_safely(pid).root_pid
         if root in self._watched:
+            return False
+        engine = Engine(pid, self._config, gpu=self._gpu)
+        root = engine.root_pid
+        if root in self._watched:  # the tree changed between the two looks
             engine.close()
             return False
         self._watched[root] = _Watched(engine, Monitor(hang_after_s=self._hang_after_s, comparison=self._comparison),
@@ -153,14 +170,9 @@ class Server:
 
     def _gpu_pids(self) -> list[int]:
         """Processes holding a GPU context, in our PID namespace."""
-        if not self._config.read_gpu:
+        if self._gpu is None:
             return []
-        if self._gpu_census is None:
-            from probes.nvml import NvmlGpuProbe
-
-            self._gpu_census = NvmlGpuProbe()
-        reading = self._gpu_census.read()
-        return [p.local_pid or p.pid for device in reading.devices for p in device.processes]
+        return [p.local_pid or p.pid for device in self._gpu.latest.devices for p in device.processes]
 
 
 def add_serve_parser(sub, *, pid_type, interval_type, positive_float, add_comparison_arguments, run) -> None:
