@@ -8,6 +8,7 @@ Pure: frames in, an Evidence out. Per-frame stack summaries are memoised by the 
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,18 +73,21 @@ class _FrameStacks:
     main_samples: int = 0
 
 
-# Summaries of the frames a diagnosis looks back over, so each tick summarises only its new frame. The
-# cache holds the frames' stacks alive, so it is sized to the look-back window, not to the history: one
-# window for each of up to CACHED_RANKS ranks of a job (each rank's frames are its own projection).
+# Summaries of the frames a diagnosis looks back over, so each tick summarises only its new frame. An entry
+# lives only as long as its frame's stacks (a weakref finalizer drops it when they go), so the cache never
+# keeps a frame's samples alive after the History has let the frame go; sized to hold stacks alive instead, it
+# held 2528 frames' worth where a lone process needs 316, and gputop's memory grew for 40 minutes. The bound
+# still caps it where far more frames are alive at once (a replay holds its whole recording).
 CACHED_RANKS = 8
 _FRAME_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
-_frame_cache: OrderedDict[int, tuple[object, int, _FrameStacks]] = OrderedDict()
+_frame_cache: OrderedDict[int, tuple[int, _FrameStacks]] = OrderedDict()
 
 
 def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
-    cached = _frame_cache.get(id(frame.stacks))
-    if cached is not None and cached[0] is frame.stacks and cached[1] == main_pid:
-        return cached[2]
+    key = id(frame.stacks)  # unique while the stacks live, and the entry goes when they do
+    cached = _frame_cache.get(key)
+    if cached is not None and cached[0] == main_pid:
+        return cached[1]
     workers = {p.pid for p in frame.processes if p.role == ROLE_DATALOADER_WORKER}
     main, other, worker = [], [], []
     for count in frame.stacks.counts:
@@ -102,9 +106,11 @@ def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
         main_compile=sum(c.count for c in main if classify_cached(c.frames, c.idle).activity == COMPILE),
         main_samples=sum(c.count for c in main),
     )
+    if cached is None:
+        weakref.finalize(frame.stacks, _frame_cache.pop, key, None)
     while len(_frame_cache) >= _FRAME_CACHE_LIMIT:
         _frame_cache.popitem(last=False)  # the oldest frame: it has left the look-back window
-    _frame_cache[id(frame.stacks)] = (frame.stacks, main_pid, summary)
+    _frame_cache[key] = (main_pid, summary)
     return summary
 
 

@@ -20,6 +20,7 @@ identity, so each frame is projected once per rank and a tick costs one diagnose
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,21 +115,23 @@ def _rank_gpu(gpu: GpuReading, sample: ProcessSample | None) -> GpuReading:
     return dataclasses.replace(gpu, devices=devices)
 
 
-# Projections of the frames the per-rank diagnoses look back over. Each holds its source frame, so an id()
-# is never reused while its entry lives; sized like the evidence cache: a look-back window per rank.
+# Projections of the frames the per-rank diagnoses look back over. An entry goes when its source frame does (a
+# weakref finalizer), so no projection outlives the History's frames; the bound is a look-back window per rank,
+# as for the evidence cache.
 _PROJECTION_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
-_projections: OrderedDict[tuple[int, int], tuple[Frame, Frame]] = OrderedDict()
+_projections: OrderedDict[tuple[int, int], Frame] = OrderedDict()
 
 
 def _projected(frame: Frame, pid: int) -> Frame:
-    key = (id(frame), pid)
+    key = (id(frame), pid)  # unique while the frame lives, and the entry goes when it does
     cached = _projections.get(key)
-    if cached is not None and cached[0] is frame:
-        return cached[1]
+    if cached is not None:
+        return cached
     projection = project_rank(frame, pid)
+    weakref.finalize(frame, _projections.pop, key, None)
     while len(_projections) >= _PROJECTION_CACHE_LIMIT:
         _projections.popitem(last=False)
-    _projections[key] = (frame, projection)
+    _projections[key] = projection
     return projection
 
 

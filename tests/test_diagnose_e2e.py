@@ -97,13 +97,18 @@ def watch_until(pid: int, tmp_path: Path, case: str, reached, timeout: float = 9
 
     try:
         wait_for(verdict_reached, timeout=timeout, interval=0.5)
+    except pytest.fail.Exception:
+        last = monitor.view.verdict if monitor.view is not None else None
+        said = f"{last.bottleneck}/{last.liveness}: {' | '.join(last.evidence[:3])}" if last else "no frame"
+        pytest.fail(f"{case}: the verdict sought did not come within {timeout:g} s over {seen} frames; "
+                    f"the last was {said}")
     finally:
         command.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
         _, stderr = command.communicate(timeout=60)
+        keep = os.environ.get("GPUTOP_DIAG_SAVE_RECORDINGS")
+        if keep and recording.exists():  # a failed run's recording too: it says why
+            shutil.copyfile(recording, Path(keep) / f"real_{case}.jsonl")
     assert command.returncode == 0, stderr
-    keep = os.environ.get("GPUTOP_DIAG_SAVE_RECORDINGS")
-    if keep:
-        shutil.copyfile(recording, Path(keep) / f"real_{case}.jsonl")
     return json.loads(snapshot.read_text())["verdict"], list(read_recording(recording))
 
 

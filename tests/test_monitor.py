@@ -123,3 +123,48 @@ def test_folding_a_long_recording_diagnoses_a_bounded_window_per_frame(monkeypat
     frames = [dataclasses.replace(make_frame(i, counts=[main_count(FORWARD, n=2)]), seq=i + 1) for i in range(700)]
     fold(frames)
     assert len(seen) == 700 and max(seen) == 600
+
+
+def _live_entries(frames) -> tuple[int, int]:
+    """How many of these frames' stacks, and of the frames, are still alive."""
+    import gc
+
+    gc.collect()
+    return sum(ref() is not None for ref, _ in frames), sum(ref() is not None for _, ref in frames)
+
+
+def test_the_diagnosis_caches_keep_no_frame_the_history_has_let_go():
+    """Their entries die with their frames: an hour's soak once grew for 40 minutes because they held 2528
+    frames' stacks alive when the History held 600."""
+    import weakref
+
+    from probes import diagnose_evidence
+
+    monitor = Monitor(hang_after_s=5.0, history_frames=20)
+    refs = []
+    for i in range(200):
+        frame = make_frame(i, counts=[main_count(TOKENIZE if i % 7 else FORWARD, n=10)], cpu=100.0)
+        refs.append((weakref.ref(frame.stacks), weakref.ref(frame)))
+        monitor.ingest(frame)
+        del frame
+    stacks_alive, frames_alive = _live_entries(refs)
+    assert frames_alive == 20 and stacks_alive == 20  # the history's, no more
+    assert len(diagnose_evidence._frame_cache) <= 20 + 1
+
+
+def test_a_jobs_rank_projections_go_with_their_frames():
+    import weakref
+
+    from test_diagnose_job import straggler_frames
+
+    from probes import diagnose_job
+
+    monitor = Monitor(hang_after_s=5.0, history_frames=10)
+    refs = []
+    for frame in straggler_frames(60):
+        refs.append((weakref.ref(frame.stacks), weakref.ref(frame)))
+        monitor.ingest(frame)
+    del frame
+    _, frames_alive = _live_entries(refs)
+    assert frames_alive == 10
+    assert 0 < len(diagnose_job._projections) <= 10 * 2  # two ranks, each projected once per frame alive
