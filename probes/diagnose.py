@@ -124,7 +124,7 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
         kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
                     f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
         return Candidate(previous.bottleneck, previous.confidence, kept, list(previous.advice), held_over=True)
-    if held is None:
+    if held is None or winner.sustained:
         return winner
     if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
         return winner

@@ -189,6 +189,9 @@ class Evidence:
     dead_children: list[DeadChild]
     compile_windows: int  # sample windows in which the main thread compiled
     recompile_windows: int  # of those, how many came with or after training steps
+    # The main thread's samples compiling over that look-back (COMPILE_HISTORY_S), not the last window only:
+    # a storm comes and goes between windows, and its verdict should not.
+    lookback_compile_share: float
     compile_cpu_pct: float | None  # inductor compile workers' CPU
     disk_wait_threads: int
     read_chars_per_s: float | None  # read() bytes across the tree (files, pipes; not sockets)
@@ -428,16 +431,19 @@ def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
     return list(dead.values())
 
 
-def _compile_windows(history: Sequence[Frame], main_pid: int) -> tuple[int, int]:
-    """(sample windows with compiling, of which recompiles): a window that compiled while also
-    training, or compiled after a window of training only, means compiles keep coming back."""
+def _compile_windows(history: Sequence[Frame], main_pid: int) -> tuple[int, int, float]:
+    """(sample windows with compiling, of which recompiles, share of the main thread's samples compiling):
+    a window that compiled while also training, or compiled after a window of training only, means compiles
+    keep coming back."""
     frames = _recent(history, COMPILE_HISTORY_S)
-    compiled = recompiles = 0
+    compiled = recompiles = compiling = samples = 0
     trained_before = False
     for frame in frames:
         stacks = _frame_stacks(frame, main_pid)
         if not stacks.main_samples:
             continue
+        compiling += stacks.main_compile
+        samples += stacks.main_samples
         compile_share = stacks.main_compile / stacks.main_samples
         train_share = 1.0 - compile_share
         did_compile = compile_share >= COMPILE_FRAME_SHARE
@@ -447,7 +453,7 @@ def _compile_windows(history: Sequence[Frame], main_pid: int) -> tuple[int, int]
             if did_train or trained_before:
                 recompiles += 1
         trained_before = trained_before or (did_train and not did_compile)
-    return compiled, recompiles
+    return compiled, recompiles, (compiling / samples if samples else 0.0)
 
 
 def _gpu_summary(frames: list[Frame]) -> GpuSummary:
@@ -572,7 +578,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
-    compiled, recompiles = _compile_windows(history, main_pid)
+    compiled, recompiles, lookback_compile = _compile_windows(history, main_pid)
     active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
 
     return Evidence(
@@ -598,6 +604,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         dead_children=_dead_children(_recent(history, max(STACK_WINDOW_S, stuck_for + 2.0)), main_pid),
         compile_windows=compiled,
         recompile_windows=recompiles,
+        lookback_compile_share=lookback_compile,
         compile_cpu_pct=compile_cpu,
         disk_wait_threads=sum(p.disk_wait_threads or 0 for p in _alive(latest)),
         read_chars_per_s=_mean(_io_chars_read(f) for f in metric_frames),

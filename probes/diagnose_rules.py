@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from probes.diagnose_evidence import Evidence
+from probes.diagnose_evidence import COMPILE_HISTORY_S, Evidence
 from probes.diagnose_stacks import (
     CHECKPOINT,
     COMMS,
@@ -32,6 +32,10 @@ from probes.diagnose_stacks import (
 from probes.frame import Bottleneck
 
 ENTER_SCORE = 0.3  # a rule must be at least this strong to become the verdict
+# A recompilation storm that takes this share of the main thread's samples over its look-back is the verdict,
+# at this score at least, whatever the share of the last window.
+STORM_MIN_SHARE = 0.15
+STORM_SCORE = 0.4
 GPU_BUSY_UTIL_PCT = 80.0
 GPU_BUSY_SM_ACTIVE_PCT = 50.0
 GPU_BUSY_POWER_FRACTION = 0.5
@@ -70,6 +74,9 @@ class Candidate:
     advice: list[str] = field(default_factory=list)
     from_metrics: bool = False  # rests on GPU or cgroup counters rather than on stack samples
     held_over: bool = False  # the previous verdict, kept while too few samples point elsewhere
+    # Its finding already spans several sample windows (a recompilation storm): it replaces the previous
+    # verdict without the switch margin, which is there for one noisy window.
+    sustained: bool = False
 
 
 # --- formatting ------------------------------------------------------------------------------------
@@ -149,10 +156,12 @@ def _producer_busy(ev: Evidence) -> bool:
 def _compile(ev: Evidence) -> Candidate | None:
     share = ev.main.share(COMPILE)
     workers_busy = (ev.compile_cpu_pct or 0.0) >= 50.0
-    if share < 0.05 and not workers_busy:
-        return None
     storm = ev.recompile_windows >= 2
-    score = max(share, 0.5 if workers_busy else 0.0, 0.4 if storm and share >= 0.15 else 0.0)
+    # A storm is judged on its whole look-back: one window between compiles must not end it.
+    storm_matters = storm and ev.lookback_compile_share >= STORM_MIN_SHARE
+    if share < 0.05 and not workers_busy and not storm_matters:
+        return None
+    score = max(share, 0.5 if workers_busy else 0.0, STORM_SCORE if storm_matters else 0.0)
     responsible, user_frame, _ = ev.main.top(COMPILE)
     lines = []
     if share:
@@ -163,7 +172,9 @@ def _compile(ev: Evidence) -> Candidate | None:
         lines.append(f"inductor compile workers at {ev.compile_cpu_pct:.0f}% CPU")
     if storm:
         lines.insert(0, f"recompilation storm: compiling again in {ev.recompile_windows} of "
-                        f"{ev.compile_windows} sample windows after training steps had run")
+                        f"{ev.compile_windows} sample windows after training steps had run "
+                        f"({_pct(ev.lookback_compile_share)} of the main thread's samples over the last "
+                        f"{COMPILE_HISTORY_S:.0f} s)")
         advice = [
             ("Find what changes between calls: run with TORCH_LOGS=recompiles (it prints the failing guard, "
             "usually a tensor shape)."),
@@ -178,7 +189,9 @@ def _compile(ev: Evidence) -> Candidate | None:
             ("Keep the inductor cache between runs (TORCHINDUCTOR_CACHE_DIR on local disk); "
             "mode='max-autotune' makes compiling longer."),
         ]
-    return Candidate("compile_warmup", score, lines, advice)
+    # A storm outranks the CPU work around it (that work is the training itself; the compiles are the waste),
+    # and it is seen over two windows at least, so it may replace a verdict reached before the storm showed.
+    return Candidate("compile_warmup", score, lines, advice, sustained=storm_matters)
 
 
 def _checkpoint(ev: Evidence) -> Candidate | None:

@@ -529,6 +529,18 @@ def test_recompilation_storm_points_at_shapes():
     assert "dynamic=True" in last.advice[1]
 
 
+def test_a_storm_that_shows_after_a_cpu_bound_verdict_replaces_it():
+    """The e2e compile target once stayed host-CPU-bound for 90 s: its first window caught no compile, and a
+    storm at a third of the samples never beat the held verdict by the switch margin."""
+    frames = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(4)]
+    frames += [make_frame(i, counts=[main_count(COMPILING, n=4), main_count(FORWARD, n=7)] if i % 2 else [],
+                          cpu=100.0) for i in range(4, 12)]
+    verdicts = run(frames)
+    assert verdicts[3].bottleneck == "cpu_bound"
+    assert verdicts[-1].bottleneck == "compile_warmup"
+    assert verdicts[-1].evidence[0].startswith("recompilation storm")
+
+
 def test_cpu_throttled_by_quota():
     cpu = CpuReading(cgroup_version="v1", quota_cpus=0.2, quota_source="/gputop-test", effective_cpus=0.2,
                      affinity_cpus=64, usage_cpus=0.2, throttled_fraction=0.96, runnable_threads=8)
@@ -771,6 +783,20 @@ def test_recorded_real_runs_replay_to_the_same_verdict(recording, hang_after_s, 
     first = next(f.time - attached for f, v in zip(frames, verdicts, strict=True)
                  if v.bottleneck != "unknown" or v.liveness == "hung")
     assert first <= 3.0
+
+
+def test_a_storm_seen_after_a_cpu_bound_start_takes_over_and_holds():
+    """A real run of the e2e compile target in which py-spy's first window caught no compile: the verdict
+    began host-CPU-bound and took 45 s to turn (one quiet e2e run never turned in 90 s): a storm at a
+    third of the samples never beat the held verdict by the switch margin, and a window between compiles
+    ended it. It turns at the second recompiling window and stays."""
+    frames = list(read_recording(FIXTURES / "real_compile_late_storm.jsonl"))
+    verdicts = run(frames)
+    turned = next(i for i, v in enumerate(verdicts) if v.bottleneck == "compile_warmup")
+    assert verdicts[0].bottleneck in ("unknown", "cpu_bound")
+    assert frames[turned].time - frames[0].time <= 15.0
+    assert {v.bottleneck for v in verdicts[turned:]} == {"compile_warmup"}
+    assert verdicts[-1].evidence[0].startswith("recompilation storm")
 
 
 def test_a_phase_change_mark_lets_the_new_phase_win_without_waiting_out_the_old_samples():
