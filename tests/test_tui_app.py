@@ -103,7 +103,7 @@ async def test_data_bound_replay_shows_verdict_workers_and_hot_frame():
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
         verdict = text_of(app.query_one("#verdict-text", Static).content)
-        assert "input-bound (DataLoader)" in verdict
+        assert "input-bound" in verdict
         roles = [row[1].strip("└ ") for row in table_rows(app, "processes")]
         assert roles.count("DataLoader worker") == 2 and roles[0] == "main"
         assert any(f.endswith("__getitem__") for f in hot_functions(app))

@@ -136,10 +136,10 @@ def test_verdict_text_says_since_when_and_hides_the_opening_no_verdict():
         VerdictChange(100.0, "unknown", "unknown"), VerdictChange(104.0, "compile_warmup", "progressing"),
         VerdictChange(130.0, "data_bound", "progressing")))
     text = plain(verdict_renderable(view, now=175.0))
-    assert "input-bound (DataLoader)" in text and "80% sure · for 45 s" in text
+    assert "input-bound" in text and "80% sure · for 45 s" in text
     assert "main waits in _next_data" in text and "third" in text and "4th" not in text
     assert "→ raise num_workers" in text
-    assert timeline_text(view).plain == "timeline +0:04 compiling (warm-up) → +0:30 input-bound (DataLoader)"
+    assert timeline_text(view).plain == "timeline +0:04 compiling (warm-up) → +0:30 input-bound"
     assert "4th" not in plain(verdict_renderable(view, now=175.0, max_evidence=2)) and \
         "third" not in plain(verdict_renderable(view, now=175.0, max_evidence=2))
 

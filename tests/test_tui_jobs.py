@@ -323,7 +323,7 @@ async def test_a_launched_trainer_gets_its_note_but_no_rank_table():
         await pilot.pause()
         assert not app.query_one("#ranks").display
         assert app.job_note_text().plain.strip() == note
-        assert "input-bound (DataLoader)" in verdict_text(app).splitlines()[0]
+        assert "input-bound" in verdict_text(app).splitlines()[0]
         assert "▶" not in verdict_text(app)
         assert len(process_pids(app)) == 3  # the whole tree, folded by nothing
         assert "[ ]" not in footer_keys(app)

@@ -122,7 +122,7 @@ def test_live_tui_shows_verdict_workers_and_getitem_then_help_and_quit(tmux, dat
     tmux.wait_for(lambda s: f"PID {dataloader_target.pid}" in s, 10, "the status line")
     first_screen_s = time.monotonic() - started
     screen = tmux.wait_for(
-        lambda s: "input-bound (DataLoader)" in s and s.count("DataLoader worker") >= 2 and "__getitem__" in s,
+        lambda s: "input-bound" in s and s.count("DataLoader worker") >= 2 and "__getitem__" in s,
         60, "the data-bound verdict, both workers and __getitem__")
     assert "progressing" in screen
     assert f"PID {dataloader_target.pid}" in screen and "live every 1 s" in screen

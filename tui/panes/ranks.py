@@ -74,7 +74,7 @@ def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankR
 
 
 def short_bottleneck_words(bottleneck: str) -> str:
-    """The bottleneck's words without their parenthesis ("input-bound", not "input-bound (DataLoader)"):
+    """The bottleneck's words without their parenthesis ("compiling", not "compiling (warm-up)"):
     a rank's row has a few columns of room, and the verdict pane above says it in full."""
     return bottleneck_words(bottleneck).split(" (")[0]
 

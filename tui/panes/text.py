@@ -24,7 +24,7 @@ SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 BOTTLENECK_WORDS = {
     "gpu_bound": "GPU-bound",
     "gpu_throttled": "GPU throttled",
-    "data_bound": "input-bound (DataLoader)",
+    "data_bound": "input-bound",  # the evidence says whether DataLoader workers or the main thread fall behind
     "io_bound": "storage-bound",
     "cpu_bound": "host-CPU-bound",
     "cpu_throttled": "CPU quota-throttled",
