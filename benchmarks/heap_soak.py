@@ -1,0 +1,87 @@
+"""Heap soak: is what gputop's Python code holds flat over a long run? (soak.py watches RSS from outside; this
+looks inside.)
+
+Starts soak.py's target, then runs gputop's headless command in this process under tracemalloc and, every
+``--every`` seconds, writes the traced heap (and RSS, which tracemalloc's own tables inflate) to
+``OUT/series.txt``. At each of ``--snapshots`` (seconds) it dumps a tracemalloc snapshot (``OUT/snap_S.tm``)
+and at the end prints the allocation sites that grew most between the first and last snapshot:
+
+    python benchmarks/heap_soak.py --duration 1500 --snapshots 660,1440 --out /tmp/heap
+
+This is how the diagnosis caches that held 2528 frames' stacks were found (README, "An hour without growth").
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.soak import TARGET_READY_TIMEOUT_S, kill_tree, wait_for_line  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def watch_heap(out: Path, every: float, snapshot_at: list[float], started: float, stop: threading.Event) -> None:
+    pending = sorted(snapshot_at)
+    with (out / "series.txt").open("w") as series:
+        while not stop.wait(every):
+            elapsed = time.monotonic() - started
+            traced, _ = tracemalloc.get_traced_memory()
+            series.write(f"{elapsed:.0f} traced_mb={traced / 2**20:.2f} rss_mb={rss_mb():.2f}\n")
+            series.flush()
+            if pending and elapsed >= pending[0]:
+                tracemalloc.take_snapshot().dump(str(out / f"snap_{int(pending.pop(0))}.tm"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=1500.0)
+    parser.add_argument("--snapshots", default="660,1440", help="seconds at which to dump a snapshot")
+    parser.add_argument("--every", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=Path("heap-soak"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    snapshot_at = [float(s) for s in args.snapshots.split(",") if s]
+
+    log_path = args.out / "target.log"
+    with log_path.open("w") as log:
+        target = subprocess.Popen([sys.executable, str(HERE / "soak.py"), "_target", "--seconds",
+                                   f"{args.duration + 300:g}"], stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    stop = threading.Event()
+    try:
+        wait_for_line(log_path, "ready", target, TARGET_READY_TIMEOUT_S)
+        tracemalloc.start(12)
+        threading.Thread(target=watch_heap, args=(args.out, args.every, snapshot_at, time.monotonic(), stop),
+                         daemon=True).start()
+        from tui.cli import main as gputop
+
+        try:
+            gputop(["--pid", str(target.pid), "--snapshot", str(args.out / "snapshot.json"),
+                    "--duration", f"{args.duration:g}", "--no-gpu"])
+        except SystemExit:
+            pass
+    finally:
+        stop.set()
+        kill_tree(target)
+    dumped = sorted(args.out.glob("snap_*.tm"), key=lambda p: int(p.stem.split("_")[1]))
+    if len(dumped) >= 2:
+        first, last = tracemalloc.Snapshot.load(str(dumped[0])), tracemalloc.Snapshot.load(str(dumped[-1]))
+        print(f"grew most between {dumped[0].name} and {dumped[-1].name}:")
+        for stat in last.compare_to(first, "lineno")[:10]:
+            print(f"  {stat.size_diff / 1024:+8.0f} KiB  {stat.traceback.format()[-1].strip()}")
+
+
+if __name__ == "__main__":
+    main()
