@@ -16,7 +16,8 @@ TARGETS = Path(__file__).parent / "targets"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> None:
+    """SIGKILL pid and every process under it, and wait (a zombie counts as gone)."""
     try:
         parent = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -100,12 +101,17 @@ def spawn_target():
 
     yield start
     for proc in started:
-        _kill_tree(proc.pid)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=5)
+        stop_process_tree(proc, wait_s=5)
+
+
+def stop_process_tree(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """Kill a target started with start_new_session, everything under it and its process group; reap it."""
+    kill_tree(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=wait_s)
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):

@@ -7,16 +7,15 @@ Each test uses its own tmux server (tests/test_tui_tmux.py's Tmux) and kills eve
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 
 import pytest
+from conftest import stop_process_tree
 
-from tests.test_tui_tmux import REPO, Tmux, kill_tree
+from tests.test_tui_tmux import REPO, Tmux
 from tests.test_tui_tmux import pytestmark as TMUX_MARKS
 
 TARGET = REPO / "tests" / "targets" / "tui_ddp_straggler.py"
@@ -50,12 +49,7 @@ def straggler_job(tmp_path):
     try:
         yield process, log_path
     finally:
-        kill_tree(process.pid)
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=10)
+        stop_process_tree(process)
 
 
 def rank_pids(log_path) -> dict[int, int]:

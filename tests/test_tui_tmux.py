@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import kill_tree, stop_process_tree
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_TARGET = REPO / "tui" / "demo_target.py"
@@ -72,19 +72,6 @@ class Tmux:
         self.run("kill-server", check=False)
 
 
-def kill_tree(pid: int) -> None:
-    try:
-        processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(processes, timeout=5)
-
-
 @pytest.fixture
 def tmux(request):
     session = Tmux(request.node.name.replace("[", "-").replace("]", ""))
@@ -108,12 +95,7 @@ def dataloader_target(tmp_path):
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        kill_tree(process.pid)
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=10)
+        stop_process_tree(process)
 
 
 def test_live_tui_shows_verdict_workers_and_getitem_then_help_and_quit(tmux, dataloader_target):

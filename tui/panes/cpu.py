@@ -5,17 +5,15 @@ threads want to run than there are CPUs to run them. `enter` on a process shows 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from probes.diagnose_evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
-from tui.panes.tables import forget_rows, sync_rows
+from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import clip, percent, process_role_words, size
 
 # (heading, width, right-aligned); the command column takes whatever room is left.
@@ -126,23 +124,8 @@ def cpu_notes(frame: Frame) -> Text:
     return Text("\n").join(lines)
 
 
-class ProcessTable(DataTable):
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-    ]
-
-    def set_columns(self, command_room: int) -> None:
-        """Rebuild the columns when the room for the command changed (a resize)."""
-        if getattr(self, "_command_room", None) == command_room:
-            return
-        self._command_room = command_room
-        self.clear(columns=True)
-        forget_rows(self)
-        for heading, width, right in PROCESS_COLUMNS:
-            self.add_column(Text(heading, justify="right" if right else "left"), width=width)
-        if command_room:
-            self.add_column("command", width=command_room)
+class ProcessTable(FittedTable):
+    """The process tree, one row a process; the command takes the room that is left."""
 
 
 class CpuPane(Vertical):
@@ -189,7 +172,7 @@ class CpuPane(Vertical):
         self._frame = frame
         table = self.query_one(ProcessTable)
         command_room = command_width(table.size.width or self.size.width)
-        table.set_columns(command_room)
+        table.fit_columns(PROCESS_COLUMNS, "command", command_room)
         processes, root = frame.processes, frame.target.pid
         if group is not None:
             processes = tuple(p for p in processes if p.pid in group)

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable
 
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobVerdict, RankVerdict, Verdict
 from probes.monitor import MonitorView
-from tui.panes.tables import forget_rows, sync_rows
+from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import bottleneck_words, clip, percent
 
 TITLE = "5 Ranks"
@@ -144,21 +142,8 @@ def rank_cells(row: RankRow, finding: JobFinding | None, selected: bool, verdict
     )
 
 
-class RankTable(DataTable):
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-    ]
-
-    def set_columns(self, verdict_room: int) -> None:
-        if getattr(self, "_verdict_room", None) == verdict_room:
-            return
-        self._verdict_room = verdict_room
-        self.clear(columns=True)
-        forget_rows(self)
-        for heading, width, right in RANK_COLUMNS:
-            self.add_column(Text(heading, justify="right" if right else "left"), width=width)
-        self.add_column("verdict", width=verdict_room)
+class RankTable(FittedTable):
+    """One row a rank; the rank's verdict takes the room that is left."""
 
     # The selected rank carries a mark; the row cursor shows only while the table has focus (5), where
     # j/k move it and enter selects, so it is never mistaken for the selection.
@@ -205,7 +190,7 @@ class RanksPane(Vertical):
         self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
         table = self.query_one(RankTable)
         room = verdict_width(table.size.width or self.size.width)
-        table.set_columns(room)
+        table.fit_columns(RANK_COLUMNS, "verdict", room)
         finding = job.finding if job is not None else None
         sync_rows(table, [(str(row.pid), rank_cells(row, finding, row.pid == selected_pid, room)) for row in rows],
                   follow_key=False)

@@ -1,4 +1,5 @@
-"""Refilling a DataTable from fresh rows without redrawing it when nothing changed.
+"""Refilling a DataTable from fresh rows without redrawing it when nothing changed, and the row table the
+process and rank panes share.
 
 Redrawing a DataTable is most of what the screen costs each tick, and most ticks change no hot frame
 (stack counts arrive in lumps), so the panes hand their rows here instead of clearing and re-adding.
@@ -7,8 +8,10 @@ Redrawing a DataTable is most of what the screen costs each tick, and most ticks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 Row = tuple[str, tuple[Text, ...]]  # (row key, cells)
@@ -46,3 +49,24 @@ def sync_rows(table: DataTable, rows: Sequence[Row], *, follow_key: bool) -> Non
 def forget_rows(table: DataTable) -> None:
     """Make the next sync_rows redraw (after the columns were rebuilt)."""
     table._synced_rows = None
+
+
+class FittedTable(DataTable):
+    """Fixed columns, then one column whose width follows the pane (a command, a verdict); j/k move the cursor."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    def fit_columns(self, fixed: Sequence[tuple[str, int, bool]], last: str, room: int) -> None:
+        """Rebuild the columns when the room for the last one changed (a resize); none for it when room is 0."""
+        if getattr(self, "_last_room", None) == room:
+            return
+        self._last_room = room
+        self.clear(columns=True)
+        forget_rows(self)
+        for heading, width, right in fixed:
+            self.add_column(Text(heading, justify="right" if right else "left"), width=width)
+        if room:
+            self.add_column(last, width=room)
