@@ -27,8 +27,8 @@ from probes.recording import Recorder
 
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
-# One short line at 80 columns: where the job's pace would be, and how to get it.
 NANOGPT_ASSUMED_PEAK_TFLOPS = 312  # nanoGPT's estimate_mfu: the A100's bf16 figure, whatever the GPU
+# One short line at 80 columns: where the job's pace would be, and how to get it.
 NO_LOG_HINT = "no log of the job's iterations found: --log PATH shows s/iter and MFU"
 NO_LOG_IN_RECORDING = "none recorded (record with --log PATH for s/iter and MFU)"
 

@@ -1,2 +1,3 @@
-"""The panes of the gputop screen, one module each (verdict, gpu, cpu, stacks, help), and what they share:
-the immutable view they render (model), text formatters (text) and DataTable refilling (tables)."""
+"""The panes of the gputop screen, one module each (verdict, gpu, cpu, ranks, stacks, help), and what they
+share: text formatters (text) and the DataTable base with j/k and a column that fits the pane (tables). Each
+pane renders the immutable MonitorView (probes/monitor.py) it is handed."""

@@ -53,7 +53,7 @@ ROLE_WORDS = {
     ROLE_RANK: "rank",
 }
 
-# Path fragments after which a file path is specific enough to read (site-packages/torch/...).
+
 def bottleneck_words(bottleneck: str) -> str:
     return BOTTLENECK_WORDS.get(bottleneck, bottleneck.replace("_", " "))
 
