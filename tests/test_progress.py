@@ -1,8 +1,8 @@
-"""probes.progress: log line parsers on real-format lines, incremental tailing, and a live target."""
+"""probes.progress: the probe on fixture logs, incremental tailing, and a live target (the line parsers are
+tests/test_logformats.py's)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from pathlib import Path
@@ -11,98 +11,9 @@ import pytest
 from conftest import wait_for
 
 from probes.frame import ProgressReading
-from probes.progress import INITIAL_TAIL_BYTES, LogProgressProbe, parse_line
+from probes.progress import INITIAL_TAIL_BYTES, LogProgressProbe
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
-
-
-def segments(name: str) -> list[str]:
-    """A fixture log split the way a terminal would show its updates (tqdm redraws with \\r)."""
-    return [s for s in re.split(r"[\r\n]", (LOGS / name).read_text(encoding="utf-8")) if s.strip()]
-
-
-def parsed(name: str):
-    return [(line, record) for line in segments(name) if (record := parse_line(line)) is not None]
-
-
-# --- parse_line ----------------------------------------------------------------------------------------
-
-
-def test_nanogpt_iteration_line():
-    record = parse_line("iter 10: loss 3.2451, time 21034.12ms, mfu 164.21%")
-    assert record.format == "nanogpt"
-    assert record.iteration == 10
-    assert record.loss == pytest.approx(3.2451)
-    assert record.seconds_per_iter == pytest.approx(21.03412)
-    assert record.reported_mfu_pct == pytest.approx(164.21)
-
-
-def test_nanogpt_placeholder_mfu_and_eval_line():
-    early = parse_line("iter 0: loss 10.9876, time 98432.55ms, mfu -100.00%")
-    assert early.reported_mfu_pct is None  # nanoGPT's "not measured yet"
-    assert early.seconds_per_iter == pytest.approx(98.43255)
-    evaluation = parse_line("step 2000: train loss 2.8512, val loss 2.9034")
-    assert (evaluation.format, evaluation.iteration, evaluation.seconds_per_iter) == ("nanogpt", 2000, None)
-
-
-def test_nanogpt_fixture_every_iter_line_parses():
-    records = parsed("nanogpt.log")
-    iters = [r for _, r in records if r.seconds_per_iter is not None]
-    assert [r.iteration for r in iters] == list(range(11))
-    assert all(r.format == "nanogpt" for _, r in records)
-    assert [r.reported_mfu_pct is not None for r in iters] == [False] * 5 + [True] * 6
-
-
-def test_hf_trainer_log_dict():
-    record = parse_line("{'loss': 2.1, 'grad_norm': 1.2345, 'learning_rate': 4.75e-05, 'epoch': 0.5}")
-    assert record.format == "hf_trainer"
-    assert record.loss == pytest.approx(2.1)
-    assert record.epoch == pytest.approx(0.5)
-    summary = parse_line("{'train_runtime': 500.0, 'train_samples_per_second': 16.0, "
-                         "'train_steps_per_second': 2.0, 'train_loss': 2.2, 'epoch': 1.0}")
-    assert summary.seconds_per_iter == pytest.approx(0.5)
-    assert summary.loss == pytest.approx(2.2)
-
-
-def test_tqdm_rates_both_ways():
-    fast = parse_line("  5%|▌         | 50/1000 [00:25<07:55,  2.00it/s]")
-    assert (fast.format, fast.iteration, fast.total) == ("tqdm", 50, 1000)
-    assert fast.seconds_per_iter == pytest.approx(0.5)
-    slow = parse_line("  1%|          | 2/200 [00:05<08:15,  2.50s/it]")
-    assert slow.seconds_per_iter == pytest.approx(2.5)
-    starting = parse_line("  0%|          | 0/1000 [00:00<?, ?it/s]")
-    assert (starting.iteration, starting.seconds_per_iter) == (0, None)
-    unbounded = parse_line("120it [00:30,  3.99it/s]")
-    assert (unbounded.iteration, unbounded.total) == (120, None)
-
-
-def test_lightning_bars():
-    record = parse_line("Epoch 0:  12%|█▏        | 120/1000 [00:30<03:40, 3.99it/s, v_num=0, loss=2.31]")
-    assert record.format == "lightning"
-    assert record.iteration == 120
-    assert record.loss == pytest.approx(2.31)
-    assert record.seconds_per_iter == pytest.approx(1 / 3.99)
-    second_epoch = parse_line("Epoch 1:  12%|█▏        | 120/1000 [00:30<03:40, 3.99it/s, v_num=0, loss=2.01]")
-    assert second_epoch.iteration == 1120  # keeps counting across epochs
-    rich = parse_line("Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 120/1000 0:00:30 • 0:03:40 3.99it/s "
-                      "v_num: 0 loss: 2.31")
-    assert (rich.format, rich.iteration) == ("lightning", 120)
-    assert rich.seconds_per_iter == pytest.approx(1 / 3.99)
-    assert parse_line("Validation DataLoader 0:  40%|████      | 20/50 [00:01<00:01, 15.20it/s]") is None
-
-
-def test_generic_lines():
-    record = parse_line("2024-05-01 12:00:10,400 INFO train.py: step 120/5000 | loss 2.2876 | step_time 520ms")
-    assert (record.format, record.iteration, record.total) == ("generic", 120, 5000)
-    assert record.seconds_per_iter == pytest.approx(0.52)
-    assert record.timestamp is not None
-    assert parse_line("global_step=300 loss=1.95 time=0.25") .seconds_per_iter == pytest.approx(0.25)
-
-
-def test_noise_is_ignored():
-    assert parsed("noise.log") == []
-    assert parse_line("") is None
-    assert parse_line("step 5") is None  # a bare step number is too common in ordinary messages
 
 
 # --- LogProgressProbe on fixture logs ----------------------------------------------------------------
@@ -116,7 +27,7 @@ def test_noise_is_ignored():
         ("tqdm.log", "tqdm", 6, 2.49),
         ("lightning.log", "lightning", 120, 1 / 3.99),  # the validation bar after it is skipped
         ("generic.log", "generic", 120, 0.52),
-        ("generic_untimed.log", "generic", 120, 0.5),  # from the lines' own timestamps, 5 s per 10 steps
+        ("generic.untimed.log", "generic", 120, 0.5),  # from the lines' own timestamps, 5 s per 10 steps
     ],
 )
 def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):

@@ -1,0 +1,75 @@
+"""Which log lines say how training is going, one module per framework's format, tried in one order.
+
+Adding a format is one new module here (a ``parse`` function and its ``FORMAT``), its name in ``LogFormat``,
+one line in ``FORMATS``, its real lines in ``tests/fixtures/logs/<name>.log`` and a row in
+``docs/logformats.md``; tests/test_logformats.py fails while any of these is missing. Tailing the log (and what
+the probe makes of successive lines) is ``probes.progress``'s business.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import replace
+from datetime import datetime
+
+from probes.logformats import generic, hf_trainer, lightning, nanogpt, tqdm
+from probes.logformats.interface import FormatParser, LogFormat, ProgressLine
+
+__all__ = ["FORMATS", "FormatParser", "LogFormat", "ProgressLine", "format_named", "parse_line", "reported_format",
+           "visible_text"]
+
+# Tried in this order; the first that parses a line claims it. Each slot says what it must come before.
+FORMATS: tuple[FormatParser, ...] = (
+    nanogpt.FORMAT,  # its lines carry "iter N", "loss" and "time": generic would take them and lose the mfu
+    hf_trainer.FORMAT,  # a whole dict per line, a shape no other format reads: any slot before generic
+    lightning.FORMAT,  # an "Epoch N:" bar is also a tqdm bar: before tqdm, or the iteration would reset per epoch
+    tqdm.FORMAT,  # any other bar; before generic, which would read a bar showing step=N, loss=X and lose its rate
+    generic.FORMAT,  # last: any step number with a time or a loss, so every specific format must come first
+)
+
+_BY_NAME: dict[LogFormat, FormatParser] = {parser.name: parser for parser in FORMATS}
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# A leading date and time (logging's default, ISO 8601), possibly after a bracket: when the line was written.
+_TIMESTAMP = re.compile(r"^\W{0,2}(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
+
+
+def visible_text(line: str) -> str:
+    """The line as a terminal shows it: ANSI escapes and surrounding whitespace removed."""
+    return _ANSI.sub("", line).strip()
+
+
+def parse_line(line: str) -> ProgressLine | None:
+    """What one log line says about training progress, or None when it is not a progress line."""
+    text = visible_text(line)
+    if not text:
+        return None
+    parsed = next((record for parser in FORMATS if (record := parser.parse(text)) is not None), None)
+    if parsed is None:
+        return None
+    stamp = _line_timestamp(text)
+    return replace(parsed, timestamp=stamp) if stamp is not None else parsed
+
+
+def format_named(name: LogFormat) -> FormatParser:
+    return _BY_NAME[name]
+
+
+def reported_format(line_format: LogFormat, seen: Collection[LogFormat]) -> LogFormat:
+    """The format a line counts as in a log where the formats ``seen`` have appeared: the first format seen
+    that supersedes the line's own (HF Trainer's bar is a tqdm bar), else the line's own."""
+    return next((parser.name for parser in FORMATS if line_format in parser.supersedes and parser.name in seen),
+                line_format)
+
+
+def _line_timestamp(text: str) -> float | None:
+    match = _TIMESTAMP.match(text)
+    if not match:
+        return None
+    try:
+        when = datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    fraction = match.group(3)
+    return when.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)

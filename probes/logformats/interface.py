@@ -1,0 +1,51 @@
+"""What every log format shares: the closed list of format names, what a parsed line says, and the one
+interface a format's parser offers. The formats themselves and their order live in ``probes.logformats``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+# Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
+# missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
+LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "tqdm", "generic"]
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """What one log line says about progress."""
+
+    format: LogFormat
+    iteration: int | None = None  # Lightning: epoch × batches per epoch + batch, so it keeps growing
+    total: int | None = None  # the length of the bar the iteration counts along; None where it runs past one bar
+    seconds_per_iter: float | None = None
+    # Set when seconds_per_iter was worked out from another figure the line printed rather than printed itself:
+    # that figure's name (HF Trainer's train_steps_per_second; a samples/s throughput would say so the same way).
+    derived_from: str | None = None
+    loss: float | None = None
+    reported_mfu_pct: float | None = None  # nanoGPT's own figure (it divides by the A100's peak)
+    epoch: float | None = None
+    timestamp: float | None = None  # Unix time printed on the line, if any
+
+
+@dataclass(frozen=True)
+class FormatParser:
+    """One framework's log lines.
+
+    ``parse`` gets one line as a terminal shows it (ANSI escapes and surrounding whitespace removed, never
+    empty) and answers a ProgressLine carrying ``name``, or None when the line is not this format's progress.
+    It reads one line at a time and keeps nothing between lines. A format whose step spans several lines
+    (Composer prints a block per step) would keep its partial block per log file: FORMATS would then hold
+    factories, LogProgressProbe would make one set per file it tails, and ``parse`` would answer on the line
+    that completes the block. No format needs that yet, so it is not built.
+    """
+
+    name: LogFormat
+    parse: Callable[[str], ProgressLine | None]
+    # The line is a bar redrawn with \r: its newest state has no terminator yet and is read anyway, and a bar
+    # with another total drawn while the training bar is unfinished (evaluation) is not the training bar.
+    redraws_in_place: bool = False
+    # Formats whose lines, once this format has been seen in the same log, are this format's (HF Trainer draws
+    # its progress bar with tqdm).
+    supersedes: tuple[LogFormat, ...] = ()
