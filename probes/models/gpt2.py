@@ -28,6 +28,8 @@ FORMULA = "6·N + 12·L·H·Q·T"
 
 @dataclass(frozen=True)
 class GptShape:
+    """The fields of nanoGPT's GPTConfig that change what the model costs (dropout does not)."""
+
     n_layer: int
     n_head: int
     n_embd: int
