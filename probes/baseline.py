@@ -18,10 +18,12 @@ import json
 import math
 from dataclasses import dataclass
 
-from probes.flops import PRESETS, GptShape, MfuEstimate, estimate_mfu, explain_nanogpt_mfu
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
-from probes.peaks import PeakFlops, peak_flops
+from probes.models import PRESETS, ModelShape
+from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
+from probes.models.mfu import MfuEstimate, estimate_mfu
+from probes.models.peaks import PeakFlops, peak_flops
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 
@@ -101,7 +103,7 @@ class ComparisonInputs:
 
     baseline: ProbeResult | None = None
     baseline_path: str | None = None
-    shape: GptShape | None = None  # the model's shape: --model's preset, else the baseline's
+    shape: ModelShape | None = None  # the model's shape: --model's preset, else the baseline's
     model: str | None = None
     tokens_per_iter: int | None = None  # --tokens-per-iter
 

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from probes.flops import GptShape, count_params, flops_per_token, formula_with_values
-from probes.peaks import peak_flops, user_peak
+from probes.models.gpt2 import GptShape, count_params, flops_per_token, formula_with_values
+from probes.models.peaks import peak_flops, user_peak
 
 PROBE_SCHEMA = "gputop.probe/1"
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")

@@ -23,11 +23,11 @@ from probes.diagnose import DEFAULT_HANG_AFTER_S, diagnose
 from probes.diagnose_job import diagnose_job
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
+from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS
 from probes.recording import Recorder
 
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
-NANOGPT_ASSUMED_PEAK_TFLOPS = 312  # nanoGPT's estimate_mfu: the A100's bf16 figure, whatever the GPU
 # One short line at 80 columns: where the job's pace would be, and how to get it.
 NO_LOG_HINT = "no log of the job's iterations found: --log PATH shows s/iter and MFU"
 NO_LOG_IN_RECORDING = "none recorded (record with --log PATH for s/iter and MFU)"
@@ -220,7 +220,7 @@ def pace_line(pace: Pace | None) -> str | None:
     if compared.reported_mfu_pct is not None:
         printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
         if pace.format == "nanogpt":  # its estimate_mfu divides by the A100's bf16 peak whatever the GPU
-            printed += f" is against an A100's {NANOGPT_ASSUMED_PEAK_TFLOPS} TFLOP/s"
+            printed += f" is against an A100's {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s"
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:

@@ -24,11 +24,12 @@ from probes.baseline import (
     load_comparison_inputs,
     target_gpu_name,
 )
-from probes.flops import PRESETS, flops_per_token
 from probes.frame import Frame, GpuDevice, GpuReading, ProgressReading, TargetInfo, Verdict
 from probes.gpt_probe import ProbeResult
+from probes.models import PRESETS
+from probes.models.gpt2 import flops_per_token
+from probes.models.peaks import peak_flops
 from probes.nvml import gpu_names
-from probes.peaks import peak_flops
 from probes.snapshot import build_snapshot
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tui import probe_commands

@@ -1,4 +1,5 @@
-"""probes.flops and `gputop mfu`: counts against hand-computed values and the nanoGPT/H200 case end to end."""
+"""probes.models.gpt2 and probes.models.mfu, and `gputop mfu`: counts against hand-computed values and the
+nanoGPT/H200 case end to end."""
 
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from probes.flops import (
-    PRESETS,
+from probes.models import PRESETS
+from probes.models.gpt2 import (
     GptShape,
     count_params,
-    estimate_mfu,
     explain_nanogpt_mfu,
     flops_per_token,
     formula_with_values,
 )
-from probes.peaks import peak_flops
+from probes.models.mfu import estimate_mfu
+from probes.models.peaks import peak_flops
 from tui.probe_commands import register
 
 REPO = Path(__file__).resolve().parent.parent

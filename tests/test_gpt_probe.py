@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from probes import gpt_probe
-from probes.flops import PRESETS, GptShape, count_params, flops_per_token
 from probes.gpt_probe import (
     ProbeConfig,
     ProbeInputError,
@@ -22,6 +21,8 @@ from probes.gpt_probe import (
     largest_fitting_batch,
     run_probe,
 )
+from probes.models import PRESETS
+from probes.models.gpt2 import GptShape, count_params, flops_per_token
 from tui.probe_commands import register
 
 REPO = Path(__file__).resolve().parent.parent
@@ -173,9 +174,9 @@ def test_probe_without_torch_says_one_line():
 
 
 def test_imports_pull_in_neither_torch_nor_textual():
-    check = ("import sys; import tui.probe_commands, probes.gpt_probe, probes.progress, probes.peaks, "
-             "probes.flops; bad = [m for m in ('torch', 'textual') if m in sys.modules]; "
-             "print(bad); sys.exit(1 if bad else 0)")
+    check = ("import sys; import tui.probe_commands, probes.gpt_probe, probes.progress, "
+             "probes.models.peaks, probes.models.gpt2, probes.models.mfu; "
+             "bad = [m for m in ('torch', 'textual') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,10 +1,10 @@
-"""probes.peaks: every table entry found by its NVML names, the substring traps, and dense figures."""
+"""probes.models.peaks: every table entry found by its NVML names, the substring traps, and dense figures."""
 
 from __future__ import annotations
 
 import pytest
 
-from probes.peaks import DTYPES, PEAK_TABLE, lookup_gpu, normalize_dtype, peak_flops, user_peak
+from probes.models.peaks import DTYPES, PEAK_TABLE, lookup_gpu, normalize_dtype, peak_flops, user_peak
 
 ALL_NAMES = [(entry, name) for entry in PEAK_TABLE for name in entry.nvml_names]
 

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     """What the job's pace is measured against: the same flags live, headless and in replay."""
-    from probes.flops import PRESETS
+    from probes.models import PRESETS
 
     parser.add_argument("--tokens-per-iter", type=_positive_int, default=None, metavar="N",
                         help="tokens per optimizer iteration, to turn s/iter into tokens/s")

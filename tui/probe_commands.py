@@ -12,15 +12,6 @@ import dataclasses
 import json
 import sys
 
-from probes.flops import (
-    NANOGPT_PROMISED_FLOPS,
-    PRESETS,
-    GptShape,
-    count_params,
-    estimate_mfu,
-    explain_nanogpt_mfu,
-    formula_with_values,
-)
 from probes.gpt_probe import (
     DTYPE_CHOICES,
     TORCH_MISSING,
@@ -30,8 +21,17 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
+from probes.models import PRESETS
+from probes.models.gpt2 import (
+    NANOGPT_PROMISED_FLOPS,
+    GptShape,
+    count_params,
+    explain_nanogpt_mfu,
+    formula_with_values,
+)
+from probes.models.mfu import estimate_mfu
+from probes.models.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
 from probes.nvml import gpu_names
-from probes.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
 from tui.argtypes import positive_float as _positive_float
 from tui.argtypes import positive_int as _positive_int
 from tui.exitcodes import EXIT_OK, EXIT_USAGE

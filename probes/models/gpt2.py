@@ -1,4 +1,4 @@
-"""FLOP and parameter counts of a nanoGPT-architecture GPT, and MFU computed from them.
+"""The GPT-2 family as nanoGPT builds it: its shape, presets, parameter and FLOP counts, and nanoGPT's MFU.
 
 The count is nanoGPT's own (``GPT.estimate_mfu``, after the PaLM paper's appendix B), so a number
 gputop prints can be put next to the one nanoGPT printed:
@@ -11,14 +11,16 @@ plus backward through the weights; 12·L·H·Q·T is the attention score and val
 
 nanoGPT divides by 312 TFLOP/s, the A100's bf16 dense peak, on whatever GPU it runs; on a faster GPU
 that prints an MFU above 100%. ``explain_nanogpt_mfu`` turns such a number back into TFLOP/s and
-divides by the right peak.
+divides by the right peak. That convention belongs to nanoGPT, so it lives here and nowhere else.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from probes.peaks import PeakFlops
+if TYPE_CHECKING:  # only for annotations: probes.models.mfu looks families up through this package
+    from probes.models.mfu import MfuEstimate
 
 NANOGPT_PROMISED_FLOPS = 312e12  # hard-coded in nanoGPT's estimate_mfu: "A100 GPU bfloat16 peak flops"
 FORMULA = "6·N + 12·L·H·Q·T"
@@ -26,6 +28,8 @@ FORMULA = "6·N + 12·L·H·Q·T"
 
 @dataclass(frozen=True)
 class GptShape:
+    """The fields of nanoGPT's GPTConfig that change what the model costs (dropout does not)."""
+
     n_layer: int
     n_head: int
     n_embd: int
@@ -87,26 +91,6 @@ def formula_with_values(shape: GptShape) -> str:
             f"12·{shape.n_layer}·{shape.n_head}·{shape.head_dim}·{shape.block_size}")
 
 
-@dataclass(frozen=True)
-class MfuEstimate:
-    flops_per_token: int
-    tokens_per_iter: int
-    flops_per_iter: float
-    seconds_per_iter: float
-    achieved_flops_per_s: float
-    peak: PeakFlops | None
-    mfu: float | None  # fraction of peak (0.52 = 52%); None without a peak
-
-
-def estimate_mfu(shape: GptShape, tokens_per_iter: int, seconds_per_iter: float,
-                 peak: PeakFlops | None) -> MfuEstimate:
-    per_token = flops_per_token(shape)
-    per_iter = float(per_token) * tokens_per_iter
-    achieved = per_iter / seconds_per_iter
-    mfu = achieved / peak.flops_per_s if peak is not None and peak.flops_per_s > 0 else None
-    return MfuEstimate(per_token, tokens_per_iter, per_iter, seconds_per_iter, achieved, peak, mfu)
-
-
 def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_name: str | None) -> list[str]:
     """Sentences that turn nanoGPT's printed mfu back into TFLOP/s and an MFU against the real peak."""
     implied = reported_pct / 100.0 * NANOGPT_PROMISED_FLOPS
@@ -118,7 +102,8 @@ def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_n
     if estimate is not None:
         measured = (f"; from tokens per iteration and iteration time: "
                     f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s")
-    lines.append(f"{reported_pct:g}% of 312 TFLOP/s = {implied / 1e12:.1f} TFLOP/s achieved{measured}.")
+    lines.append(f"{reported_pct:g}% of {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s = {implied / 1e12:.1f} TFLOP/s "
+                 f"achieved{measured}.")
     peak = estimate.peak if estimate is not None else None
     if peak is not None:
         gpu = gpu_name or "this GPU"
@@ -136,3 +121,31 @@ def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_n
                          "(0.9·previous + 0.1·latest, from its 5th iteration on), so it lags a changing "
                          "iteration time; check the tokens per iteration too.")
     return lines
+
+
+class Gpt2Family:
+    """The GPT-2 architecture behind probes.models' family interface (see ``ModelFamily`` there)."""
+
+    name = "gpt2"
+    description = ("GPT-2 as nanoGPT builds it: learned position embeddings, LayerNorm, GELU MLP of 4·d, "
+                   "multi-head attention, lm_head tied to the token embedding")
+    shape_type = GptShape
+    presets = PRESETS
+    formula = FORMULA
+    unsupported = (
+        "untied lm_head",  # the shape has no field for it: wte is counted once
+        "sequences shorter than the block size",  # the attention term assumes every token sees T positions
+        "activation recomputation",  # nanoGPT does not count the extra forward; neither do we, to agree with it
+    )
+
+    def params(self, shape: GptShape) -> int:
+        return count_params(shape)
+
+    def flops_per_token(self, shape: GptShape) -> int:
+        return flops_per_token(shape)
+
+    def formula_with_values(self, shape: GptShape) -> str:
+        return formula_with_values(shape)
+
+
+FAMILY = Gpt2Family()

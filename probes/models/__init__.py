@@ -1,0 +1,66 @@
+"""Model architecture families: what a model's shape costs in parameters and FLOPs, and MFU from that.
+
+One module per family (``gpt2.py`` today) implements ``ModelFamily``; ``FAMILIES`` lists them in order and
+``PRESETS`` gathers every family's named shapes (they are the choices of ``--model``). Beside them:
+``mfu.py`` (achieved FLOP/s and MFU for a shape of any family) and ``peaks.py`` (GPUs' dense peak FLOP/s).
+
+Adding a family is a new module with a ``FAMILY``, one line in ``FAMILIES``, a row in docs/models.md and a
+fixture of published parameter counts in tests/fixtures/models/ (tests/test_models.py asks for each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from probes.models import gpt2
+
+
+class ModelShape(Protocol):
+    """What every family's shape (a frozen dataclass) offers the code that checks and prints it."""
+
+    def problem(self) -> str | None:
+        """Why this shape cannot be built, or None."""
+        ...
+
+    def describe(self) -> str:
+        """One line for a person: layers, widths, sequence length."""
+        ...
+
+
+class ModelFamily(Protocol):
+    """One architecture family: its shapes and what they cost per token."""
+
+    name: str  # short and unique, e.g. "gpt2"
+    description: str  # the architecture in one sentence, for docs/models.md
+    shape_type: type  # the family's ModelShape dataclass; family_of() finds a shape's family by it
+    presets: Mapping[str, Any]  # named shapes of shape_type; names are unique across families
+    formula: str  # FLOP per token in symbols, e.g. "6·N + 12·L·H·Q·T"
+    unsupported: tuple[str, ...]  # what its counts leave out or its shape cannot say, short phrases
+
+    def params(self, shape: Any) -> int:
+        """Parameters, counted the way the family's FLOP formula counts them."""
+        ...
+
+    def flops_per_token(self, shape: Any) -> int:
+        """FLOP for one token's forward and backward pass."""
+        ...
+
+    def formula_with_values(self, shape: Any) -> str:
+        """The formula with this shape's numbers in it, for showing the work."""
+        ...
+
+
+FAMILIES: tuple[ModelFamily, ...] = (
+    gpt2.FAMILY,  # nanoGPT's GPT-2: the only architecture gputop's probe can build and train
+)
+
+PRESETS: dict[str, ModelShape] = {name: shape for family in FAMILIES for name, shape in family.presets.items()}
+
+
+def family_of(shape: ModelShape) -> ModelFamily:
+    """The family whose shape type this is; TypeError for a shape no family in FAMILIES owns."""
+    for family in FAMILIES:
+        if isinstance(shape, family.shape_type):
+            return family
+    raise TypeError(f"no model family owns a {type(shape).__name__}")
