@@ -19,8 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from probes.diagnose_evidence import Evidence, gather
-from probes.diagnose_rules import Candidate, contention, evaluate_rules, hung_bottleneck
+from probes.diagnosis.bottlenecks import FACTS_BY_NAME
+from probes.diagnosis.contention import contention
+from probes.diagnosis.evidence import Evidence, gather
+from probes.diagnosis.hung import hung_bottleneck
+from probes.diagnosis.rules import evaluate_rules
+from probes.diagnosis.rules.rule import Candidate
 from probes.frame import Frame, Verdict
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
@@ -141,14 +145,11 @@ def _thin(candidate: Candidate, evidence: Evidence, previous: Verdict | None) ->
     return not held
 
 
-# Verdicts whose work runs on the host CPU: sharing the CPUs matters to them. For the others (waiting, the
-# GPU, reads) it matters only when the main thread is seen queueing for a core.
-_CPU_HUNGRY = ("cpu_bound", "data_bound", "cpu_throttled", "compile_warmup", "checkpoint_save", "unknown")
-
-
 def _wants_cpu(candidate: Candidate, evidence: Evidence) -> bool:
+    """Sharing the CPUs matters to this verdict: its work runs on the host CPU, or the main thread is seen
+    queueing for a core."""
     running = evidence.running_share()
-    return candidate.bottleneck in _CPU_HUNGRY or (running is not None and running < 0.8)
+    return FACTS_BY_NAME[candidate.bottleneck].runs_on_host_cpu or (running is not None and running < 0.8)
 
 
 def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candidate:
@@ -161,7 +162,7 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
     shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
         lines.append(shared[0])
-        if candidate.bottleneck in ("cpu_bound", "data_bound"):
+        if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu:
             advice.insert(0, shared[1])  # CPU is what this verdict is short of: the shared CPUs come first
         else:
             advice.append(shared[1])
