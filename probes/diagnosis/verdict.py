@@ -10,7 +10,8 @@ Method, in the order an expert would check:
    log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits.
 2. Bottleneck, by rules in priority order: compiling, checkpointing, collectives (the main thread's
    stacks say so); a busy GPU (clocks, power and SM activity, not util% alone), held down or not; a CPU
-   quota that throttles; storage or network reads; the input pipeline; host compute; waiting.
+   quota that throttles; storage or network reads; the input pipeline; host compute; waiting
+   (probes.diagnosis.rules.RULES; docs/diagnosis.md).
 3. Hysteresis: the previous verdict stands while its rule still holds nearly as well as the newcomer.
 """
 
