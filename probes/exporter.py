@@ -26,7 +26,7 @@ from prometheus_client.core import (
     StateSetMetricFamily,
 )
 
-from probes.diagnose_stacks import classify_cached, describe, short_path
+from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
 from probes.monitor import MonitorView
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
-from probes.diagnose import DEFAULT_HANG_AFTER_S, diagnose
-from probes.diagnose_job import diagnose_job
+from probes.diagnosis.job import diagnose_job
+from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.diagnose import diagnose
-from probes.diagnose_stacks import (
+from probes.diagnosis.stacks import (
     COMPILE,
     COMPUTE,
     DATA_PREP,
@@ -24,6 +23,7 @@ from probes.diagnose_stacks import (
     WAIT,
     classify_stack,
 )
+from probes.diagnosis.verdict import diagnose
 from probes.frame import (
     CpuReading,
     Frame,

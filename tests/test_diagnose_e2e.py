@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, wait_for
 
-from probes.diagnose import diagnose
+from probes.diagnosis.verdict import diagnose
 from probes.recording import load_recording, read_recording
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,8 @@ import time
 
 import pytest
 
-from probes.diagnose import diagnose
-from probes.diagnose_job import RankHistory, diagnose_job, project_rank
-from probes.diagnose_stacks import (
+from probes.diagnosis.job import RankHistory, diagnose_job, project_rank
+from probes.diagnosis.stacks import (
     COMMS,
     COMPUTE,
     PEER_WAIT_BACKWARD,
@@ -25,6 +24,7 @@ from probes.diagnose_stacks import (
     WAIT,
     classify_stack,
 )
+from probes.diagnosis.verdict import diagnose
 from probes.frame import (
     CpuReading,
     Frame,
@@ -524,7 +524,7 @@ def test_one_job_tick_on_a_full_history_is_cheap():
 
 def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeypatch):
     """One diagnose() per rank per frame, over at most the history's capacity: replays stay linear."""
-    import probes.diagnose_job as diagnose_job_module
+    import probes.diagnosis.job as diagnose_job_module
     import probes.monitor as monitor_module
 
     seen, tree = [], []

@@ -138,7 +138,7 @@ def test_the_diagnosis_caches_keep_no_frame_the_history_has_let_go():
     frames' stacks alive when the History held 600."""
     import weakref
 
-    from probes import diagnose_evidence
+    from probes.diagnosis import evidence as diagnosis_evidence
 
     monitor = Monitor(hang_after_s=5.0, history_frames=20)
     refs = []
@@ -149,7 +149,7 @@ def test_the_diagnosis_caches_keep_no_frame_the_history_has_let_go():
         del frame
     stacks_alive, frames_alive = _live_entries(refs)
     assert frames_alive == 20 and stacks_alive == 20  # the history's, no more
-    assert len(diagnose_evidence._frame_cache) <= 20 + 1
+    assert len(diagnosis_evidence._frame_cache) <= 20 + 1
 
 
 def test_a_jobs_rank_projections_go_with_their_frames():
@@ -157,7 +157,7 @@ def test_a_jobs_rank_projections_go_with_their_frames():
 
     from test_diagnose_job import straggler_frames
 
-    from probes import diagnose_job
+    from probes.diagnosis import job as diagnosis_job
 
     monitor = Monitor(hang_after_s=5.0, history_frames=10)
     refs = []
@@ -167,4 +167,4 @@ def test_a_jobs_rank_projections_go_with_their_frames():
     del frame
     _, frames_alive = _live_entries(refs)
     assert frames_alive == 10
-    assert 0 < len(diagnose_job._projections) <= 10 * 2  # two ranks, each projected once per frame alive
+    assert 0 < len(diagnosis_job._projections) <= 10 * 2  # two ranks, each projected once per frame alive

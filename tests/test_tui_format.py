@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from probes.diagnose_stacks import short_path
+from probes.diagnosis.stacks import short_path
 from probes.frame import (
     CpuReading,
     Frame,

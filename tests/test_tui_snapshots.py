@@ -1,7 +1,7 @@
 """SVG snapshots of the app replaying real recordings, at 80x24 and 160x48, with the clock frozen.
 
 A failing snapshot writes snapshot_report.html: look at the difference before accepting it with
-`pytest tests/test_tui_snapshots.py --snapshot-update`. The verdict's words come from probes.diagnose,
+`pytest tests/test_tui_snapshots.py --snapshot-update`. The verdict's words come from probes.diagnosis,
 so a change of its rules shows up here too, on purpose.
 """
 
@@ -49,7 +49,7 @@ CONSTRUCTED = Path(__file__).parent / "fixtures" / "frames"
 
 def job_replay_app():
     """The 2-rank torchrun straggler (constructed after a real run): the job verdict comes from the real
-    probes.diagnose_job, so a change of its rules shows here too."""
+    probes.diagnosis.job, so a change of its rules shows here too."""
     frames = list(read_recording(CONSTRUCTED / "ddp_straggler.jsonl"))
     frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
     return make_app(replay_frames=frames, clock=lambda: frozen)

@@ -149,7 +149,7 @@ def engine_config(args: argparse.Namespace):
 
 
 def _hang_after(args: argparse.Namespace) -> float:
-    from probes.diagnose import DEFAULT_HANG_AFTER_S
+    from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 
     return DEFAULT_HANG_AFTER_S if args.hang_after is None else args.hang_after
 

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from probes.diagnose_evidence import others_busy_cpus
+from probes.diagnosis.evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import clip, percent, process_role_words, size

@@ -20,7 +20,7 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.diagnose_stacks import short_path
+from probes.diagnosis.stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.history import recent_frames
 from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -21,19 +22,8 @@ from probes.frame import (
 
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 
-BOTTLENECK_WORDS = {
-    "gpu_bound": "GPU-bound",
-    "gpu_throttled": "GPU throttled",
-    "data_bound": "input-bound",  # the evidence says whether DataLoader workers or the main thread fall behind
-    "io_bound": "storage-bound",
-    "cpu_bound": "host-CPU-bound",
-    "cpu_throttled": "CPU quota-throttled",
-    "comms_bound": "collectives-bound",
-    "compile_warmup": "compiling (warm-up)",
-    "checkpoint_save": "saving a checkpoint",
-    "idle": "idle",
-    "unknown": "no verdict yet",
-}
+# Declared beside each bottleneck's rule (probes/diagnosis/rules/), so a new bottleneck cannot lack its words.
+BOTTLENECK_WORDS = {facts.name: facts.words for facts in BOTTLENECK_FACTS}
 
 LIVENESS_WORDS = {
     "progressing": "progressing",
@@ -55,6 +45,7 @@ ROLE_WORDS = {
 
 
 def bottleneck_words(bottleneck: str) -> str:
+    # A name outside the vocabulary can still arrive in a recording made by another version of gputop.
     return BOTTLENECK_WORDS.get(bottleneck, bottleneck.replace("_", " "))
 
 

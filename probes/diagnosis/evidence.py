@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from probes.diagnose_stacks import (
+from probes.diagnosis.stacks import (
     COMPILE,
     IO,
     PEER_WAIT_BACKWARD,

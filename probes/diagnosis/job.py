@@ -25,7 +25,17 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.diagnose import (
+from probes.diagnosis.evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
+from probes.diagnosis.stacks import (
+    ACTIVITIES,
+    COMMS,
+    PEER_WAIT_SYNC,
+    classify_stack,
+    describe,
+    format_where,
+    is_reducer_wait,
+)
+from probes.diagnosis.verdict import (
     CONFIDENCE_FULL_SAMPLES,
     CONFIDENCE_FULL_SECONDS,
     DEFAULT_HANG_AFTER_S,
@@ -34,16 +44,6 @@ from probes.diagnose import (
     THIN_SAMPLES,
     diagnose,
     diagnose_with_evidence,
-)
-from probes.diagnose_evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
-from probes.diagnose_stacks import (
-    ACTIVITIES,
-    COMMS,
-    PEER_WAIT_SYNC,
-    classify_stack,
-    describe,
-    format_where,
-    is_reducer_wait,
 )
 from probes.frame import (
     ROLE_MAIN,

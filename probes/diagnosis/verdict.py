@@ -10,7 +10,8 @@ Method, in the order an expert would check:
    log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits.
 2. Bottleneck, by rules in priority order: compiling, checkpointing, collectives (the main thread's
    stacks say so); a busy GPU (clocks, power and SM activity, not util% alone), held down or not; a CPU
-   quota that throttles; storage or network reads; the input pipeline; host compute; waiting.
+   quota that throttles; storage or network reads; the input pipeline; host compute; waiting
+   (probes.diagnosis.rules.RULES; docs/diagnosis.md).
 3. Hysteresis: the previous verdict stands while its rule still holds nearly as well as the newcomer.
 """
 
@@ -19,8 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from probes.diagnose_evidence import Evidence, gather
-from probes.diagnose_rules import Candidate, contention, evaluate_rules, hung_bottleneck
+from probes.diagnosis.bottlenecks import FACTS_BY_NAME
+from probes.diagnosis.contention import contention
+from probes.diagnosis.evidence import Evidence, gather
+from probes.diagnosis.hung import hung_bottleneck
+from probes.diagnosis.rules import evaluate_rules
+from probes.diagnosis.rules.rule import Candidate
 from probes.frame import Frame, Verdict
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
@@ -141,14 +146,11 @@ def _thin(candidate: Candidate, evidence: Evidence, previous: Verdict | None) ->
     return not held
 
 
-# Verdicts whose work runs on the host CPU: sharing the CPUs matters to them. For the others (waiting, the
-# GPU, reads) it matters only when the main thread is seen queueing for a core.
-_CPU_HUNGRY = ("cpu_bound", "data_bound", "cpu_throttled", "compile_warmup", "checkpoint_save", "unknown")
-
-
 def _wants_cpu(candidate: Candidate, evidence: Evidence) -> bool:
+    """Sharing the CPUs matters to this verdict: its work runs on the host CPU, or the main thread is seen
+    queueing for a core."""
     running = evidence.running_share()
-    return candidate.bottleneck in _CPU_HUNGRY or (running is not None and running < 0.8)
+    return FACTS_BY_NAME[candidate.bottleneck].runs_on_host_cpu or (running is not None and running < 0.8)
 
 
 def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candidate:
@@ -161,7 +163,7 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
     shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
         lines.append(shared[0])
-        if candidate.bottleneck in ("cpu_bound", "data_bound"):
+        if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu:
             advice.insert(0, shared[1])  # CPU is what this verdict is short of: the shared CPUs come first
         else:
             advice.append(shared[1])

@@ -1,0 +1,104 @@
+"""The hung verdict's body: nothing has moved for the hang threshold, so say which signals stayed silent, where
+the main thread is stuck, what else waits (threads, a silent peer, dead children, disk waits), and name the
+bottleneck by the activity it is stuck in (HUNG_BOTTLENECK_BY_ACTIVITY, from the rules' facts)."""
+
+from __future__ import annotations
+
+from probes.diagnosis.bottlenecks import HUNG_BOTTLENECK_BY_ACTIVITY
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rules.rule import Candidate
+from probes.diagnosis.stacks import (
+    COMMS,
+    DATA_WAIT,
+    IO,
+    QUEUE_WAIT,
+    WAIT,
+    classify_stack,
+    describe,
+    format_where,
+    is_library,
+)
+
+
+def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
+    """The verdict's body when nothing has moved for `hang_after_s`: where it is stuck, and why."""
+    silent = f"no progress for {ev.stuck_for_s:.0f} s" if ev.progress_seen else \
+        f"no progress in the {ev.stuck_for_s:.0f} s watched so far"
+    lines = [f"{silent} (hang threshold {hang_after_s:g} s): {_quiet_signals(ev)}"]
+    advice = []
+    activity = None
+    if ev.stuck_stack:
+        stuck = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
+        activity = stuck.activity
+        same = f"; same stack for {ev.unchanged_for_s:.0f} s" if ev.unchanged_for_s >= 1.0 else ""
+        lines.append(f"main thread ({ev.stuck_thread}, PID {ev.main_pid}) stuck in "
+                     f"{format_where(stuck.responsible, stuck.user_frame)}{same}")
+    else:
+        lines.append("no stack of the main thread was sampled")
+    waiting_peers = _other_waiting_threads(ev)
+    for name, frame in waiting_peers[:2]:
+        lines.append(f"thread {name} also waiting in {describe(frame)}")
+    main = ev.latest.process(ev.main_pid)
+    if activity == IO and main is not None and main.tcp_peers:
+        since = (f"; nothing received for {main.tcp_last_data_recv_s:.0f} s"
+                 if main.tcp_last_data_recv_s is not None else "")
+        lines.append(f"connected to {', '.join(main.tcp_peers)}{since}: the peer has gone silent")
+        advice.append(f"The peer ({main.tcp_peers[0]}) stopped sending: check that server; give reads a timeout "
+                      "(socket.settimeout, requests' timeout=) so a dead peer raises instead of hanging.")
+    for child in ev.dead_children[:2]:
+        feeds = " — the queue it fed will never fill" if activity in (QUEUE_WAIT, DATA_WAIT) else ""
+        state = "is a zombie (exited, not reaped)" if child.how == "zombie" else "exited"
+        lines.append(f"child PID {child.pid} ({child.name}, {child.role}) {state}{feeds}")
+    if ev.disk_wait_threads:
+        lines.append(f"{ev.disk_wait_threads} threads in uninterruptible disk wait (D state)")
+    if ev.dead_children and activity in (QUEUE_WAIT, DATA_WAIT):
+        advice.append("Its producer died: check that process's exit (its log; dmesg for the OOM killer). Use "
+                      "get(timeout=...) and check producer.is_alive() so the loop fails instead of hanging.")
+    if waiting_peers and activity in (WAIT, QUEUE_WAIT, None):
+        advice.append("Threads wait on each other: take locks in one global order, or acquire(timeout=...) to "
+                      "surface the cycle.")
+    if activity == COMMS:
+        advice.append("A collective waits for a rank that never arrives: look at the other ranks; "
+                      "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a process-group timeout turn the hang into an error.")
+    if ev.disk_wait_threads:
+        advice.append("Threads are stuck in the kernel on I/O: check the filesystem (NFS/FUSE mounts, dmesg).")
+    advice.append(f"py-spy dump --native --pid {ev.main_pid} shows the native frames (locks, CUDA, NCCL) "
+                  "under the Python line.")
+    bottleneck = HUNG_BOTTLENECK_BY_ACTIVITY.get(activity, "unknown") if activity else "unknown"
+    return Candidate(bottleneck, 1.0, lines, advice)
+
+
+def _quiet_signals(ev: Evidence) -> str:
+    """What was watched and stayed silent, in the words of the finest signal each frame carried."""
+    processes = [p for p in ev.latest.processes if p.alive]
+    main = ev.latest.process(ev.main_pid)
+    if main is not None and main.main_thread_cpu_pct is not None:
+        quiet = [f"main thread {main.main_thread_cpu_pct:.2f}% CPU",
+                 f"{main.main_thread_wakeups_per_s or 0:.0f} wake-ups/s", "no reads or writes"]
+        busy_others = (main.cpu_pct or 0.0) - main.main_thread_cpu_pct
+        if busy_others >= 2.0:  # say it, so nobody reads the process's CPU% as progress
+            quiet.append(f"while its other threads use {busy_others:.0f}% CPU")
+        others = len(processes) - 1
+        if others:
+            other_cpu = sum(p.cpu_pct or 0.0 for p in processes if p.pid != ev.main_pid)
+            quiet.append(f"{other_cpu:.0f}% CPU across {others} other process{'es' if others != 1 else ''}")
+    else:
+        cpu = "0% CPU" if (ev.tree_cpu_pct or 0.0) < 1.0 else f"{ev.tree_cpu_pct:.1f}% CPU"
+        quiet = [cpu, f"no file I/O across {len(processes)} process{'es' if len(processes) != 1 else ''}"]
+    if ev.gpu.in_use:
+        quiet.append("GPU idle")
+    return ", ".join(quiet)
+
+
+def _other_waiting_threads(ev: Evidence) -> list[tuple[str, object]]:
+    """Other threads of the main process that wait inside the user's own code (lock-order suspects)."""
+    found = []
+    for thread in ev.latest.stacks.threads:
+        if thread.pid != ev.main_pid or not thread.idle or thread.frames == ev.stuck_stack:
+            continue
+        if thread.name == (ev.stuck_thread or "MainThread") or thread.tid == ev.main_pid:
+            continue
+        user = next((f for f in thread.frames if not is_library(f)), None)
+        if user is not None:
+            found.append((thread.name or f"tid {thread.tid}", user))
+    return found

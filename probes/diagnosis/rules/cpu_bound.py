@@ -1,0 +1,110 @@
+"""cpu_bound: the main thread computing on the host, or launching kernels too small to fill the GPU
+(launch-bound), or one long native call; with how much CPU it gets and waits for."""
+
+from __future__ import annotations
+
+import math
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rules.lines import cpu_amount, gpu_line, main_share_line, percent
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.signs import (
+    LAUNCH_BOUND_POWER_FRACTION,
+    LAUNCH_BOUND_SM_ACTIVE_PCT,
+    mostly_asleep,
+    power_fraction,
+)
+from probes.diagnosis.stacks import COMPUTE, QUEUE_WAIT, WAIT, describe, is_library
+
+LONG_CALL_S = 3.0
+LONG_CALL_MIN_CPU_PCT = 30.0  # a crowded machine gives a busy call less than a full core
+LONG_CALL_MIN_WANTING_PCT = 60.0  # with schedstat: on a CPU or queued for one this share of the time
+BUSY_CPU_PCT = 80.0
+
+CPU_BOUND = BottleneckFacts(
+    name="cpu_bound",
+    words="host-CPU-bound",
+    runs_on_host_cpu=True,
+    short_of_host_cpu=True,
+    hung_in=(),
+)
+
+
+def evaluate(ev: Evidence) -> Candidate | None:
+    g = ev.gpu
+    compute = ev.main.share(COMPUTE)
+    main_cpu = ev.main_cpu_pct
+    power = power_fraction(ev)
+    launch_bound = (
+        g.in_use and g.util_pct is not None and g.util_pct >= 60 and main_cpu is not None
+        and main_cpu >= BUSY_CPU_PCT
+        and ((g.sm_active_pct is not None and g.sm_active_pct < LAUNCH_BOUND_SM_ACTIVE_PCT)
+             or (g.sm_active_pct is None and power is not None and power < LAUNCH_BOUND_POWER_FRACTION))
+    )
+    if launch_bound:
+        lines = [(f"{gpu_line(ev)}: util is high but the SMs are mostly idle — small kernels, launched one by "
+                 "one (launch-bound)"),
+                 f"main process at {main_cpu:.0f}% CPU: the host cannot issue kernels faster"]
+        if ev.main.samples:
+            lines.append(main_share_line(ev, compute, "running on the CPU", COMPUTE))
+        return Candidate("cpu_bound", max(0.6, compute), lines, [
+            "Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead').",
+            "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile).",
+            "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
+        ], from_metrics=True)
+    if compute < 0.05:
+        return None
+    if ev.main.share(WAIT, QUEUE_WAIT) > compute or mostly_asleep(ev):
+        # It waits (sleeps, polls) more than it works: the idle rule's case. On a crowded machine its bursts
+        # of work stretch while it queues for a core, which must not turn a sleepy loop into a CPU-bound one.
+        return None
+    # py-spy's "active" is running or runnable. With schedstat the run queue shows which: a thread that
+    # wants the CPU and queues for it is CPU-bound all the same (starved); without it, CPU% weighs the rule.
+    running = ev.running_share()
+    score = compute if running is not None or main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
+    lines = [main_share_line(ev, compute, "running on the CPU", COMPUTE)]
+    if running is not None and running < 0.8:
+        lines.append(f"of that, it waited for a free core {percent(1 - running)} of the time (runnable, not running): "
+                     f"{ev.main_thread_runqueue_pct:.0f}% of wall time queued against {ev.main_thread_cpu_pct:.0f}% "
+                     "on a CPU")
+    if main_cpu is not None:
+        available = f" ({cpu_amount(ev.effective_cpus)} available)" if ev.effective_cpus else ""
+        lines.append(f"main process at {main_cpu:.0f}% CPU{available}")
+        if main_cpu < 50.0 and compute >= 0.6:
+            lines.append("it is runnable most of the time yet gets little CPU: the CPUs are contended")
+    advice = []
+    innermost = ev.main.top(COMPUTE)[0]
+    if ev.unchanged_for_s >= LONG_CALL_S and _busy_in_one_call(ev) and ev.stuck_stack:
+        call = describe(ev.stuck_stack[0])
+        queued = ev.main_thread_runqueue_pct
+        waits = f" (and {queued:.0f}% waiting for a core)" if queued is not None and queued >= 10 else ""
+        on_cpu = main_cpu if main_cpu is not None else ev.main_thread_cpu_pct or 0.0
+        lines.insert(0, f"one call has run for {ev.unchanged_for_s:.0f} s without returning, {call}, at "
+                        f"{on_cpu:.0f}% CPU{waits}: a long native operation — slow, not hung")
+        advice.append(f"One native call dominates ({call}): check its sizes and dtype (float64 is several "
+                      "times slower than float32) and whether it belongs on the GPU.")
+    elif innermost is not None and not is_library(innermost):
+        advice.append(f"The hot frame is your own Python ({describe(innermost)}): move the loop into tensor "
+                      "operations, or torch.compile it.")
+    if not g.in_use:
+        lines.append("no GPU in use by the target: the work runs on the CPU" if g.available else
+                     f"no GPU readings ({g.reason or 'NVML unavailable'}): the work runs on the CPU")
+        advice.append("If a GPU should do this work, move the model and each batch to it "
+                      "(model.to('cuda'), batch.to('cuda', non_blocking=True)).")
+    if ev.effective_cpus and main_cpu is not None and ev.effective_cpus >= 2 and main_cpu < 100.0 * (
+            ev.effective_cpus - 0.5):
+        advice.append(f"It uses {main_cpu / 100:.1f} of {cpu_amount(ev.effective_cpus)}: torch.set_num_threads("
+                      f"{math.floor(ev.effective_cpus)}) lets CPU ops use them all.")
+    return Candidate("cpu_bound", score, lines, advice)
+
+
+def _busy_in_one_call(ev: Evidence) -> bool:
+    """The main thread wants a CPU most of the time: running, or runnable and queued for a core (a crowded
+    machine gives a busy call less than a full core). Without schedstat, its process's CPU% decides."""
+    cpu, queued = ev.main_thread_cpu_pct, ev.main_thread_runqueue_pct
+    if cpu is not None and queued is not None:
+        return cpu + queued >= LONG_CALL_MIN_WANTING_PCT
+    return ev.main_cpu_pct is not None and ev.main_cpu_pct >= LONG_CALL_MIN_CPU_PCT
+
+
+RULE = Rule(concludes=(CPU_BOUND,), evaluate=evaluate)

@@ -1,0 +1,99 @@
+"""data_bound: the main thread waiting for the next batch or preparing data itself, with what the DataLoader
+workers are doing (busy, CPU-starved, saturating the CPUs, or idle) and the advice each case calls for."""
+
+from __future__ import annotations
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rules.lines import cpu_amount, hot_spot, main_share_line, percent
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.signs import producer_busy
+from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, QUEUE_WAIT
+
+GPU_STARVED_UTIL_PCT = 50.0
+WORKER_BUSY_CPU_PCT = 70.0
+WORKER_BUSY_ACTIVE_SHARE = 0.6
+WORKER_STARVED_CPU_PCT = 50.0
+SATURATED_FRACTION = 0.85
+
+DATA_BOUND = BottleneckFacts(
+    name="data_bound",
+    # the evidence says whether DataLoader workers or the main thread fall behind
+    words="input-bound",
+    runs_on_host_cpu=True,
+    short_of_host_cpu=True,
+    hung_in=(DATA_WAIT, DATA_PREP),
+)
+
+
+def evaluate(ev: Evidence) -> Candidate | None:
+    wait = ev.main.share(DATA_WAIT)
+    prep = ev.main.share(DATA_PREP)
+    queue = ev.main.share(QUEUE_WAIT) if producer_busy(ev) else 0.0
+    score = wait + prep + queue
+    if score < 0.05:
+        return None
+    lines, advice = [], []
+    if prep >= wait + queue:
+        lines.append(main_share_line(ev, prep, "preparing data on the main thread", DATA_PREP))
+        advice += [
+            ("Move this work off the training loop: a DataLoader with num_workers > 0 runs it in parallel "
+            "with the step."),
+            ("Or do it once, offline: pre-tokenize the corpus to a binary file (e.g. uint16 token ids in a "
+            "np.memmap, as nanoGPT's prepare.py does)."),
+        ]
+    else:
+        lines.append(main_share_line(ev, wait + queue, "waiting for the next batch", DATA_WAIT, QUEUE_WAIT))
+        advice += _worker_findings(ev, lines)
+    g = ev.gpu
+    if g.in_use and g.util_pct is not None and g.util_pct < GPU_STARVED_UTIL_PCT:
+        lines.append(f"{g.label()} util {g.util_pct:.0f}%: starved while the loop waits for input")
+    return Candidate("data_bound", score, lines, advice)
+
+
+def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
+    """Evidence about the DataLoader workers (appended to `lines`) and the advice that follows."""
+    cpus = sorted(ev.worker_cpu.values(), reverse=True)
+    if not cpus:
+        return ["Use more DataLoader workers (num_workers) or make each sample cheaper to produce."]
+    n = len(cpus)
+    mean_cpu = sum(cpus) / n
+    if max(cpus) - min(cpus) <= 10:
+        lines.append(f"{n} DataLoader worker{'s' if n > 1 else ''} at {mean_cpu:.0f}% CPU each")
+    else:
+        lines.append(f"{n} DataLoader workers at " + ", ".join(f"{c:.0f}%" for c in cpus[:6]) + " CPU")
+    # py-spy's "active" means running or waiting for a CPU: a worker active in most samples is busy
+    # even when a crowded machine gives it little CPU time.
+    active = ev.workers.share(COMPUTE, DATA_PREP, IO) if ev.workers.samples else None
+    if active is not None and active >= 0.3:
+        lines.append(f"workers busy in {hot_spot(ev.workers, COMPUTE, DATA_PREP)}")
+    busy = mean_cpu >= WORKER_BUSY_CPU_PCT or (active is not None and active >= WORKER_BUSY_ACTIVE_SHARE)
+    effective = ev.effective_cpus
+    tree = (ev.tree_cpu_pct or 0.0) / 100.0
+    if busy and effective is not None and tree >= SATURATED_FRACTION * effective:
+        lines.append(f"the CPUs are saturated: the tree uses {tree:.1f} of {cpu_amount(effective)}")
+        return [
+            ("More workers will not help: every CPU is busy. Make each sample cheaper (the hot frame above), "
+             "move decoding/augmentation to the GPU, or pre-process the dataset offline."),
+            "Or run where more CPUs are available.",
+        ]
+    if busy and mean_cpu < WORKER_STARVED_CPU_PCT:
+        lines.append(f"the workers are runnable in {percent(active or 0.0)} of their samples yet get {mean_cpu:.0f}% "
+                     f"CPU each: they wait for a CPU (the tree uses {tree:.1f} of "
+                     f"{cpu_amount(effective) if effective else 'the CPUs'}; other processes take the rest)")
+        return [
+            ("The workers are CPU-starved: more workers will not help until CPUs are free. Make each sample "
+            "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
+        ]
+    if busy:
+        room = f"; {cpu_amount(effective)} available" if effective else ""
+        return [
+            f"Raise DataLoader num_workers (now {n}{room}): the workers are busy and CPU is left.",
+            "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
+        ]
+    return [
+        ("The workers are mostly idle while the main thread waits: look at IPC of large batches "
+         "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
+    ]
+
+
+RULE = Rule(concludes=(DATA_BOUND,), evaluate=evaluate)

@@ -1,0 +1,98 @@
+"""gpu_bound and gpu_throttled, one rule: a GPU busy by its counters (SM activity or power, not util% alone) is
+the limit; held below its maximum clock by a power cap, heat or a hardware slowdown, it is throttled."""
+
+from __future__ import annotations
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rules.lines import gpu_line, main_share_line, percent
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.signs import power_fraction
+from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, WAIT
+
+GPU_BUSY_UTIL_PCT = 80.0
+GPU_BUSY_SM_ACTIVE_PCT = 50.0
+GPU_BUSY_POWER_FRACTION = 0.5
+CLOCK_HELD_FRACTION = 0.9
+THROTTLE_REASONS = {
+    "sw_power_cap": "software power cap",
+    "hw_slowdown": "hardware slowdown",
+    "hw_power_brake_slowdown": "hardware power brake",
+    "sw_thermal_slowdown": "software thermal slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "board_limit": "board limit",
+    "reliability": "reliability limit",
+}
+
+GPU_BOUND = BottleneckFacts(
+    name="gpu_bound",
+    words="GPU-bound",
+    runs_on_host_cpu=False,
+    short_of_host_cpu=False,
+    hung_in=(),
+)
+
+GPU_THROTTLED = BottleneckFacts(
+    name="gpu_throttled",
+    words="GPU throttled",
+    runs_on_host_cpu=False,
+    short_of_host_cpu=False,
+    hung_in=(),
+)
+
+
+def evaluate(ev: Evidence) -> Candidate | None:
+    g = ev.gpu
+    if not g.in_use or g.util_pct is None or g.util_pct < GPU_BUSY_UTIL_PCT:
+        return None
+    power = power_fraction(ev)
+    if g.sm_active_pct is not None:
+        if g.sm_active_pct < GPU_BUSY_SM_ACTIVE_PCT:
+            return None
+        strength = 0.9
+    elif power is not None:
+        if power < GPU_BUSY_POWER_FRACTION:
+            return None
+        strength = 0.8
+    else:
+        strength = 0.5  # util% alone: a kernel was running, not necessarily a busy one
+    lines = [gpu_line(ev)]
+    if strength == 0.5:
+        lines.append("only util% is readable here: it says a kernel was running, not how many SMs were busy")
+    if ev.main.samples:
+        lines.append(main_share_line(ev, ev.main.share(COMPUTE, WAIT), "computing or waiting on the GPU",
+                                      COMPUTE, WAIT))
+        data = ev.main.share(DATA_WAIT, DATA_PREP, IO)
+        if data < 0.1:
+            lines.append(f"input pipeline: {percent(data)} of main-thread samples — data loading is not the limit")
+    clock_fraction = (g.sm_clock_mhz / g.max_sm_clock_mhz) if g.sm_clock_mhz and g.max_sm_clock_mhz else None
+    held = [r for r in g.reasons if r in THROTTLE_REASONS]
+    if held and clock_fraction is not None and clock_fraction < CLOCK_HELD_FRACTION:
+        names = ", ".join(THROTTLE_REASONS[r] for r in held)
+        lines.insert(1, f"SM clock held at {percent(clock_fraction)} of max by: {names}")
+        advice = []
+        if "sw_power_cap" in held:
+            limit = f" ({g.power_limit_w:.0f} W)" if g.power_limit_w else ""
+            advice.append(f"The power limit{limit} caps the clock: nvidia-smi -q -d POWER shows the limit and the "
+                          "maximum; raise it with nvidia-smi -pl if the board and the site allow.")
+        if any("thermal" in r for r in held):
+            temps = [d.temperature_c for d in g.devices if d.temperature_c is not None]
+            hot = f" (now {max(temps):.0f} °C)" if temps else ""
+            advice.append(f"Thermal slowdown{hot}: check cooling and airflow; nvidia-smi -q -d TEMPERATURE.")
+        if any(r in ("hw_slowdown", "hw_power_brake_slowdown", "board_limit", "reliability") for r in held):
+            advice.append("Hardware slowdown: check nvidia-smi -q -d PERFORMANCE and the node's power supplies.")
+        return Candidate("gpu_throttled", strength, lines, advice, from_metrics=True)
+    advice = ["The GPU is the limit — the good case. What is left:"]
+    if g.mem_used_bytes and g.mem_total_bytes and g.mem_used_bytes < 0.7 * g.mem_total_bytes:
+        advice.append(f"a larger micro-batch ({g.mem_used_bytes / 2**30:.0f} of {g.mem_total_bytes / 2**30:.0f} GiB "
+                      "used) for bigger, more efficient kernels;")
+    else:
+        advice.append("a larger micro-batch if memory allows (activation checkpointing frees some);")
+    advice += [
+        "torch.compile to fuse elementwise ops;",
+        "fused attention (F.scaled_dot_product_attention / FlashAttention);",
+        "bf16 autocast (torch.autocast('cuda', dtype=torch.bfloat16)) and TF32 matmuls if still in fp32.",
+    ]
+    return Candidate("gpu_bound", strength, lines, advice, from_metrics=True)
+
+
+RULE = Rule(concludes=(GPU_BOUND, GPU_THROTTLED), evaluate=evaluate)

@@ -1,0 +1,47 @@
+"""idle: the main thread waiting (sleeping, polling, a lock) or asleep by schedstat, with little CPU and no
+producer at work: it is not training most of the time."""
+
+from __future__ import annotations
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rules.lines import hot_spot, main_share_line, percent
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.signs import IDLE_MAX_CPU_PCT, mostly_asleep, producer_busy
+from probes.diagnosis.stacks import QUEUE_WAIT, WAIT
+
+IDLE = BottleneckFacts(
+    name="idle",
+    words="idle",
+    runs_on_host_cpu=False,
+    short_of_host_cpu=False,
+    hung_in=(),
+)
+
+
+def evaluate(ev: Evidence) -> Candidate | None:
+    waiting = ev.main.share(WAIT, QUEUE_WAIT)
+    asleep = mostly_asleep(ev)
+    if (waiting < 0.3 and not asleep) or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= IDLE_MAX_CPU_PCT):
+        return None
+    if ev.main.share(QUEUE_WAIT) >= 0.3 and producer_busy(ev):
+        return None  # waiting on a working producer: the data rule's case
+    if waiting >= 0.3:
+        where = hot_spot(ev.main, WAIT, QUEUE_WAIT)
+        lines = [main_share_line(ev, waiting, "waiting", WAIT, QUEUE_WAIT)]
+    else:  # py-spy caught it runnable; schedstat says it slept
+        where = hot_spot(ev.main, *ev.main.by_activity)
+        waiting = ev.asleep_pct() / 100.0
+        lines = [f"main thread asleep {percent(waiting)} of wall time (on a CPU {ev.main_thread_cpu_pct:.0f}%, queued "
+                 f"for one {ev.main_thread_runqueue_pct:.0f}%), most often in {where}: py-spy's samples catch it "
+                 "only while it is runnable"]
+    if ev.active_tick_share is not None and ev.tree_cpu_pct is not None:
+        ticks = len([f for f in ev.stack_frames if f.processes])
+        lines.append(f"CPU time in {percent(ev.active_tick_share)} of {ticks} ticks, {ev.tree_cpu_pct:.0f}% of a "
+                     "core on average: it works briefly, then waits")
+    return Candidate("idle", waiting, lines, [
+        (f"It is not training most of the time: if {where} is a sleep or a polling interval, shorten or remove "
+        "it; otherwise find what it waits for (the frames above it)."),
+    ])
+
+
+RULE = Rule(concludes=(IDLE,), evaluate=evaluate)

@@ -1,0 +1,63 @@
+"""How the rules write their evidence: percentages, sample counts, rates and CPU amounts, the line saying where
+the main thread spends its samples, and the GPU's readings in one line. Shared so that every verdict words the
+same figure the same way."""
+
+from __future__ import annotations
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.stacks import ThreadProfile, format_where
+
+
+def percent(fraction: float) -> str:
+    return f"{100.0 * fraction:.0f}%"
+
+
+def sample_count(n: int) -> str:
+    return f"{n} sample{'s' if n != 1 else ''}"
+
+
+def byte_rate(bytes_per_s: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:.1f} {unit}/s"
+    return f"{bytes_per_s:.0f} B/s"
+
+
+def cpu_amount(value: float) -> str:
+    return f"{value:g} CPU" if value == 1 else f"{value:.3g} CPUs"
+
+
+def hot_spot(profile: ThreadProfile, *activities: str) -> str:
+    responsible, user_frame, _ = profile.top(*activities)
+    return format_where(responsible, user_frame)
+
+
+def main_share_line(ev: Evidence, share: float, doing: str, *activities: str, sep: str = " in") -> str:
+    """'main thread: 87% of 40 samples waiting for the next batch in X, called from Y'. When X is not
+    nearly all of those samples, 'most often in X (55% of those)'."""
+    responsible, user_frame, top_share = ev.main.top(*activities)
+    where = format_where(responsible, user_frame)
+    counted = f"main thread: {percent(share)} of {sample_count(ev.main.samples)}"
+    head = " ".join(part for part in (counted, doing) if part)
+    if top_share >= 0.9:
+        return f"{head}{sep} {where}"
+    return f"{head}, most often in {where} ({percent(top_share)} of those)"
+
+
+def gpu_line(ev: Evidence) -> str:
+    g = ev.gpu
+    parts = []
+    if g.util_pct is not None:
+        parts.append(f"util {g.util_pct:.0f}%")
+    if g.sm_clock_mhz is not None:
+        top = f"/{g.max_sm_clock_mhz:.0f}" if g.max_sm_clock_mhz else ""
+        parts.append(f"SM clock {g.sm_clock_mhz:.0f}{top} MHz")
+    if g.power_w is not None:
+        top = f"/{g.power_limit_w:.0f}" if g.power_limit_w else ""
+        parts.append(f"power {g.power_w:.0f}{top} W")
+    if g.sm_active_pct is not None:
+        parts.append(f"SM active {g.sm_active_pct:.0f}%")
+    if g.tensor_active_pct is not None:
+        parts.append(f"tensor active {g.tensor_active_pct:.0f}%")
+    assumed = " (NVML's PIDs do not map here, as inside a container: taken to be the target's)" if g.assumed else ""
+    return f"{g.label()}{assumed}: " + ", ".join(parts)

@@ -1,0 +1,37 @@
+"""Readings of the Evidence that more than one rule weighs: the GPU's power against its limit, a producer
+working while the main thread waits, a main thread that mostly sleeps, and a GPU busy with kernels too small
+to occupy its SMs."""
+
+from __future__ import annotations
+
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.stacks import COMPUTE, DATA_PREP, IO
+
+# A GPU at high util with fewer SMs active than this (or, without SM activity, drawing less power than this
+# share of its limit) runs small or waiting kernels: launch-bound work, or NCCL kernels waiting on peers.
+LAUNCH_BOUND_SM_ACTIVE_PCT = 35.0
+LAUNCH_BOUND_POWER_FRACTION = 0.35
+# The main thread asleep (neither on a CPU nor queued for one) this share of wall time, in a process using less
+# than IDLE_MAX_CPU_PCT of a core, waits more than it works whatever py-spy's samples say (see asleep_pct).
+MOSTLY_ASLEEP_PCT = 60.0
+IDLE_MAX_CPU_PCT = 30.0
+
+
+def power_fraction(ev: Evidence) -> float | None:
+    g = ev.gpu
+    if g.power_w is None or not g.power_limit_w:
+        return None
+    return g.power_w / g.power_limit_w
+
+
+def producer_busy(ev: Evidence) -> bool:
+    """Something else in the tree works while the main thread waits: a producer thread or process."""
+    if ev.others.samples and ev.others.share(COMPUTE, DATA_PREP, IO) >= 0.3:
+        return True
+    return any(p.pid != ev.main_pid and (p.cpu_pct or 0.0) >= 20.0 for p in ev.latest.processes if p.alive)
+
+
+def mostly_asleep(ev: Evidence) -> bool:
+    asleep = ev.asleep_pct()
+    return asleep is not None and asleep >= MOSTLY_ASLEEP_PCT and (
+        ev.main_cpu_pct is None or ev.main_cpu_pct < IDLE_MAX_CPU_PCT)

@@ -1,0 +1,133 @@
+"""The diagnosis rules' registry holds together: every bottleneck of the snapshot's vocabulary is declared by
+exactly one rule module, with its words, and has a row in docs/diagnosis.md; every rule module is in RULES,
+in the order the diagnosis has always tried them; every liveness state has its words.
+
+Each test walks the registry or the package, so a companion left out (a module not in RULES, a bottleneck
+without facts or a row in the docs) fails here rather than falling back silently elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import probes.diagnosis.rules
+from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS, FACTS_BY_NAME, HUNG_BOTTLENECK_BY_ACTIVITY
+from probes.diagnosis.rules import RULES
+from probes.diagnosis.rules.unknown import UNKNOWN
+from probes.diagnosis.stacks import ACTIVITIES
+from probes.frame import BOTTLENECKS, LIVENESS_STATES
+from tui.panes.text import BOTTLENECK_WORDS, LIVENESS_WORDS
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "diagnosis.md"
+
+
+def rule_package_modules():
+    return [importlib.import_module(m.name)
+            for m in pkgutil.iter_modules(probes.diagnosis.rules.__path__, "probes.diagnosis.rules.")]
+
+
+def _calls_to(module, callee: str) -> list[ast.Call]:
+    tree = ast.parse(Path(module.__file__).read_text())
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == callee]
+
+
+def declared_bottlenecks(module) -> list[str]:
+    """The names of the BottleneckFacts this module creates itself (not those it imports)."""
+    names = []
+    for call in _calls_to(module, "BottleneckFacts"):
+        name = next(k.value for k in call.keywords if k.arg == "name")
+        assert isinstance(name, ast.Constant), f"{module.__name__}: a bottleneck's name must be a literal"
+        names.append(name.value)
+    return names
+
+
+def test_every_bottleneck_is_declared_by_exactly_one_rule_module():
+    declared: dict[str, list[str]] = {}
+    for module in rule_package_modules():
+        for name in declared_bottlenecks(module):
+            declared.setdefault(name, []).append(module.__name__)
+    assert sorted(declared) == sorted(BOTTLENECKS), "probes.frame.Bottleneck and the rules' facts differ"
+    twice = {name: modules for name, modules in declared.items() if len(modules) > 1}
+    assert not twice, f"declared by more than one module: {twice}"
+
+
+def test_the_registry_holds_every_bottleneck_once_with_unknown_last():
+    names = [facts.name for facts in BOTTLENECK_FACTS]
+    assert len(names) == len(set(names))
+    assert set(names) == set(BOTTLENECKS)
+    assert BOTTLENECK_FACTS[-1] is UNKNOWN
+    assert set(FACTS_BY_NAME) == set(BOTTLENECKS)
+
+
+def test_every_rule_module_is_in_RULES_and_concludes_what_it_declares():
+    listed = {id(rule) for rule in RULES}
+    for module in rule_package_modules():
+        rule = getattr(module, "RULE", None)
+        if rule is None:
+            continue
+        assert id(rule) in listed, f"{module.__name__}.RULE is missing from RULES"
+        assert sorted(f.name for f in rule.concludes) == sorted(declared_bottlenecks(module)), \
+            f"{module.__name__}: its RULE concludes other bottlenecks than the module declares"
+
+
+def test_a_rule_names_only_the_bottlenecks_its_module_declares():
+    for module in rule_package_modules():
+        own = set(declared_bottlenecks(module))
+        for call in _calls_to(module, "Candidate"):
+            named = call.args[0]
+            if isinstance(named, ast.Constant):
+                assert named.value in own, f"{module.__name__} concludes {named.value}, declared elsewhere"
+
+
+def test_RULES_keeps_the_order_the_diagnosis_has_always_used():
+    # The order decides which rule wins where several fit (see the comment on each slot in RULES): a change
+    # here changes verdicts, so it is made on purpose, with this list and docs/diagnosis.md.
+    assert [tuple(f.name for f in rule.concludes) for rule in RULES] == [
+        ("compile_warmup",), ("checkpoint_save",), ("comms_bound",), ("gpu_bound", "gpu_throttled"),
+        ("cpu_throttled",), ("io_bound",), ("data_bound",), ("cpu_bound",), ("idle",),
+    ]
+
+
+def test_every_bottleneck_has_its_own_words_on_screen():
+    words = [facts.words for facts in BOTTLENECK_FACTS]
+    assert all(w.strip() for w in words)
+    assert len(words) == len(set(words)), "two bottlenecks would read the same on screen"
+    assert set(BOTTLENECK_WORDS) == set(BOTTLENECKS)
+
+
+def test_every_liveness_state_has_its_words_on_screen():
+    assert set(LIVENESS_WORDS) == set(LIVENESS_STATES)
+    assert all(w.strip() for w in LIVENESS_WORDS.values())
+
+
+def test_the_facts_are_consistent():
+    for facts in BOTTLENECK_FACTS:
+        # The shared-CPU advice goes first only for verdicts that get it at all.
+        assert facts.runs_on_host_cpu or not facts.short_of_host_cpu, facts.name
+        assert set(facts.hung_in) <= set(ACTIVITIES), facts.name
+    claimed = [activity for facts in BOTTLENECK_FACTS for activity in facts.hung_in]
+    assert len(claimed) == len(set(claimed)), "a stuck activity names two bottlenecks"
+    assert set(HUNG_BOTTLENECK_BY_ACTIVITY) == set(claimed)
+
+
+def docs_rule_rows() -> list[tuple[str, tuple[str, ...]]]:
+    """(module, bottlenecks) of each row of docs/diagnosis.md's rules table, in order."""
+    rows = []
+    for line in DOCS.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[1].endswith(".py`"):
+            rows.append((cells[1].strip("`"), tuple(re.findall(r"`(\w+)`", cells[2]))))
+    return rows
+
+
+def test_the_docs_table_lists_the_rules_in_order_with_every_bottleneck():
+    expected = [(f"{rule.evaluate.__module__.rsplit('.', 1)[1]}.py", tuple(f.name for f in rule.concludes))
+                for rule in RULES]
+    expected.append(("unknown.py", ("unknown",)))
+    assert docs_rule_rows() == expected
+    assert {name for _, names in docs_rule_rows() for name in names} == set(BOTTLENECKS)
