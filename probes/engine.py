@@ -17,7 +17,8 @@ import psutil
 from probes.cgroup import CgroupCpuProbe
 from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.hostcpu import HostCpuProbe
-from probes.jobs import JobTracker, with_gpu_indices
+from probes.jobs.gpus import with_gpu_indices
+from probes.jobs.tracker import JobTracker
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
 from probes.progress import LogProgressProbe

@@ -262,6 +262,10 @@ Bottleneck = Literal[
 Liveness = Literal["progressing", "hung", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
+# How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
+# order; tests/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
+# know; "launched": one Python training process under a launcher (bash, uv run, a container init).
+JobKind = Literal["torchrun", "ranks", "mp.spawn", "launched"]
 
 
 @dataclass(frozen=True)
@@ -287,7 +291,7 @@ class JobInfo:
     the watched tree (the launcher when there is one), so the job ends when its launcher does.
     """
 
-    kind: str  # "torchrun", "mp.spawn", "ranks" (RANK set, launcher unknown), "launched" (one python under a launcher)
+    kind: JobKind
     attached_pid: int  # the PID the user named
     root_pid: int  # the process whose tree is watched
     launcher_pid: int | None = None

@@ -29,7 +29,6 @@ from test_monitor import gpu_bound_frames
 
 from probes.baseline import load_comparison_inputs
 from probes.exporter import GputopCollector, WatchedView, build_metrics, training_job_label
-from probes.follow import _is_launcher, _top, find_training_jobs
 from probes.frame import (
     CpuReading,
     GpuDevice,
@@ -42,6 +41,8 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
+from probes.jobs.follow import _top, find_training_jobs
+from probes.jobs.launchers import launcher_of_process
 from probes.monitor import MonitorView, fold
 from probes.proctree import NodeProcess
 from tui.serve import ListenError, Server, parse_listen
@@ -336,7 +337,7 @@ def test_a_port_in_use_is_a_usage_error():
     ("python", ("python", "train.py"), False),
 ])
 def test_launchers_are_recognised_by_their_command_line(name, cmdline, launcher):
-    assert _is_launcher(NodeProcess(10, 1, name, cmdline)) is launcher
+    assert (launcher_of_process(name, cmdline) is not None) is launcher
 
 
 PYTHON_TRAIN = ("python", "train.py")

@@ -224,7 +224,7 @@ def test_follow_census_finds_a_rank_and_a_gpu_holder_on_the_real_process_table(s
     def census() -> dict[int, str] | None:
         # From a process of its own, as gputop serve runs it: what the census's caller started is never a job,
         # and these targets are children of this test's process.
-        code = (f"import json; from probes.follow import find_training_jobs; print(json.dumps("
+        code = (f"import json; from probes.jobs.follow import find_training_jobs; print(json.dumps("
                 f"{{j.root_pid: j.why for j in find_training_jobs(gpu_pids=[{gpu_user.pid}])}}))")
         result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                                 capture_output=True, text=True, timeout=60)
@@ -237,6 +237,6 @@ def test_follow_census_finds_a_rank_and_a_gpu_holder_on_the_real_process_table(s
     assert jobs[gpu_user.pid] == f"PID {gpu_user.pid} holds a GPU context"
     assert plain.pid not in jobs and os.getpid() not in jobs
     # What the caller started is not a job: asked from this process, its own children are left out.
-    from probes.follow import find_training_jobs
+    from probes.jobs.follow import find_training_jobs
 
     assert not {job.root_pid for job in find_training_jobs(gpu_pids=[gpu_user.pid])} & {ranked.pid, gpu_user.pid}

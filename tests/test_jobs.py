@@ -1,4 +1,4 @@
-"""The job found from any of its processes (probes/jobs.py).
+"""The job found from any of its processes (probes/jobs/).
 
 Pure unit tests of the environment parsing, the layout decision (ranks, mp.spawn, a launched main process),
 owners and the GPU mapping; then real jobs (tests/targets/job_*.py): torchrun with two gloo ranks attached
@@ -23,7 +23,6 @@ import psutil
 import pytest
 from conftest import REPO, TARGETS, wait_for
 
-from probes import jobs
 from probes.engine import Engine, EngineConfig
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
@@ -39,30 +38,23 @@ from probes.frame import (
     StacksReading,
     ThreadStack,
 )
-from probes.jobs import (
-    KIND_LAUNCHED,
-    KIND_MP_SPAWN,
-    KIND_RANKS,
-    KIND_TORCHRUN,
+from probes.jobs import root as root_module
+from probes.jobs import tracker as tracker_module
+from probes.jobs.environment import (
     NO_ENV,
-    SPAWN_MAIN_MARKER,
     DistEnv,
-    JobTracker,
-    ProcessFacts,
-    RootChoice,
-    apply_layout,
-    environment_gpu_index,
-    find_layout,
-    gpu_index_for,
     is_python_command,
-    is_spawn_child,
-    is_torchrun,
-    parse_dist_env,
     parse_environ,
     short_command,
-    stack_evidence,
     start_ticks,
 )
+from probes.jobs.facts import ProcessFacts, RootChoice
+from probes.jobs.gpus import environment_gpu_index, gpu_index_for
+from probes.jobs.launchers import parse_dist_env
+from probes.jobs.launchers.mp_spawn import SPAWN_MAIN_MARKER, is_spawn_child
+from probes.jobs.launchers.torchrun import is_torchrun
+from probes.jobs.layout import apply_layout, find_layout, stack_evidence
+from probes.jobs.tracker import JobTracker
 from probes.nvml import NvmlGpuProbe
 from probes.textfiles import read_text
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml
@@ -146,7 +138,7 @@ def torchrun_tree(agent=10, shell_env=NO_ENV):
 
 def test_torchrun_agent_is_the_launcher_of_its_ranks():
     layout = find_layout(10, torchrun_tree())
-    assert layout.kind == KIND_TORCHRUN
+    assert layout.kind == "torchrun"
     assert layout.launcher_pid == 10 and layout.launchers == (10,)
     assert layout.ranks == ((11, 0), (12, 1)), "DataLoader workers inherit RANK but are not ranks"
     assert (layout.run_id, layout.world_size, layout.local_world_size) == ("job1", 2, 2)
@@ -165,18 +157,18 @@ def test_ranks_under_a_script_without_torchelastic_are_kind_ranks():
     tree = [facts(5, 1, python=False, name="bash", role=ROLE_MAIN),
             facts(6, 5, env=DistEnv(rank=0, world_size=2)), facts(7, 5, env=DistEnv(rank=1, world_size=2))]
     layout = find_layout(5, tree)
-    assert layout.kind == KIND_RANKS and layout.ranks == ((6, 0), (7, 1)) and layout.launcher_pid == 5
+    assert layout.kind == "ranks" and layout.ranks == ((6, 0), (7, 1)) and layout.launcher_pid == 5
 
 
 def test_one_process_with_rank_zero_of_one_is_launched_not_a_job_of_ranks():
     tree = [facts(5, 1, python=False, name="bash", role=ROLE_MAIN), facts(6, 5, env=DistEnv(rank=0, world_size=1))]
     layout = find_layout(5, tree)
-    assert layout.kind == KIND_LAUNCHED and layout.main_pid == 6 and layout.ranks == ()
+    assert layout.kind == "launched" and layout.main_pid == 6 and layout.ranks == ()
 
 
 def test_a_rank_whose_launcher_is_not_visible_is_its_own_root():
     layout = find_layout(6, [facts(6, 1, role=ROLE_MAIN, env=DistEnv(rank=3, world_size=8))])
-    assert layout.kind == KIND_RANKS and layout.ranks == ((6, 3),)
+    assert layout.kind == "ranks" and layout.ranks == ((6, 3),)
     assert layout.launcher_pid is None and layout.launchers == ()
 
 
@@ -209,16 +201,16 @@ def spawn_tree(*, evidence_worker=False):
 
 def test_mp_spawn_children_are_ranks_in_start_order():
     layout = find_layout(40, spawn_tree())
-    assert layout.kind == KIND_MP_SPAWN and layout.launcher_pid == 40 and layout.launchers == (40,)
+    assert layout.kind == "mp.spawn" and layout.launcher_pid == 40 and layout.launchers == (40,)
     assert layout.ranks == ((42, 0), (43, 1)), "rank = start order, not PID order"
     assert layout.world_size == 2
-    assert find_layout(40, spawn_tree(), spawn_evidence={40: True}).kind == KIND_MP_SPAWN
+    assert find_layout(40, spawn_tree(), spawn_evidence={40: True}).kind == "mp.spawn"
 
 
 def test_spawn_children_are_not_ranks_when_the_parents_stack_is_elsewhere_or_a_sibling_is_a_worker():
     assert find_layout(40, spawn_tree(), spawn_evidence={40: False}) is None
     assert find_layout(40, spawn_tree(evidence_worker=True)) is None
-    assert find_layout(40, spawn_tree(evidence_worker=True), spawn_evidence={40: True}).kind == KIND_MP_SPAWN
+    assert find_layout(40, spawn_tree(evidence_worker=True), spawn_evidence={40: True}).kind == "mp.spawn"
 
 
 def test_mp_spawn_ranks_stick_to_their_process():
@@ -230,7 +222,7 @@ def test_mp_spawn_under_a_shell():
     tree = [facts(39, 1, python=False, name="bash", role=ROLE_MAIN)] + [
         facts(40, 39) if f.pid == 40 else f for f in spawn_tree()]
     layout = find_layout(39, tree)
-    assert layout.kind == KIND_MP_SPAWN and layout.launcher_pid == 40 and set(layout.launchers) == {39, 40}
+    assert layout.kind == "mp.spawn" and layout.launcher_pid == 40 and set(layout.launchers) == {39, 40}
 
 
 def shell_tree():
@@ -241,7 +233,7 @@ def shell_tree():
 
 def test_the_python_process_under_a_shell_is_the_main_one():
     layout = find_layout(10, shell_tree())
-    assert layout.kind == KIND_LAUNCHED and layout.main_pid == 12
+    assert layout.kind == "launched" and layout.main_pid == 12
     assert layout.launcher_pid == 10 and layout.launchers == (10,) and layout.other_candidates == 0
 
 
@@ -386,15 +378,15 @@ def test_gpu_environment_without_nvml():
 class FakeProc:
     """What JobTracker reads of each process (its environment, start time, wchan), set by the test."""
 
-    def __init__(self, monkeypatch, root: RootChoice) -> None:
+    def __init__(self, monkeypatch, chosen: RootChoice) -> None:
         self.envs: dict[int, DistEnv] = {}
         self.waiting: set[int] = set()
-        monkeypatch.setattr(jobs, "resolve_root", lambda pid: root)
-        monkeypatch.setattr(jobs, "read_dist_env", lambda pid: self.envs.get(pid, NO_ENV))
-        monkeypatch.setattr(jobs, "start_ticks", lambda pid: 1000 + pid)
-        monkeypatch.setattr(jobs, "_exe", lambda pid: None)
-        monkeypatch.setattr(jobs, "read_text", lambda path: "do_wait" if int(path.split("/")[2]) in self.waiting
-                            else "0")
+        monkeypatch.setattr(root_module, "resolve_root", lambda pid: chosen)
+        monkeypatch.setattr(tracker_module, "read_dist_env", lambda pid: self.envs.get(pid, NO_ENV))
+        monkeypatch.setattr(tracker_module, "start_ticks", lambda pid: 1000 + pid)
+        monkeypatch.setattr(tracker_module, "process_executable", lambda pid: None)
+        monkeypatch.setattr(tracker_module, "read_text",
+                            lambda path: "do_wait" if int(path.split("/")[2]) in self.waiting else "0")
 
 
 def sample(pid, ppid, role=ROLE_OTHER, name="python3", alive=True, cmdline=("python3", "train.py")):
@@ -411,7 +403,7 @@ def test_tracker_follows_a_restart_and_ends_with_its_launcher(monkeypatch):
     job, samples = tracker.update([agent, sample(11, 10), sample(12, 10), sample(21, 11, ROLE_DATALOADER_WORKER)])
     by_pid = {s.pid: s for s in samples}
     assert (job.kind, job.root_pid, job.attached_pid, job.rank_pids, job.selected_pid) == (
-        KIND_TORCHRUN, 10, 12, (11, 12), 12)
+        "torchrun", 10, 12, (11, 12), 12)
     assert by_pid[10].role == ROLE_LAUNCHER and by_pid[21].owner_pid == 11 and by_pid[12].restart_count == 0
     assert job.note == ("attached to rank 1 (PID 12): watching the torchrun job, 2 ranks on this node under "
                         "PID 10; --process-only watches PID 12 alone")
@@ -421,7 +413,7 @@ def test_tracker_follows_a_restart_and_ends_with_its_launcher(monkeypatch):
     assert [(s.role, s.rank) for s in samples[1:]] == [(ROLE_RANK, 0), (ROLE_RANK, 1)], "zombies keep their rank"
 
     job, samples = tracker.update([agent])  # reaped, the new attempt not started yet
-    assert job.kind == KIND_TORCHRUN and job.rank_pids == () and samples[0].role == ROLE_LAUNCHER
+    assert job.kind == "torchrun" and job.rank_pids == () and samples[0].role == ROLE_LAUNCHER
 
     job, samples = tracker.update([agent, sample(31, 10), sample(32, 10)])
     assert job.rank_pids == (31, 32) and job.selected_pid == 32, "the selection follows rank 1"
@@ -429,7 +421,7 @@ def test_tracker_follows_a_restart_and_ends_with_its_launcher(monkeypatch):
 
     ended = [dataclasses.replace(s, alive=False) for s in [agent, sample(31, 10), sample(32, 10)]]
     job, samples = tracker.update(ended)
-    assert job.kind == KIND_TORCHRUN and job.rank_pids == () and job.selected_pid is None
+    assert job.kind == "torchrun" and job.rank_pids == () and job.selected_pid is None
     assert [(s.role, s.rank, s.alive) for s in samples] == [
         (ROLE_LAUNCHER, None, False), (ROLE_RANK, 0, False), (ROLE_RANK, 1, False)]
 
@@ -439,7 +431,7 @@ def test_tracker_python_that_ran_a_python_child_is_lone_again(monkeypatch):
     proc.waiting = {10}
     tracker = JobTracker(10)
     job, samples = tracker.update([sample(10, 1, ROLE_MAIN), sample(11, 10)])
-    assert job.kind == KIND_LAUNCHED and [s.role for s in samples] == [ROLE_LAUNCHER, ROLE_MAIN]
+    assert job.kind == "launched" and [s.role for s in samples] == [ROLE_LAUNCHER, ROLE_MAIN]
     assert tracker.unsampled_pids() == set(), "a Python launcher is still sampled"
     proc.waiting = set()
     job, samples = tracker.update([sample(10, 1, ROLE_MAIN)])
@@ -588,7 +580,7 @@ def test_torchrun_attached_to_the_agent(torchrun_job):
         frame = watch.until(lambda f: whole_job(watch)(f) and agent_waits(f))
     job = frame.job
     rank0, rank1 = ranks_of(frame)
-    assert (job.kind, job.attached_pid, job.root_pid, job.launcher_pid) == (KIND_TORCHRUN, agent, agent, agent)
+    assert (job.kind, job.attached_pid, job.root_pid, job.launcher_pid) == ("torchrun", agent, agent, agent)
     assert job.rank_pids == (rank0.pid, rank1.pid) and job.selected_pid is None
     assert (job.world_size, job.local_world_size) == (2, 2) and job.run_id
     assert frame.target.pid == agent and frame.process(agent).role == ROLE_LAUNCHER
@@ -608,7 +600,7 @@ def test_torchrun_attached_to_rank_1_watches_the_job_with_it_selected(torchrun_j
     with watching(rank1) as watch:
         frame = watch.until(whole_job(watch))
     job = frame.job
-    assert (job.kind, job.attached_pid, job.root_pid, job.selected_pid) == (KIND_TORCHRUN, rank1, agent, rank1)
+    assert (job.kind, job.attached_pid, job.root_pid, job.selected_pid) == ("torchrun", rank1, agent, rank1)
     assert frame.target.pid == agent and watch.engine.pid == rank1 and watch.engine.root_pid == agent
     assert frame.process(rank1).rank == 1 and len(job.rank_pids) == 2
     assert "rank 1" in job.note and "--process-only" in job.note
@@ -636,7 +628,7 @@ def test_mp_spawn_parent_is_the_launcher_and_children_are_ranks_by_start_order(s
     with watching(parent.pid) as watch:
         frame = watch.until(whole_job(watch))
     job = frame.job
-    assert (job.kind, job.root_pid, job.launcher_pid, job.world_size) == (KIND_MP_SPAWN, parent.pid, parent.pid, 2)
+    assert (job.kind, job.root_pid, job.launcher_pid, job.world_size) == ("mp.spawn", parent.pid, parent.pid, 2)
     rank0, rank1 = ranks_of(frame)
     assert psutil.Process(rank0.pid).create_time() <= psutil.Process(rank1.pid).create_time()
     assert (rank0.rank, rank0.local_rank, rank1.rank, rank1.local_rank) == (0, 0, 1, 1)
@@ -650,7 +642,7 @@ def test_mp_spawn_parent_is_the_launcher_and_children_are_ranks_by_start_order(s
     with watching(rank1.pid) as watch:  # attached to a spawned rank: its parent's job, the rank selected
         frame = watch.until(lambda f: f.job is not None and f.job.selected_pid == rank1.pid
                             and len(f.job.rank_pids) == 2)
-    assert frame.job.root_pid == parent.pid and frame.job.kind == KIND_MP_SPAWN
+    assert frame.job.root_pid == parent.pid and frame.job.kind == "mp.spawn"
 
 
 def shell_ready(proc) -> bool:
@@ -668,7 +660,7 @@ def test_shell_script_watches_the_python_it_started(spawn_target):
             workers_of(f, f.job.rank_pids[0])) == 2 and f.job.rank_pids[0] in watch.sampled)
     job = frame.job
     (main,) = [p for p in frame.processes if p.role == ROLE_MAIN]
-    assert job.kind == KIND_LAUNCHED and job.rank_pids == (main.pid,) and main.ppid == shell.pid
+    assert job.kind == "launched" and job.rank_pids == (main.pid,) and main.ppid == shell.pid
     assert (job.root_pid, job.launcher_pid) == (shell.pid, shell.pid)
     assert frame.process(shell.pid).role == ROLE_LAUNCHER
     assert job.note == f"attached to bash (PID {shell.pid}): watching {short_command(main.cmdline)} " \
@@ -713,7 +705,7 @@ def test_torchrun_restart_is_followed(tmp_path):
     assert {r.pid for r in restarted} <= watch.sampled, "py-spy samples the new ranks"
     assert second.job.root_pid == proc.pid and second.target.alive
     assert not first_pids & {p.pid for p in second.processes if p.alive}, "the first attempt's ranks are gone"
-    assert ended.job.kind == KIND_TORCHRUN and ended.job.rank_pids == () and ended.target.exit_reason
+    assert ended.job.kind == "torchrun" and ended.job.rank_pids == () and ended.target.exit_reason
     assert not any(p.alive for p in ended.processes)
 
 
@@ -749,7 +741,7 @@ def test_ranks_started_by_a_script_and_a_restarted_rank_keeps_the_selection(shel
     with watching(rank1, sample_stacks=False) as watch:
         frame = watch.until(lambda f: f.job is not None and len(f.job.rank_pids) == 2, timeout=30)
         job = frame.job
-        assert (job.kind, job.root_pid, job.launcher_pid, job.selected_pid) == (KIND_RANKS, proc.pid, proc.pid, rank1)
+        assert (job.kind, job.root_pid, job.launcher_pid, job.selected_pid) == ("ranks", proc.pid, proc.pid, rank1)
         assert job.rank_pids == (rank0, rank1) and frame.process(proc.pid).role == ROLE_LAUNCHER
         sample = frame.process(rank1)
         assert (sample.role, sample.rank, sample.local_rank, sample.world_size, sample.cuda_visible_devices) == (
@@ -765,7 +757,7 @@ def test_a_shell_running_python_makes_it_main_and_a_lone_python_stays_alone(shel
     child = wait_for(lambda: psutil.Process(proc.pid).children())[0].pid
     with watching(proc.pid, sample_stacks=False) as watch:
         frame = watch.until(lambda f: f.job is not None, timeout=30)
-    assert (frame.job.kind, frame.job.rank_pids, frame.job.selected_pid) == (KIND_LAUNCHED, (child,), None)
+    assert (frame.job.kind, frame.job.rank_pids, frame.job.selected_pid) == ("launched", (child,), None)
     assert frame.process(child).role == ROLE_MAIN and frame.process(proc.pid).role == ROLE_LAUNCHER
     assert frame.job.note.startswith(f"attached to bash (PID {proc.pid}): watching ")
     with watching(child, sample_stacks=False) as watch:
@@ -779,7 +771,7 @@ def test_a_python_launcher_waiting_for_its_child(shells):
     child = wait_for(lambda: psutil.Process(proc.pid).children())[0].pid
     with watching(proc.pid, sample_stacks=False) as watch:
         frame = watch.until(lambda f: f.job is not None, timeout=30)
-    assert frame.job.kind == KIND_LAUNCHED and frame.job.rank_pids == (child,)
+    assert frame.job.kind == "launched" and frame.job.rank_pids == (child,)
     assert frame.process(proc.pid).role == ROLE_LAUNCHER
 
 

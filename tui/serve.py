@@ -122,7 +122,7 @@ class Server:
     def _watch(self, pid: int, why: str) -> bool:
         """Watch `pid`'s job; False (and nothing started) when its root is watched already."""
         from probes.engine import Engine
-        from probes.jobs import resolve_root_safely
+        from probes.jobs.root import resolve_root_safely
         from probes.monitor import Monitor
 
         # The job's root, as gputop --pid finds it: asked first, so a job watched already costs no Engine.
@@ -161,7 +161,7 @@ class Server:
         return self._last_scan is None or time.monotonic() - self._last_scan >= self._scan_interval_s
 
     def _scan(self) -> None:
-        from probes.follow import find_training_jobs
+        from probes.jobs.follow import find_training_jobs
 
         self._last_scan = time.monotonic()
         for job in find_training_jobs(gpu_pids=self._gpu_pids()):

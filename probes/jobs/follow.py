@@ -1,11 +1,12 @@
 """Follow mode's census: which training jobs run on this node now, each named by the PID whose tree to watch.
 
-A job is found three ways: torchrun (its agent, with the ranks under it); a Python process whose environment
-names its rank (RANK, as srun wrappers and custom launchers set it) outside any torchrun; a Python process
-holding a GPU context (NVML lists it). What a job is, and which process's tree is its root (a rank's
-launcher, mp.spawn's parent), probes/jobs.py decides, as it does for `gputop --pid`; this module only looks
-for candidates across the machine. A process started by multiprocessing (a DataLoader worker forked from a
-rank) is followed up to the process that started it, so a job is found once, from its top.
+A job is found three ways: a launcher's own process (LAUNCHERS recognise it: torchrun's agent, with the ranks
+under it); a Python process whose environment names its rank (RANK, as srun wrappers and custom launchers set
+it) outside any such launcher; a Python process holding a GPU context (NVML lists it). What a job is, and which
+process's tree is its root (a rank's launcher, mp.spawn's parent), probes/jobs/root.py decides, as it does for
+`gputop --pid`; this module only looks for candidates across the machine. A process started by
+multiprocessing (a DataLoader worker forked from a rank) is followed up to the process that started it, so a
+job is found once, from its top.
 
 ``find_training_jobs`` never raises: a process that ends or hides its details while being read is skipped.
 """
@@ -16,10 +17,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from probes.jobs import is_python_command, is_spawn_child, is_torchrun, read_dist_env, resolve_root
+from probes.jobs.environment import is_python_command
+from probes.jobs.facts import ancestors
+from probes.jobs.launchers import launcher_of_process, read_dist_env
+from probes.jobs.launchers.mp_spawn import is_spawn_child
+from probes.jobs.root import resolve_root
 from probes.proctree import NodeProcess, node_processes
-
-TORCHRUN_SCRIPT = "torchrun"
 
 
 @dataclass(frozen=True)
@@ -30,22 +33,6 @@ class FoundJob:
 
 def _is_python(proc: NodeProcess) -> bool:
     return is_python_command(proc.cmdline) or proc.name.startswith("python")
-
-
-def _is_launcher(proc: NodeProcess) -> bool:
-    """torchrun's agent: a Python process (or the torchrun script) whose command line runs torchrun; an editor
-    or a shell merely naming torchrun is not one."""
-    runs_python = _is_python(proc) or os.path.basename(proc.cmdline[0]) == TORCHRUN_SCRIPT
-    return runs_python and is_torchrun(proc.name, proc.cmdline)
-
-
-def _ancestors(pid: int, procs: dict[int, NodeProcess]) -> list[int]:
-    chain, seen = [], set()
-    while pid in procs and pid not in seen:
-        seen.add(pid)
-        pid = procs[pid].ppid
-        chain.append(pid)
-    return chain
 
 
 def _top(pid: int, procs: dict[int, NodeProcess]) -> int:
@@ -72,17 +59,20 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
     (local PIDs, from NVML); `exclude`: PIDs never to report. What the caller started (py-spy) is never a job."""
     me = os.getpid()
     procs = dict(node_processes() if procs is None else procs)
-    for pid in list(procs):
-        if pid == me or pid in set(exclude) or me in _ancestors(pid, procs):
-            del procs[pid]
+    parent_of = {pid: proc.ppid for pid, proc in procs.items()}
+    parent_of.setdefault(me, os.getppid())  # gputop itself, whether or not the table holds it
+    excluded = {me, *exclude}
+    procs = {pid: proc for pid, proc in procs.items() if pid not in excluded and me not in ancestors(pid, parent_of)}
+    parent_of = {pid: proc.ppid for pid, proc in procs.items()}
     found: dict[int, FoundJob] = {}
-    launchers = {pid for pid, proc in procs.items() if _is_launcher(proc)}
+    launchers = {pid: launcher for pid, proc in procs.items()
+                 if (launcher := launcher_of_process(proc.name, proc.cmdline)) is not None}
     for pid in sorted(launchers):
-        if not launchers.intersection(_ancestors(pid, procs)):  # an agent under torchrun is part of its job
-            found[pid] = FoundJob(pid, "torchrun launcher")
+        if not launchers.keys() & set(ancestors(pid, parent_of)):  # an agent under torchrun is part of its job
+            found[pid] = FoundJob(pid, f"{launchers[pid].kind} launcher")
 
     def covered(pid: int) -> bool:
-        return pid in found or bool(found.keys() & set(_ancestors(pid, procs)))
+        return pid in found or bool(found.keys() & set(ancestors(pid, parent_of)))
 
     def add(pid: int, why: str) -> None:
         root = resolve_root(_top(pid, procs)).root_pid

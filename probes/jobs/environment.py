@@ -1,0 +1,141 @@
+"""What one process says about itself: its distributed environment, its start time and its command line.
+
+Launcher-neutral reading only: :class:`DistEnv` (the distributed variables a launcher gave a process),
+torch.distributed's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ..., which most launchers set), and single
+files of /proc read through probes/textfiles (environ, stat, comm) or psutil (cmdline, exe). Which launcher's
+variables a process carries is the launchers' business (probes/jobs/launchers/).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from probes.textfiles import read_text
+
+_PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*$")
+NOTE_COMMAND_CHARS = 60
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The distributed-training variables of one process's environment (None where unset or not a number)."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    group_rank: int | None = None
+    restart_count: int | None = None  # TORCHELASTIC_RESTART_COUNT
+    run_id: str | None = None  # TORCHELASTIC_RUN_ID
+    master_addr: str | None = None
+    master_port: int | None = None
+    cuda_visible_devices: str | None = None
+
+    @property
+    def torchelastic(self) -> bool:
+        return self.run_id is not None or self.restart_count is not None
+
+
+NO_ENV = DistEnv()
+
+# torch.distributed's env:// variables: torchrun sets them, and so do scripts and other launchers.
+TORCH_DISTRIBUTED_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                               "MASTER_PORT")
+
+
+def parse_environ(block: str | None) -> dict[str, str]:
+    """{name: value} from the NUL-separated text of /proc/PID/environ ({} for None or an empty file)."""
+    environ = {}
+    for entry in (block or "").split("\0"):
+        name, sep, value = entry.partition("=")
+        if sep and name:
+            environ[name] = value
+    return environ
+
+
+def int_or_none(value: str | None) -> int | None:
+    """A variable's number; None when unset or malformed (a malformed number reads as unset)."""
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+def gpu_environment(environ: Mapping[str, str]) -> DistEnv:
+    """The part of any process's environment the GPU mapping reads (CUDA_VISIBLE_DEVICES), with no rank."""
+    return DistEnv(cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def torch_distributed_env(environ: Mapping[str, str]) -> DistEnv:
+    """torch.distributed's variables (RANK, LOCAL_RANK, WORLD_SIZE, ...) of an environment, as they are set."""
+    return DistEnv(
+        rank=int_or_none(environ.get("RANK")),
+        local_rank=int_or_none(environ.get("LOCAL_RANK")),
+        world_size=int_or_none(environ.get("WORLD_SIZE")),
+        local_world_size=int_or_none(environ.get("LOCAL_WORLD_SIZE")),
+        group_rank=int_or_none(environ.get("GROUP_RANK")),
+        master_addr=environ.get("MASTER_ADDR") or None,
+        master_port=int_or_none(environ.get("MASTER_PORT")),
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+def read_environ(pid: int) -> dict[str, str]:
+    """The environment the process was exec'd with (/proc/PID/environ); {} when unreadable.
+
+    A launcher sets its ranks' variables there, and a DataLoader worker forked from a rank carries a copy of
+    its rank's.
+    """
+    return parse_environ(read_text(f"/proc/{pid}/environ"))
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22): with the PID, it names
+    one process (a PID can be reused), and it orders siblings by start."""
+    stat = read_text(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    fields = stat.rpartition(")")[2].split()  # comm, before ")", may hold spaces
+    return int_or_none(fields[19]) if len(fields) > 19 else None
+
+
+def process_name(pid: int) -> str:
+    return (read_text(f"/proc/{pid}/comm") or "").rstrip("\n")
+
+
+def process_cmdline(pid: int) -> tuple[str, ...]:
+    try:
+        return tuple(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ()
+
+
+def process_executable(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).exe() or None
+    except (psutil.Error, OSError):
+        return None
+
+
+def is_python_command(cmdline: Sequence[str], exe: str | None = None) -> bool:
+    """Whether a command line (or the executable) is a Python interpreter's: python3.11, pypy3, ..."""
+    names = [os.path.basename(cmdline[0])] if cmdline else []
+    if exe:
+        names.append(os.path.basename(exe))
+    return any(_PYTHON_NAME.match(name) for name in names)
+
+
+def short_command(cmdline: Sequence[str]) -> str:
+    """'python train.py --lr 3e-4' from ['/usr/bin/python3.11', 'train.py', ...]: the program's base name and
+    its arguments, cut to fit a line."""
+    if not cmdline:
+        return "?"
+    text = " ".join([os.path.basename(cmdline[0]), *cmdline[1:]])
+    return text if len(text) <= NOTE_COMMAND_CHARS else text[: NOTE_COMMAND_CHARS - 3] + "..."

@@ -1,0 +1,60 @@
+"""The launchers gputop knows, one module each behind :class:`~probes.jobs.launchers.base.Launcher`, in the
+order they are asked (:data:`LAUNCHERS`), and the walks over that order that read one process.
+
+Adding a launcher is one module here, one slot in LAUNCHERS, its name in frame.JobKind, a row in docs/jobs.md's
+"Launchers" table and a fixture in tests/fixtures/launchers/ (tests/test_launchers.py fails without each).
+find_layout (probes/jobs/layout.py), resolve_root (probes/jobs/root.py) and follow mode
+(probes/jobs/follow.py) walk the same tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from probes.frame import JobKind
+from probes.jobs.environment import DistEnv, gpu_environment, read_environ
+from probes.jobs.launchers.base import Launcher
+from probes.jobs.launchers.env_ranks import EnvRanks
+from probes.jobs.launchers.launched import Launched
+from probes.jobs.launchers.mp_spawn import MpSpawn
+from probes.jobs.launchers.torchrun import Torchrun
+
+# The first launcher that finds a job in the watched tree (or claims a process's environment, or the named
+# process) decides; so the more specific claim comes first.
+LAUNCHERS: tuple[Launcher, ...] = (
+    # torchrun's ranks carry RANK as any launcher's do: it must claim them (by TORCHELASTIC_* or its agent)
+    # before "ranks" does.
+    Torchrun(),
+    # RANK from the environment, started by anything else: a process that names its rank is a rank, whatever
+    # its parent looks like, so before the launchers recognised by shape.
+    EnvRanks(),
+    # spawn_main children of a Python parent carry no RANK; before "launched", which would take that parent
+    # for the one training process under a shell.
+    MpSpawn(),
+    # One Python process under a launcher: the catch-all, found by shape alone, so last.
+    Launched(),
+)
+
+
+def launcher_of_kind(kind: JobKind) -> Launcher:
+    return next(launcher for launcher in LAUNCHERS if launcher.kind == kind)
+
+
+def launcher_of_process(name: str, cmdline: Sequence[str]) -> Launcher | None:
+    """The launcher whose own process this is (torchrun's agent), or None."""
+    return next((launcher for launcher in LAUNCHERS if launcher.is_launcher_process(name, cmdline)), None)
+
+
+def parse_dist_env(environ: Mapping[str, str]) -> DistEnv:
+    """The distributed variables of an environment, as the first launcher whose variables it carries reads
+    them (a malformed number reads as unset); else only its CUDA_VISIBLE_DEVICES."""
+    for launcher in LAUNCHERS:
+        env = launcher.rank_variables(environ)
+        if env is not None:
+            return env
+    return gpu_environment(environ)
+
+
+def read_dist_env(pid: int) -> DistEnv:
+    """The process's distributed variables as it was started (/proc/PID/environ); NO_ENV when unreadable."""
+    return parse_dist_env(read_environ(pid))

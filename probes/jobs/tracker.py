@@ -1,0 +1,156 @@
+"""The job followed across ticks: :class:`JobTracker` lays out each tick's tree and applies it to the samples.
+
+The engine builds one per watched PID. It decides the root once (probes/jobs/root.py), reads each process's
+environment and command line once per process (PID and start time), its wait state each tick, lays the tree
+out (probes/jobs/layout.py), keeps a job between a rank's exit and its restart, and fills Frame.job (a JobInfo)
+with the words of the launcher's note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from probes.frame import JobInfo, ProcessSample, StacksReading
+from probes.jobs.environment import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
+from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
+from probes.jobs.launchers import launcher_of_kind, launcher_of_process, read_dist_env
+from probes.jobs.launchers.mp_spawn import is_spawn_child
+from probes.jobs.layout import apply_layout, find_layout, stack_evidence
+from probes.jobs.root import resolve_root_safely
+from probes.textfiles import read_text
+
+# A Python launcher waits for its child in the kernel's wait4: /proc/PID/wchan says do_wait.
+_WAITING_WCHAN = "do_wait"
+
+
+@dataclass(frozen=True)
+class _Static:
+    """What is read once per process (PID and start time): its environment and what its command line says."""
+
+    cmdline: tuple[str, ...]
+    env: DistEnv
+    python: bool
+    spawn_child: bool
+
+
+class JobTracker:
+    """Follows the job found from `attached_pid` across ticks: update() lays out each tick's tree.
+
+    root_pid is the process whose tree the engine should watch (decided once, at construction).
+    """
+
+    def __init__(self, attached_pid: int) -> None:
+        self.attached_pid = attached_pid
+        choice = resolve_root_safely(attached_pid)
+        self.root_pid = choice.root_pid
+        self._attached_rank = choice.attached_rank
+        self._static: dict[tuple[int, int | None], _Static] = {}
+        self._known_ranks: dict[int, int] = {}  # pid -> rank, as last laid out (mp.spawn's numbers stick)
+        self._main: int | None = None
+        self._last_layout: JobLayout | None = None
+        self._launchers: tuple[int, ...] = ()
+        self._not_python: set[int] = set()
+        self._last_info: JobInfo | None = None
+        self._last_samples: tuple[ProcessSample, ...] = ()
+
+    def unsampled_pids(self) -> set[int]:
+        """Launchers that are not Python (bash, uv, srun): py-spy cannot read them, so the sampler skips them."""
+        return {pid for pid in self._launchers if pid in self._not_python}
+
+    def update(self, processes: Sequence[ProcessSample],
+               stacks: StacksReading | None = None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
+        """This tick's JobInfo (None for a lone process) and the samples with roles, ranks and owners set."""
+        try:
+            return self._update(processes, stacks)
+        except Exception:  # a probe never raises: a layout bug leaves the tree as proctree read it
+            return None, tuple(processes)
+
+    def _update(self, processes: Sequence[ProcessSample],
+                stacks: StacksReading | None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
+        if self._last_info is not None and processes and not any(p.alive for p in processes):
+            # The root has ended (proctree returns its last samples marked ended): the job as last seen, ended.
+            ended = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)
+            return dataclasses.replace(self._last_info, rank_pids=(), selected_pid=None), ended
+        spawn_evidence, waiting_in_stack = stack_evidence(stacks)
+        facts = [self._facts(p, waiting_in_stack) for p in processes]
+        self._not_python = {f.pid for f in facts if not f.python}
+        present = {p.pid for p in processes}
+        self._static = {key: value for key, value in self._static.items() if key[0] in present}
+        layout = find_layout(self.root_pid, facts, spawn_evidence, self._known_ranks, self._main)
+        root = next((f for f in facts if f.pid == self.root_pid), None)
+        last = self._last_layout
+        if (layout is None and last is not None and root is not None
+                and launcher_of_kind(last.kind).keeps_job_without_training(root)):
+            # Between a rank's exit and its restart, or the script's next program: still the same job.
+            launchers = tuple(pid for pid in last.launchers if pid in present) or (self.root_pid,)
+            layout = dataclasses.replace(last, ranks=(), main_pid=None, launchers=launchers, other_candidates=0)
+        if layout is None:
+            self._launchers, self._last_layout, self._main, self._last_info = (), None, None, None
+            return None, tuple(processes)
+        self._last_layout = layout
+        self._launchers = layout.launchers
+        self._known_ranks = dict(layout.ranks)
+        self._main = layout.main_pid
+        by_pid = {f.pid: f for f in facts}
+        samples = apply_layout(layout, processes, by_pid)
+        self._last_info, self._last_samples = self._job_info(layout, samples, by_pid), samples
+        return self._last_info, samples
+
+    def _facts(self, sample: ProcessSample, waiting_in_stack: set[int]) -> ProcessFacts:
+        started = start_ticks(sample.pid)
+        key = (sample.pid, started)
+        static = self._static.get(key)
+        if static is None or (sample.cmdline and sample.cmdline != static.cmdline):  # new, or it exec'd
+            if sample.alive or static is None:
+                cmdline = sample.cmdline
+                static = _Static(
+                    cmdline=cmdline,
+                    env=read_dist_env(sample.pid) if sample.alive else NO_ENV,
+                    python=is_python_command(cmdline) or (
+                        sample.alive and is_python_command((), process_executable(sample.pid))),
+                    spawn_child=is_spawn_child(cmdline),
+                )
+                self._static[key] = static
+        waiting = sample.pid in waiting_in_stack
+        if static.python and sample.alive and not waiting:
+            waiting = (read_text(f"/proc/{sample.pid}/wchan") or "").strip() == _WAITING_WCHAN
+        return ProcessFacts(
+            pid=sample.pid, ppid=sample.ppid, role=sample.role, name=sample.name, cmdline=static.cmdline,
+            alive=sample.alive, started=started or 0, python=static.python, env=static.env,
+            spawn_child=static.spawn_child, waiting_for_child=waiting, cpu_seconds=sample.cpu_seconds,
+        )
+
+    def _job_info(self, layout: JobLayout, samples: Sequence[ProcessSample],
+                  by_pid: Mapping[int, ProcessFacts]) -> JobInfo:
+        live = {s.pid for s in samples if s.alive}
+        rank_pids = tuple(pid for pid in layout.training_pids if pid in live)
+        selected = None
+        ranks = dict(layout.ranks)
+        if self.attached_pid in ranks and self.attached_pid in live:
+            selected = self.attached_pid
+        elif self._attached_rank is not None:  # the rank the user named was restarted: follow its number
+            selected = next((pid for pid in rank_pids if ranks.get(pid) == self._attached_rank), None)
+        return JobInfo(
+            kind=layout.kind,
+            attached_pid=self.attached_pid,
+            root_pid=self.root_pid,
+            launcher_pid=layout.launcher_pid,
+            run_id=layout.run_id,
+            world_size=layout.world_size,
+            local_world_size=layout.local_world_size,
+            rank_pids=rank_pids,
+            selected_pid=selected,
+            note=self._note(layout, by_pid, len(rank_pids)),
+        )
+
+    def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:
+        root = by_pid.get(self.root_pid)
+        root_launcher = launcher_of_process(root.name, root.cmdline) if root is not None else None
+        # A launcher's own process is named after the launcher: torchrun's agent's comm, pt_elastic, says little.
+        root_label = root_launcher.kind if root_launcher is not None else (root.name if root and root.name else "PID")
+        context = NoteContext(attached_pid=self.attached_pid, root_pid=self.root_pid,
+                              attached_rank=self._attached_rank, root_label=root_label,
+                              live_training=live_training, processes=by_pid)
+        return launcher_of_kind(layout.kind).note(layout, context)
