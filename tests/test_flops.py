@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ from probes.flops import (
     formula_with_values,
 )
 from probes.peaks import peak_flops
-from tui.probe_commands import register
+from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
 XL = PRESETS["gpt2-xl"]
@@ -85,10 +84,7 @@ def test_explanation_flags_a_mismatch_and_missing_peak():
 
 
 def run_cli(argv, capsys):
-    parser = argparse.ArgumentParser(prog="gputop")
-    register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    code = args.func(args)
+    code = cli.run(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -141,9 +137,7 @@ def test_mfu_bad_input_is_one_line(capsys, argv, message):
 
 
 def test_mfu_through_a_real_process():
-    script = ("import argparse, sys; from tui.probe_commands import register; "
-              "p = argparse.ArgumentParser(prog='gputop'); register(p.add_subparsers()); "
-              "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    script = "import sys; from tui.cli import main; main(sys.argv[1:])"
     done = subprocess.run([sys.executable, "-c", script, *CASE_ARGS, "--nanogpt-mfu", "164"],
                           capture_output=True, text=True, timeout=60, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
@@ -152,7 +146,7 @@ def test_mfu_through_a_real_process():
 
 
 def test_mfu_through_the_gputop_command():
-    """The same through `python -m tui` (tui/cli.py, which calls register())."""
+    """The same through `python -m tui`, the installed command's entry point."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     importable = subprocess.run([sys.executable, "-c", "import tui.cli"], capture_output=True, text=True,
                                 timeout=60, cwd=REPO, env=env, check=False)

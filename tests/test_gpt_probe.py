@@ -3,7 +3,6 @@ measured, fails cleanly on bad input, out-of-memory and a missing torch, and kee
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -22,13 +21,11 @@ from probes.gpt_probe import (
     largest_fitting_batch,
     run_probe,
 )
-from tui.probe_commands import register
+from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = PRESETS["tiny"]
-CLI = ("import argparse, sys; from tui.probe_commands import register; "
-       "p = argparse.ArgumentParser(prog='gputop'); register(p.add_subparsers()); "
-       "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+CLI = "import sys; from tui.cli import main; main(sys.argv[1:])"
 
 
 def run_cli_process(*argv: str, prelude: str = "") -> subprocess.CompletedProcess:
@@ -121,10 +118,7 @@ def test_bad_config_raises_input_error(config, message):
 
 
 def run_cli(argv, capsys):
-    parser = argparse.ArgumentParser(prog="gputop")
-    register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    code = args.func(args)
+    code = cli.run(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -173,7 +167,7 @@ def test_probe_without_torch_says_one_line():
 
 
 def test_imports_pull_in_neither_torch_nor_textual():
-    check = ("import sys; import tui.probe_commands, probes.gpt_probe, probes.progress, probes.peaks, "
+    check = ("import sys; import tui.cli, probes.gpt_probe, probes.progress, probes.peaks, "
              "probes.flops; bad = [m for m in ('torch', 'textual') if m in sys.modules]; "
              "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO,
