@@ -30,9 +30,9 @@ DEFAULT_SNAPSHOT_DURATION_S = 10.0
 
 
 class AttachCommand:
-    name = None
+    name = None  # the default: `gputop --pid PID`, its options on gputop's own parser
     help = "Why is my training job slow, or is it hung? Attach to its PID and see, with evidence."
-    description = None
+    description = None  # gputop's own --help describes it, with `help`
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_pid_argument(parser)
