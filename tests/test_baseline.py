@@ -3,7 +3,6 @@ case), baseline files that are not one, GPU names for `gputop mfu`, and a live n
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,7 +31,8 @@ from probes.models.peaks import peak_flops
 from probes.nvml import gpu_names
 from probes.snapshot import build_snapshot
 from tests.fake_pynvml import FakeGpu, FakeNvml
-from tui import probe_commands
+from tui import cli
+from tui.commands import mfu as mfu_command
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = "NVIDIA H200"
@@ -219,10 +219,7 @@ def test_gpu_names_through_nvml():
 
 
 def run_mfu(argv, capsys):
-    parser = argparse.ArgumentParser(prog="gputop")
-    probe_commands.register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    code = args.func(args)
+    code = cli.run(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -231,7 +228,7 @@ MFU_CASE = ["mfu", "--model", "gpt2-xl", "--tokens-per-iter", str(CASE_TOKENS), 
 
 
 def test_mfu_without_gpu_finds_it_through_nvml(capsys, monkeypatch):
-    monkeypatch.setattr(probe_commands, "gpu_names", lambda: [H200])
+    monkeypatch.setattr(mfu_command, "gpu_names", lambda: [H200])
     code, out, err = run_mfu([*MFU_CASE, "--json"], capsys)
     document = json.loads(out)
     assert code == 0 and err == ""
@@ -244,7 +241,7 @@ def test_mfu_without_gpu_finds_it_through_nvml(capsys, monkeypatch):
     ([H200, "NVIDIA L4"], "several GPU models (NVIDIA H200, NVIDIA L4): pass --gpu NAME"),
 ])
 def test_mfu_without_gpu_or_peak_says_what_to_pass(capsys, monkeypatch, names, message):
-    monkeypatch.setattr(probe_commands, "gpu_names", lambda: names)
+    monkeypatch.setattr(mfu_command, "gpu_names", lambda: names)
     code, out, err = run_mfu(MFU_CASE, capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err

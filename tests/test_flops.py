@@ -3,7 +3,6 @@ nanoGPT/H200 case end to end."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ from probes.models.gpt2 import (
 )
 from probes.models.mfu import estimate_mfu
 from probes.models.peaks import peak_flops
-from tui.probe_commands import register
+from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
 XL = PRESETS["gpt2-xl"]
@@ -86,10 +85,7 @@ def test_explanation_flags_a_mismatch_and_missing_peak():
 
 
 def run_cli(argv, capsys):
-    parser = argparse.ArgumentParser(prog="gputop")
-    register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    code = args.func(args)
+    code = cli.run(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -141,24 +137,9 @@ def test_mfu_bad_input_is_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and message in err
 
 
-def test_mfu_through_a_real_process():
-    script = ("import argparse, sys; from tui.probe_commands import register; "
-              "p = argparse.ArgumentParser(prog='gputop'); register(p.add_subparsers()); "
-              "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    done = subprocess.run([sys.executable, "-c", script, *CASE_ARGS, "--nanogpt-mfu", "164"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
-    assert done.returncode == 0, done.stderr
-    assert "51.8%" in done.stdout and "511.7 TFLOP/s" in done.stdout
-
-
 def test_mfu_through_the_gputop_command():
-    """The same through `python -m tui` (tui/cli.py, which calls register())."""
+    """The H200 case through `python -m tui`, the installed command's entry point, in a process of its own."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    importable = subprocess.run([sys.executable, "-c", "import tui.cli"], capture_output=True, text=True,
-                                timeout=60, cwd=REPO, env=env, check=False)
-    if importable.returncode != 0:
-        pytest.skip(f"tui.cli does not import: {importable.stderr.strip().splitlines()[-1]}")
     done = subprocess.run([sys.executable, "-m", "tui", *CASE_ARGS, "--nanogpt-mfu", "164"], capture_output=True,
                           text=True, timeout=60, cwd=REPO, env=env, check=False)
     assert done.returncode == 0, done.stderr

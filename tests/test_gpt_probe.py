@@ -3,7 +3,6 @@ measured, fails cleanly on bad input, out-of-memory and a missing torch, and kee
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -23,13 +22,11 @@ from probes.gpt_probe import (
 )
 from probes.models import PRESETS
 from probes.models.gpt2 import GptShape, count_params, flops_per_token
-from tui.probe_commands import register
+from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = PRESETS["tiny"]
-CLI = ("import argparse, sys; from tui.probe_commands import register; "
-       "p = argparse.ArgumentParser(prog='gputop'); register(p.add_subparsers()); "
-       "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+CLI = "import sys; from tui.cli import main; main(sys.argv[1:])"
 
 
 def run_cli_process(*argv: str, prelude: str = "") -> subprocess.CompletedProcess:
@@ -122,10 +119,7 @@ def test_bad_config_raises_input_error(config, message):
 
 
 def run_cli(argv, capsys):
-    parser = argparse.ArgumentParser(prog="gputop")
-    register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    code = args.func(args)
+    code = cli.run(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -174,9 +168,9 @@ def test_probe_without_torch_says_one_line():
 
 
 def test_imports_pull_in_neither_torch_nor_textual():
-    check = ("import sys; import tui.probe_commands, probes.gpt_probe, probes.progress, "
-             "probes.models.peaks, probes.models.gpt2, probes.models.mfu; "
-             "bad = [m for m in ('torch', 'textual') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    check = ("import sys; import tui.cli, probes.gpt_probe, probes.progress, probes.models.peaks, "
+             "probes.models.gpt2, probes.models.mfu; bad = [m for m in ('torch', 'textual') if m in sys.modules]; "
+             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -448,7 +448,8 @@ def test_tracker_skips_sampling_non_python_launchers(monkeypatch):
 
 
 def test_process_only_flag_reaches_the_engine_config():
-    from tui.cli import build_parser, engine_config
+    from tui.cli import build_parser
+    from tui.commands.shared import engine_config
 
     assert engine_config(build_parser().parse_args(["--pid", "1", "--process-only"])).process_only
     assert not engine_config(build_parser().parse_args(["--pid", "1"])).process_only

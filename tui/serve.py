@@ -1,5 +1,6 @@
-"""`gputop serve`: headless, sample one target (--pid) or every training job on the node (--follow) and serve
-/metrics for Prometheus, no TUI.
+"""The sampling loop behind `gputop serve`'s /metrics: one target (--pid) or every training job on the node
+(--follow), and the --listen address it serves on. The command itself (options, checks, the HTTP endpoint)
+is tui/commands/serve.py.
 
 One sampling thread ticks every watched target's Engine once per interval, folds the frame into that
 target's Monitor and publishes the views as one immutable tuple; the HTTP server (prometheus_client's, on
@@ -10,8 +11,6 @@ asks (`--listen 0.0.0.0:9407` or `--listen :9407`).
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
 import threading
 import time
@@ -173,88 +172,3 @@ class Server:
         if self._gpu is None:
             return []
         return [p.local_pid or p.pid for device in self._gpu.latest.devices for p in device.processes]
-
-
-def add_serve_parser(sub, *, pid_type, interval_type, positive_float, add_comparison_arguments, run) -> None:
-    from probes.engine import DEFAULT_INTERVAL_S
-
-    serve = sub.add_parser(
-        "serve", help="headless: serve /metrics for Prometheus while sampling one PID or every training job",
-        description="Sample without a screen and serve the verdicts, pace and GPU readings at /metrics "
-                    f"(Prometheus text; OpenMetrics when asked). Listens on {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT} "
-                    "unless --listen says otherwise.")
-    which = serve.add_mutually_exclusive_group()
-    which.add_argument("--pid", type=pid_type, help="the training process (or its launcher) to watch")
-    which.add_argument("--follow", action="store_true",
-                       help="watch every training job on this node: torchrun launchers, processes with RANK set, "
-                            "Python processes holding a GPU; new ones are picked up, ended ones dropped")
-    serve.add_argument("--listen", default=f"{DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}", metavar="HOST:PORT",
-                       help=f"address for /metrics (default {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}, this machine "
-                            f"only; :{DEFAULT_PORT} or 0.0.0.0:{DEFAULT_PORT} for every interface)")
-    serve.add_argument("--interval", type=interval_type, default=DEFAULT_INTERVAL_S, metavar="S",
-                       help=f"seconds between readings (default {DEFAULT_INTERVAL_S})")
-    serve.add_argument("--rate", type=positive_float, default=None, metavar="HZ",
-                       help="py-spy stack samples per second per process, fixed (default: adaptive, 5 then 1)")
-    serve.add_argument("--process-only", action="store_true",
-                       help="with --pid: watch only that process and its workers, not the job around it")
-    serve.add_argument("--no-gpu", action="store_true", help="do not read NVML")
-    serve.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
-    serve.add_argument("--log", metavar="PATH", help="with --pid: the target's log, for s/iter, tokens/s and MFU")
-    add_comparison_arguments(serve)
-    serve.add_argument("--hang-after", type=positive_float, default=None, metavar="S",
-                       help="call a target hung after this long with no progress (default 5)")
-    serve.add_argument("--mfu-floor", type=_ratio_arg, default=None, metavar="RATIO",
-                       help="export gputop_mfu_floor_ratio (0-1) beside gputop_mfu_ratio, for the shipped "
-                            "'MFU below floor' alert")
-    serve.set_defaults(func=run)
-
-
-def _ratio_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a ratio between 0 and 1 (0.35 = 35%), got {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"a ratio between 0 and 1 (0.35 = 35%), got {text}")
-    return value
-
-
-def serve(args: argparse.Namespace, *, config, hang_after_s: float, comparison, usage_error) -> int:
-    """Start the HTTP endpoint and the sampling loop; run until SIGTERM or Ctrl-C."""
-    from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.process_collector import ProcessCollector
-
-    from probes.exporter import GputopCollector
-    from tui.exitcodes import EXIT_OK
-
-    try:
-        host, port = parse_listen(args.listen)
-    except ListenError as exc:
-        raise usage_error(str(exc)) from None
-    server = Server(config, pid=args.pid, follow=args.follow, hang_after_s=hang_after_s, comparison=comparison,
-                    mfu_floor=args.mfu_floor)
-    registry = CollectorRegistry()
-    registry.register(GputopCollector(server.views))
-    ProcessCollector(registry=registry)  # gputop's own CPU and memory: process_cpu_seconds_total, ...
-    try:
-        httpd, _ = start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        server.close()
-        raise usage_error(f"cannot listen on {host}:{port} ({exc.strerror or exc}): choose another with "
-                          f"--listen HOST:PORT") from None
-    bound_port = httpd.server_address[1]
-    shown_host = f"[{host}]" if ":" in host else host
-    what = f"PID {args.pid}" if args.pid is not None else "this node's training jobs (--follow)"
-    print(f"gputop: serving /metrics on http://{shown_host}:{bound_port}/metrics for {what}", file=sys.stderr,
-          flush=True)
-    previous = signal.signal(signal.SIGTERM, lambda *_: server.stop.set())
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        httpd.shutdown()
-        httpd.server_close()
-        server.close()
-    return EXIT_OK

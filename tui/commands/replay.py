@@ -1,0 +1,77 @@
+"""`gputop replay FILE.jsonl`: show a recording written by --record in the TUI, or fold it into a snapshot
+(--snapshot) without a screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tui.commands.shared import (
+    UsageError,
+    add_comparison_arguments,
+    add_hang_after_argument,
+    check_writable,
+    comparison_inputs,
+    hang_after,
+)
+from tui.exitcodes import EXIT_OK
+
+
+class ReplayCommand:
+    name = "replay"
+    help = "show a recording (--record FILE.jsonl) in the TUI, or snapshot it"
+    description = None
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("recording", help="a .jsonl file written by --record")
+        parser.add_argument("--snapshot", metavar="PATH", help="write the recording's snapshot JSON and exit")
+        add_hang_after_argument(parser)
+        add_comparison_arguments(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.snapshot is not None:
+            return _replay_to_snapshot(args)
+        from probes.recording import RecordingError, load_recording
+
+        try:
+            recording = load_recording(args.recording)
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
+        frames = list(recording.frames)  # the TUI moves back and forth through them: all of them are held
+        notice = recording.notice()
+        if not frames:
+            raise UsageError(notice or f"{args.recording} holds no frames")
+        if notice:  # a recording cut mid-line (its writer was killed) or damaged: replay what is whole
+            print(f"gputop: {notice}", file=sys.stderr)
+        from tui.app import make_app
+
+        make_app(replay_frames=frames, replay_notice=notice, comparison=comparison_inputs(args),
+                 hang_after_s=hang_after(args)).run()
+        return EXIT_OK
+
+
+def _replay_to_snapshot(args: argparse.Namespace) -> int:
+    """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
+    from probes.monitor import Monitor
+    from probes.recording import RecordingError, read_recording, skipped_notice
+    from probes.snapshot import write_json_atomic
+
+    comparison = comparison_inputs(args)
+    check_writable(args.snapshot, "snapshot")
+    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, replay=True)
+    skipped: list = []
+    whole = 0
+    try:
+        for frame in read_recording(args.recording, skipped):
+            monitor.ingest(frame)
+            whole += 1
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    notice = skipped_notice(args.recording, skipped, whole)
+    if not whole:
+        raise UsageError(notice or f"{args.recording} holds no frames")
+    if notice:
+        print(f"gputop: {notice}", file=sys.stderr)
+    write_json_atomic(monitor.snapshot(), args.snapshot)
+    return EXIT_OK

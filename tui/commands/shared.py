@@ -1,0 +1,170 @@
+"""What gputop's commands share: the argument types, the options more than one command takes (each declared
+here once, so its flag, default and help read the same everywhere), the checks of what the user named, and
+the one `engine_config(args)` that turns the monitoring options into an EngineConfig.
+
+A command raises UsageError for bad input; tui/cli.py turns it into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
+from probes.engine import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
+from probes.models import PRESETS
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; the message is the one line they will see."""
+
+
+# --- argument types: each mistake reads the same in every command ----------------------------------------
+
+
+def positive(convert: Callable[[str], float], kind: str) -> Callable[[str], float]:
+    """An argparse type: `convert` the text, and insist the value is greater than 0 (NaN is not)."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+    return parse
+
+
+positive_float = positive(float, "a number")
+positive_int = positive(int, "a whole number")
+
+
+def interval(text: str) -> float:
+    """Seconds between readings: positive, and no shorter than the engine can keep up with."""
+    value = positive_float(text)
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S} s, got {text}")
+    return value
+
+
+def pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a PID is a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a PID is a positive number, got {text}")
+    return value
+
+
+# --- options more than one command takes ------------------------------------------------------------------
+# One function per run of options that the commands list in the same order, so each command's --help keeps
+# its own order while every shared option is declared only here.
+
+
+def add_pid_argument(parser_or_group: argparse._ActionsContainer) -> None:
+    """--pid, on a parser or on a mutually exclusive group (serve's --pid or --follow)."""
+    parser_or_group.add_argument("--pid", type=pid, help="the training process to watch (its workers are found); a "
+                        "launcher (torchrun, mp.spawn's parent, bash, uv run) or any rank: the whole job is watched")
+
+
+def add_process_only_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--process-only", action="store_true",
+                        help="watch only the --pid process and its workers, not the job around it")
+
+
+def add_interval_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", type=interval, default=DEFAULT_INTERVAL_S, metavar="S",
+                        help=f"seconds between readings (default {DEFAULT_INTERVAL_S}, at least {MIN_INTERVAL_S})")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """How often a live target is read: --interval, --rate."""
+    add_interval_argument(parser)
+    parser.add_argument("--rate", type=positive_float, default=None, metavar="HZ",
+                        help="py-spy stack samples per second per process, fixed (default: 5, dropping to 1 "
+                             "while the picture holds still; see README)")
+
+
+def add_monitoring_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is read from a live target and what it is judged against: --no-gpu, --no-stacks, --log, the
+    comparison options, --hang-after."""
+    parser.add_argument("--no-gpu", action="store_true", help="do not read NVML")
+    parser.add_argument("--no-stacks", action="store_true", help="do not run py-spy")
+    parser.add_argument("--log", metavar="PATH", help="the target's log, to read its own iteration rate "
+                        "(default: its stdout/stderr when they are files)")
+    add_comparison_arguments(parser)
+    add_hang_after_argument(parser)
+
+
+def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the job's pace is measured against: the same flags live, headless, served and in replay."""
+    parser.add_argument("--tokens-per-iter", type=positive_int, default=None, metavar="N",
+                        help="tokens per optimizer iteration, to turn s/iter into tokens/s")
+    parser.add_argument("--baseline", metavar="PROBE.json",
+                        help="a `gputop probe --json` result for the target's model and batch: show its "
+                             "observed s/iter against the probe's reference step, and the corrected MFU")
+    parser.add_argument("--model", choices=tuple(PRESETS), default=None,
+                        help="the target's nanoGPT preset, for the MFU from --tokens-per-iter without --baseline")
+
+
+def add_hang_after_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hang-after", type=positive_float, default=None, metavar="S",
+                        help="call the target hung after this long with no progress "
+                             f"(default {DEFAULT_HANG_AFTER_S:g})")
+
+
+# --- what the shared options mean ---------------------------------------------------------------------------
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The EngineConfig the sampling and monitoring options ask for (`gputop --pid` and `gputop serve`)."""
+    native = bool(args.native)
+    return EngineConfig(
+        interval_s=args.interval,
+        stack_rate_hz=args.rate,
+        native=native,
+        nonblocking=not (args.blocking or native),  # py-spy cannot read native frames without pausing
+        sample_stacks=not args.no_stacks,
+        read_gpu=not args.no_gpu,
+        log_path=args.log,
+        tokens_per_iter=args.tokens_per_iter,
+        process_only=args.process_only,
+    )
+
+
+def hang_after(args: argparse.Namespace) -> float:
+    return DEFAULT_HANG_AFTER_S if args.hang_after is None else args.hang_after
+
+
+def comparison_inputs(args: argparse.Namespace):
+    """What the target's progress is compared with (--baseline, --model, --tokens-per-iter), or None."""
+    from probes.baseline import BaselineError, load_comparison_inputs
+
+    try:
+        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter)
+    except BaselineError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- checks of what the user named, before anything starts ------------------------------------------------
+
+
+def check_target(target_pid: int) -> None:
+    from probes.proctree import target_exists
+
+    if not target_exists(target_pid):
+        raise UsageError(f"no process with PID {target_pid} (check it with: ps -p {target_pid})")
+
+
+def check_writable(path: str | None, what: str) -> None:
+    if path in (None, "-"):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write the {what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write the {what} {path}: no write permission in {folder}")
