@@ -17,6 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from probes.logformats.interface import LogFormat
+
 FRAME_SCHEMA = "gputop.frame/1"
 
 # Roles a process of the target's tree can play.
@@ -235,7 +237,7 @@ class ProgressReading:
     """The target's own progress, parsed from its log (filled by the log probe)."""
 
     source: str | None = None  # the log file read
-    format: str | None = None  # nanogpt, hf_trainer, tqdm, lightning, generic
+    format: LogFormat | None = None  # which parser of probes/logformats/ read the last progress line
     iteration: int | None = None
     seconds_per_iter: float | None = None
     tokens_per_s: float | None = None

@@ -23,7 +23,7 @@ from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
-from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS
+from probes.logformats import known_format
 from probes.recording import Recorder
 
 TIMELINE_LIMIT = 50
@@ -219,8 +219,9 @@ def pace_line(pace: Pace | None) -> str | None:
     printed = ""
     if compared.reported_mfu_pct is not None:
         printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
-        if pace.format == "nanogpt":  # its estimate_mfu divides by the A100's bf16 peak whatever the GPU
-            printed += f" is against an A100's {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s"
+        log_format = known_format(pace.format)
+        if log_format is not None and log_format.printed_mfu_against:
+            printed += f" is against {log_format.printed_mfu_against}"
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:

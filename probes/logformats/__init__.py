@@ -16,8 +16,8 @@ from datetime import datetime
 from probes.logformats import generic, hf_trainer, lightning, nanogpt, tqdm
 from probes.logformats.interface import FormatParser, LogFormat, ProgressLine
 
-__all__ = ["FORMATS", "FormatParser", "LogFormat", "ProgressLine", "format_named", "parse_line", "reported_format",
-           "visible_text"]
+__all__ = ["FORMATS", "FormatParser", "LogFormat", "ProgressLine", "format_named", "known_format", "parse_line",
+           "reported_format", "visible_text"]
 
 # Tried in this order; the first that parses a line claims it. Each slot says what it must come before.
 FORMATS: tuple[FormatParser, ...] = (
@@ -54,6 +54,12 @@ def parse_line(line: str) -> ProgressLine | None:
 
 def format_named(name: LogFormat) -> FormatParser:
     return _BY_NAME[name]
+
+
+def known_format(name: str | None) -> FormatParser | None:
+    """The parser of a format name read back from a frame or a recording (which another version of gputop may
+    have written), or None when this version has no such format."""
+    return _BY_NAME.get(name) if name is not None else None  # type: ignore[arg-type]: any str may be asked
 
 
 def reported_format(line_format: LogFormat, seen: Collection[LogFormat]) -> LogFormat:

@@ -49,3 +49,6 @@ class FormatParser:
     # Formats whose lines, once this format has been seen in the same log, are this format's (HF Trainer draws
     # its progress bar with tqdm).
     supersedes: tuple[LogFormat, ...] = ()
+    # What the MFU this format prints is measured against, where the framework fixes it whatever the GPU
+    # ("an A100's 312 TFLOP/s" for nanoGPT): said beside the log's figure so a reader sees why it differs.
+    printed_mfu_against: str | None = None

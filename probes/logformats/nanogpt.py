@@ -7,6 +7,7 @@ import re
 
 from probes.logformats.interface import FormatParser, ProgressLine
 from probes.logformats.numbers import NUMBER, number
+from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS
 
 _ITERATION = re.compile(rf"\biter (\d+): loss ({NUMBER}), time (\d+\.?\d*)ms(?:, mfu ({NUMBER})%)?", re.IGNORECASE)
 _EVALUATION = re.compile(rf"\bstep (\d+): train loss ({NUMBER}), val loss ({NUMBER})")
@@ -29,4 +30,9 @@ def parse(text: str) -> ProgressLine | None:
     return None
 
 
-FORMAT = FormatParser(name="nanogpt", parse=parse)
+FORMAT = FormatParser(
+    name="nanogpt",
+    parse=parse,
+    # its estimate_mfu divides by the A100's bf16 peak whatever the GPU (the GPT-2 family owns that convention)
+    printed_mfu_against=f"an A100's {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s",
+)
