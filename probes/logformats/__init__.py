@@ -57,8 +57,9 @@ FORMATS: tuple[FormatParser, ...] = (
 _BY_NAME: dict[LogFormat, FormatParser] = {parser.name: parser for parser in FORMATS}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# A leading date and time (logging's default, ISO 8601), possibly after a bracket: when the line was written.
-_TIMESTAMP = re.compile(r"^\W{0,2}(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
+# A leading date and time (logging's default, ISO 8601), possibly after a bracket or a logger's own tag
+# (torchtitan's "[titan] "): when the line was written.
+_TIMESTAMP = re.compile(r"^(?:\[\w+\] )?\W{0,2}(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 
 
 def visible_text(line: str) -> str:
