@@ -228,3 +228,33 @@ def test_target_writing_to_a_pipe_needs_log(spawn_target):
     assert reading.source is None
     assert reading.no_pace == (f"no pace: the job writes no step lines to a file gputop can read (the stdout of PID "
                                f"{proc.pid} is a pipe); --log PATH reads its log")
+
+
+# --- whose log: the training process's, whatever gputop is attached to ---------------------------------------
+
+
+def test_log_owners_prefer_the_lowest_live_rank_then_the_training_process():
+    from probes.frame import ProcessSample
+    from probes.progress import log_owners
+
+    tree = [ProcessSample(pid=10, ppid=1, role="launcher", name="torchrun"),
+            ProcessSample(pid=12, ppid=10, role="rank", name="python", rank=1),
+            ProcessSample(pid=11, ppid=10, role="rank", name="python", rank=0, alive=False),  # rank 0 exited
+            ProcessSample(pid=13, ppid=10, role="rank", name="python", rank=2)]
+    assert log_owners(tree, root_pid=10) == [(12, "rank 1 (PID 12)"), (13, "rank 2 (PID 13)"), (10, None)]
+    wrapped = [ProcessSample(pid=20, ppid=1, role="launcher", name="bash"),
+               ProcessSample(pid=21, ppid=20, role="main", name="python3")]
+    assert log_owners(wrapped, root_pid=20) == [(21, "python3 (PID 21)"), (20, None)]
+
+
+def test_no_pace_is_said_in_the_snapshot_and_the_view():
+    from probes.frame import Frame, ProgressReading, TargetInfo
+    from probes.monitor import Monitor
+
+    why = "no pace: the job writes no step lines to a file gputop can read (the stdout of PID 5 is a pipe)"
+    monitor = Monitor()
+    view = monitor.ingest(Frame(seq=1, time=1.0, interval_s=1.0, target=TargetInfo(pid=5, alive=True),
+                                progress=ProgressReading(no_pace=why)))
+    assert view.pace.hint == why
+    document = monitor.snapshot()
+    assert (document["progress"], document["no_pace"]) == (None, why)
