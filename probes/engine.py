@@ -21,7 +21,7 @@ from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.tracker import JobTracker
 from probes.nvml import NvmlGpuProbe
 from probes.proctree import ProcessTreeProbe
-from probes.progress import LogProgressProbe
+from probes.progress import LogProgressProbe, log_owners
 from probes.pyspy import StackSampler
 from probes.redact import redact_argv, redact_environ
 from probes.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
@@ -121,7 +121,8 @@ class Engine:
         else:
             gpu = GpuReading(available=False, reason="GPU reading turned off (--no-gpu)")
         processes = with_gpu_indices(processes, gpu)
-        progress = self._progress.read()
+        # The training process's log, not only the named one's: a rank's, or the python a shell wrapper runs.
+        progress = self._progress.read(log_owners(processes, self.root_pid))
         ended = time.monotonic()
         interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
         self._last_tick_end = ended

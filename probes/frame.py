@@ -244,6 +244,15 @@ class ProgressReading:
     reported_mfu_pct: float | None = None
     last_line: str | None = None
     last_update: float | None = None  # Unix time the last progress line was seen
+    # How seconds_per_iter was worked out when the log did not print it: from which printed figure (a throughput:
+    # "CurrSamplesPerSec ÷ 32 samples per step"), or "step counter" when timed from successive step lines.
+    derived_from: str | None = None
+    # The time per step the log printed, kept only where the step counter moved at another pace and was trusted
+    # instead (a printed time covering one micro-step, or only the compute).
+    printed_seconds_per_iter: float | None = None
+    log_of: str | None = None  # whose log was read when gputop chose it: "rank 0 (PID 4242)", "python (PID 12)"
+    # Why there is no pace, in one line (set only when source is None): no log file, or no step lines in it.
+    no_pace: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,10 @@ from probes.recording import Recorder
 
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
-# One short line at 80 columns: where the job's pace would be, and how to get it.
-NO_LOG_HINT = "no log of the job's iterations found: --log PATH shows s/iter and MFU"
-NO_LOG_IN_RECORDING = "none recorded (record with --log PATH for s/iter and MFU)"
+# One short line at 80 columns: that there is no pace, why, and how to get it. The log probe's own reason (which
+# process's stdout is a pipe, which file has no step lines) replaces the first where it has one.
+NO_LOG_HINT = "no pace: no log of the job's step lines found; --log PATH reads one"
+NO_LOG_IN_RECORDING = "no pace recorded (record with --log PATH for s/iter and MFU)"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,10 @@ class Pace:
     gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
     source: str | None = None  # the log file
     format: str | None = None
-    hint: str | None = None  # no log found: how to give one
+    log_of: str | None = None  # whose log it is when gputop chose it ("rank 0 (PID 4242)")
+    derived_from: str | None = None  # how seconds_per_iter was worked out when the log did not print it
+    printed_seconds_per_iter: float | None = None  # what the log printed, where the step counter overruled it
+    hint: str | None = None  # no pace: why, and how to get one
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,8 @@ class Monitor:
     def _pace(self, frame: Frame) -> Pace:
         progress = frame.progress
         if progress is None or progress.source is None:
-            return Pace(hint=NO_LOG_IN_RECORDING if self.replay else NO_LOG_HINT)
+            reason = progress.no_pace if progress is not None else None
+            return Pace(hint=reason or (NO_LOG_IN_RECORDING if self.replay else NO_LOG_HINT))
         if progress.seconds_per_iter and _new_reading(progress, self._last_progress):
             self._pace_points.append(progress.seconds_per_iter)
         self._last_progress = progress
@@ -190,6 +195,9 @@ class Monitor:
             gpu_name=gpu_name or (comparison.reference_device if comparison is not None else None),
             source=progress.source,
             format=progress.format,
+            log_of=progress.log_of,
+            derived_from=progress.derived_from,
+            printed_seconds_per_iter=progress.printed_seconds_per_iter,
         )
 
 

@@ -1,17 +1,24 @@
 """The target's own progress, read from its log: iteration number, time per iteration, tokens/s.
 
 This module finds the log and tails it; which lines say what is ``probes.logformats``' business (one
-parser per framework), and lines no format claims are ignored quietly.
+parser per framework, read through one ``LogReader`` per file), and lines no format claims are ignored quietly.
 
-The log is the target's stdout/stderr when those are regular files (``/proc/PID/fd/1`` and ``2``), or a
-path the user names. Files are tailed: the first read looks at the last 64 KiB only, later reads take
-what was appended since, so a multi-gigabyte log costs nothing. Progress bars are redrawn with ``\\r``, so
-lines are split on ``\\r`` as well as ``\\n``, and the newest bar (which has no terminator yet) is read
-too.
+The log is the training process's stdout/stderr when those are regular files (``/proc/PID/fd/1`` and ``2``), or a
+path the user names. The training process is not always the one gputop was pointed at: ``log_owners`` lists, each
+tick, whose log to read first — the lowest live rank of a job (rank 0 usually logs), else the training process a
+launcher or shell wrapper runs (``bash -c 'python train.py > train.log'``), else the watched root — and the probe
+reads the first of them whose stdout or stderr is a file, and says whose it is.
+
+Files are tailed: the first read looks at the last 64 KiB only, later reads take what was appended since, so a
+multi-gigabyte log costs nothing. Progress bars are redrawn with ``\\r``, so lines are split on ``\\r`` as well
+as ``\\n``, and the newest bar (which has no terminator yet) is read too.
 
 Time per iteration comes from the line itself when it says (nanoGPT's time, tqdm's rate, a generic
-time field), otherwise from the times successive iteration lines appeared (their own timestamps when
-they carry one, else when this probe first saw them).
+time field) or from a figure it prints (a throughput), otherwise from the times successive iteration lines
+appeared (their own timestamps when they carry one, else when this probe first saw them): the step counter.
+Where a printed time and the step counter disagree by more than ``COUNTER_DISAGREES`` over at least
+``COUNTER_SPAN_S`` of lines, the counter is trusted and the printed time kept beside it: how fast the steps
+actually go is what the counter says.
 """
 
 from __future__ import annotations
@@ -22,13 +29,39 @@ import os
 import re
 import stat
 import time
+from collections.abc import Sequence
 
-from probes.frame import ProgressReading
-from probes.logformats import LogFormat, ProgressLine, format_named, parse_line, reported_format
+from probes.frame import ROLE_MAIN, ROLE_RANK, ProcessSample, ProgressReading
+from probes.logformats import LogFormat, LogReader, ProgressLine, format_named, parse_line, reported_format
 
 INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead
 _LAST_LINE_CHARS = 300
+# A printed time per step is overruled by the step counter when they differ by more than this factor, measured
+# over at least this many seconds of step lines: a tick's worth of lag in noticing a line then costs under 10%.
+COUNTER_DISAGREES = 1.5
+COUNTER_SPAN_S = 10.0
+STEP_COUNTER = "step counter"
+_PYTHON_BUFFERS = "Python buffers stdout into a file: run it with -u or PYTHONUNBUFFERED=1"
+
+# (PID, who it is in words) in the order their logs are tried; who is None for the process gputop watches itself.
+LogOwner = tuple[int, str | None]
+
+
+def log_owners(processes: Sequence[ProcessSample], root_pid: int) -> list[LogOwner]:
+    """Whose log to read, best first: the live ranks by rank (rank 0 usually logs), then the training process
+    under a launcher or shell (role main), then the watched root itself."""
+    ranks = sorted((p for p in processes if p.alive and p.role == ROLE_RANK and p.rank is not None),
+                   key=lambda p: p.rank)
+    owners: list[LogOwner] = [(p.pid, f"rank {p.rank} (PID {p.pid})") for p in ranks]
+    owners += [(p.pid, f"{_program(p)} (PID {p.pid})") for p in processes
+               if p.alive and p.role == ROLE_MAIN and p.pid != root_pid]
+    owners.append((root_pid, None))
+    return owners
+
+
+def _program(sample: ProcessSample) -> str:
+    return sample.name or "the training process"
 
 
 class _TailedFile:
@@ -39,6 +72,7 @@ class _TailedFile:
         self.display = display
         self.identity = identity
         self.handle = open(open_path, "rb")
+        self.lines = LogReader()  # formats that read with state keep it for this file only
         self.offset: int | None = None  # None until the first read positions it near the end
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""  # text after the last \r or \n
@@ -92,8 +126,11 @@ class LogProgressProbe:
         self._format: LogFormat | None = None
         self._formats_seen: set[LogFormat] = set()  # a format seen once may claim another's lines from then on
         self._source: str | None = None
+        self._owner: LogOwner | None = None  # whose stdout/stderr the files are; None for --log
         self._iteration: int | None = None
         self._seconds_per_iter: float | None = None
+        self._printed_seconds_per_iter: float | None = None  # the line's own figure, kept while the counter differs
+        self._derived_from: str | None = None
         self._reported_mfu: float | None = None
         self._last_line: str | None = None
         self._last_update: float | None = None
@@ -102,9 +139,11 @@ class LogProgressProbe:
         # (time, highest iteration seen at that time), one entry per distinct time
         self._sightings: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)
 
-    def read(self) -> ProgressReading | None:
+    def read(self, owners: Sequence[LogOwner] | None = None) -> ProgressReading | None:
+        """The progress so far; ``owners`` (from ``log_owners``) says whose log to prefer this tick, and without
+        it the log of the PID the probe was made for is read."""
         try:
-            self._read_new_lines()
+            self._read_new_lines(owners or [(self.pid, None)])
         except Exception as exc:
             self.reason = f"reading the log failed: {exc}"
         return self._reading()
@@ -116,13 +155,12 @@ class LogProgressProbe:
 
     # --- sources ---
 
-    def _candidates(self) -> list[tuple[str, str]]:
-        """(path to open, path to show) for each log to read."""
-        if self.log_path:
-            return [(self.log_path, self.log_path)]
+    @staticmethod
+    def _log_files(pid: int) -> list[tuple[str, str]]:
+        """(path to open, path to show) for each of the process's stdout and stderr that is a regular file."""
         found = []
         for fd in (1, 2):
-            link = f"/proc/{self.pid}/fd/{fd}"
+            link = f"/proc/{pid}/fd/{fd}"
             try:
                 if stat.S_ISREG(os.stat(link).st_mode):
                     found.append((link, os.readlink(link)))
@@ -130,21 +168,39 @@ class LogProgressProbe:
                 continue
         return found
 
-    def _open_sources(self) -> None:
-        if self.log_path and self._files:
-            self._reopen_if_rotated()
-        if self._files:
-            return
-        candidates = self._candidates()
-        if not candidates:
-            if self.log_path:
-                return
-            if not os.path.exists(f"/proc/{self.pid}"):
-                self.reason = f"no process {self.pid}"
+    def _open_sources(self, owners: Sequence[LogOwner]) -> None:
+        if self.log_path:
+            if self._files:
+                self._reopen_if_rotated()
             else:
-                self.reason = (f"the stdout and stderr of PID {self.pid} are not files (a terminal or a pipe); "
-                               "pass --log PATH to read its log")
+                self._open([(self.log_path, self.log_path)], None)
             return
+        for owner in owners:
+            candidates = self._log_files(owner[0])
+            if candidates:
+                if owner != self._owner:
+                    self._follow(owner, candidates)
+                return
+        if self._files:  # the owner's files stay readable after it exits: read them to their end
+            return
+        self.reason = self._no_log_reason(owners[0])
+
+    def _follow(self, owner: LogOwner, candidates: list[tuple[str, str]]) -> None:
+        """Read ``owner``'s log from now on; the same file under another owner (a shared stdout) keeps its place."""
+        identities = set()
+        for open_path, _ in candidates:
+            try:
+                info = os.stat(open_path)
+                identities.add((info.st_dev, info.st_ino))
+            except OSError:
+                continue
+        self._owner = owner
+        if identities and identities == {tailed.identity for tailed in self._files}:
+            return
+        self.close()
+        self._open(candidates, owner)
+
+    def _open(self, candidates: list[tuple[str, str]], owner: LogOwner | None) -> None:
         seen = set()
         for open_path, display in candidates:
             try:
@@ -156,6 +212,21 @@ class LogProgressProbe:
                 self._files.append(_TailedFile(open_path, display, identity))
             except OSError as exc:
                 self.reason = f"cannot read {display}: {exc.strerror or exc}"
+
+    @staticmethod
+    def _no_log_reason(owner: LogOwner) -> str:
+        """Why no log can be read, in one line that says what to do."""
+        pid, who = owner
+        if not os.path.exists(f"/proc/{pid}"):
+            return f"no process {pid}"
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:
+            target = ""
+        kind = ("a terminal" if target.startswith(("/dev/pts", "/dev/tty")) else "a pipe" if target.startswith("pipe:")
+                else "discarded (/dev/null)" if target == "/dev/null" else "not a file")
+        return (f"no pace: the job writes no step lines to a file gputop can read (the stdout of {who or f'PID {pid}'}"
+                f" is {kind}); --log PATH reads its log")
 
     def _reopen_if_rotated(self) -> None:
         """A --log path that now names a new file (log rotation): follow it from its start."""
@@ -172,8 +243,8 @@ class LogProgressProbe:
 
     # --- reading ---
 
-    def _read_new_lines(self) -> None:
-        self._open_sources()
+    def _read_new_lines(self, owners: Sequence[LogOwner]) -> None:
+        self._open_sources(owners)
         if not self._files:
             if self.log_path and not os.path.exists(self.log_path):
                 self.reason = f"log file {self.log_path} does not exist (yet)"
@@ -188,20 +259,20 @@ class LogProgressProbe:
             if segments and segments[0] == previously_taken:
                 segments.pop(0)  # the bar counted last time, now terminated by the next one
             for segment in segments:
-                self._take(segment, tailed.display, seen_at)
+                self._take(segment, tailed.display, seen_at, tailed.lines.read(segment))
             if unterminated and unterminated != previously_taken:
                 # A bar's newest state has no terminator until the next one replaces it; other lines may be
-                # half-written, but then they do not parse yet and are taken once complete.
+                # half-written, but then they do not parse yet and are taken once complete (read alone here, so
+                # a half line never reaches a format's state).
                 record = parse_line(unterminated)
                 if record is not None and format_named(record.format).redraws_in_place:
                     self._take(unterminated, tailed.display, seen_at, record)
                     tailed.taken_pending = unterminated
         if self._iteration is None and self._format is None and self.reason is None:
             names = ", ".join(t.display for t in self._files)
-            self.reason = f"no progress lines recognised yet in {names}"
+            self.reason = f"no pace: no step lines recognised yet in {names} ({_PYTHON_BUFFERS})"
 
-    def _take(self, line: str, source: str, seen_at: float, record: ProgressLine | None = None) -> None:
-        record = record or parse_line(line)
+    def _take(self, line: str, source: str, seen_at: float, record: ProgressLine | None) -> None:
         if record is None:
             return
         if format_named(record.format).redraws_in_place and not self._is_main_bar(record):
@@ -215,10 +286,11 @@ class LogProgressProbe:
         if record.reported_mfu_pct is not None:
             self._reported_mfu = record.reported_mfu_pct
         if record.seconds_per_iter is not None:
-            self._seconds_per_iter = record.seconds_per_iter
+            self._printed_seconds_per_iter = record.seconds_per_iter
+            self._derived_from = record.derived_from
         if record.iteration is not None:
-            self._note_iteration(record.iteration, record.timestamp or seen_at,
-                                 from_line=record.seconds_per_iter is not None)
+            self._note_iteration(record.iteration, record.timestamp or seen_at)
+        self._settle_pace()
 
     def _is_main_bar(self, record: ProgressLine) -> bool:
         """Keep to the training bar: an evaluation bar with another total, shown while the training bar
@@ -232,7 +304,7 @@ class LogProgressProbe:
             return True
         return False
 
-    def _note_iteration(self, iteration: int, when: float, from_line: bool) -> None:
+    def _note_iteration(self, iteration: int, when: float) -> None:
         if self._iteration is not None and iteration < self._iteration:
             self._sightings.clear()  # a new run or a bar restarting at 0
         self._iteration = iteration
@@ -241,15 +313,36 @@ class LogProgressProbe:
             self._sightings[-1] = (last_time, max(last_iteration, iteration))
         else:
             self._sightings.append((when, iteration))
-        if not from_line and len(self._sightings) >= 2:
-            (first_time, first_iteration), (last_time, last_iteration) = self._sightings[0], self._sightings[-1]
-            if last_iteration > first_iteration and last_time > first_time:
-                self._seconds_per_iter = (last_time - first_time) / (last_iteration - first_iteration)
+
+    def _counter_pace(self) -> tuple[float, float] | None:
+        """(seconds per step, seconds of lines it spans) from how fast the step counter moved, if it moved."""
+        if len(self._sightings) < 2:
+            return None
+        (first_time, first_iteration), (last_time, last_iteration) = self._sightings[0], self._sightings[-1]
+        if last_iteration <= first_iteration or last_time <= first_time:
+            return None
+        return (last_time - first_time) / (last_iteration - first_iteration), last_time - first_time
+
+    def _settle_pace(self) -> None:
+        """The time per step shown: the log's own figure, unless the counter has long enough disagreed with it."""
+        counter = self._counter_pace()
+        printed = self._printed_seconds_per_iter
+        if printed is None:
+            if counter is not None:
+                self._seconds_per_iter, self._derived_from = counter[0], STEP_COUNTER
+            return
+        if counter is not None and counter[1] >= COUNTER_SPAN_S and \
+                max(counter[0], printed) > COUNTER_DISAGREES * min(counter[0], printed):
+            self._seconds_per_iter = counter[0]
+            return
+        self._seconds_per_iter = printed
 
     def _reading(self) -> ProgressReading | None:
         if self._format is None:
-            return None
+            return ProgressReading(no_pace=self.reason) if self.reason else None
         spi = self._seconds_per_iter
+        overruled = spi is not None and self._printed_seconds_per_iter is not None and \
+            spi != self._printed_seconds_per_iter
         tokens_per_s = self.tokens_per_iter / spi if self.tokens_per_iter and spi else None
         return ProgressReading(
             source=self._source,
@@ -260,4 +353,7 @@ class LogProgressProbe:
             reported_mfu_pct=self._reported_mfu,
             last_line=self._last_line,
             last_update=self._last_update,
+            derived_from=STEP_COUNTER if overruled else self._derived_from,
+            printed_seconds_per_iter=self._printed_seconds_per_iter if overruled else None,
+            log_of=self._owner[1] if self._owner is not None else None,
         )

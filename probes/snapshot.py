@@ -85,6 +85,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
+        # Why there is no progress to show, in one line (the job's stdout is a pipe, its log has no step lines).
+        "no_pace": pace.hint if pace is not None and pace.source is None else _no_pace(latest),
         "overhead": {
             "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
             "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
@@ -136,9 +138,14 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
     }
 
 
+def _no_pace(latest: Frame) -> str | None:
+    progress = latest.progress
+    return progress.no_pace if progress is not None and progress.source is None else None
+
+
 def _progress(latest: Frame, comparison: ComparisonInputs | None, pace: Pace | None) -> dict[str, Any] | None:
     """The latest progress reading, plus how it compares with the baseline (null without one)."""
-    if latest.progress is None:
+    if latest.progress is None or latest.progress.source is None:  # no log read: no_pace says why
         return None
     if pace is not None and pace.source is not None:
         compared, recent = pace.comparison, list(pace.recent_seconds_per_iter)

@@ -28,6 +28,13 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
         ("lightning.log", "lightning", 120, 1 / 3.99),  # the validation bar after it is skipped
         ("generic.log", "generic", 120, 0.52),
         ("generic.untimed.log", "generic", 120, 0.5),  # from the lines' own timestamps, 5 s per 10 steps
+        ("megatron.log", "megatron", 3, 12.9781),
+        ("llm_c.log", "llm_c", 4, 2.00152),
+        ("litgpt.log", "litgpt", 4, 4 * 0.2506),  # the optimizer step: 4 micro-batches of 250.6 ms
+        ("torchtitan.log", "torchtitan", 20, (16.452 - 12.412) / 19),  # no time printed: its lines' timestamps
+        ("deepspeed.log", "deepspeed", 20, 32 / 16.00),  # samples per step from its config dump ÷ samples/s
+        ("fairseq.log", "fairseq", 1000, 4096 / 2048),  # wpb / wps of its epoch summary
+        ("composer.log", "composer", 18, 1 / 0.5001),  # throughput/batches_per_sec inside the last block
     ],
 )
 def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):
@@ -40,6 +47,38 @@ def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):
     assert reading.seconds_per_iter == pytest.approx(seconds_per_iter, rel=1e-6)
     assert reading.tokens_per_s == pytest.approx(1000 / seconds_per_iter, rel=1e-6)
     assert reading.last_line and reading.last_update
+
+
+@pytest.mark.parametrize(
+    ("name", "derived_from"),
+    [("megatron.log", None), ("litgpt.log", "iter time × 4 micro-batches per step"),
+     ("torchtitan.log", "step counter"), ("deepspeed.log", "CurrSamplesPerSec ÷ 32 samples per step"),
+     ("fairseq.log", "wpb / wps"), ("composer.log", "throughput/batches_per_sec")],
+)
+def test_the_reading_says_what_its_pace_was_worked_out_from(tmp_path, name, derived_from):
+    log = tmp_path / name
+    shutil.copy(LOGS / name, log)
+    reading = LogProgressProbe(1, str(log)).read()
+    assert (reading.derived_from, reading.printed_seconds_per_iter) == (derived_from, None)
+
+
+def test_the_step_counter_overrules_a_printed_time_it_disagrees_with(tmp_path):
+    """A log printing a micro-step's 100 ms while its counter moves one step per 2 s (an iteration of 20 micro-steps):
+    the pace is the counter's, and the printed figure is kept beside it."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"2024-05-01 12:00:{2 * step:02d},000 step {step} | loss 2.0 | step_time 100ms\n"
+                           for step in range(8)), encoding="utf-8")
+    reading = LogProgressProbe(1, str(log)).read()
+    assert reading.seconds_per_iter == pytest.approx(2.0)
+    assert (reading.derived_from, reading.printed_seconds_per_iter) == ("step counter", 0.1)
+
+
+def test_a_printed_time_stands_while_the_counter_has_not_run_long_enough(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"2024-05-01 12:00:{2 * step:02d},000 step {step} | loss 2.0 | step_time 100ms\n"
+                           for step in range(3)), encoding="utf-8")  # 4 s of lines: too short to overrule
+    reading = LogProgressProbe(1, str(log)).read()
+    assert (reading.seconds_per_iter, reading.derived_from) == (0.1, None)
 
 
 def test_evaluation_bar_does_not_replace_the_training_bar(tmp_path):
@@ -76,11 +115,11 @@ def test_split_multibyte_character_and_partial_line(tmp_path):
     log = tmp_path / "train.log"
     log.write_bytes(b"")
     probe = LogProgressProbe(1, str(log))
-    assert probe.read() is None
+    assert probe.read().source is None  # no pace yet: the reading says why
     line = "iter 3: loss 5.0000, time 300.00ms, mfu 12.00% \u2588\n".encode()
     with log.open("ab") as out:
         out.write(line[:20])  # half a line, as a reader racing the writer sees it
-    assert probe.read() is None
+    assert probe.read().source is None
     with log.open("ab") as out:
         out.write(line[20:-3])  # stop inside the 3-byte UTF-8 character
     with log.open("ab") as out:
@@ -113,8 +152,10 @@ def test_starts_near_the_end_of_a_big_log(tmp_path):
         filler = "x" * 99 + "\n"
         out.write(filler * (3 * INITIAL_TAIL_BYTES // len(filler)))
     probe = LogProgressProbe(1, str(log))
-    assert probe.read() is None
-    assert "no progress lines" in probe.reason
+    reading = probe.read()
+    assert reading.source is None
+    assert reading.no_pace.startswith("no pace: no step lines recognised yet in")
+    assert "PYTHONUNBUFFERED=1" in reading.no_pace
     with log.open("a", encoding="utf-8") as out:
         out.write("iter 2: loss 8.0000, time 100.00ms, mfu 1.00%\n")
     assert probe.read().iteration == 2
@@ -132,14 +173,12 @@ def test_truncated_log_is_read_from_the_start(tmp_path):
 
 def test_never_raises_and_says_why(tmp_path):
     missing = LogProgressProbe(1, str(tmp_path / "nope.log"))
-    assert missing.read() is None
-    assert "does not exist" in missing.reason
+    assert "does not exist" in missing.read().no_pace
     directory = LogProgressProbe(1, str(tmp_path))
-    assert directory.read() is None
+    assert directory.read().source is None
     assert directory.reason
     gone = LogProgressProbe(pid=2**22 + 12345)
-    assert gone.read() is None
-    assert "no process" in gone.reason
+    assert "no process" in gone.read().no_pace
 
 
 # --- a real process with stdout redirected to a file ---------------------------------------------------
@@ -185,5 +224,37 @@ def test_target_writing_to_a_pipe_needs_log(spawn_target):
 
     proc = spawn_target("nanogpt_like.py", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     probe = LogProgressProbe(proc.pid)
-    assert probe.read() is None
-    assert "--log PATH" in probe.reason
+    reading = probe.read()
+    assert reading.source is None
+    assert reading.no_pace == (f"no pace: the job writes no step lines to a file gputop can read (the stdout of PID "
+                               f"{proc.pid} is a pipe); --log PATH reads its log")
+
+
+# --- whose log: the training process's, whatever gputop is attached to ---------------------------------------
+
+
+def test_log_owners_prefer_the_lowest_live_rank_then_the_training_process():
+    from probes.frame import ProcessSample
+    from probes.progress import log_owners
+
+    tree = [ProcessSample(pid=10, ppid=1, role="launcher", name="torchrun"),
+            ProcessSample(pid=12, ppid=10, role="rank", name="python", rank=1),
+            ProcessSample(pid=11, ppid=10, role="rank", name="python", rank=0, alive=False),  # rank 0 exited
+            ProcessSample(pid=13, ppid=10, role="rank", name="python", rank=2)]
+    assert log_owners(tree, root_pid=10) == [(12, "rank 1 (PID 12)"), (13, "rank 2 (PID 13)"), (10, None)]
+    wrapped = [ProcessSample(pid=20, ppid=1, role="launcher", name="bash"),
+               ProcessSample(pid=21, ppid=20, role="main", name="python3")]
+    assert log_owners(wrapped, root_pid=20) == [(21, "python3 (PID 21)"), (20, None)]
+
+
+def test_no_pace_is_said_in_the_snapshot_and_the_view():
+    from probes.frame import Frame, ProgressReading, TargetInfo
+    from probes.monitor import Monitor
+
+    why = "no pace: the job writes no step lines to a file gputop can read (the stdout of PID 5 is a pipe)"
+    monitor = Monitor()
+    view = monitor.ingest(Frame(seq=1, time=1.0, interval_s=1.0, target=TargetInfo(pid=5, alive=True),
+                                progress=ProgressReading(no_pace=why)))
+    assert view.pace.hint == why
+    document = monitor.snapshot()
+    assert (document["progress"], document["no_pace"]) == (None, why)

@@ -20,7 +20,7 @@ from probes.frame import (
     TargetInfo,
     Verdict,
 )
-from probes.monitor import MonitorView, Pace, VerdictChange
+from probes.monitor import NO_LOG_HINT, MonitorView, Pace, VerdictChange
 from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
 from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
 from tui.panes.stacks import hot_column_widths, window_counts
@@ -175,5 +175,8 @@ def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
     view = fold(gpu_bound_frames(), comparison=load_comparison_inputs(None, "gpt2-xl", 1_048_576)).view
     assert pace_text(view.pace).plain == ("pace iter 7 · 21.0 s/iter ████████ · 49.9k tok/s · 513 TFLOP/s · MFU 52% "
                                           "(log 164%)")
-    assert pace_text(Pace(hint="no progress log found: pass --log PATH")).plain == \
-        "pace no progress log found: pass --log PATH"
+    assert pace_text(Pace(hint=NO_LOG_HINT)).plain == NO_LOG_HINT  # "no pace: why" names itself
+    counter = Pace(iteration=40, seconds_per_iter=2.0, printed_seconds_per_iter=0.1, derived_from="step counter")
+    assert pace_text(counter).plain == "pace iter 40 · 2 s/iter (step counter; the log prints 0.1 s)"
+    derived = Pace(iteration=20, seconds_per_iter=2.0, derived_from="CurrSamplesPerSec ÷ 32 samples per step")
+    assert pace_text(derived).plain == "pace iter 20 · 2 s/iter (from CurrSamplesPerSec ÷ 32 samples per step)"

@@ -13,26 +13,53 @@ from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
 
-from probes.logformats import generic, hf_trainer, lightning, nanogpt, tqdm
-from probes.logformats.interface import FormatParser, LogFormat, ProgressLine
+from probes.logformats import (
+    composer,
+    deepspeed,
+    fairseq,
+    generic,
+    hf_trainer,
+    lightning,
+    litgpt,
+    llm_c,
+    megatron,
+    nanogpt,
+    torchtitan,
+    tqdm,
+)
+from probes.logformats.interface import FormatParser, LineParser, LogFormat, ProgressLine
 
-__all__ = ["FORMATS", "FormatParser", "LogFormat", "ProgressLine", "format_named", "known_format", "parse_line",
-           "reported_format", "visible_text"]
+__all__ = ["FORMATS", "FormatParser", "LogFormat", "LogReader", "ProgressLine", "format_named", "known_format",
+           "parse_line", "reported_format", "visible_text"]
 
 # Tried in this order; the first that parses a line claims it. Each slot says what it must come before.
 FORMATS: tuple[FormatParser, ...] = (
+    # first: its reader must see every line to know where a batch's block ends; it claims only a block's header
+    # ("[epoch=1][batch=16/32]:") and the "Train ..." lines inside a block, which no other format reads
+    composer.FORMAT,
+    # its config dump (train_batch_size) must reach its reader before any throughput line; generic would read
+    # "global_step=N" alone, without the samples/s that give its pace
+    deepspeed.FORMAT,
+    # "iteration N/M | ... | lm loss: X": generic would take the iteration and loss and lose the printed time
+    megatron.FORMAT,
     nanogpt.FORMAT,  # its lines carry "iter N", "loss" and "time": generic would take them and lose the mfu
     hf_trainer.FORMAT,  # a whole dict per line, a shape no other format reads: any slot before generic
     lightning.FORMAT,  # an "Epoch N:" bar is also a tqdm bar: before tqdm, or the iteration would reset per epoch
     tqdm.FORMAT,  # any other bar; before generic, which would read a bar showing step=N, loss=X and lose its rate
+    # "iter N | step M: loss X, iter time: T ms": generic would take the micro-step "iter N" as the step
+    litgpt.FORMAT,
+    llm_c.FORMAT,  # "step N/M | loss X | ... | T ms": generic would take the step and loss without the time
+    fairseq.FORMAT,  # "epoch 001: N / M loss=X, ..., ups=U, num_updates=K": the step is num_updates, no other field
+    torchtitan.FORMAT,  # "step: N  loss: X ... tps: T": generic would take the step and loss and miss its throughput
     generic.FORMAT,  # last: any step number with a time or a loss, so every specific format must come first
 )
 
 _BY_NAME: dict[LogFormat, FormatParser] = {parser.name: parser for parser in FORMATS}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# A leading date and time (logging's default, ISO 8601), possibly after a bracket: when the line was written.
-_TIMESTAMP = re.compile(r"^\W{0,2}(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
+# A leading date and time (logging's default, ISO 8601), possibly after a bracket or a logger's own tag
+# (torchtitan's "[titan] "): when the line was written.
+_TIMESTAMP = re.compile(r"^(?:\[\w+\] )?\W{0,2}(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 
 
 def visible_text(line: str) -> str:
@@ -40,12 +67,31 @@ def visible_text(line: str) -> str:
     return _ANSI.sub("", line).strip()
 
 
+class LogReader:
+    """Reads one log's lines in the order they were written: each line goes to the formats in FORMATS' order until
+    one claims it, and formats that read with state (a ``reader``) keep it for this log only."""
+
+    def __init__(self) -> None:
+        self._parsers: tuple[LineParser, ...] = tuple(parser.reader() if parser.reader is not None else parser.parse
+                                                      for parser in FORMATS)
+
+    def read(self, line: str) -> ProgressLine | None:
+        return _claim(line, self._parsers)
+
+
+_LINE_ALONE: tuple[LineParser, ...] = tuple(parser.parse for parser in FORMATS)
+
+
 def parse_line(line: str) -> ProgressLine | None:
-    """What one log line says about training progress, or None when it is not a progress line."""
+    """What one log line read alone says about training progress, or None when it is not a progress line."""
+    return _claim(line, _LINE_ALONE)
+
+
+def _claim(line: str, parsers: tuple[LineParser, ...]) -> ProgressLine | None:
     text = visible_text(line)
     if not text:
         return None
-    parsed = next((record for parser in FORMATS if (record := parser.parse(text)) is not None), None)
+    parsed = next((record for parse in parsers if (record := parse(text)) is not None), None)
     if parsed is None:
         return None
     stamp = _line_timestamp(text)

@@ -9,7 +9,8 @@ from typing import Literal
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
-LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "tqdm", "generic"]
+LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "tqdm", "generic", "composer", "deepspeed", "megatron",
+                    "litgpt", "llm_c", "fairseq", "torchtitan"]
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,16 @@ class ProgressLine:
     total: int | None = None  # the length of the bar the iteration counts along; None where it runs past one bar
     seconds_per_iter: float | None = None
     # Set when seconds_per_iter was worked out from another figure the line printed rather than printed itself:
-    # that figure's name (HF Trainer's train_steps_per_second; a samples/s throughput would say so the same way).
+    # what it was worked out from (HF Trainer's "train_steps_per_second", DeepSpeed's "CurrSamplesPerSec ÷ 32
+    # samples per step").
     derived_from: str | None = None
     loss: float | None = None
     reported_mfu_pct: float | None = None  # nanoGPT's own figure (it divides by the A100's peak)
     epoch: float | None = None
     timestamp: float | None = None  # Unix time printed on the line, if any
+
+
+LineParser = Callable[[str], ProgressLine | None]  # one line as a terminal shows it -> what it says, or None
 
 
 @dataclass(frozen=True)
@@ -35,14 +40,16 @@ class FormatParser:
 
     ``parse`` gets one line as a terminal shows it (ANSI escapes and surrounding whitespace removed, never
     empty) and answers a ProgressLine carrying ``name``, or None when the line is not this format's progress.
-    It reads one line at a time and keeps nothing between lines. A format whose step spans several lines
-    (Composer prints a block per step) would keep its partial block per log file: FORMATS would then hold
-    factories, LogProgressProbe would make one set per file it tails, and ``parse`` would answer on the line
-    that completes the block. No format needs that yet, so it is not built.
+    It reads one line alone and keeps nothing between lines.
+
+    A format that needs earlier lines to read a later one (Composer prints a block of lines per batch; DeepSpeed
+    prints its samples per step once, at start, and a samples/s throughput later) also has a ``reader``: a
+    factory of a fresh line reader with its own state, answering as ``parse`` does. ``LogReader`` makes one per
+    log file, so two logs never share a partial block.
     """
 
     name: LogFormat
-    parse: Callable[[str], ProgressLine | None]
+    parse: LineParser
     # The line is a bar redrawn with \r: its newest state has no terminator yet and is read anyway, and a bar
     # with another total drawn while the training bar is unfinished (evaluation) is not the training bar.
     redraws_in_place: bool = False
@@ -52,3 +59,4 @@ class FormatParser:
     # What the MFU this format prints is measured against, where the framework fixes it whatever the GPU
     # ("an A100's 312 TFLOP/s" for nanoGPT): said beside the log's figure so a reader sees why it differs.
     printed_mfu_against: str | None = None
+    reader: Callable[[], LineParser] | None = None

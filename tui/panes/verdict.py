@@ -114,13 +114,19 @@ def _flops(per_s: float) -> str:
 def pace_text(pace: Pace) -> Text:
     """The job's own pace in one line: iteration, s/iter and its recent trend, tokens/s, achieved
     TFLOP/s, corrected MFU beside the one the log printed, and the share of the reference step's rate."""
+    if pace.seconds_per_iter is None and pace.hint:  # "no pace: why", naming itself
+        return Text(pace.hint, style="dim", no_wrap=True, overflow="ellipsis")
     text = Text("pace ", style="bold")
     if pace.seconds_per_iter is None:
-        text.append(pace.hint or "the log has printed no iteration time yet", style="dim")
+        text.append("the log has printed no iteration time yet", style="dim")
         return text
     if pace.iteration is not None:
         text.append(f"iter {pace.iteration:,} · ")
     text.append(f"{_seconds(pace.seconds_per_iter)} s/iter", style="bold")
+    if pace.printed_seconds_per_iter is not None:  # the counter was trusted over the printed time: say so
+        text.append(f" (step counter; the log prints {_seconds(pace.printed_seconds_per_iter)} s)", style="dim")
+    elif pace.derived_from is not None:
+        text.append(f" (from {pace.derived_from})", style="dim")
     if len(pace.recent_seconds_per_iter) > 1:
         text.append(" " + sparkline(pace.recent_seconds_per_iter, PACE_SPARKLINE_WIDTH, None), style="cyan")
     if pace.tokens_per_s:

@@ -1,0 +1,33 @@
+"""llm.c's train_gpt2.cu step line: ``step   12/5000 | loss 7.123456 (+0.12z)| norm 1.2345 (-0.50z)| lr 6.00e-04 |
+512.34 ms | 41.2% bf16 MFU | 163840 tok/s`` (older builds print no MFU; the ``(z)`` outlier scores are optional too).
+The time is the whole optimizer step, gradient accumulation included. Its MFU is against the GPU's own peak."""
+
+from __future__ import annotations
+
+import re
+
+from probes.logformats.interface import FormatParser, ProgressLine
+from probes.logformats.numbers import NUMBER, number
+
+_STEP = re.compile(
+    rf"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+({NUMBER}).*?\|\s*lr\s+(?:{NUMBER})\s*\|\s*(\d+\.?\d*)\s*ms\b"
+    rf"(?:\s*\|\s*({NUMBER})%\s*\w+\s+MFU)?"
+)
+
+
+def parse(text: str) -> ProgressLine | None:
+    step = _STEP.search(text)
+    if not step:
+        return None
+    mfu = number(step.group(5))
+    return ProgressLine(
+        "llm_c",
+        iteration=int(step.group(1)),
+        total=int(step.group(2)),
+        loss=number(step.group(3)),
+        seconds_per_iter=float(step.group(4)) / 1000.0 or None,
+        reported_mfu_pct=mfu if mfu is not None and mfu > 0 else None,  # -100% / 0 until its estimate settles
+    )
+
+
+FORMAT = FormatParser(name="llm_c", parse=parse)
