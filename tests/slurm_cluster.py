@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 DAEMONS = ("slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "squeue", "sinfo")
 PARTITION = "debug"
@@ -44,18 +46,21 @@ class SlurmCluster:
         """The environment a client (srun, sbatch, scontrol, gputop) needs to reach this cluster."""
         return dict(os.environ, SLURM_CONF=str(self.conf))
 
-    def spool(self) -> Path:
-        return self.folder / "spool"
-
     def stop(self) -> None:
         """Kill both daemons and every slurmstepd of this cluster (they outlive slurmd, with PID 1 as parent)."""
         for proc in self.daemons:
             _kill_group(proc)
-        for pid in _stepd_pids(self.spool()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pid in _stepd_pids(self.folder):
+            _kill_tree(pid)
+
+    def cancel(self, job_id: str, timeout_s: float = 30.0) -> None:
+        """scancel a job and wait until its slurmstepd processes are gone; kill what is left after the wait."""
+        subprocess.run(["scancel", job_id], env=self.env, capture_output=True, timeout=30)
+        deadline = time.monotonic() + timeout_s
+        while _stepd_pids(self.folder, job_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in _stepd_pids(self.folder, job_id):
+            _kill_tree(pid)
 
     def log_tail(self) -> str:
         return "; ".join(f"{name}: {_last_lines(self.folder / f'{name}.log')}" for name in DAEMONS)
@@ -72,16 +77,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _stepd_pids(spool: Path) -> list[int]:
-    """slurmstepd processes whose working directory is this cluster's spool (they run there)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a slurmstepd and its tasks (killed alone, it would leave them to PID 1)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
         try:
-            if (entry / "comm").read_text().strip() == "slurmstepd" and Path(os.readlink(entry / "cwd")) == spool:
-                pids.append(int(entry.name))
-        except OSError:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def _stepd_pids(folder: Path, job_id: str | None = None) -> list[int]:
+    """slurmstepd processes of this cluster (of one job when given): those whose working directory is the
+    cluster's folder (slurmd's, which they inherit), with the job in their title ('slurmstepd: [12.0]')."""
+    pids = []
+    for proc in psutil.process_iter(["name", "cmdline", "cwd"]):
+        try:
+            if proc.info["name"] != "slurmstepd" or proc.info["cwd"] != str(folder):
+                continue
+            if job_id is None or f"[{job_id}." in " ".join(proc.info["cmdline"] or ()):
+                pids.append(proc.pid)
+        except psutil.Error:
             continue
     return pids
 
