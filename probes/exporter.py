@@ -30,7 +30,8 @@ from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
 from probes.monitor import MonitorView
 
-JOB_FINDINGS: tuple[JobFinding, ...] = ("straggler", "hung_rank", "rank_exited", "shared", "mixed", "single")
+JOB_FINDINGS: tuple[JobFinding, ...] = ("straggler", "hung_rank", "rank_exited", "shared", "mixed", "single",
+                                        "elsewhere")
 # The clock event reasons NVML names (probes/nvml.py): every one is a state of the state set, so a reason
 # that stops is a 0, not a series that vanishes.
 CLOCK_EVENT_REASONS = (
@@ -197,7 +198,8 @@ def _cpu_metrics(families: _Families, frame: Frame, target: Sequence[str]) -> No
 
 def _job_metrics(families: _Families, job: JobVerdict, frame: Frame, host: str, job_label: str) -> None:
     families.state_set("gputop_job_finding", "How the job's ranks compare: straggler, hung_rank, rank_exited, "
-                       "shared (all limited alike), mixed, single", ("host", "training_job")).add_metric(
+                       "shared (all limited alike), mixed, single, elsewhere (its processes are not watched)",
+                       ("host", "training_job")).add_metric(
         [host, job_label], {state: job.finding == state for state in JOB_FINDINGS})
     uuids = {device.index: device.uuid or "" for device in frame.gpu.devices}
     for rank in job.ranks:

@@ -276,7 +276,7 @@ LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
 # order; tests/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
 # know; "launched": one Python training process under a launcher (bash, uv run, a container init).
-JobKind = Literal["torchrun", "ranks", "mp.spawn", "launched"]
+JobKind = Literal["torchrun", "slurm", "ranks", "mp.spawn", "launched"]
 
 
 @dataclass(frozen=True)
@@ -313,6 +313,10 @@ class JobInfo:
     selected_pid: int | None = None  # the rank the user attached to (selected first in the TUI)
     # One line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it".
     note: str | None = None
+    slurm_step: str | None = None  # the Slurm job step whose tasks are watched, JOBID.STEP ("12.0")
+    # The watched tree is a client (srun, salloc) of a job whose training processes are not in it: nothing there
+    # to judge, so the job's liveness is unknown, never hung.
+    training_elsewhere: bool = False
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,7 @@ class RankVerdict:
     samples: int = 0  # its main thread's samples in the window
 
 
-JobFinding = Literal["straggler", "hung_rank", "rank_exited", "shared", "mixed", "single"]
+JobFinding = Literal["straggler", "hung_rank", "rank_exited", "shared", "mixed", "single", "elsewhere"]
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
     return {
         "kind": info.kind if info is not None else None,
         "run_id": info.run_id if info is not None else None,
+        "slurm_step": info.slurm_step if info is not None else None,
         "world_size": info.world_size if info is not None else None,
         "launcher_pid": info.launcher_pid if info is not None else None,
         "finding": job.finding,

@@ -123,3 +123,19 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
             return value
         time.sleep(interval)
     pytest.fail(f"condition not met within {timeout}s: {predicate}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real one-node Slurm cluster (tests/slurm_cluster.py) for the whole session, stopped at its end, failed
+    tests or not; the tests that use it skip with the reason when it cannot start here."""
+    from slurm_cluster import ClusterUnavailable, start_cluster
+
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

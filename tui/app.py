@@ -82,6 +82,8 @@ def job_words(job: JobInfo) -> str:
     if ranks:
         words += f", {ranks} rank{'s' if ranks != 1 else ''}"
     # torchrun names a run "none" unless told otherwise: no use to anyone
+    if job.slurm_step:
+        words += f" (Slurm step {job.slurm_step})"
     return words + (f" (run {job.run_id})" if job.run_id and job.run_id != "none" else "")
 
 

@@ -543,6 +543,19 @@ def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     return dataclasses.replace(found, verdict=verdict)
 
 
+def _elsewhere(latest: Frame) -> JobVerdict | None:
+    """A client (srun) whose job's processes are not in the watched tree: nothing here trains, so nothing here
+    is judged; its quiet must never read as a hang."""
+    job = latest.job
+    if job is None or not job.training_elsewhere:
+        return None
+    said = job.note or f"the {job.kind} job's training processes are not in the watched tree"
+    verdict = Verdict(bottleneck="unknown", liveness="unknown", confidence=0.0, evidence=(said,),
+                      advice=("attach to a process of the job on the node where it runs (a task, or "
+                              "--slurm-job JOBID there)",))
+    return JobVerdict(verdict=verdict, finding="elsewhere")
+
+
 def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
                  hang_after_s: float = DEFAULT_HANG_AFTER_S) -> JobVerdict | None:
     """The verdict on the job in `history` (oldest frame first); None when its latest frame has no job or no
@@ -552,7 +565,7 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
     latest = history[-1]
     members = _members(history, previous)
     if not members:
-        return None
+        return _elsewhere(latest)
     prior = {r.pid: r for r in previous.ranks} if previous is not None else {}
     diagnosed = [_diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
     ranks = tuple(_rank_verdict(d) for d in diagnosed)

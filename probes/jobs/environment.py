@@ -35,6 +35,7 @@ class DistEnv:
     master_addr: str | None = None
     master_port: int | None = None
     cuda_visible_devices: str | None = None
+    slurm_step: str | None = None  # a Slurm task's JOBID.STEP (SLURM_JOB_ID, SLURM_STEP_ID)
 
     @property
     def torchelastic(self) -> bool:

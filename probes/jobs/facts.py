@@ -76,6 +76,8 @@ class JobLayout:
     run_id: str | None = None
     world_size: int | None = None
     local_world_size: int | None = None
+    slurm_step: str | None = None  # the Slurm job step of the ranks, JOBID.STEP
+    training_elsewhere: bool = False  # the tree is a client of a job whose training processes are not in it
 
     @property
     def training_pids(self) -> tuple[int, ...]:

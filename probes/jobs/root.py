@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from probes.jobs.environment import is_python_command, process_cmdline, process_executable, process_name
+from probes.jobs.environment import NO_ENV, is_python_command, process_cmdline, process_executable, process_name
 from probes.jobs.facts import Attachment, RootChoice
 from probes.jobs.launchers import LAUNCHERS, read_dist_env
 from probes.proctree import child_pids, parent_pid
@@ -25,7 +25,13 @@ def _our_ancestors() -> set[int]:
     return found
 
 
-def _attachment(pid: int, parent: int) -> Attachment:
+def _attachment(pid: int, parent: int | None) -> Attachment:
+    """The named process and its parent; a parent that must not be watched (init, gputop's own ancestors) is
+    left blank, so that no launcher takes it for the root."""
+    if parent is None:
+        return Attachment(pid=pid, name=process_name(pid), cmdline=process_cmdline(pid), env=read_dist_env(pid),
+                          parent_pid=0, parent_name="", parent_cmdline=(), parent_python=False, parent_env=NO_ENV,
+                          ranked_siblings=0)
     parent_cmdline = process_cmdline(parent)
     return Attachment(
         pid=pid, name=process_name(pid), cmdline=process_cmdline(pid), env=read_dist_env(pid),
@@ -39,16 +45,16 @@ def _attachment(pid: int, parent: int) -> Attachment:
 def resolve_root(attached_pid: int) -> RootChoice:
     """The process whose tree is watched when the user names `attached_pid`: the launcher of a training process
     (torchrun's agent, mp.spawn's parent, a script that started two or more ranks), else the process itself."""
+    ours = _our_ancestors()
     parent = parent_pid(attached_pid)
-    if parent is None or parent <= 1 or parent in _our_ancestors():
-        return RootChoice(attached_pid)
-    attached = _attachment(attached_pid, parent)
+    # An orphan or a sibling of gputop may still name its job elsewhere (srun names its step's slurmstepd).
+    attached = _attachment(attached_pid, parent if parent is not None and parent > 1 and parent not in ours else None)
     if attached.env.rank is not None and attached.parent_env.rank is not None:
         return RootChoice(attached_pid)  # a helper of a rank (a DataLoader worker): watched as asked
     for launcher in LAUNCHERS:
         choice = launcher.root_for(attached)
         if choice is not None:
-            return choice
+            return choice if choice.root_pid > 1 and choice.root_pid not in ours else RootChoice(attached_pid)
     return RootChoice(attached_pid)
 
 

@@ -143,6 +143,8 @@ class JobTracker:
             rank_pids=rank_pids,
             selected_pid=selected,
             note=self._note(layout, by_pid, len(rank_pids)),
+            slurm_step=layout.slurm_step,
+            training_elsewhere=layout.training_elsewhere,
         )
 
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:

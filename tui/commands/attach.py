@@ -17,12 +17,14 @@ from tui.commands.shared import (
     add_pid_argument,
     add_process_only_argument,
     add_sampling_arguments,
+    add_slurm_job_argument,
     check_target,
     check_writable,
     comparison_inputs,
     engine_config,
     hang_after,
     positive_float,
+    resolve_slurm_job,
 )
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 
@@ -35,7 +37,9 @@ class AttachCommand:
     description = None  # gputop's own --help describes it, with `help`
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        add_pid_argument(parser)
+        which = parser.add_mutually_exclusive_group()
+        add_pid_argument(which)
+        add_slurm_job_argument(which)
         add_process_only_argument(parser)
         add_sampling_arguments(parser)
         parser.add_argument("--native", action="store_true",
@@ -50,8 +54,9 @@ class AttachCommand:
                             help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
 
     def run(self, args: argparse.Namespace) -> int:
+        resolve_slurm_job(args)
         if args.pid is None:
-            raise UsageError("say which process to watch: gputop --pid PID (or try: gputop demo)")
+            raise UsageError("say which process to watch: gputop --pid PID, or --slurm-job JOBID (or try: gputop demo)")
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")

@@ -15,10 +15,12 @@ from tui.commands.shared import (
     add_pid_argument,
     add_process_only_argument,
     add_sampling_arguments,
+    add_slurm_job_argument,
     check_target,
     comparison_inputs,
     engine_config,
     hang_after,
+    resolve_slurm_job,
 )
 from tui.exitcodes import EXIT_OK
 from tui.serve import DEFAULT_LISTEN_HOST, DEFAULT_PORT, ListenError, Server, parse_listen
@@ -34,6 +36,7 @@ class ServeCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         which = parser.add_mutually_exclusive_group()
         add_pid_argument(which)
+        add_slurm_job_argument(which)
         which.add_argument("--follow", action="store_true",
                            help="watch every training job on this node: torchrun launchers, processes with RANK "
                                 "set, Python processes holding a GPU; new ones are picked up, ended ones dropped")
@@ -50,6 +53,7 @@ class ServeCommand:
         parser.set_defaults(native=False, blocking=False)
 
     def run(self, args: argparse.Namespace) -> int:
+        resolve_slurm_job(args)
         if args.pid is None and not args.follow:
             raise UsageError("say what to serve: gputop serve --pid PID, or gputop serve --follow for every job")
         if args.pid is not None:

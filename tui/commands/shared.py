@@ -60,6 +60,15 @@ def pid(text: str) -> int:
     return value
 
 
+def slurm_job(text: str):
+    from probes.slurm import parse_step_id
+
+    step = parse_step_id(text)
+    if step is None:
+        raise argparse.ArgumentTypeError(f"a Slurm job is JOBID or JOBID.STEP (12, 12.0, 12.batch), got {text!r}")
+    return step
+
+
 # --- options more than one command takes ------------------------------------------------------------------
 # One function per run of options that the commands list in the same order, so each command's --help keeps
 # its own order while every shared option is declared only here.
@@ -69,6 +78,13 @@ def add_pid_argument(parser_or_group: argparse._ActionsContainer) -> None:
     """--pid, on a parser or on a mutually exclusive group (serve's --pid or --follow)."""
     parser_or_group.add_argument("--pid", type=pid, help="the training process to watch (its workers are found); a "
                         "launcher (torchrun, mp.spawn's parent, bash, uv run) or any rank: the whole job is watched")
+
+
+def add_slurm_job_argument(group: argparse._MutuallyExclusiveGroup) -> None:
+    """--slurm-job, in the group that holds --pid: another way of naming the job to watch."""
+    group.add_argument("--slurm-job", type=slurm_job, metavar="JOBID[.STEP]",
+                       help="instead of --pid: the Slurm job (or step) whose tasks on this node to watch, ranks "
+                            "from SLURM_PROCID (default step: the job's newest one here)")
 
 
 def add_process_only_argument(parser: argparse.ArgumentParser) -> None:
@@ -151,6 +167,19 @@ def comparison_inputs(args: argparse.Namespace):
 
 
 # --- checks of what the user named, before anything starts ------------------------------------------------
+
+
+def resolve_slurm_job(args: argparse.Namespace) -> None:
+    """With --slurm-job, set args.pid to the slurmstepd of that step on this node; Slurm missing, no such job or
+    no process of it here is a UsageError."""
+    if getattr(args, "slurm_job", None) is None:
+        return
+    from probes.slurm import SlurmError, step_root
+
+    found = step_root(args.slurm_job)
+    if isinstance(found, SlurmError):
+        raise UsageError(f"--slurm-job {args.slurm_job}: {found.reason}")
+    args.pid, _ = found
 
 
 def check_target(target_pid: int) -> None:

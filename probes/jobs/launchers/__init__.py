@@ -17,6 +17,7 @@ from probes.jobs.launchers.base import Launcher
 from probes.jobs.launchers.env_ranks import EnvRanks
 from probes.jobs.launchers.launched import Launched
 from probes.jobs.launchers.mp_spawn import MpSpawn
+from probes.jobs.launchers.slurm import Slurm
 from probes.jobs.launchers.torchrun import Torchrun
 
 # The first launcher that finds a job in the watched tree (or claims a process's environment, or the named
@@ -25,6 +26,10 @@ LAUNCHERS: tuple[Launcher, ...] = (
     # torchrun's ranks carry RANK as any launcher's do: it must claim them (by TORCHELASTIC_* or its agent)
     # before "ranks" does.
     Torchrun(),
+    # Slurm's tasks carry SLURM_PROCID, and often MASTER_ADDR/PORT that "ranks" would claim with no rank: they
+    # are read as Slurm's first. After torchrun: torchrun under srun gives its ranks their own RANK, and the
+    # agent (a Slurm task itself) then launches them.
+    Slurm(),
     # RANK from the environment, started by anything else: a process that names its rank is a rank, whatever
     # its parent looks like, so before the launchers recognised by shape.
     EnvRanks(),

@@ -1,0 +1,141 @@
+"""probes/slurm.py and the slurm launcher: Slurm's marks parsed from fixtures (stepd titles, cgroup paths of
+proctrack/cgroup, `scontrol -o` records), a client whose job trains elsewhere judged never hung, and Slurm's real
+commands against the test cluster (tests/slurm_cluster.py), with `gputop --slurm-job`'s bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, wait_for
+
+from probes.diagnosis.job import diagnose_job
+from probes.frame import Frame, JobInfo, ProcessSample, TargetInfo
+from probes.jobs.facts import NoteContext, ProcessFacts, WatchedTree
+from probes.jobs.launchers.slurm import Slurm, task_step
+from probes.slurm import (
+    SlurmError,
+    SlurmStep,
+    cgroup_step,
+    list_pids,
+    parse_step_id,
+    show_job,
+    show_steps,
+    step_of_srun,
+    step_root,
+    stepd_title_step,
+)
+
+CGROUP_FIXTURES = REPO / "tests" / "fixtures" / "cgroup" / "slurm"
+
+
+def test_step_ids_and_stepd_titles():
+    assert parse_step_id("12") == SlurmStep("12") and str(parse_step_id("12.0")) == "12.0"
+    assert parse_step_id("12.batch").is_task_step is False and parse_step_id("12.3").is_task_step
+    assert parse_step_id("x") is None and parse_step_id("12.0.1") is None
+    assert stepd_title_step(["slurmstepd: [7.0]"]) == SlurmStep("7", "0")
+    assert stepd_title_step(["slurmstepd: [7.batch]"]) == SlurmStep("7", "batch")
+    assert stepd_title_step(["/usr/sbin/slurmstepd"]) is None
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("v1_task", (SlurmStep("12", "0"), 1)),  # proctrack/cgroup on cgroup v1: /slurm/uid_U/job_J/step_S/task_T
+    ("v2_task", (SlurmStep("12", "0"), 1)),  # cgroup v2: /system.slice/slurmstepd.scope/job_J/step_S/user/task_T
+    ("v2_batch", (SlurmStep("12", "batch"), 0)),
+    ("no_slurm", None),
+])
+def test_the_step_of_a_task_from_its_cgroup(name, expected):
+    assert cgroup_step((CGROUP_FIXTURES / f"{name}.cgroup").read_text()) == expected
+
+
+def test_a_task_is_named_by_slurm_variables_and_the_batch_script_is_not():
+    task = {"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+            "SLURM_NTASKS": "2", "MASTER_ADDR": "vm", "MASTER_PORT": "29500"}
+    env = Slurm().rank_variables(task)
+    assert (env.rank, env.local_rank, env.world_size, env.slurm_step, env.master_port) == (1, 1, 2, "12.0", 29500)
+    batch = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    assert task_step(batch) is None and Slurm().rank_variables(batch) is None
+
+
+def _srun_tree() -> WatchedTree:
+    return WatchedTree(10, [
+        ProcessFacts(pid=10, ppid=1, role="main", name="srun", cmdline=("srun", "-n", "2", "python", "t.py")),
+        ProcessFacts(pid=11, ppid=10, role="other", name="srun", cmdline=("srun", "-n", "2", "python", "t.py")),
+    ])
+
+
+def test_an_srun_whose_tasks_are_elsewhere_is_never_judged_hung():
+    layout = Slurm().find(_srun_tree())
+    assert layout is not None and layout.training_elsewhere and layout.ranks == ()
+    layout = layout.__class__(**{**layout.__dict__, "slurm_step": "12.0"})
+    note = Slurm().note(layout, NoteContext(attached_pid=10, root_pid=10, attached_rank=None, root_label="srun",
+                                            live_training=0, processes=_srun_tree().by_pid))
+    assert note.startswith("srun (PID 10) runs job 12 step 0, whose tasks are not on this node"), note
+    samples = (ProcessSample(pid=10, ppid=1, role="launcher", name="srun", cpu_pct=0.0),
+               ProcessSample(pid=11, ppid=10, role="other", name="srun", cpu_pct=0.0))
+    job = JobInfo(kind="slurm", attached_pid=10, root_pid=10, launcher_pid=10, note=note, slurm_step="12.0",
+                  training_elsewhere=True)
+    frames = [Frame(seq=i, time=1000.0 + i, interval_s=1.0, target=TargetInfo(pid=10, alive=True),
+                    processes=samples, job=job) for i in range(1, 40)]
+    verdict = diagnose_job(frames, None, hang_after_s=5.0)
+    assert verdict.finding == "elsewhere" and verdict.verdict.liveness == "unknown", verdict
+    assert verdict.verdict.evidence == (note,)
+
+
+# --- the real cluster ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sleep_job(slurm_cluster):
+    """`srun -n 2 sleep` on the test cluster; (srun's Popen, job id) once both tasks run."""
+    srun = subprocess.Popen(["srun", "-n", "2", "-J", "sleeper", "sleep", "600"], env=slurm_cluster.env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job_id = None
+    try:
+        def running():
+            steps = show_steps()
+            return next((s for s in steps if s.srun_pid == srun.pid), None) if not isinstance(steps, SlurmError) \
+                else None
+
+        os.environ["SLURM_CONF"] = str(slurm_cluster.conf)  # for probes/slurm's own scontrol calls
+        step = wait_for(running, timeout=60).step
+        job_id = step.job_id
+        wait_for(lambda: not isinstance(pids := list_pids(step), SlurmError) and len(pids) == 2, timeout=60)
+        yield srun, step
+    finally:
+        from conftest import stop_process_tree
+
+        stop_process_tree(srun)
+        if job_id is not None:
+            slurm_cluster.cancel(job_id)
+        os.environ.pop("SLURM_CONF", None)
+
+
+@pytest.mark.slow
+def test_slurm_commands_on_a_real_cluster(sleep_job, slurm_cluster):
+    srun, step = sleep_job
+    assert step_of_srun(srun.pid).step == step
+    listed = list_pids(step)
+    assert sorted(p.global_id for p in listed) == [0, 1]
+    assert show_job(step)["JobName"] == "sleeper"
+    stepd, served = step_root(SlurmStep(step.job_id))
+    assert served == step and {p.pid for p in listed} <= {c for c in _children(stepd)}
+    assert isinstance(show_job(SlurmStep("999999")), SlurmError)
+
+
+@pytest.mark.slow
+def test_slurm_job_flag_bad_input_is_one_line_and_exit_2(slurm_cluster):
+    env = dict(slurm_cluster.env, PYTHONPATH=str(REPO))
+    for args, said in ((["--slurm-job", "999999"], "Invalid job id"), (["--slurm-job", "1.2.3"], "JOBID.STEP"),
+                       (["--slurm-job", "1", "--pid", "1"], "not allowed")):
+        done = subprocess.run([sys.executable, "-m", "tui", *args, "--snapshot", "-", "--duration", "1"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done
+
+
+def _children(pid: int) -> set[int]:
+    import psutil
+
+    return {c.pid for c in psutil.Process(pid).children()}

@@ -1,0 +1,201 @@
+"""Slurm jobs end to end on the real test cluster (tests/slurm_cluster.py): 2-task gloo jobs of
+tests/targets/slurm_ddp_job.py started by `srun` and by `sbatch`, watched by the real command
+(`python -m tui --pid PID | --slurm-job JOB --snapshot OUT --record REC`) until the job verdict reaches the
+expected state (never a fixed wait), as tests/test_job_e2e.py does for torchrun.
+
+The tasks carry only Slurm's variables (SLURM_PROCID, SLURM_NTASKS, ...) and MASTER_ADDR/PORT, as a job script
+exports them: gputop must find the job, its ranks and the straggler or stuck task from those.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TARGETS, stop_process_tree, wait_for
+
+from probes.monitor import Monitor
+from probes.recording import load_recording
+from probes.slurm import SlurmError, SlurmStep, list_pids, show_steps
+
+pytestmark = pytest.mark.slow
+
+HANG_AFTER_S = 5.0
+TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_env(cluster) -> dict[str, str]:
+    """What the job script exports: the rendezvous address, and this checkout on the path; no RANK."""
+    return dict(cluster.env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO),
+                PYTHONUNBUFFERED="1")
+
+
+def tasks_of(step: SlurmStep) -> dict[int, int]:
+    """{global task id: PID} of a step's tasks on this node."""
+    listed = list_pids(step)
+    return {} if isinstance(listed, SlurmError) else {p.global_id: p.pid for p in listed if p.global_id is not None}
+
+
+class SrunJob:
+    def __init__(self, cluster, tmp_path: Path, mode: str) -> None:
+        self.cluster = cluster
+        self.out = tmp_path / f"srun-{mode}.out"
+        with self.out.open("w") as handle:
+            self.srun = subprocess.Popen(
+                ["srun", "-n", "2", "-J", f"ddp-{mode}", sys.executable, str(TARGETS / "slurm_ddp_job.py"), mode],
+                env=job_env(cluster), start_new_session=True, stdout=handle, stderr=subprocess.STDOUT)
+        self.step: SlurmStep | None = None
+
+    def wait_ready(self) -> None:
+        def started():
+            steps = show_steps()
+            if self.srun.poll() is not None:
+                pytest.fail(f"srun exited with {self.srun.returncode}: {self.out.read_text()}")
+            return None if isinstance(steps, SlurmError) else next(
+                (s.step for s in steps if s.srun_pid == self.srun.pid), None)
+
+        self.step = wait_for(started, timeout=TIMEOUT_S)
+        wait_for(lambda: "ready" in self.out.read_text(), timeout=TIMEOUT_S)
+
+    def stop(self) -> None:
+        stop_process_tree(self.srun)
+        if self.step is not None:
+            self.cluster.cancel(self.step.job_id)
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))  # probes/slurm's scontrol, in this process too
+    return slurm_cluster
+
+
+@pytest.fixture
+def srun_job(slurm_env, tmp_path):
+    jobs = []
+
+    def start(mode: str) -> SrunJob:
+        job = SrunJob(slurm_env, tmp_path, mode)
+        jobs.append(job)
+        job.wait_ready()
+        return job
+
+    yield start
+    for job in jobs:
+        job.stop()
+
+
+def watch_until(target: list[str], tmp_path: Path, reached, env: dict[str, str]):
+    """Run the gputop command on `target` (["--pid", PID] or ["--slurm-job", JOB]) until the job verdict it
+    would show satisfies `reached(job)`; return (snapshot document, the job verdicts after each frame, stderr)."""
+    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
+    for path in (snapshot, recording):
+        path.unlink(missing_ok=True)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tui", *target, "--snapshot", str(snapshot), "--duration", str(TIMEOUT_S + 30),
+         "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
+        cwd=REPO, env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    monitor = Monitor(hang_after_s=HANG_AFTER_S)
+    jobs = []
+    seen = 0
+
+    def job_reached():
+        nonlocal seen
+        frames = list(load_recording(recording).frames) if recording.exists() else []
+        for frame in frames[seen:]:
+            jobs.append(monitor.ingest(frame).job)
+        seen = len(frames)
+        if command.poll() is not None:
+            pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
+        return bool(jobs) and jobs[-1] is not None and reached(jobs[-1])
+
+    try:
+        wait_for(job_reached, timeout=TIMEOUT_S, interval=0.5)
+    finally:
+        command.send_signal(signal.SIGTERM)
+        _, stderr = command.communicate(timeout=60)
+    assert command.returncode == 0, stderr
+    return json.loads(snapshot.read_text()), jobs, stderr
+
+
+def settled(job) -> bool:
+    return not any(line.startswith(("provisional:", "holding:")) for line in job.verdict.evidence)
+
+
+def straggler_named(job) -> bool:
+    return job.finding == "straggler" and job.responsible_rank == 1 and settled(job)
+
+
+def assert_straggler(document, jobs, step: SlurmStep) -> None:
+    job = document["job"]
+    assert (job["kind"], job["slurm_step"], job["world_size"]) == ("slurm", str(step), 2), job
+    assert (job["finding"], job["responsible_rank"]) == ("straggler", 1), document["verdict"]
+    headline = document["verdict"]["evidence"][0]
+    assert headline.startswith("rank 1 is the straggler: ") and "slow_augment (ddp_job.py:" in headline, headline
+    assert [r["rank"] for r in job["ranks"]] == [0, 1]
+    assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung on a healthy job"
+
+
+def test_srun_straggler_attached_to_srun_to_task_0_and_by_slurm_job(srun_job, tmp_path):
+    job = srun_job("straggler")
+    env = job.cluster.env
+    document, jobs, said = watch_until(["--pid", str(job.srun.pid)], tmp_path, straggler_named, env)
+    assert_straggler(document, jobs, job.step)
+    assert f"attached to srun (PID {job.srun.pid}): watching Slurm step {job.step}: 2 tasks" in said, said
+
+    task0 = tasks_of(job.step)[0]
+    document, jobs, said = watch_until(["--pid", str(task0)], tmp_path, straggler_named, env)
+    assert_straggler(document, jobs, job.step)
+    assert f"attached to task 0 (PID {task0})" in said, said
+
+    document, jobs, said = watch_until(["--slurm-job", job.step.job_id], tmp_path, straggler_named, env)
+    assert_straggler(document, jobs, job.step)
+
+
+def test_a_hung_task_is_named_attached_to_a_task(srun_job, tmp_path):
+    job = srun_job("deadlock")
+    task0 = tasks_of(job.step)[0]
+    document, _, _ = watch_until(["--pid", str(task0)], tmp_path,
+                                 lambda j: j.finding == "hung_rank" and j.verdict.liveness == "hung", job.cluster.env)
+    assert (document["job"]["kind"], document["job"]["responsible_rank"]) == ("slurm", 1), document["verdict"]
+    headline = document["verdict"]["evidence"][0]
+    assert headline.startswith("rank 1 stuck in flush_metrics (ddp_job.py:"), headline
+    assert headline.endswith("rank 0 waits for it in all_reduce"), headline
+
+
+def test_sbatch_straggler_attached_to_the_batch_script(slurm_env, tmp_path):
+    out = tmp_path / "sbatch.out"
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n"
+                      f"srun {sys.executable} {TARGETS / 'slurm_ddp_job.py'} straggler\n")
+    submitted = subprocess.run(["sbatch", "--parsable", "-n", "2", "-J", "ddp-batch", "-o", str(out), str(script)],
+                               env=job_env(slurm_env), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        wait_for(lambda: out.exists() and "ready" in out.read_text(), timeout=TIMEOUT_S)
+        listed = list_pids(SlurmStep(job_id))  # scontrol lists a job's steps, not a batch step alone
+        assert not isinstance(listed, SlurmError), listed
+        shell = next(p.pid for p in listed if p.step.step == "batch" and "slurm_script" in " ".join(_cmdline(p.pid)))
+        document, jobs, said = watch_until(["--pid", str(shell)], tmp_path, straggler_named, slurm_env.env)
+        assert_straggler(document, jobs, SlurmStep(job_id, "0"))
+        assert f"attached to slurm_script (PID {shell}): watching Slurm step {job_id}.0" in said, said
+    finally:
+        slurm_env.cancel(job_id)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    except OSError:
+        return []
