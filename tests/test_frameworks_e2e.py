@@ -1,0 +1,77 @@
+"""Real frameworks end to end, as people run them (CPU, tiny models built in the target, nothing downloaded):
+a PyTorch Lightning DDP job started as ``python train.py`` (a straggler, a hung rank), a Hugging Face Trainer
+job starved by its Dataset, and an accelerate ``Accelerator`` job under torchrun with a hung rank.
+
+Each job is watched by the real command through tests/test_job_e2e.py's watch_job_until: the recording is folded
+as it grows until the job verdict reaches the expected state (never a fixed wait), then the command is stopped
+and every process the test started is killed (the spawn_target fixture).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_job_e2e import TIMEOUT_S, settled, watch_job_until
+
+from probes.frame import ROLE_DATALOADER_WORKER
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    """A port for the job's gloo rendezvous (MASTER_PORT), so jobs of parallel tests never meet."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_lightning(spawn_target, tmp_path: Path, mode: str):
+    """``python lightning_ddp.py MODE`` in tmp_path (its lightning_logs land there), stdout and stderr to a file;
+    returns rank 0, the process the user started, once it has printed 'ready'."""
+    out = tmp_path / f"lightning_{mode}.out"
+    with out.open("w") as handle:
+        return spawn_target("lightning_ddp.py", mode, env={"MASTER_PORT": str(free_port())}, cwd=tmp_path,
+                            stdout=handle, stderr=subprocess.STDOUT, timeout=TIMEOUT_S,
+                            ready=lambda proc: "ready" in out.read_text())
+
+
+def test_lightning_straggler_is_named_attached_to_the_users_command(spawn_target, tmp_path):
+    began = time.monotonic()
+    rank_zero = start_lightning(spawn_target, tmp_path, "straggler")
+    document, _, jobs = watch_job_until(
+        rank_zero.pid, tmp_path,
+        lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))
+    job = document["job"]
+    assert (job["kind"], job["world_size"], job["launcher_pid"]) == ("lightning", 2, rank_zero.pid)
+    ranks = {r["rank"]: r for r in job["ranks"]}
+    assert ranks[0]["pid"] == rank_zero.pid and set(ranks) == {0, 1}
+    headline = document["verdict"]["evidence"][0]
+    assert headline.startswith("rank 1 is the straggler: ") and "slow_augment (lightning_ddp.py:" in headline, headline
+    assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung on a slow job"
+    print(f"lightning straggler named; test took {time.monotonic() - began:.1f} s: {headline}")
+
+
+def test_lightning_hung_rank_is_named_attached_to_rank_one(spawn_target, tmp_path):
+    began = time.monotonic()
+    rank_zero = start_lightning(spawn_target, tmp_path, "hung")
+    children = [c for c in psutil.Process(rank_zero.pid).children() if c.name() != "pt_data_worker"]
+    assert len(children) == 1, children
+    rank_one = children[0].pid
+    document, frames, _ = watch_job_until(
+        rank_one, tmp_path, lambda job: job.finding == "hung_rank" and job.verdict.liveness == "hung")
+    job = document["job"]
+    assert (job["kind"], job["launcher_pid"]) == ("lightning", rank_zero.pid)
+    assert (job["finding"], job["responsible_rank"]) == ("hung_rank", 1), document["verdict"]
+    assert {r["rank"]: r["pid"] for r in job["ranks"]} == {0: rank_zero.pid, 1: rank_one}
+    headline = document["verdict"]["evidence"][0]
+    assert headline.startswith("rank 1 stuck in ") and "wait_for_shared_lock (lightning_ddp.py:" in headline, headline
+    assert "rank 0 waits for it in the gradient all-reduce" in headline, headline
+    workers = [p for p in frames[-1].processes if p.role == ROLE_DATALOADER_WORKER]
+    assert {p.owner_pid for p in workers} == {rank_zero.pid, rank_one}, "each rank's worker belongs to that rank"
+    assert all(p.owner_pid == p.ppid for p in workers)
+    print(f"lightning hung rank named; test took {time.monotonic() - began:.1f} s: {headline}")
