@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
 
-from probes.logformats import generic, hf_trainer, lightning, nanogpt, tqdm
+from probes.logformats import generic, hf_trainer, lightning, lightning_csv, nanogpt, tqdm
 from probes.logformats.interface import FormatParser, LogFormat, ProgressLine
 
 __all__ = ["FORMATS", "FormatParser", "LogFormat", "ProgressLine", "format_named", "known_format", "parse_line",
@@ -24,6 +24,8 @@ FORMATS: tuple[FormatParser, ...] = (
     nanogpt.FORMAT,  # its lines carry "iter N", "loss" and "time": generic would take them and lose the mfu
     hf_trainer.FORMAT,  # a whole dict per line, a shape no other format reads: any slot before generic
     lightning.FORMAT,  # an "Epoch N:" bar is also a tqdm bar: before tqdm, or the iteration would reset per epoch
+    # Its header (comma-joined names with step and epoch) is a shape no other format reads: any slot before generic.
+    lightning_csv.FORMAT,
     tqdm.FORMAT,  # any other bar; before generic, which would read a bar showing step=N, loss=X and lose its rate
     generic.FORMAT,  # last: any step number with a time or a loss, so every specific format must come first
 )

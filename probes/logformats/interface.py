@@ -9,7 +9,7 @@ from typing import Literal
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
-LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "tqdm", "generic"]
+LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic"]
 
 
 @dataclass(frozen=True)
