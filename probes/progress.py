@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import glob
 import os
 import re
 import stat
@@ -32,7 +33,15 @@ import time
 from collections.abc import Sequence
 
 from probes.frame import ROLE_MAIN, ROLE_RANK, ProcessSample, ProgressReading
-from probes.logformats import LogFormat, LogReader, ProgressLine, format_named, parse_line, reported_format
+from probes.logformats import (
+    LogFormat,
+    LogReader,
+    ProgressLine,
+    format_named,
+    lightning_csv,
+    parse_line,
+    reported_format,
+)
 
 INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead
@@ -138,12 +147,17 @@ class LogProgressProbe:
         self._bar_done = False
         # (time, highest iteration seen at that time), one entry per distinct time
         self._sightings: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)
+        # Lightning's metrics.csv and its header's names, while it is the log read (_read_lightning_metrics)
+        self._metrics_csv: _TailedFile | None = None
+        self._metrics_columns: tuple[str, ...] = ()
 
     def read(self, owners: Sequence[LogOwner] | None = None) -> ProgressReading | None:
         """The progress so far; ``owners`` (from ``log_owners``) says whose log to prefer this tick, and without
         it the log of the PID the probe was made for is read."""
         try:
-            self._read_new_lines(owners or [(self.pid, None)])
+            owners = owners or [(self.pid, None)]
+            self._read_new_lines(owners)
+            self._read_lightning_metrics(owners[0][0])
         except Exception as exc:
             self.reason = f"reading the log failed: {exc}"
         return self._reading()
@@ -152,6 +166,9 @@ class LogProgressProbe:
         for tailed in self._files:
             tailed.close()
         self._files = []
+        if self._metrics_csv is not None:
+            self._metrics_csv.close()
+            self._metrics_csv = None
 
     # --- sources ---
 
@@ -240,6 +257,46 @@ class LogProgressProbe:
             fresh = _TailedFile(self.log_path, self.log_path, (info.st_dev, info.st_ino))
             fresh.offset = 0
             self._files = [fresh]
+
+    def _read_lightning_metrics(self, pid: int) -> None:
+        """Lightning's CSVLogger file, the newest ``lightning_logs/version_*/metrics.csv`` in the job's working
+        directory (or one folder below it: ``CSVLogger("logs")``), while stdout and stderr show no progress (no
+        bar is drawn when they are not a terminal) and no --log was named.
+
+        Found by the process's cwd, not an open fd: CSVLogger opens the file only while a flush writes it. Its rows
+        mean nothing without its header, which is reread each time: a new logged name rewrites the whole file.
+        """
+        if self.log_path or self._format not in (None, "lightning_csv"):
+            return
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:  # gone, or not ours to read: the stdout reading has said why
+            return
+        found = [path for pattern in ("lightning_logs/version_*/metrics.csv", "*/lightning_logs/version_*/metrics.csv")
+                 for path in glob.glob(os.path.join(glob.escape(cwd), pattern))]
+        if not found:
+            return
+        newest = max(found, key=os.path.getmtime)
+        with open(newest, encoding="utf-8", errors="replace") as handle:
+            names = lightning_csv.columns(handle.readline().strip())
+        if names is None:
+            return
+        current = self._metrics_csv
+        if current is None or current.open_path != newest or names != self._metrics_columns:
+            if current is not None:
+                current.close()
+            info = os.stat(newest)
+            current = self._metrics_csv = _TailedFile(newest, newest, (info.st_dev, info.st_ino))
+            self._metrics_columns = names
+        segments, _, backlog = current.read_segments()  # a row is written whole with its newline
+        seen_at = os.fstat(current.handle.fileno()).st_mtime if backlog else time.time()
+        if backlog:  # the header names the format before a row has been flushed
+            header = ",".join(names)
+            self._take(header, newest, seen_at, lightning_csv.parse(header))
+        for segment in segments:
+            record = lightning_csv.row(names, segment.strip())
+            if record is not None:
+                self._take(segment, newest, seen_at, record)
 
     # --- reading ---
 

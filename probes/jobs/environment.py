@@ -30,6 +30,7 @@ class DistEnv:
     world_size: int | None = None
     local_world_size: int | None = None
     group_rank: int | None = None
+    node_rank: int | None = None  # NODE_RANK: Lightning's launcher gives it to the ranks it starts
     restart_count: int | None = None  # TORCHELASTIC_RESTART_COUNT
     run_id: str | None = None  # TORCHELASTIC_RUN_ID
     master_addr: str | None = None

@@ -20,6 +20,7 @@ from probes.logformats import (
     generic,
     hf_trainer,
     lightning,
+    lightning_csv,
     litgpt,
     llm_c,
     megatron,
@@ -45,6 +46,8 @@ FORMATS: tuple[FormatParser, ...] = (
     nanogpt.FORMAT,  # its lines carry "iter N", "loss" and "time": generic would take them and lose the mfu
     hf_trainer.FORMAT,  # a whole dict per line, a shape no other format reads: any slot before generic
     lightning.FORMAT,  # an "Epoch N:" bar is also a tqdm bar: before tqdm, or the iteration would reset per epoch
+    # Its header (comma-joined names with step and epoch) is a shape no other format reads: any slot before generic.
+    lightning_csv.FORMAT,
     tqdm.FORMAT,  # any other bar; before generic, which would read a bar showing step=N, loss=X and lose its rate
     # "iter N | step M: loss X, iter time: T ms": generic would take the micro-step "iter N" as the step
     litgpt.FORMAT,

@@ -9,8 +9,8 @@ from typing import Literal
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
-LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "tqdm", "generic", "composer", "deepspeed", "megatron",
-                    "litgpt", "llm_c", "fairseq", "torchtitan"]
+LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
+                    "megatron", "litgpt", "llm_c", "fairseq", "torchtitan"]
 
 
 @dataclass(frozen=True)

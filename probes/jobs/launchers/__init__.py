@@ -16,6 +16,7 @@ from probes.jobs.environment import DistEnv, gpu_environment, read_environ
 from probes.jobs.launchers.base import Launcher
 from probes.jobs.launchers.env_ranks import EnvRanks
 from probes.jobs.launchers.launched import Launched
+from probes.jobs.launchers.lightning import LightningSubprocess
 from probes.jobs.launchers.mp_spawn import MpSpawn
 from probes.jobs.launchers.slurm import Slurm
 from probes.jobs.launchers.torchrun import Torchrun
@@ -30,6 +31,11 @@ LAUNCHERS: tuple[Launcher, ...] = (
     # are read as Slurm's first. After torchrun: torchrun under srun gives its ranks their own RANK, and the
     # agent (a Slurm task itself) then launches them.
     Slurm(),
+    # Lightning's children carry LOCAL_RANK, NODE_RANK and WORLD_SIZE but no RANK, and rank 0 (their parent, the
+    # user's own process) none: its reader must run before "ranks", which would read them as rankless, and its
+    # find before "ranks", which would take the children for the whole job and miss rank 0. After torchrun:
+    # under torchrun every rank has RANK and Lightning starts no children.
+    LightningSubprocess(),
     # RANK from the environment, started by anything else: a process that names its rank is a rank, whatever
     # its parent looks like, so before the launchers recognised by shape.
     EnvRanks(),
