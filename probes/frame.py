@@ -267,7 +267,7 @@ LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
 # order; tests/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
 # know; "launched": one Python training process under a launcher (bash, uv run, a container init).
-JobKind = Literal["torchrun", "ranks", "mp.spawn", "launched"]
+JobKind = Literal["accelerate", "deepspeed", "torchrun", "mpirun", "ranks", "mp.spawn", "launched"]
 
 
 @dataclass(frozen=True)

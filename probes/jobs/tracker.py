@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from probes.frame import JobInfo, ProcessSample, StacksReading
 from probes.jobs.environment import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
 from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
-from probes.jobs.launchers import launcher_of_kind, launcher_of_process, read_dist_env
+from probes.jobs.launchers import launcher_label, launcher_of_kind, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.root import resolve_root_safely
@@ -147,9 +147,7 @@ class JobTracker:
 
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:
         root = by_pid.get(self.root_pid)
-        root_launcher = launcher_of_process(root.name, root.cmdline) if root is not None else None
-        # A launcher's own process is named after the launcher: torchrun's agent's comm, pt_elastic, says little.
-        root_label = root_launcher.kind if root_launcher is not None else (root.name if root and root.name else "PID")
+        root_label = launcher_label(root.name, root.cmdline) if root is not None else "PID"
         context = NoteContext(attached_pid=self.attached_pid, root_pid=self.root_pid,
                               attached_rank=self._attached_rank, root_label=root_label,
                               live_training=live_training, processes=by_pid)

@@ -34,6 +34,11 @@ class Launcher(ABC):
         """Whether a process (its /proc/PID/comm and command line) is this launcher's own."""
         return False
 
+    def command_name(self, cmdline: Sequence[str]) -> str:
+        """What the user typed to start this launcher, as the note names it ("accelerate launch",
+        "torch.distributed.launch"), from its own process's command line (empty when not in sight)."""
+        return self.kind
+
     @abstractmethod
     def find(self, tree: WatchedTree) -> JobLayout | None:
         """This launcher's job in the watched tree, or None when the tree holds none."""
@@ -54,8 +59,9 @@ class Launcher(ABC):
 
     def note(self, layout: JobLayout, context: NoteContext) -> str:
         """The one line that says what gputop found: on stderr in headless mode, in the TUI's header."""
-        what = (f"{layout.kind} job, {context.live_training} rank{'s' if context.live_training != 1 else ''} "
-                "on this node")
+        launcher = context.processes.get(layout.launcher_pid) if layout.launcher_pid is not None else None
+        what = (f"{self.command_name(launcher.cmdline if launcher else ())} job, {context.live_training} "
+                f"rank{'s' if context.live_training != 1 else ''} on this node")
         ranks = dict(layout.ranks)
         if context.attached_pid != context.root_pid:
             attached = context.processes.get(context.attached_pid)
