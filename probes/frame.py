@@ -304,6 +304,10 @@ class JobInfo:
     selected_pid: int | None = None  # the rank the user attached to (selected first in the TUI)
     # One line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it".
     note: str | None = None
+    # The job knows its world size (probes/jobs/world.py): ranks this node should hold that were never seen here
+    # (exited before gputop attached), and ranks on other nodes as inclusive (first, last) ranges.
+    missing_ranks: tuple[int, ...] = ()
+    ranks_elsewhere: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

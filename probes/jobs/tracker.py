@@ -19,6 +19,7 @@ from probes.jobs.launchers import launcher_label, launcher_of_kind, read_dist_en
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.root import resolve_root_safely
+from probes.jobs.world import WorldAccount, WorldWatch
 from probes.textfiles import read_text
 
 # A Python launcher waits for its child in the kernel's wait4: /proc/PID/wchan says do_wait.
@@ -48,6 +49,7 @@ class JobTracker:
         self._attached_rank = choice.attached_rank
         self._static: dict[tuple[int, int | None], _Static] = {}
         self._known_ranks: dict[int, int] = {}  # pid -> rank, as last laid out (mp.spawn's numbers stick)
+        self._world_watch = WorldWatch()
         self._main: int | None = None
         self._last_layout: JobLayout | None = None
         self._launchers: tuple[int, ...] = ()
@@ -132,6 +134,7 @@ class JobTracker:
             selected = self.attached_pid
         elif self._attached_rank is not None:  # the rank the user named was restarted: follow its number
             selected = next((pid for pid in rank_pids if ranks.get(pid) == self._attached_rank), None)
+        world = self._world(layout, by_pid)
         return JobInfo(
             kind=layout.kind,
             attached_pid=self.attached_pid,
@@ -143,7 +146,18 @@ class JobTracker:
             rank_pids=rank_pids,
             selected_pid=selected,
             note=self._note(layout, by_pid, len(rank_pids)),
+            missing_ranks=world.missing,
+            ranks_elsewhere=world.elsewhere,
         )
+
+    def _world(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts]) -> WorldAccount:
+        """The ranks of the world this node lacks: this node's share and number as the launcher states them (one
+        that says nothing leaves the share unknown, and nothing is called missing)."""
+        ranks = sorted((by_pid[pid] for pid, _ in layout.ranks if pid in by_pid), key=lambda f: not f.alive)
+        local_world_size = launcher_of_kind(layout.kind).stated_local_world_size(layout, ranks) if ranks else None
+        group_rank = next((f.env.group_rank for f in ranks if f.env.group_rank is not None), None)
+        return self._world_watch.update(layout.world_size if ranks else None, local_world_size, group_rank,
+                                        [rank for _, rank in layout.ranks])
 
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:
         root = by_pid.get(self.root_pid)

@@ -52,6 +52,11 @@ class Launcher(ABC):
         """A rank's local rank (its position on this node)."""
         return process.env.local_rank
 
+    def stated_local_world_size(self, layout: JobLayout, ranks: Sequence[ProcessFacts]) -> int | None:
+        """How many ranks this node holds, as the launcher states it (LOCAL_WORLD_SIZE or its own variable), live
+        ranks first; None when it does not say. Not a count of the ranks seen: a rank may be gone."""
+        return next((f.env.local_world_size for f in ranks if f.env.local_world_size is not None), None)
+
     def keeps_job_without_training(self, root: ProcessFacts) -> bool:
         """Whether the root still stands for this job while no training process lives (between a rank's exit
         and its restart, or a script's programs)."""
