@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def running(command: list[str], log: Path, ready: str = "ready", env: dict[str, 
         yield proc
     finally:
         kill_job(proc)
+
+
+@contextlib.contextmanager
+def keeper_stopped(log: Path):
+    """The child rank 1 left holding its sockets (launcher_job.py's gone()) ends with rank 0; killed here too."""
+    try:
+        yield
+    finally:
+        found = re.search(r"PID (\d+) holds its sockets", log.read_text())
+        if found:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(int(found.group(1))).kill()
 
 
 def live_children(pid: int) -> list[psutil.Process]:
@@ -138,7 +151,8 @@ def test_torchrun_under_uv_run_is_found_from_uv(tmp_path):
 def test_a_rank_gone_before_attach_is_named_while_rank_0_waits_in_all_reduce(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                "127.0.0.1", "--master_port", str(free_port()), JOB, "gone"]
-    with running(command, tmp_path / "job.log", ready="waiting", env={"TORCH_GLOO_LAZY_INIT": "1"}) as job:
+    log = tmp_path / "job.log"
+    with running(command, log, ready="waiting") as job, keeper_stopped(log):
         # The state to attach in: rank 1 has exited and torchrun has reaped it; rank 0 is left.
         (rank0,) = wait_for(lambda: len(live_children(job.pid)) == 1 and not any(
             c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process(job.pid).children())
