@@ -176,3 +176,33 @@ def test_a_rank_gone_before_attach_is_named_while_rank_0_waits_in_all_reduce(tmp
             "collective timeout, 30 min (no rank uses a GPU)")
         assert not any(v is not None and v.finding == "rank_exited" and "has exited" in v.verdict.evidence[0]
                        for v in verdicts), "a rank never seen here is gone before attach, not 'has exited'"
+
+
+def test_one_node_of_a_larger_world_lists_the_other_ranks_and_calls_none_missing(tmp_path):
+    # Node 0 of a 2-node job as a script starts it: two ranks with WORLD_SIZE=4, LOCAL_WORLD_SIZE=2, GROUP_RANK=0.
+    rank = 'RANK={0} LOCAL_RANK={0} WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 "$PYTHON" -c "$SLEEPER" &'
+    script = " ".join(rank.format(n) for n in (0, 1)) + " wait"
+    sleeper = "import time; print('ready', flush=True); time.sleep(600)"
+    with running(["bash", "-c", script], tmp_path / "job.log", env={"PYTHON": sys.executable, "SLEEPER": sleeper}) \
+            as job:
+        frame = found_job(job.pid, "ranks")
+        assert (frame.job.world_size, frame.job.ranks_elsewhere, frame.job.missing_ranks) == (4, ((2, 3),), ())
+        monitor = Monitor(hang_after_s=HANG_AFTER_S)
+        with watching(job.pid) as watch:
+            watch.until(lambda f: (view := monitor.ingest(f)).job is not None and len(view.job.ranks) == 2)
+        assert all("gone" not in line for line in monitor.ingest(watch.engine.tick()).job.verdict.evidence)
+
+
+def test_accelerate_launch_of_one_process_is_a_launched_trainer_named_after_accelerate(tmp_path):
+    accelerate = Path(sys.executable).with_name("accelerate")
+    if not accelerate.exists():
+        pytest.skip("accelerate is not installed (pip install accelerate)")
+    command = [sys.executable, str(accelerate), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", str(TARGETS / "busy_loop.py"), "--seconds", "300"]
+    with running(command, tmp_path / "job.log") as job:
+        (child,) = live_children(job.pid)
+        with watching(job.pid) as watch:
+            frame = watch.until(lambda f: f.job is not None and f.job.rank_pids == (child.pid,))
+        assert frame.job.kind == "launched"
+        assert frame.job.note.startswith(f"attached to accelerate launch (PID {job.pid}): watching python"), \
+            frame.job.note
