@@ -13,6 +13,7 @@ from test_launchers import FIXTURES, fixture_attachment, fixture_facts, load_fix
 
 from probes.jobs.facts import NoteContext
 from probes.jobs.launchers import LAUNCHERS, launcher_label, launcher_of_kind, parse_dist_env
+from probes.jobs.launchers.mpi import Mpi
 from probes.jobs.layout import find_layout
 from probes.jobs.root import resolve_root
 
@@ -62,13 +63,18 @@ def test_deepspeed_ranks_read_its_local_size_and_node_number():
     assert (env.rank, env.local_rank, env.world_size, env.local_world_size, env.group_rank) == (3, 1, 4, 2, 1)
 
 
-def test_mpi_ranks_read_open_mpi_and_mpich_numbers_but_leave_slurm_tasks_to_slurm():
+def test_mpi_ranks_read_open_mpi_and_mpich_numbers_but_leave_srun_pmi_tasks_to_slurm():
     ompi = parse_dist_env({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                            "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"})
     assert (ompi.rank, ompi.local_rank, ompi.world_size, ompi.local_world_size) == (5, 1, 8, 4)
     mpich = parse_dist_env({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"})
     assert (mpich.rank, mpich.local_rank, mpich.world_size, mpich.local_world_size) == (2, 0, 4, 2)
-    assert parse_dist_env({"PMI_RANK": "1", "PMI_SIZE": "2", "SLURM_PROCID": "1"}).rank is None
+    # srun --mpi=pmi2: Slurm is the PMI server and its task numbers are Slurm's to read.
+    assert Mpi().rank_variables({"PMI_RANK": "1", "PMI_SIZE": "2", "SLURM_PROCID": "1"}) is None
+    # mpirun in a batch script: each rank inherits the batch shell's SLURM_PROCID=0; MPI's number is the rank.
+    assert Mpi().rank_variables({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                                 "SLURM_PROCID": "0"}).rank == 1
+    assert Mpi().rank_variables({"PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_PROCID": "0"}).rank == 3
 
 
 def test_a_process_that_only_names_accelerate_or_deepspeed_is_no_launcher():

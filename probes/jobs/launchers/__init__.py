@@ -34,8 +34,10 @@ LAUNCHERS: tuple[Launcher, ...] = (
     # torchrun's ranks carry RANK as any launcher's do: it must claim them (by TORCHELASTIC_* or its agent)
     # before "ranks" does.
     Torchrun(),
-    # MPI's ranks are numbered by OMPI_COMM_WORLD_* / PMI_* (and sometimes RANK exported too): MPI's own numbers
-    # are read, and its ranks claimed by their mpirun parent, before "ranks" takes any RANK it sees.
+    # MPI's ranks are numbered by OMPI_COMM_WORLD_* / PMI_* (and sometimes RANK, or a scheduler's inherited
+    # variables, too): MPI's own numbers are read, and its ranks claimed by their mpirun parent, before any
+    # launcher that reads a RANK or a scheduler's task number. After torchrun: `mpirun torchrun ...` starts one
+    # agent per node, whose ranks inherit the agent's OMPI_* but carry their own RANK.
     Mpi(),
     # RANK from the environment, started by anything else: a process that names its rank is a rank, whatever
     # its parent looks like, so before the launchers recognised by shape.

@@ -34,10 +34,12 @@ class Mpi(Launcher):
     kind = "mpirun"
 
     def rank_variables(self, environ: Mapping[str, str]) -> DistEnv | None:
-        """MPI's numbers; torch's own variables (MASTER_ADDR, ...) where the job exported them too. Slurm's
-        tasks under `srun --mpi=pmi2` carry PMI_RANK as well: they are Slurm's to read."""
+        """MPI's numbers, over any scheduler variable a rank inherited (mpirun in a Slurm batch script: every
+        rank carries the batch shell's SLURM_PROCID=0); torch's own (MASTER_ADDR, ...) where the job exported
+        them. Not PMI_RANK equal to SLURM_PROCID: that is srun acting as the PMI server (`srun --mpi=pmi2`), a
+        Slurm task for Slurm's reader."""
         names = next((names for names in (OPEN_MPI_VARIABLES, MPICH_VARIABLES) if names[0] in environ), None)
-        if names is None or "SLURM_PROCID" in environ:
+        if names is None or (names is MPICH_VARIABLES and environ.get("PMI_RANK") == environ.get("SLURM_PROCID")):
             return None
         rank, local_rank, world_size, local_world_size = (int_or_none(environ.get(name)) for name in names)
         return dataclasses.replace(torch_distributed_env(environ), rank=rank, local_rank=local_rank,
