@@ -276,7 +276,8 @@ LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
 # order; tests/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
 # know; "launched": one Python training process under a launcher (bash, uv run, a container init).
-JobKind = Literal["torchrun", "slurm", "lightning", "ranks", "mp.spawn", "launched"]
+JobKind = Literal["accelerate", "deepspeed", "torchrun", "mpirun", "slurm", "lightning", "ranks", "mp.spawn",
+                  "launched"]
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,10 @@ class JobInfo:
     # The watched tree is a client (srun, salloc) of a job whose training processes are not in it: nothing there
     # to judge, so the job's liveness is unknown, never hung.
     training_elsewhere: bool = False
+    # The job knows its world size (probes/jobs/world.py): ranks this node should hold that were never seen here
+    # (exited before gputop attached), and ranks on other nodes as inclusive (first, last) ranges.
+    missing_ranks: tuple[int, ...] = ()
+    ranks_elsewhere: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

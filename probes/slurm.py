@@ -78,6 +78,23 @@ class StepInfo:
     srun_pid: int | None
 
 
+_TASKS_PER_NODE = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+def tasks_on_node(tasks_per_node: str | None, node_index: int | None) -> int | None:
+    """How many tasks Slurm put on the node numbered `node_index` of a step, from its compressed per-node count
+    (SLURM_STEP_TASKS_PER_NODE: "2", "2(x3),1" = 2,2,2,1); None where either is missing or malformed."""
+    if not tasks_per_node or node_index is None or node_index < 0:
+        return None
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        match = _TASKS_PER_NODE.match(part.strip())
+        if match is None:
+            return None
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts[node_index] if node_index < len(counts) else None
+
+
 def parse_step_id(text: str) -> SlurmStep | None:
     """'12' or '12.0' or '12.batch' as a SlurmStep; None when it is not one."""
     match = _STEP_ID.match(text.strip())

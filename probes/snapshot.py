@@ -116,6 +116,8 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
         "slurm_step": info.slurm_step if info is not None else None,
         "world_size": info.world_size if info is not None else None,
         "launcher_pid": info.launcher_pid if info is not None else None,
+        "missing_ranks": list(info.missing_ranks) if info is not None else [],
+        "ranks_elsewhere": [list(span) for span in info.ranks_elsewhere] if info is not None else [],
         "finding": job.finding,
         "responsible_rank": job.responsible_rank,
         "ranks": [

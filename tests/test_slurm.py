@@ -26,6 +26,7 @@ from probes.slurm import (
     step_of_srun,
     step_root,
     stepd_title_step,
+    tasks_on_node,
 )
 
 CGROUP_FIXTURES = REPO / "tests" / "fixtures" / "cgroup" / "slurm"
@@ -57,6 +58,18 @@ def test_a_task_is_named_by_slurm_variables_and_the_batch_script_is_not():
     assert (env.rank, env.local_rank, env.world_size, env.slurm_step, env.master_port) == (1, 1, 2, "12.0", 29500)
     batch = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
     assert task_step(batch) is None and Slurm().rank_variables(batch) is None
+
+
+@pytest.mark.parametrize(("per_node", "node", "expected"), [
+    ("2", 0, 2), ("2(x3),1", 2, 2), ("2(x3),1", 3, 1), ("2(x3),1", 4, None), ("2", None, None), ("two", 0, None),
+])
+def test_this_nodes_share_of_a_step(per_node, node, expected):
+    """SLURM_STEP_TASKS_PER_NODE's compressed counts, read for this node (SLURM_NODEID): the share that lets a
+    gone task be named missing rather than elsewhere."""
+    assert tasks_on_node(per_node, node) == expected
+    task = {"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "4",
+            "SLURM_STEP_TASKS_PER_NODE": per_node, **({"SLURM_NODEID": str(node)} if node is not None else {})}
+    assert Slurm().rank_variables(task).local_world_size == expected
 
 
 def _srun_tree() -> WatchedTree:

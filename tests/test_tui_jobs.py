@@ -367,3 +367,19 @@ def test_finding_words_name_the_responsible_rank():
     assert finding_words(dataclasses.replace(job, finding="rank_exited", responsible_rank=0)) == "rank 0 exited"
     assert finding_words(dataclasses.replace(job, finding="shared", responsible_rank=None)) == "all ranks alike"
     assert finding_words(dataclasses.replace(job, finding="single", responsible_rank=0)) is None
+
+
+@pilot_test
+async def test_ranks_with_no_process_here_are_listed_below_the_ranks_and_cannot_be_selected():
+    frames = with_job_info(straggler_frames(), world_size=6, missing_ranks=(2,), ranks_elsewhere=((3, 5),))
+    app = job_app(frames)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        rows = table_rows(app, "ranks-table")
+        assert [(row[0], row[2], row[6]) for row in rows[2:]] == [
+            ("2", "-", "gone (exited before attach)"), ("3–5", "-", "not on this node")]
+        await pilot.press("5", "j", "j", "j", "enter")  # onto the last row, "3–5": nothing to select
+        await pilot.pause()
+        assert app.selected_rank_pid is None
+        await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
+        assert app.selected_rank_pid is None, "[ and ] step through the ranks that have a process, then all"

@@ -39,7 +39,7 @@ from probes.recording import Recorder
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
-from tui.panes.ranks import RankRow, RanksPane, rank_group, rank_label, rank_rows
+from tui.panes.ranks import RankRow, RanksPane, absent_ranks, rank_group, rank_label, rank_rows
 from tui.panes.stacks import HotTable, StacksPane
 from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
@@ -318,7 +318,8 @@ class GputopApp(App[None]):
         group = rank_group(shown, selected.pid) if selected is not None else None
         scope_words = rank_scope_words(selected, group) if selected is not None else None
         job_info = view.shown.job
-        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None)
+        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None,
+                                       absent_ranks(job_info))
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)

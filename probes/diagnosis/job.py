@@ -5,7 +5,8 @@ Each rank is diagnosed as a lone process: project_rank() cuts a frame down to th
 processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the previous
 JobVerdict's ranks). The ranks are then compared, in this order:
 
-1. rank_exited: a rank is gone while others live: they wait for it until the collective timeout.
+1. rank_exited: a rank is gone while others live: they wait for it until the collective timeout. A rank this
+   node should hold that was never seen (JobInfo.missing_ranks: it exited before gputop attached) is gone too.
 2. hung_rank: a rank is stuck outside a collective (its main thread silent, as diagnose judges it) while the
    others wait in one: the job is hung, though its launcher looks fine.
 3. straggler: the others wait in collectives most of the time while one rank works elsewhere: the job's
@@ -410,6 +411,49 @@ def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_D
                                            tuple(advice)), first.rank)
 
 
+def _numbers_text(numbers: Sequence[int]) -> str:
+    shown = [str(n) for n in numbers[:RANKS_LISTED]]
+    if len(numbers) > RANKS_LISTED:
+        shown.append(f"{len(numbers) - RANKS_LISTED} more")
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(shown)
+
+
+def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
+    """Ranks this node should hold that were never seen (JobInfo.missing_ranks: gone before gputop attached):
+    the live ranks cannot finish a collective without them."""
+    job = history[-1].job
+    missing = list(job.missing_ranks) if job is not None else []
+    if not missing or not live:
+        return None
+    backend, why = _backend(history, live)
+    timeout = (_timeout_text(backend, why) if backend is not None
+               else "the collective timeout (gloo 30 min, NCCL 10 min by default)")
+    verb = "is" if len(missing) == 1 else "are"
+    head = f"{_numbers_text(missing)} of {job.world_size} {verb} gone (exited before attach)"
+    waiting = [d for d in live if _in_collective_now(d)]
+    if waiting:
+        verb = "waits" if len(waiting) == 1 else "wait"
+        head += f"; {_ranks_text(waiting)} {verb} in {_wait_place(waiting[0])}: hung until {timeout}"
+    else:
+        them = "it" if len(missing) == 1 else "them"
+        head += f"; the others will wait for {them} at their next collective until {timeout}"
+    lines = [head]
+    for d in [d for d in live if d not in waiting][:RANKS_LISTED]:
+        lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
+    advice = [
+        (f"Find why {_numbers_text(missing)} ended before gputop attached: the launcher's output has its exit code "
+         "and traceback; dmesg shows whether the OOM killer ended it."),
+        ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
+         "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
+    ]
+    # Every live rank waiting for a rank that no longer exists: no collective can finish, whatever they show.
+    everyone_waits = len(waiting) == len(live)
+    verdict = Verdict("comms_bound" if waiting else live[0].verdict.bottleneck,
+                      "hung" if everyone_waits else _job_liveness(live), 1.0 if everyone_waits else 0.6,
+                      tuple(lines), tuple(advice))
+    return _Finding("rank_exited", verdict, missing[0])
+
+
 def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
     stuck = [d for d in live if d.hung and d.evidence is not None and not _in_collective_now(d)]
     if not stuck:
@@ -578,9 +622,9 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
                           ranks=ranks, responsible_rank=previous.responsible_rank if previous is not None else None)
     live = [d for d in diagnosed if d.member.alive]
     gone = [d for d in diagnosed if not d.member.alive]
-    if len(live) == 1 and not gone:
+    if len(live) == 1 and not gone and not latest.job.missing_ranks:
         return JobVerdict(verdict=live[0].verdict, finding="single", ranks=ranks, responsible_rank=live[0].rank)
-    found = (_rank_exited(history, live, gone, previous) or _hung_rank(history, live)
+    found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live) or _hung_rank(history, live)
              or _straggler(live, previous, latest.job.launcher_pid, latest.time) or _shared(live) or _mixed(live))
     found = _settle(found, previous)
     verdict = found.verdict

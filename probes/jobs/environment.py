@@ -134,6 +134,40 @@ def is_python_command(cmdline: Sequence[str], exe: str | None = None) -> bool:
     return any(_PYTHON_NAME.match(name) for name in names)
 
 
+# Interpreter options that take the next argument as their value (python -X dev -W error -m ...).
+_PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
+@dataclass(frozen=True)
+class PythonProgram:
+    """What a Python command line runs: a module (`-m torch.distributed.run`) or a script, and its arguments."""
+
+    module: str | None
+    script: str | None
+    args: tuple[str, ...]
+
+
+def python_program(cmdline: Sequence[str]) -> PythonProgram | None:
+    """What an interpreter's command line (`python [options] -m module ...` or `python [options] script ...`)
+    runs; None for `-c`, a bare interpreter, or an empty command line. Only the program counts: a later argument
+    that names a launcher (`conda run torchrun ...`) is that program's argument."""
+    args = list(cmdline[1:])
+    while args:
+        arg = args.pop(0)
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            module = arg[2:] or (args.pop(0) if args else "")
+            return PythonProgram(module, None, tuple(args)) if module else None
+        if arg == "-c" or (arg.startswith("-c") and not arg.startswith("--")):
+            return None
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            if args:
+                args.pop(0)
+            continue
+        if not arg.startswith("-"):
+            return PythonProgram(None, arg, tuple(args))
+    return None
+
+
 def short_command(cmdline: Sequence[str]) -> str:
     """'python train.py --lr 3e-4' from ['/usr/bin/python3.11', 'train.py', ...]: the program's base name and
     its arguments, cut to fit a line."""

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from probes.frame import JobInfo, ProcessSample, StacksReading
 from probes.jobs.environment import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
 from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
-from probes.jobs.launchers import launcher_of_kind, launcher_of_process, read_dist_env
+from probes.jobs.launchers import launcher_label, launcher_of_kind, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.root import resolve_root_safely
+from probes.jobs.world import WorldAccount, WorldWatch
 from probes.textfiles import read_text
 
 # A Python launcher waits for its child in the kernel's wait4: /proc/PID/wchan says do_wait.
@@ -48,6 +49,7 @@ class JobTracker:
         self._attached_rank = choice.attached_rank
         self._static: dict[tuple[int, int | None], _Static] = {}
         self._known_ranks: dict[int, int] = {}  # pid -> rank, as last laid out (mp.spawn's numbers stick)
+        self._world_watch = WorldWatch()
         self._main: int | None = None
         self._last_layout: JobLayout | None = None
         self._launchers: tuple[int, ...] = ()
@@ -132,6 +134,7 @@ class JobTracker:
             selected = self.attached_pid
         elif self._attached_rank is not None:  # the rank the user named was restarted: follow its number
             selected = next((pid for pid in rank_pids if ranks.get(pid) == self._attached_rank), None)
+        world = self._world(layout, by_pid)
         return JobInfo(
             kind=layout.kind,
             attached_pid=self.attached_pid,
@@ -145,13 +148,22 @@ class JobTracker:
             note=self._note(layout, by_pid, len(rank_pids)),
             slurm_step=layout.slurm_step,
             training_elsewhere=layout.training_elsewhere,
+            missing_ranks=world.missing,
+            ranks_elsewhere=world.elsewhere,
         )
+
+    def _world(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts]) -> WorldAccount:
+        """The ranks of the world this node lacks: this node's share and number as the launcher states them (one
+        that says nothing leaves the share unknown, and nothing is called missing)."""
+        ranks = sorted((by_pid[pid] for pid, _ in layout.ranks if pid in by_pid), key=lambda f: not f.alive)
+        local_world_size = launcher_of_kind(layout.kind).stated_local_world_size(layout, ranks) if ranks else None
+        group_rank = next((f.env.group_rank for f in ranks if f.env.group_rank is not None), None)
+        return self._world_watch.update(layout.world_size if ranks else None, local_world_size, group_rank,
+                                        [rank for _, rank in layout.ranks])
 
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:
         root = by_pid.get(self.root_pid)
-        root_launcher = launcher_of_process(root.name, root.cmdline) if root is not None else None
-        # A launcher's own process is named after the launcher: torchrun's agent's comm, pt_elastic, says little.
-        root_label = root_launcher.kind if root_launcher is not None else (root.name if root and root.name else "PID")
+        root_label = launcher_label(root.name, root.cmdline) if root is not None else "PID"
         context = NoteContext(attached_pid=self.attached_pid, root_pid=self.root_pid,
                               attached_rank=self._attached_rank, root_label=root_label,
                               live_training=live_training, processes=by_pid)

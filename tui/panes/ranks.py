@@ -1,6 +1,7 @@
 """The Ranks pane, shown only for a distributed job: one row per rank on this node (rank, local rank, PID, GPU,
 CPU%, the share of its samples spent waiting for the other ranks, its own verdict in a few words), the rank
-that holds the others back in bold. The selected rank (`[` / `]`, or enter on a row) scopes the CPU and
+that holds the others back in bold; below them, the ranks of the world with no process here (gone before gputop
+attached, or on other nodes). The selected rank (`[` / `]`, or enter on a row) scopes the CPU and
 Stacks panes to it and its workers; the pure helpers below say which rows, words and processes that means.
 """
 
@@ -14,7 +15,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable
 
-from probes.frame import ROLE_RANK, Frame, JobFinding, JobVerdict, RankVerdict, Verdict
+from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
+from probes.jobs.world import ranges_text
 from probes.monitor import MonitorView
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import bottleneck_words, clip, percent
@@ -29,6 +31,10 @@ MIN_VERDICT_WIDTH = 12
 # A rank waiting this share of its samples for the others says so before its own bottleneck.
 WAITING_RATIO = 0.5
 SELECTED_MARK = "▶"
+# Rows of ranks with no process here (the job knows its world size): keyed apart from the PIDs of real rows.
+ABSENT_KEY = "absent:"
+MISSING_WORDS = "gone (exited before attach)"
+ELSEWHERE_WORDS = "not on this node"
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,22 @@ def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankR
                    cpu_pct=rank.cpu_pct if rank.cpu_pct is not None else (process.cpu_pct if process else None),
                    collective_wait_ratio=rank.collective_wait_ratio, verdict=rank.verdict, alive=alive,
                    responsible=job.responsible_rank is not None and job.responsible_rank == rank.rank)
+
+
+def absent_ranks(job: JobInfo | None) -> list[tuple[str, str]]:
+    """(rank or range of ranks, words) for each rank of the world with no process on this node: those this node
+    should hold ("gone (exited before attach)") and those on other nodes ("not on this node")."""
+    if job is None:
+        return []
+    return ([(str(rank), MISSING_WORDS) for rank in job.missing_ranks]
+            + [(ranges_text([span]), ELSEWHERE_WORDS) for span in job.ranks_elsewhere])
+
+
+def absent_cells(rank: str, words: str, verdict_room: int) -> tuple[Text, ...]:
+    style = "bold red" if words == MISSING_WORDS else "dim"
+    dash = Text("-", style=style, justify="right")
+    return (Text(rank, style=style, justify="right"), dash, dash, dash, dash, dash,
+            Text(clip(words, verdict_room), style=style))
 
 
 def short_bottleneck_words(bottleneck: str) -> str:
@@ -179,8 +201,8 @@ class RanksPane(Vertical):
             self.show(*self._shown)
 
     def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_pid: int | None,
-             kind: str | None = None) -> None:
-        self._shown = (rows, job, selected_pid, kind)
+             kind: str | None = None, absent: Sequence[tuple[str, str]] = ()) -> None:
+        self._shown = (rows, job, selected_pid, kind, absent)
         self.display = bool(rows)
         if not rows:
             return
@@ -192,12 +214,13 @@ class RanksPane(Vertical):
         room = verdict_width(table.size.width or self.size.width)
         table.fit_columns(RANK_COLUMNS, "verdict", room)
         finding = job.finding if job is not None else None
-        sync_rows(table, [(str(row.pid), rank_cells(row, finding, row.pid == selected_pid, room)) for row in rows],
-                  follow_key=False)
+        cells = [(str(row.pid), rank_cells(row, finding, row.pid == selected_pid, room)) for row in rows]
+        cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room)) for rank, words in absent]
+        sync_rows(table, cells, follow_key=False)
         if selected is not None and not table.has_focus:
             table.move_cursor(row=list(rows).index(selected), animate=False, scroll=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        if event.row_key.value is not None:
+        if event.row_key.value is not None and not event.row_key.value.startswith(ABSENT_KEY):
             self.post_message(self.RankChosen(int(event.row_key.value)))

@@ -13,20 +13,34 @@ from collections.abc import Mapping, Sequence
 
 from probes.frame import JobKind
 from probes.jobs.environment import DistEnv, gpu_environment, read_environ
+from probes.jobs.launchers.accelerate import Accelerate
 from probes.jobs.launchers.base import Launcher
+from probes.jobs.launchers.deepspeed import DeepSpeed
 from probes.jobs.launchers.env_ranks import EnvRanks
 from probes.jobs.launchers.launched import Launched
 from probes.jobs.launchers.lightning import LightningSubprocess
 from probes.jobs.launchers.mp_spawn import MpSpawn
+from probes.jobs.launchers.mpi import Mpi
 from probes.jobs.launchers.slurm import Slurm
 from probes.jobs.launchers.torchrun import Torchrun
 
 # The first launcher that finds a job in the watched tree (or claims a process's environment, or the named
 # process) decides; so the more specific claim comes first.
 LAUNCHERS: tuple[Launcher, ...] = (
+    # accelerate launch runs torch's agent in its own process: its ranks carry TORCHELASTIC_* as torchrun's do,
+    # so it must claim them (by their parent's command line) before torchrun does.
+    Accelerate(),
+    # deepspeed.launcher.launch's ranks carry RANK (and, with its elastic agent, TORCHELASTIC_*): claimed by their
+    # parent's command line before torchrun and "ranks"; its LOCAL_SIZE/CROSS_RANK read before torch's variables.
+    DeepSpeed(),
     # torchrun's ranks carry RANK as any launcher's do: it must claim them (by TORCHELASTIC_* or its agent)
     # before "ranks" does.
     Torchrun(),
+    # MPI's ranks are numbered by OMPI_COMM_WORLD_* / PMI_* (and sometimes RANK, or a scheduler's inherited
+    # variables, too): MPI's own numbers are read, and its ranks claimed by their mpirun parent, before any
+    # launcher that reads a RANK or a scheduler's task number. After torchrun: `mpirun torchrun ...` starts one
+    # agent per node, whose ranks inherit the agent's OMPI_* but carry their own RANK.
+    Mpi(),
     # Slurm's tasks carry SLURM_PROCID, and often MASTER_ADDR/PORT that "ranks" would claim with no rank: they
     # are read as Slurm's first. After torchrun: torchrun under srun gives its ranks their own RANK, and the
     # agent (a Slurm task itself) then launches them.
@@ -54,6 +68,13 @@ def launcher_of_kind(kind: JobKind) -> Launcher:
 def launcher_of_process(name: str, cmdline: Sequence[str]) -> Launcher | None:
     """The launcher whose own process this is (torchrun's agent), or None."""
     return next((launcher for launcher in LAUNCHERS if launcher.is_launcher_process(name, cmdline)), None)
+
+
+def launcher_label(name: str, cmdline: Sequence[str]) -> str:
+    """How a note names a process: as the user typed its launcher ("accelerate launch", "torchrun"), else by its
+    process name; torchrun's agent's comm, pt_elastic, says little."""
+    launcher = launcher_of_process(name, cmdline)
+    return launcher.command_name(cmdline) if launcher is not None else (name or "PID")
 
 
 def parse_dist_env(environ: Mapping[str, str]) -> DistEnv:

@@ -34,6 +34,11 @@ class Launcher(ABC):
         """Whether a process (its /proc/PID/comm and command line) is this launcher's own."""
         return False
 
+    def command_name(self, cmdline: Sequence[str]) -> str:
+        """What the user typed to start this launcher, as the note names it ("accelerate launch",
+        "torch.distributed.launch"), from its own process's command line (empty when not in sight)."""
+        return self.kind
+
     @abstractmethod
     def find(self, tree: WatchedTree) -> JobLayout | None:
         """This launcher's job in the watched tree, or None when the tree holds none."""
@@ -47,6 +52,11 @@ class Launcher(ABC):
         """A rank's local rank (its position on this node)."""
         return process.env.local_rank
 
+    def stated_local_world_size(self, layout: JobLayout, ranks: Sequence[ProcessFacts]) -> int | None:
+        """How many ranks this node holds, as the launcher states it (LOCAL_WORLD_SIZE or its own variable), live
+        ranks first; None when it does not say. Not a count of the ranks seen: a rank may be gone."""
+        return next((f.env.local_world_size for f in ranks if f.env.local_world_size is not None), None)
+
     def keeps_job_without_training(self, root: ProcessFacts) -> bool:
         """Whether the root still stands for this job while no training process lives (between a rank's exit
         and its restart, or a script's programs)."""
@@ -54,8 +64,9 @@ class Launcher(ABC):
 
     def note(self, layout: JobLayout, context: NoteContext) -> str:
         """The one line that says what gputop found: on stderr in headless mode, in the TUI's header."""
-        what = (f"{layout.kind} job, {context.live_training} rank{'s' if context.live_training != 1 else ''} "
-                "on this node")
+        launcher = context.processes.get(layout.launcher_pid) if layout.launcher_pid is not None else None
+        what = (f"{self.command_name(launcher.cmdline if launcher else ())} job, {context.live_training} "
+                f"rank{'s' if context.live_training != 1 else ''} on this node")
         ranks = dict(layout.ranks)
         if context.attached_pid != context.root_pid:
             attached = context.processes.get(context.attached_pid)

@@ -56,6 +56,10 @@ class MpSpawn(Launcher):
             return RootChoice(attached.parent_pid)
         return None
 
+    def stated_local_world_size(self, layout: JobLayout, ranks: Sequence[ProcessFacts]) -> int | None:
+        """One parent starts the whole world on its node."""
+        return layout.world_size
+
     def local_rank(self, process: ProcessFacts, rank: int) -> int | None:
         """The children carry no LOCAL_RANK: on their one node, the local rank is the rank."""
         return process.env.local_rank if process.env.local_rank is not None else rank

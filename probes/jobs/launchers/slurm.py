@@ -29,7 +29,15 @@ from probes.jobs.facts import (
     WatchedTree,
 )
 from probes.jobs.launchers.base import Launcher
-from probes.slurm import STEPD_COMM, SlurmStep, process_cgroup_step, step_of_srun, stepd_title_step, task_stepd
+from probes.slurm import (
+    STEPD_COMM,
+    SlurmStep,
+    process_cgroup_step,
+    step_of_srun,
+    stepd_title_step,
+    task_stepd,
+    tasks_on_node,
+)
 
 # Slurm's clients: they talk to the controller and the step's slurmstepd, and train nothing themselves.
 SLURM_CLIENTS = ("srun", "salloc", "sbatch")
@@ -55,10 +63,14 @@ class Slurm(Launcher):
         if step is None:
             return None
         world = int_or_none(environ.get("SLURM_STEP_NUM_TASKS")) or int_or_none(environ.get("SLURM_NTASKS"))
+        # This node's share of the step, as Slurm states it: with it a task that is gone is named missing.
+        on_this_node = tasks_on_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE"),
+                                     int_or_none(environ.get("SLURM_NODEID")))
         # torch.distributed's own variables (MASTER_ADDR/PORT a job script exports) ride along; the rank is Slurm's.
         return dataclasses.replace(
             torch_distributed_env(environ), rank=int_or_none(environ.get("SLURM_PROCID")),
-            local_rank=int_or_none(environ.get("SLURM_LOCALID")), world_size=world, slurm_step=step)
+            local_rank=int_or_none(environ.get("SLURM_LOCALID")), world_size=world, local_world_size=on_this_node,
+            slurm_step=step)
 
     def is_launcher_process(self, name: str, cmdline: Sequence[str]) -> bool:
         return is_task_stepd(name, cmdline)

@@ -11,26 +11,43 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import DistEnv, int_or_none, is_python_command, torch_distributed_env
+from probes.jobs.environment import DistEnv, int_or_none, is_python_command, python_program, torch_distributed_env
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
 
 TORCHRUN_AGENT_COMM = "pt_elastic"
 TORCHRUN_SCRIPT = "torchrun"
-_TORCHRUN_COMMANDS = re.compile(r"(^|[/\s])(torchrun|torch\.distributed\.(run|launch))(\s|$)|torch/distributed/run\.py")
+_TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+_TORCHRUN_FILES = ("torch/distributed/run.py", "torch/distributed/launch.py")
+_DEPRECATED_LAUNCH = ("torch.distributed.launch", "torch/distributed/launch.py")
+
+
+def _torchrun_program(cmdline: Sequence[str]) -> str | None:
+    """The torchrun module or script a command line runs ("torch.distributed.launch", "/venv/bin/torchrun"), or
+    None: only the program counts, not an argument (`conda run torchrun ...` is conda)."""
+    if not cmdline:
+        return None
+    if os.path.basename(cmdline[0]) == TORCHRUN_SCRIPT:
+        return cmdline[0]
+    program = python_program(cmdline)
+    if program is None:
+        return None
+    if program.module is not None:
+        return program.module if program.module in _TORCHRUN_MODULES else None
+    script = program.script or ""
+    return script if os.path.basename(script) == TORCHRUN_SCRIPT or script.endswith(_TORCHRUN_FILES) else None
 
 
 def is_torchrun(name: str, cmdline: Sequence[str]) -> bool:
-    """torchrun's elastic agent: named pt_elastic, or a Python process (or the torchrun script) whose command
-    line runs torchrun; an editor or a shell merely naming torchrun is not one."""
+    """torchrun's elastic agent: named pt_elastic, or a Python process (or the torchrun script) whose program is
+    torchrun; an editor or a shell merely naming torchrun is not one."""
     if name == TORCHRUN_AGENT_COMM:
         return True
-    runs_python = (is_python_command(cmdline) or name.startswith("python")
-                   or (bool(cmdline) and os.path.basename(cmdline[0]) == TORCHRUN_SCRIPT))
-    return runs_python and bool(_TORCHRUN_COMMANDS.search(" ".join(cmdline)))
+    runs_python = is_python_command(cmdline) or name.startswith("python") or (
+        bool(cmdline) and os.path.basename(cmdline[0]) == TORCHRUN_SCRIPT)
+    return runs_python and _torchrun_program(cmdline) is not None
 
 
 class Torchrun(Launcher):
@@ -45,6 +62,11 @@ class Torchrun(Launcher):
 
     def is_launcher_process(self, name: str, cmdline: Sequence[str]) -> bool:
         return is_torchrun(name, cmdline)
+
+    def command_name(self, cmdline: Sequence[str]) -> str:
+        """The deprecated `python -m torch.distributed.launch` runs the same agent: named as the user typed it."""
+        program = _torchrun_program(cmdline) or ""
+        return "torch.distributed.launch" if program.endswith(_DEPRECATED_LAUNCH) else self.kind
 
     def find(self, tree: WatchedTree) -> JobLayout | None:
         """The ranks when torchrun started them: one carries TORCHELASTIC_*, or they are several (or of a
