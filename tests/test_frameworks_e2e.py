@@ -2,7 +2,7 @@
 a PyTorch Lightning DDP job started as ``python train.py`` (a straggler, a hung rank), a Hugging Face Trainer
 job starved by its Dataset, and an accelerate ``Accelerator`` job under torchrun with a hung rank.
 
-Each job is watched by the real command through tests/test_job_e2e.py's watch_job_until: the recording is folded
+Each job is watched by the real command through tests/jobwatch.py's watch_job_until: the recording is folded
 as it grows until the job verdict reaches the expected state (never a fixed wait), then the command is stopped
 and every process the test started is killed (the spawn_target fixture).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import REPO, wait_for
-from test_job_e2e import HANG_AFTER_S, TIMEOUT_S, settled, watch_job_until
+from jobwatch import HANG_AFTER_S, TIMEOUT_S, settled, watch_job_until
 
 from probes.frame import ROLE_DATALOADER_WORKER
 from probes.monitor import Monitor
@@ -50,7 +50,7 @@ def start_lightning(spawn_target, tmp_path: Path, mode: str):
 def test_lightning_straggler_is_named_attached_to_the_users_command(spawn_target, tmp_path):
     began = time.monotonic()
     rank_zero = start_lightning(spawn_target, tmp_path, "straggler")
-    document, _, jobs = watch_job_until(
+    document, _, jobs, _ = watch_job_until(
         rank_zero.pid, tmp_path,
         lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))
     job = document["job"]
@@ -69,7 +69,7 @@ def test_lightning_hung_rank_is_named_attached_to_rank_one(spawn_target, tmp_pat
     children = [c for c in psutil.Process(rank_zero.pid).children() if c.name() != "pt_data_worker"]
     assert len(children) == 1, children
     rank_one = children[0].pid
-    document, frames, _ = watch_job_until(
+    document, frames, _, _ = watch_job_until(
         rank_one, tmp_path, lambda job: job.finding == "hung_rank" and job.verdict.liveness == "hung")
     job = document["job"]
     assert (job["kind"], job["launcher_pid"]) == ("lightning", rank_zero.pid)
@@ -144,7 +144,7 @@ def test_accelerator_job_under_torchrun_names_its_hung_rank(spawn_target, tmp_pa
     with out.open("w") as handle:
         agent = spawn_target("accelerate_job.py", "--launch", stdout=handle, stderr=subprocess.STDOUT,
                              timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
-    document, _, _ = watch_job_until(
+    document, _, _, _ = watch_job_until(
         agent.pid, tmp_path, lambda job: job.finding == "hung_rank" and job.verdict.liveness == "hung")
     job = document["job"]
     assert (job["kind"], job["world_size"], job["launcher_pid"]) == ("torchrun", 2, agent.pid)

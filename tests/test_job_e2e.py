@@ -10,24 +10,13 @@ ranks wait for a slow DataLoader (shared, said once).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, wait_for
-
-from probes.monitor import Monitor
-from probes.recording import load_recording, read_recording
+from jobwatch import TIMEOUT_S, settled, watch_job_until
 
 pytestmark = pytest.mark.slow
-
-HANG_AFTER_S = 5.0
-TIMEOUT_S = 120.0
-
 
 def start_job(spawn_target, tmp_path: Path, mode: str):
     """torchrun with two ranks of ddp_job.py MODE; returns once rank 0 has printed 'ready'."""
@@ -35,40 +24,6 @@ def start_job(spawn_target, tmp_path: Path, mode: str):
     with out.open("w") as handle:
         return spawn_target("ddp_job.py", mode, "--launch", stdout=handle, stderr=subprocess.STDOUT,
                             timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
-
-
-def watch_job_until(pid: int, tmp_path: Path, reached, timeout: float = TIMEOUT_S):
-    """Run the gputop command on `pid` until the job verdict it would show satisfies `reached(job)`, then stop
-    it; return (snapshot document, recorded frames, the job verdicts after each frame)."""
-    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tui", "--pid", str(pid), "--snapshot", str(snapshot), "--duration",
-         str(timeout + 30), "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    monitor = Monitor(hang_after_s=HANG_AFTER_S)
-    jobs = []
-    seen = 0
-
-    def job_reached():
-        nonlocal seen
-        frames = list(load_recording(recording).frames) if recording.exists() else []
-        for frame in frames[seen:]:
-            jobs.append(monitor.ingest(frame).job)
-        seen = len(frames)
-        return bool(jobs) and jobs[-1] is not None and reached(jobs[-1])
-
-    try:
-        wait_for(job_reached, timeout=timeout, interval=0.5)
-    finally:
-        command.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
-        _, stderr = command.communicate(timeout=60)
-    assert command.returncode == 0, stderr
-    return json.loads(snapshot.read_text()), list(read_recording(recording)), jobs
-
-
-def settled(job) -> bool:
-    return not any(line.startswith(("provisional:", "holding:")) for line in job.verdict.evidence)
 
 
 def seconds_to(frames, jobs, predicate) -> float | None:
@@ -80,7 +35,7 @@ def seconds_to(frames, jobs, predicate) -> float | None:
 
 def test_a_straggler_rank_is_named_with_its_function(spawn_target, tmp_path):
     target = start_job(spawn_target, tmp_path, "straggler")
-    document, frames, jobs = watch_job_until(
+    document, frames, jobs, _ = watch_job_until(
         target.pid, tmp_path,
         lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))
     job = document["job"]
@@ -98,7 +53,7 @@ def test_a_straggler_rank_is_named_with_its_function(spawn_target, tmp_path):
 
 def test_a_deadlocked_rank_makes_the_job_hung(spawn_target, tmp_path):
     target = start_job(spawn_target, tmp_path, "deadlock")
-    document, frames, jobs = watch_job_until(
+    document, frames, jobs, _ = watch_job_until(
         target.pid, tmp_path, lambda job: job.finding == "hung_rank" and job.verdict.liveness == "hung")
     job = document["job"]
     assert (job["finding"], job["responsible_rank"]) == ("hung_rank", 1), document["verdict"]
@@ -112,7 +67,7 @@ def test_a_deadlocked_rank_makes_the_job_hung(spawn_target, tmp_path):
 
 def test_both_ranks_data_starved_is_said_once(spawn_target, tmp_path):
     target = start_job(spawn_target, tmp_path, "data_starved")
-    document, frames, jobs = watch_job_until(
+    document, frames, jobs, _ = watch_job_until(
         target.pid, tmp_path,
         lambda job: job.finding == "shared" and job.verdict.bottleneck == "data_bound" and settled(job))
     job = document["job"]

@@ -9,8 +9,6 @@ exports them: gputop must find the job, its ranks and the straggler or stuck tas
 
 from __future__ import annotations
 
-import json
-import signal
 import socket
 import subprocess
 import sys
@@ -18,15 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, TARGETS, stop_process_tree, wait_for
+from jobwatch import TIMEOUT_S, settled, watch_job_until
 
-from probes.monitor import Monitor
-from probes.recording import load_recording
 from probes.slurm import SlurmError, SlurmStep, list_pids, show_steps
 
 pytestmark = pytest.mark.slow
-
-HANG_AFTER_S = 5.0
-TIMEOUT_S = 120.0
 
 
 def free_port() -> int:
@@ -95,43 +89,6 @@ def srun_job(slurm_env, tmp_path):
         job.stop()
 
 
-def watch_until(target: list[str], tmp_path: Path, reached, env: dict[str, str]):
-    """Run the gputop command on `target` (["--pid", PID] or ["--slurm-job", JOB]) until the job verdict it
-    would show satisfies `reached(job)`; return (snapshot document, the job verdicts after each frame, stderr)."""
-    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
-    for path in (snapshot, recording):
-        path.unlink(missing_ok=True)
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tui", *target, "--snapshot", str(snapshot), "--duration", str(TIMEOUT_S + 30),
-         "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
-        cwd=REPO, env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    monitor = Monitor(hang_after_s=HANG_AFTER_S)
-    jobs = []
-    seen = 0
-
-    def job_reached():
-        nonlocal seen
-        frames = list(load_recording(recording).frames) if recording.exists() else []
-        for frame in frames[seen:]:
-            jobs.append(monitor.ingest(frame).job)
-        seen = len(frames)
-        if command.poll() is not None:
-            pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
-        return bool(jobs) and jobs[-1] is not None and reached(jobs[-1])
-
-    try:
-        wait_for(job_reached, timeout=TIMEOUT_S, interval=0.5)
-    finally:
-        command.send_signal(signal.SIGTERM)
-        _, stderr = command.communicate(timeout=60)
-    assert command.returncode == 0, stderr
-    return json.loads(snapshot.read_text()), jobs, stderr
-
-
-def settled(job) -> bool:
-    return not any(line.startswith(("provisional:", "holding:")) for line in job.verdict.evidence)
-
-
 def straggler_named(job) -> bool:
     return job.finding == "straggler" and job.responsible_rank == 1 and settled(job)
 
@@ -149,24 +106,24 @@ def assert_straggler(document, jobs, step: SlurmStep) -> None:
 def test_srun_straggler_attached_to_srun_to_task_0_and_by_slurm_job(srun_job, tmp_path):
     job = srun_job("straggler")
     env = job.cluster.env
-    document, jobs, said = watch_until(["--pid", str(job.srun.pid)], tmp_path, straggler_named, env)
+    document, _, jobs, said = watch_job_until(["--pid", str(job.srun.pid)], tmp_path, straggler_named, env=env)
     assert_straggler(document, jobs, job.step)
     assert f"attached to srun (PID {job.srun.pid}): watching Slurm step {job.step}: 2 tasks" in said, said
 
     task0 = tasks_of(job.step)[0]
-    document, jobs, said = watch_until(["--pid", str(task0)], tmp_path, straggler_named, env)
+    document, _, jobs, said = watch_job_until(["--pid", str(task0)], tmp_path, straggler_named, env=env)
     assert_straggler(document, jobs, job.step)
     assert f"attached to task 0 (PID {task0})" in said, said
 
-    document, jobs, said = watch_until(["--slurm-job", job.step.job_id], tmp_path, straggler_named, env)
+    document, _, jobs, said = watch_job_until(["--slurm-job", job.step.job_id], tmp_path, straggler_named, env=env)
     assert_straggler(document, jobs, job.step)
 
 
 def test_a_hung_task_is_named_attached_to_a_task(srun_job, tmp_path):
     job = srun_job("deadlock")
     task0 = tasks_of(job.step)[0]
-    document, _, _ = watch_until(["--pid", str(task0)], tmp_path,
-                                 lambda j: j.finding == "hung_rank" and j.verdict.liveness == "hung", job.cluster.env)
+    document, _, _, _ = watch_job_until(
+        task0, tmp_path, lambda j: j.finding == "hung_rank" and j.verdict.liveness == "hung", env=job.cluster.env)
     assert (document["job"]["kind"], document["job"]["responsible_rank"]) == ("slurm", 1), document["verdict"]
     headline = document["verdict"]["evidence"][0]
     assert headline.startswith("rank 1 stuck in flush_metrics (ddp_job.py:"), headline
@@ -187,7 +144,7 @@ def test_sbatch_straggler_attached_to_the_batch_script(slurm_env, tmp_path):
         listed = list_pids(SlurmStep(job_id))  # scontrol lists a job's steps, not a batch step alone
         assert not isinstance(listed, SlurmError), listed
         shell = next(p.pid for p in listed if p.step.step == "batch" and "slurm_script" in " ".join(_cmdline(p.pid)))
-        document, jobs, said = watch_until(["--pid", str(shell)], tmp_path, straggler_named, slurm_env.env)
+        document, _, jobs, said = watch_job_until(["--pid", str(shell)], tmp_path, straggler_named, env=slurm_env.env)
         assert_straggler(document, jobs, SlurmStep(job_id, "0"))
         assert f"attached to slurm_script (PID {shell}): watching Slurm step {job_id}.0" in said, said
     finally:

@@ -1,0 +1,73 @@
+"""Watching a real job with the real command, for the end-to-end job tests (torchrun, Lightning, Slurm, ...).
+
+`python -m tui <target> --snapshot OUT --record REC` runs on the job; its recording is folded through a Monitor
+as it grows until the job verdict reaches the state a test asks for (never a fixed wait), then the command is
+stopped (SIGTERM: headless, it writes its snapshot) and what it produced is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from conftest import REPO, wait_for
+
+from probes.monitor import Monitor
+from probes.recording import load_recording, read_recording
+
+HANG_AFTER_S = 5.0
+TIMEOUT_S = 120.0
+
+
+class WatchedJob(NamedTuple):
+    document: dict[str, Any]  # the snapshot the command wrote
+    frames: list  # every frame it recorded
+    jobs: list  # the job verdict after each frame, as the screen would have shown it
+    stderr: str  # what it said (the note naming what it attached to)
+
+
+def watch_job_until(target: int | list[str], tmp_path: Path, reached, *, timeout: float = TIMEOUT_S,
+                    env: dict[str, str] | None = None) -> WatchedJob:
+    """Run the gputop command on `target` (a PID, or its arguments: ["--slurm-job", "12"]) until the job verdict
+    it would show satisfies `reached(job)`; fails at once if the command exits first."""
+    arguments = ["--pid", str(target)] if isinstance(target, int) else list(target)
+    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
+    for path in (snapshot, recording):
+        path.unlink(missing_ok=True)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tui", *arguments, "--snapshot", str(snapshot), "--duration", str(timeout + 30),
+         "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
+        cwd=REPO, env=dict(env or os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    monitor = Monitor(hang_after_s=HANG_AFTER_S)
+    jobs = []
+    seen = 0
+
+    def job_reached():
+        nonlocal seen
+        frames = list(load_recording(recording).frames) if recording.exists() else []
+        for frame in frames[seen:]:
+            jobs.append(monitor.ingest(frame).job)
+        seen = len(frames)
+        if command.poll() is not None:
+            pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
+        return bool(jobs) and jobs[-1] is not None and reached(jobs[-1])
+
+    try:
+        wait_for(job_reached, timeout=timeout, interval=0.5)
+    finally:
+        command.send_signal(signal.SIGTERM)
+        _, stderr = command.communicate(timeout=60)
+    assert command.returncode == 0, stderr
+    return WatchedJob(json.loads(snapshot.read_text()), list(read_recording(recording)), jobs, stderr)
+
+
+def settled(job) -> bool:
+    """The job verdict is neither provisional nor held over from before: what the screen states plainly."""
+    return not any(line.startswith(("provisional:", "holding:")) for line in job.verdict.evidence)
