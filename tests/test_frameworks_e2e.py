@@ -27,7 +27,9 @@ from probes.frame import ROLE_DATALOADER_WORKER
 from probes.monitor import Monitor
 from probes.recording import load_recording
 
-pytestmark = pytest.mark.slow
+# Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
+# limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 
 
 def free_port() -> int:

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from jobwatch import TIMEOUT_S, settled, watch_job_until
 
-pytestmark = pytest.mark.slow
+# Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
+# limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 
 def start_job(spawn_target, tmp_path: Path, mode: str):
     """torchrun with two ranks of ddp_job.py MODE; returns once rank 0 has printed 'ready'."""

@@ -20,7 +20,9 @@ from jobwatch import TIMEOUT_S, settled, watch_job_until
 
 from probes.slurm import SlurmError, SlurmStep, list_pids, show_steps
 
-pytestmark = pytest.mark.slow
+# Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
+# limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 
 
 def free_port() -> int:
@@ -103,6 +105,7 @@ def assert_straggler(document, jobs, step: SlurmStep) -> None:
     assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung on a healthy job"
 
 
+@pytest.mark.timeout(4 * TIMEOUT_S + 60)  # the job's start, then three attachments, each bounded
 def test_srun_straggler_attached_to_srun_to_task_0_and_by_slurm_job(srun_job, tmp_path):
     job = srun_job("straggler")
     env = job.cluster.env
