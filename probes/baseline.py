@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
-from probes.models import PRESETS, ModelShape
+from probes.models import ModelShape
 from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
-from probes.models.mfu import MfuEstimate, estimate_mfu
-from probes.models.peaks import PeakFlops, peak_flops
+from probes.models.hf_config import ModelConfigError, named_shape
+from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
+from probes.models.peaks import PeakFlops, peak_flops, user_peak
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 
@@ -98,6 +99,15 @@ def _value_problem(data: dict) -> str | None:
 
 
 @dataclass(frozen=True)
+class PeakOptions:
+    """What the user said about the peak (--gpu, --peak-tflops, --dtype); None: not said."""
+
+    gpu: str | None = None  # the GPU to take from the table instead of the one NVML reports
+    tflops: float | None = None  # a dense peak given outright
+    dtype: str | None = None  # which of the GPU's peaks
+
+
+@dataclass(frozen=True)
 class ComparisonInputs:
     """What the observed progress of one run is compared with; fixed for the run (command-line options)."""
 
@@ -106,20 +116,22 @@ class ComparisonInputs:
     shape: ModelShape | None = None  # the model's shape: --model's preset, else the baseline's
     model: str | None = None
     tokens_per_iter: int | None = None  # --tokens-per-iter
+    peak: PeakOptions = PeakOptions()
 
 
-def load_comparison_inputs(baseline_path: str | None, model: str | None,
-                           tokens_per_iter: int | None) -> ComparisonInputs | None:
+def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
+                           peak: PeakOptions | None = None) -> ComparisonInputs | None:
     """The inputs the options give, or None when they give nothing to compare with (no baseline and
-    no model). BaselineError (one line) for a bad baseline file, an unknown model, or a --model that
-    is not the model the baseline was probed with."""
+    no model). BaselineError (one line) for a bad baseline file, an unknown model or unreadable config.json,
+    or a --model that is not the model the baseline was probed with."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
-        if model not in PRESETS:
-            raise BaselineError(f"--model must be one of {', '.join(PRESETS)} (got {model!r})")
-        shape = PRESETS[model]
+        try:
+            shape = named_shape(model)
+        except ModelConfigError as exc:
+            raise BaselineError(str(exc)) from None
         if baseline is not None and baseline.shape != shape:
             raise BaselineError(f"--model {model} ({shape.describe()}) is not the model the baseline "
                                 f"{baseline_path} was probed with ({baseline.model}: {baseline.shape.describe()})")
@@ -129,7 +141,7 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None,
     if shape is None:
         return None
     return ComparisonInputs(baseline=baseline, baseline_path=baseline_path, shape=shape, model=model,
-                            tokens_per_iter=tokens)
+                            tokens_per_iter=tokens, peak=peak or PeakOptions())
 
 
 # --- the comparison ----------------------------------------------------------------------------------
@@ -193,12 +205,20 @@ def _reference(baseline: ProbeResult, tokens_per_iter: int) -> tuple[float, floa
 
 
 def _peak(inputs: ComparisonInputs, gpu_name: str | None) -> PeakFlops | None:
-    """The baseline's peak when it ran on the target's GPU (or the target's is unknown); else the table's."""
-    baseline = inputs.baseline
-    if baseline is not None and baseline.peak_flops_per_s and (gpu_name is None or gpu_name == baseline.device_name):
+    """--peak-tflops; else the baseline's peak when it ran on the target's GPU (or the target's is unknown)
+    and no --gpu names another; else the table's for --gpu or the target's GPU."""
+    asked, baseline = inputs.peak, inputs.baseline
+    if asked.tflops is not None:
+        return user_peak(asked.tflops, asked.dtype or "bf16")
+    gpu = asked.gpu or gpu_name
+    if baseline is not None and baseline.peak_flops_per_s and (gpu is None or gpu == baseline.device_name) \
+            and asked.dtype in (None, baseline.peak_dtype):
         return PeakFlops(baseline.peak_flops_per_s, baseline.peak_dtype, baseline.peak_source)
-    gpu_dtype = baseline.peak_dtype if baseline is not None and baseline.device != "cpu" else "bf16"
-    return peak_flops(gpu_name, gpu_dtype)
+    gpu_dtype = asked.dtype or (baseline.peak_dtype if baseline is not None and baseline.device != "cpu" else "bf16")
+    peak = peak_flops(gpu, gpu_dtype)
+    if peak is not None and asked.gpu:
+        return dataclasses.replace(peak, source=f"--gpu {asked.gpu!r}, {peak.source}")
+    return peak
 
 
 def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs | None,
@@ -253,10 +273,14 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     if estimate is None:
         lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
-        lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of {gpu or 'the GPU'}'s "
-                     f"{_flops(estimate.peak.flops_per_s)} {estimate.peak.dtype} dense peak){printed}.")
+        lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of "
+                     f"{inputs.peak.gpu or gpu or 'the GPU'}'s {_flops(estimate.peak.flops_per_s)} "
+                     f"{estimate.peak.dtype} dense peak){printed}.")
+        lines += mfu_doubts(estimate, inputs.shape, gpu_seen=gpu_name)
     else:
-        where = f"{gpu_name} is not in gputop's peak table" if gpu_name else "the target's GPU is not known"
+        named = inputs.peak.gpu or gpu_name
+        where = (f"{named} is not in gputop's peak table; pass --peak-tflops" if named
+                 else "the target's GPU is not known; pass --gpu or --peak-tflops")
         lines.append(f"{_flops(estimate.achieved_flops_per_s)} achieved; no MFU: {where}{printed}.")
     if reported is not None:
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]

@@ -1,5 +1,6 @@
 """A Hugging Face config.json (a path on this machine; nothing is downloaded) to the shape of the family in
-probes.models.FAMILIES that reads its ``model_type``, or one line saying why it cannot be counted.
+probes.models.FAMILIES that reads its ``model_type``, or one line saying why it cannot be counted; and
+``named_shape``, what every ``--model`` means: a preset's name or such a path.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from probes.models import FAMILIES, ModelFamily, ModelShape
+from probes.models import FAMILIES, PRESETS, ModelFamily, ModelShape
 
 # Architectures people ask about that no family counts yet, with what is missing.
 NOT_SUPPORTED: dict[str, str] = {
@@ -65,3 +66,12 @@ def load_config(path: str) -> ModelShape:
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} is not a config.json: its top level is not an object")
     return shape_from_config(config, path)
+
+
+def named_shape(name: str) -> ModelShape:
+    """A preset by its name, or the shape of the config.json at that path; ModelConfigError otherwise."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if name.endswith(".json") or "/" in name:
+        return load_config(name)
+    raise ModelConfigError(f"--model must be a preset ({', '.join(PRESETS)}) or a config.json path (got {name!r})")
