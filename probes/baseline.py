@@ -24,6 +24,7 @@ from probes.models import ModelShape
 from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
+from probes.models.nanogpt_config import StatedModel
 from probes.models.peaks import PeakFlops, peak_flops, user_peak
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
@@ -115,16 +116,22 @@ class ComparisonInputs:
     baseline_path: str | None = None
     shape: ModelShape | None = None  # the model's shape: --model's preset, else the baseline's
     model: str | None = None
-    tokens_per_iter: int | None = None  # --tokens-per-iter
+    tokens_per_iter: int | None = None  # --tokens-per-iter, else what the job's command line states
     peak: PeakOptions = PeakOptions()
+    stated_by: str | None = None  # where the shape and tokens came from when the job stated them, not options
 
 
 def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
-                           peak: PeakOptions | None = None) -> ComparisonInputs | None:
-    """The inputs the options give, or None when they give nothing to compare with (no baseline and
-    no model). BaselineError (one line) for a bad baseline file, an unknown model or unreadable config.json,
-    or a --model that is not the model the baseline was probed with."""
+                           peak: PeakOptions | None = None,
+                           stated: StatedModel | None = None) -> ComparisonInputs | None:
+    """The inputs the options give, or None when they give nothing to compare with (no baseline, no model,
+    and no model the job states itself). BaselineError (one line) for a bad baseline file, an unknown model
+    or unreadable config.json, or a --model that is not the model the baseline was probed with. `stated` is
+    used only when neither --model nor --baseline is given."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
+    if stated is not None and model is None and baseline_path is None:
+        return ComparisonInputs(shape=stated.shape, model="nanoGPT", tokens_per_iter=tokens or stated.tokens_per_iter,
+                                peak=peak or PeakOptions(), stated_by=stated.source)
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
@@ -260,7 +267,9 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         lines.append(f"observed {_number(observed)} s/iter.")
 
     if tokens_per_s is not None:
-        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else "--tokens-per-iter"
+        source = ("the probe's; pass --tokens-per-iter if the job's differ" if assumed
+                  else "--tokens-per-iter" if inputs.stated_by is None or tokens != inputs.tokens_per_iter
+                  else "gradient_accumulation_steps × batch_size × block_size on its command line")
         lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {source}).")
 
     gpu = gpu_name or (baseline.device_name if baseline is not None and baseline.device != "cpu" else None)
@@ -286,6 +295,9 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
         if disagree or (corrected is None and reported > 100):
             lines += explain_nanogpt_mfu(reported, estimate, gpu)
+
+    if inputs.stated_by is not None:
+        lines.append(f"Model from {inputs.stated_by}: {inputs.shape.describe()}.")
 
     peak = estimate.peak if estimate is not None else None
     return ProgressComparison(
