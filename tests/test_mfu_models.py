@@ -65,6 +65,7 @@ def test_an_mfu_above_100_percent_says_what_is_wrong(capsys, monkeypatch):
     # tokens per step: the accumulation factor; and the model
     assert "Tokens per iteration: 524,288 with grad-accum 64. If the time (9.3 s) is one micro-step" in out
     assert "The model: 12 layers, 12 heads, 768 embd, block 1024, vocab 50304." in out
+    assert "The GPUs: the peak is one GPU's." in out
     assert not re.search(r"\\b|\(\?|\\s", out), "a raw pattern reached the screen"
 
 

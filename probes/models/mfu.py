@@ -7,7 +7,7 @@ family counts its FLOP (and any MFU convention of its own, such as nanoGPT's) st
 An MFU above 100% is impossible and one below 1% is implausible for a training step on a GPU; either way one
 of the four inputs is wrong. ``mfu_doubts`` names each with its value, so the number never stands alone:
 the peak (which GPU it was taken for, and the one NVML sees), tokens per iteration (the accumulation
-factor), the iteration time, and the model.
+factor, and for a job on several GPUs their number), the iteration time, and the model.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def mfu_doubts(estimate: MfuEstimate, shape: ModelShape, *, gpu_seen: str | None
                       "(batch × sequence), not the optimizer step's (× the accumulation factor).")
         doubts.append(f"The model: {shape.describe()}. A larger shape than the job trains counts FLOP it "
                       "never runs.")
+        doubts.append("The GPUs: the peak is one GPU's. For a job on several, give one GPU's share of the "
+                      "tokens per iteration (divide them by the data-parallel ranks).")
     else:
         doubts.append(f"Tokens per iteration: {estimate.tokens_per_iter:,}{accumulation}. An optimizer step of "
                       "several micro-steps holds batch × sequence × the accumulation factor.")
