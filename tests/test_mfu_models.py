@@ -90,7 +90,7 @@ def test_an_mfu_below_1_percent_names_the_time_and_the_accumulation(capsys):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "gpt2", "--config", LLAMA_CONFIG], "pass --model or --config, not both"),
-    (["--config", LLAMA_CONFIG, "--n-layer", "4"], "--n-layer change nanoGPT's GPT only"),
+    (["--config", LLAMA_CONFIG, "--n-layer", "4"], "only nanoGPT's GPT takes --n-layer; edit the config.json"),
     (["--model", "llama-9"], "--model must be a preset"),
     (["--config", str(CONFIGS / "deepseek-v3.json")], "DeepSeek-V3 is not supported"),
     (["--config", "/nonexistent/config.json"], "cannot read /nonexistent/config.json"),

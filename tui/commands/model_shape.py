@@ -58,7 +58,7 @@ def model_shape(args: argparse.Namespace) -> ModelShape:
             shape = dataclasses.replace(shape, **overrides)
         elif overrides or args.bias:
             flags = [f"--{field.replace('_', '-')}" for field in overrides] + (["--bias"] if args.bias else [])
-            raise UsageError(f"{', '.join(flags)} change nanoGPT's GPT only; edit the config.json for {name}")
+            raise UsageError(f"only nanoGPT's GPT takes {', '.join(flags)}; edit the config.json for {name}")
     if args.block_size is not None:
         field = "block_size" if isinstance(shape, GptShape) else "seq_len"
         shape = dataclasses.replace(shape, **{field: args.block_size})
