@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
-from probes.models import ModelShape
+from probes.models import ModelShape, family_of
 from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
@@ -118,7 +118,8 @@ class ComparisonInputs:
     model: str | None = None
     tokens_per_iter: int | None = None  # --tokens-per-iter, else what the job's command line states
     peak: PeakOptions = PeakOptions()
-    stated_by: str | None = None  # where the shape and tokens came from when the job stated them, not options
+    stated_by: str | None = None  # where the shape came from when the job stated it, not the options
+    tokens_source: str = "--tokens-per-iter"  # where tokens_per_iter came from, said beside tokens/s
 
 
 def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
@@ -130,8 +131,10 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_
     used only when neither --model nor --baseline is given."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
     if stated is not None and model is None and baseline_path is None:
+        tokens_source = ("--tokens-per-iter" if tokens
+                         else "gradient_accumulation_steps × batch_size × block_size on its command line")
         return ComparisonInputs(shape=stated.shape, model="nanoGPT", tokens_per_iter=tokens or stated.tokens_per_iter,
-                                peak=peak or PeakOptions(), stated_by=stated.source)
+                                peak=peak or PeakOptions(), stated_by=stated.source, tokens_source=tokens_source)
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
@@ -267,9 +270,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         lines.append(f"observed {_number(observed)} s/iter.")
 
     if tokens_per_s is not None:
-        source = ("the probe's; pass --tokens-per-iter if the job's differ" if assumed
-                  else "--tokens-per-iter" if inputs.stated_by is None or tokens != inputs.tokens_per_iter
-                  else "gradient_accumulation_steps × batch_size × block_size on its command line")
+        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else inputs.tokens_source
         lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {source}).")
 
     gpu = gpu_name or (baseline.device_name if baseline is not None and baseline.device != "cpu" else None)
@@ -293,7 +294,10 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         lines.append(f"{_flops(estimate.achieved_flops_per_s)} achieved; no MFU: {where}{printed}.")
     if reported is not None:
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
-        if disagree or (corrected is None and reported > 100):
+        if progress.format != "nanogpt":  # the divide-by-312 story is nanoGPT's alone
+            if disagree:
+                lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak))
+        elif disagree or (corrected is None and reported > 100):
             lines += explain_nanogpt_mfu(reported, estimate, gpu)
 
     if inputs.stated_by is not None:
@@ -321,6 +325,16 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         reported_mfu_pct=reported,
         lines=tuple(lines),
     )
+
+
+def _why_the_logs_mfu_differs(reported: float, corrected: float, shape: ModelShape, peak: PeakFlops) -> str:
+    """One sentence for a framework's printed MFU that gputop's does not confirm (nanoGPT has its own)."""
+    family = family_of(shape)
+    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: the framework counts its own FLOP "
+            f"per token and peak; gputop counts {family.formula} for the {family.name} shape given "
+            f"({shape.describe()}) against {_flops(peak.flops_per_s)} {peak.dtype}. torchtitan and nanoGPT "
+            "count the full attention square (12·L·H·Q·T), Megatron-LM half of it under the causal mask; "
+            "check the shape and tokens per iteration given to gputop too.")
 
 
 def comparison_lines(progress: ProgressReading | None, inputs: ComparisonInputs | None,

@@ -143,3 +143,12 @@ def test_live_mfu_above_100_percent_is_flagged_with_the_gpu_nvml_sees():
 def test_live_model_must_be_a_preset_or_a_config():
     with pytest.raises(BaselineError, match="--model must be a preset"):
         load_comparison_inputs(None, "llama-9", None)
+
+
+def test_another_frameworks_printed_mfu_is_not_explained_as_nanogpts():
+    inputs = load_comparison_inputs(None, "llama-3-8b", 8 * 8192, peak=PeakOptions(gpu=H100))
+    torchtitan = ProgressReading(source="train.log", format="torchtitan", iteration=40, seconds_per_iter=10.0,
+                                 reported_mfu_pct=12.0, last_line="step: 40  loss: 3.1  tps: 6,554  mfu: 12.00%")
+    text = "\n".join(compare_progress(torchtitan, inputs, None).lines)
+    assert "312" not in text and "nanoGPT's mfu" not in text
+    assert "The log's 12% and gputop's 34.1% differ: the framework counts its own FLOP per token and peak" in text
