@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
-from probes.models import PRESETS, ModelShape
+from probes.models import ModelShape, family_of
 from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
-from probes.models.mfu import MfuEstimate, estimate_mfu
-from probes.models.peaks import PeakFlops, peak_flops
+from probes.models.hf_config import ModelConfigError, named_shape
+from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
+from probes.models.nanogpt_config import StatedModel
+from probes.models.peaks import PeakFlops, peak_flops, user_peak
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 
@@ -98,6 +100,15 @@ def _value_problem(data: dict) -> str | None:
 
 
 @dataclass(frozen=True)
+class PeakOptions:
+    """What the user said about the peak (--gpu, --peak-tflops, --dtype); None: not said."""
+
+    gpu: str | None = None  # the GPU to take from the table instead of the one NVML reports
+    tflops: float | None = None  # a dense peak given outright
+    dtype: str | None = None  # which of the GPU's peaks
+
+
+@dataclass(frozen=True)
 class ComparisonInputs:
     """What the observed progress of one run is compared with; fixed for the run (command-line options)."""
 
@@ -105,21 +116,32 @@ class ComparisonInputs:
     baseline_path: str | None = None
     shape: ModelShape | None = None  # the model's shape: --model's preset, else the baseline's
     model: str | None = None
-    tokens_per_iter: int | None = None  # --tokens-per-iter
+    tokens_per_iter: int | None = None  # --tokens-per-iter, else what the job's command line states
+    peak: PeakOptions = PeakOptions()
+    stated_by: str | None = None  # where the shape came from when the job stated it, not the options
+    tokens_source: str = "--tokens-per-iter"  # where tokens_per_iter came from, said beside tokens/s
 
 
-def load_comparison_inputs(baseline_path: str | None, model: str | None,
-                           tokens_per_iter: int | None) -> ComparisonInputs | None:
-    """The inputs the options give, or None when they give nothing to compare with (no baseline and
-    no model). BaselineError (one line) for a bad baseline file, an unknown model, or a --model that
-    is not the model the baseline was probed with."""
+def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
+                           peak: PeakOptions | None = None,
+                           stated: StatedModel | None = None) -> ComparisonInputs | None:
+    """The inputs the options give, or None when they give nothing to compare with (no baseline, no model,
+    and no model the job states itself). BaselineError (one line) for a bad baseline file, an unknown model
+    or unreadable config.json, or a --model that is not the model the baseline was probed with. `stated` is
+    used only when neither --model nor --baseline is given."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
+    if stated is not None and model is None and baseline_path is None:
+        tokens_source = ("--tokens-per-iter" if tokens
+                         else "gradient_accumulation_steps × batch_size × block_size on its command line")
+        return ComparisonInputs(shape=stated.shape, model="nanoGPT", tokens_per_iter=tokens or stated.tokens_per_iter,
+                                peak=peak or PeakOptions(), stated_by=stated.source, tokens_source=tokens_source)
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
-        if model not in PRESETS:
-            raise BaselineError(f"--model must be one of {', '.join(PRESETS)} (got {model!r})")
-        shape = PRESETS[model]
+        try:
+            shape = named_shape(model)
+        except ModelConfigError as exc:
+            raise BaselineError(str(exc)) from None
         if baseline is not None and baseline.shape != shape:
             raise BaselineError(f"--model {model} ({shape.describe()}) is not the model the baseline "
                                 f"{baseline_path} was probed with ({baseline.model}: {baseline.shape.describe()})")
@@ -129,7 +151,7 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None,
     if shape is None:
         return None
     return ComparisonInputs(baseline=baseline, baseline_path=baseline_path, shape=shape, model=model,
-                            tokens_per_iter=tokens)
+                            tokens_per_iter=tokens, peak=peak or PeakOptions())
 
 
 # --- the comparison ----------------------------------------------------------------------------------
@@ -193,12 +215,20 @@ def _reference(baseline: ProbeResult, tokens_per_iter: int) -> tuple[float, floa
 
 
 def _peak(inputs: ComparisonInputs, gpu_name: str | None) -> PeakFlops | None:
-    """The baseline's peak when it ran on the target's GPU (or the target's is unknown); else the table's."""
-    baseline = inputs.baseline
-    if baseline is not None and baseline.peak_flops_per_s and (gpu_name is None or gpu_name == baseline.device_name):
+    """--peak-tflops; else the baseline's peak when it ran on the target's GPU (or the target's is unknown)
+    and no --gpu names another; else the table's for --gpu or the target's GPU."""
+    asked, baseline = inputs.peak, inputs.baseline
+    if asked.tflops is not None:
+        return user_peak(asked.tflops, asked.dtype or "bf16")
+    gpu = asked.gpu or gpu_name
+    if baseline is not None and baseline.peak_flops_per_s and (gpu is None or gpu == baseline.device_name) \
+            and asked.dtype in (None, baseline.peak_dtype):
         return PeakFlops(baseline.peak_flops_per_s, baseline.peak_dtype, baseline.peak_source)
-    gpu_dtype = baseline.peak_dtype if baseline is not None and baseline.device != "cpu" else "bf16"
-    return peak_flops(gpu_name, gpu_dtype)
+    gpu_dtype = asked.dtype or (baseline.peak_dtype if baseline is not None and baseline.device != "cpu" else "bf16")
+    peak = peak_flops(gpu, gpu_dtype)
+    if peak is not None and asked.gpu:
+        return dataclasses.replace(peak, source=f"--gpu {asked.gpu!r}, {peak.source}")
+    return peak
 
 
 def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs | None,
@@ -240,7 +270,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         lines.append(f"observed {_number(observed)} s/iter.")
 
     if tokens_per_s is not None:
-        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else "--tokens-per-iter"
+        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else inputs.tokens_source
         lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {source}).")
 
     gpu = gpu_name or (baseline.device_name if baseline is not None and baseline.device != "cpu" else None)
@@ -253,15 +283,25 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     if estimate is None:
         lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
-        lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of {gpu or 'the GPU'}'s "
-                     f"{_flops(estimate.peak.flops_per_s)} {estimate.peak.dtype} dense peak){printed}.")
+        lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of "
+                     f"{inputs.peak.gpu or gpu or 'the GPU'}'s {_flops(estimate.peak.flops_per_s)} "
+                     f"{estimate.peak.dtype} dense peak){printed}.")
+        lines += mfu_doubts(estimate, inputs.shape, gpu_seen=gpu_name)
     else:
-        where = f"{gpu_name} is not in gputop's peak table" if gpu_name else "the target's GPU is not known"
+        named = inputs.peak.gpu or gpu_name
+        where = (f"{named} is not in gputop's peak table; pass --peak-tflops" if named
+                 else "the target's GPU is not known; pass --gpu or --peak-tflops")
         lines.append(f"{_flops(estimate.achieved_flops_per_s)} achieved; no MFU: {where}{printed}.")
     if reported is not None:
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
-        if disagree or (corrected is None and reported > 100):
+        if progress.format != "nanogpt":  # the divide-by-312 story is nanoGPT's alone
+            if disagree:
+                lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak))
+        elif disagree or (corrected is None and reported > 100):
             lines += explain_nanogpt_mfu(reported, estimate, gpu)
+
+    if inputs.stated_by is not None:
+        lines.append(f"Model from {inputs.stated_by}: {inputs.shape.describe()}.")
 
     peak = estimate.peak if estimate is not None else None
     return ProgressComparison(
@@ -285,6 +325,16 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         reported_mfu_pct=reported,
         lines=tuple(lines),
     )
+
+
+def _why_the_logs_mfu_differs(reported: float, corrected: float, shape: ModelShape, peak: PeakFlops) -> str:
+    """One sentence for a framework's printed MFU that gputop's does not confirm (nanoGPT has its own)."""
+    family = family_of(shape)
+    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: the framework counts its own FLOP "
+            f"per token and peak; gputop counts {family.formula} for the {family.name} shape given "
+            f"({shape.describe()}) against {_flops(peak.flops_per_s)} {peak.dtype}. torchtitan and nanoGPT "
+            "count the full attention square (12·L·H·Q·T), Megatron-LM half of it under the causal mask; "
+            "check the shape and tokens per iteration given to gputop too.")
 
 
 def comparison_lines(progress: ProgressReading | None, inputs: ComparisonInputs | None,

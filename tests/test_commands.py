@@ -25,7 +25,8 @@ COMMANDS_DOC = REPO / "docs" / "commands.md"
 # spelling, so it is not checked against the shared declaration.
 SAME_SPELLING_OTHER_OPTION = {
     ("probe", "--model"): "the model the probe builds: a preset or custom, with shape overrides",
-    ("mfu", "--model"): "the model the arithmetic is for: a preset or custom, with shape overrides",
+    ("probe", "--dtype"): "the dtype the probe trains in (auto by default), not which peak is read",
+    ("mfu", "--model"): "the model the arithmetic is for: a preset, custom or a config.json, with shape overrides",
     ("mfu", "--tokens-per-iter"): "defaults to batch × block × grad-accum; no job's pace is compared",
 }
 

@@ -21,6 +21,7 @@ from probes.gpt_probe import (
     run_probe,
 )
 from probes.models import PRESETS
+from probes.models.gpt2 import PRESETS as GPT_PRESETS
 from probes.models.gpt2 import GptShape, count_params, flops_per_token
 from tui import cli
 
@@ -65,7 +66,7 @@ def test_grad_accum_predicts_the_iteration():
 def test_module_matches_the_flop_formula_for_every_preset():
     import torch
 
-    for shape in [*PRESETS.values(), GptShape(3, 4, 32, 16, 100, bias=True)]:
+    for shape in [*GPT_PRESETS.values(), GptShape(3, 4, 32, 16, 100, bias=True)]:
         with torch.device("meta"):  # no memory: gpt2-xl has 1.5B parameters
             model = gpt_probe.gpt_class()(shape)
         assert model.num_params() == count_params(shape)

@@ -99,3 +99,8 @@ def test_a_shape_no_family_owns_is_refused():
 
     with pytest.raises(TypeError, match="no model family owns a StrangerShape"):
         estimate_mfu(StrangerShape(), tokens_per_iter=8, seconds_per_iter=1.0, peak=None)
+
+
+def test_a_config_model_type_belongs_to_one_family():
+    types = [model_type for family in FAMILIES for model_type in family.hf_model_types]
+    assert len(types) == len(set(types)), "two families read the same config.json model_type"

@@ -124,6 +124,16 @@ def test_figures_are_consistent():
 
 def test_source_says_where_the_number_comes_from():
     assert "H200" in peak_flops("NVIDIA H200", "bf16").source
-    assert "pattern" in peak_flops("NVIDIA GH200 96GB HBM3", "bf16").source
+    by_pattern = peak_flops("NVIDIA GH200 96GB HBM3", "bf16").source
+    assert "GH200, the closest entry to 'NVIDIA GH200 96GB HBM3' (not an exact name in the table)" in by_pattern
     given = user_peak(500, "bf16")
     assert (given.flops_per_s, given.source) == (500e12, "--peak-tflops")
+
+
+@pytest.mark.parametrize("entry", [e for e in PEAK_TABLE if e.pattern], ids=lambda e: e.model)
+def test_no_pattern_text_reaches_a_peaks_source(entry):
+    name = f"{entry.model} (a board the table does not list)"
+    peak = peak_flops(name, "bf16") or peak_flops(name, "fp16")
+    if peak is not None and "closest entry" in peak.source:
+        assert entry.pattern not in peak.source
+        assert not any(mark in peak.source for mark in ("\\b", "(?", "\\s", ".*"))

@@ -1,8 +1,10 @@
 """Model architecture families: what a model's shape costs in parameters and FLOPs, and MFU from that.
 
-One module per family (``gpt2.py`` today) implements ``ModelFamily``; ``FAMILIES`` lists them in order and
-``PRESETS`` gathers every family's named shapes (they are the choices of ``--model``). Beside them:
-``mfu.py`` (achieved FLOP/s and MFU for a shape of any family) and ``peaks.py`` (GPUs' dense peak FLOP/s).
+One module per family (``gpt2.py``, ``llama.py``, ``moe.py``) implements ``ModelFamily``; ``FAMILIES`` lists
+them in order and ``PRESETS`` gathers every family's named shapes (they are the choices of ``--model``).
+Beside them: ``hf_config.py`` (a Hugging Face config.json to the shape of the family that reads its
+``model_type``), ``mfu.py`` (achieved FLOP/s and MFU for a shape of any family) and ``peaks.py`` (GPUs'
+dense peak FLOP/s).
 
 Adding a family is a new module with a ``FAMILY``, one line in ``FAMILIES``, a row in docs/models.md and a
 fixture of published parameter counts in tests/fixtures/models/ (tests/test_models.py asks for each).
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from probes.models import gpt2
+from probes.models import gpt2, llama, moe
 
 
 class ModelShape(Protocol):
@@ -27,6 +29,11 @@ class ModelShape(Protocol):
         """One line for a person: layers, widths, sequence length."""
         ...
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per sequence: tokens per iteration are batch × block_size × accumulation."""
+        ...
+
 
 class ModelFamily(Protocol):
     """One architecture family: its shapes and what they cost per token."""
@@ -37,9 +44,14 @@ class ModelFamily(Protocol):
     presets: Mapping[str, Any]  # named shapes of shape_type; names are unique across families
     formula: str  # FLOP per token in symbols, e.g. "6·N + 12·L·H·Q·T"
     unsupported: tuple[str, ...]  # what its counts leave out or its shape cannot say, short phrases
+    hf_model_types: tuple[str, ...]  # the config.json "model_type" values from_hf_config reads
 
     def params(self, shape: Any) -> int:
-        """Parameters, counted the way the family's FLOP formula counts them."""
+        """Parameters, counted the way the family's published figures count them (tests/fixtures/models/)."""
+        ...
+
+    def active_params(self, shape: Any) -> int:
+        """Parameters one token's step uses: params() for a dense model, the routed experts only for MoE."""
         ...
 
     def flops_per_token(self, shape: Any) -> int:
@@ -50,9 +62,16 @@ class ModelFamily(Protocol):
         """The formula with this shape's numbers in it, for showing the work."""
         ...
 
+    def from_hf_config(self, config: Mapping[str, Any]) -> Any:
+        """The shape a Hugging Face config.json describes; KeyError for a missing field, ValueError (one
+        line) for a shape the family cannot count."""
+        ...
+
 
 FAMILIES: tuple[ModelFamily, ...] = (
     gpt2.FAMILY,  # nanoGPT's GPT-2: the only architecture gputop's probe can build and train
+    llama.FAMILY,  # dense Llama-shaped decoders: most of what is trained today
+    moe.FAMILY,  # mixture of experts on the same attention: counts only the experts a token is routed to
 )
 
 PRESETS: dict[str, ModelShape] = {name: shape for family in FAMILIES for name, shape in family.presets.items()}

@@ -16,8 +16,9 @@ divides by the right peak. That convention belongs to nanoGPT, so it lives here 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations: probes.models.mfu looks families up through this package
     from probes.models.mfu import MfuEstimate
@@ -132,6 +133,7 @@ class Gpt2Family:
     shape_type = GptShape
     presets = PRESETS
     formula = FORMULA
+    hf_model_types = ("gpt2",)
     unsupported = (
         "untied lm_head",  # the shape has no field for it: wte is counted once
         "sequences shorter than the block size",  # the attention term assumes every token sees T positions
@@ -141,11 +143,19 @@ class Gpt2Family:
     def params(self, shape: GptShape) -> int:
         return count_params(shape)
 
+    def active_params(self, shape: GptShape) -> int:
+        return count_params(shape)
+
     def flops_per_token(self, shape: GptShape) -> int:
         return flops_per_token(shape)
 
     def formula_with_values(self, shape: GptShape) -> str:
         return formula_with_values(shape)
+
+    def from_hf_config(self, config: Mapping[str, Any]) -> GptShape:
+        # Hugging Face's GPT2Config: the OpenAI checkpoints have biases in every Linear and LayerNorm.
+        return GptShape(n_layer=int(config["n_layer"]), n_head=int(config["n_head"]), n_embd=int(config["n_embd"]),
+                        block_size=int(config["n_positions"]), vocab_size=int(config["vocab_size"]), bias=True)
 
 
 FAMILY = Gpt2Family()

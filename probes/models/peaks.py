@@ -66,7 +66,13 @@ class GpuPeak:
 class PeakMatch:
     entry: GpuPeak
     how: str  # "exact" or "pattern"
-    matched: str  # the NVML name or the pattern that matched
+    matched: str  # the NVML name or the pattern that matched: for lookups, never for a person's eyes
+
+    def describe(self, name: str) -> str:
+        """Which entry a GPU name was taken for, in words (no pattern text)."""
+        if self.how == "exact":
+            return self.entry.model
+        return f"{self.entry.model}, the closest entry to {name.strip()!r} (not an exact name in the table)"
 
 
 @dataclass(frozen=True)
@@ -199,11 +205,10 @@ def peak_flops(gpu_name: str | None, dtype: str) -> PeakFlops | None:
     tflops = match.entry.tflops(key)
     if tflops is None:
         return None
-    how = "" if match.how == "exact" else f", matched by pattern {match.matched!r}"
     return PeakFlops(
         flops_per_s=tflops * TERA,
         dtype=key,
-        source=f"gputop's table: {match.entry.model}{how}; {match.entry.source}",
+        source=f"gputop's table: {match.describe(gpu_name)}; {match.entry.source}",
     )
 
 

@@ -1,5 +1,7 @@
-"""`gputop mfu`: a GPT run's achieved TFLOP/s and MFU from its iteration time, against the GPU's dense peak,
-and why nanoGPT's own printed mfu differs (--nanogpt-mfu). Arithmetic only: nothing is sampled or trained.
+"""`gputop mfu`: a training run's achieved TFLOP/s and MFU from its iteration time, against the GPU's dense
+peak, for a model of any family (a preset, nanoGPT's custom GPT, or a Hugging Face config.json); an MFU above
+100% or below 1% comes with what to check; --nanogpt-mfu explains the mfu nanoGPT printed. Arithmetic only:
+nothing is sampled or trained.
 """
 
 from __future__ import annotations
@@ -8,18 +10,13 @@ import argparse
 import dataclasses
 import json
 
-from probes.models.gpt2 import (
-    NANOGPT_PROMISED_FLOPS,
-    GptShape,
-    count_params,
-    explain_nanogpt_mfu,
-    formula_with_values,
-)
-from probes.models.mfu import estimate_mfu
-from probes.models.peaks import DTYPES, lookup_gpu, peak_flops, user_peak
+from probes.models import ModelShape, family_of
+from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, GptShape, explain_nanogpt_mfu
+from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
+from probes.models.peaks import PeakFlops, lookup_gpu, peak_flops, user_peak
 from probes.nvml import gpu_names
-from tui.commands.model_shape import add_model_arguments, model_shape, scientific
-from tui.commands.shared import UsageError, positive_float, positive_int
+from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
+from tui.commands.shared import UsageError, add_peak_arguments, positive_float, positive_int
 from tui.exitcodes import EXIT_OK
 
 MFU_SCHEMA = "gputop.mfu/1"
@@ -27,9 +24,10 @@ MFU_SCHEMA = "gputop.mfu/1"
 
 class MfuCommand:
     name = "mfu"
-    help = "achieved TFLOP/s and MFU of a GPT run from its iteration time"
-    description = ("nanoGPT's FLOP count (6·N + 12·L·H·Q·T per token) over the iteration time, against "
-                   "the GPU's dense peak. --nanogpt-mfu explains the mfu nanoGPT printed.")
+    help = "achieved TFLOP/s and MFU of a training run from its iteration time"
+    description = ("The model's FLOP per token (nanoGPT's 6·N + 12·L·H·Q·T for GPT-2; Megatron-LM's count for "
+                   "Llama-shaped and mixture-of-experts models from a config.json) over the iteration time, "
+                   "against the GPU's dense peak. --nanogpt-mfu explains the mfu nanoGPT printed.")
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_model_arguments(parser, default_model=None)
@@ -39,10 +37,7 @@ class MfuCommand:
         parser.add_argument("--grad-accum", type=positive_int, default=1, metavar="N")
         parser.add_argument("--iter-time", type=positive_float, required=True, metavar="S",
                             help="seconds per optimizer iteration")
-        parser.add_argument("--gpu", metavar="NAME", help='the GPU\'s name as nvidia-smi shows it, e.g. "NVIDIA H200" '
-                                                          "(default: this machine's, found through NVML)")
-        parser.add_argument("--peak-tflops", type=positive_float, metavar="TF", help="dense peak, overriding the table")
-        parser.add_argument("--dtype", choices=DTYPES, default="bf16", help="which peak to use (default bf16)")
+        add_peak_arguments(parser)
         parser.add_argument("--nanogpt-mfu", type=float, metavar="PCT", help="the mfu nanoGPT printed, e.g. 164")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -53,30 +48,43 @@ class MfuCommand:
             if args.batch_size is None:
                 raise UsageError("pass --tokens-per-iter, or --batch-size (and --grad-accum) to compute it")
             tokens_per_iter = args.batch_size * shape.block_size * args.grad_accum
-        gpu = args.gpu
-        if args.peak_tflops is not None:
-            peak = user_peak(args.peak_tflops, args.dtype)
-        else:
-            detected = gpu is None
-            if detected:
-                gpu = _this_machines_gpu()
-            peak = peak_flops(gpu, args.dtype)
-            if peak is None:
-                match = lookup_gpu(gpu)
-                if match is None:
-                    raise UsageError(f"{gpu!r} is not in gputop's peak table; pass --peak-tflops")
-                raise UsageError(f"{match.entry.model} has no {args.dtype} peak in gputop's table; "
-                                 "choose another --dtype or pass --peak-tflops")
-            if detected:
-                peak = dataclasses.replace(peak, source=f"{gpu}, found through NVML; {peak.source}")
+        gpu, peak = _chosen_peak(args)
         estimate = estimate_mfu(shape, tokens_per_iter, args.iter_time, peak)
+        grad_accum = args.grad_accum if args.tokens_per_iter is None else None
+        doubts = mfu_doubts(estimate, shape, gpu_seen=_gpu_seen(args, gpu), grad_accum=grad_accum)
         explanation = (explain_nanogpt_mfu(args.nanogpt_mfu, estimate, gpu)
                        if args.nanogpt_mfu is not None else None)
         if args.json:
-            print(json.dumps(_mfu_document(args, gpu, shape, estimate, explanation), indent=2))
+            print(json.dumps(_mfu_document(args, gpu, shape, estimate, doubts, explanation), indent=2))
         else:
-            print("\n".join(format_mfu_report(args, shape, estimate, explanation)))
+            print("\n".join(format_mfu_report(args, shape, estimate, doubts, explanation)))
         return EXIT_OK
+
+
+def _chosen_peak(args: argparse.Namespace) -> tuple[str | None, PeakFlops]:
+    """The GPU's name (--gpu, else NVML's) and the peak: --peak-tflops, else the table's for that GPU."""
+    if args.peak_tflops is not None:
+        return args.gpu, user_peak(args.peak_tflops, args.dtype)
+    gpu = args.gpu if args.gpu is not None else _this_machines_gpu()
+    peak = peak_flops(gpu, args.dtype)
+    if peak is None:
+        match = lookup_gpu(gpu)
+        if match is None:
+            raise UsageError(f"{gpu!r} is not in gputop's peak table; pass --peak-tflops")
+        raise UsageError(f"{match.entry.model} has no {args.dtype} peak in gputop's table; "
+                         "choose another --dtype or pass --peak-tflops")
+    if args.gpu is None:
+        peak = dataclasses.replace(peak, source=f"{gpu}, found through NVML; {peak.source}")
+    return gpu, peak
+
+
+def _gpu_seen(args: argparse.Namespace, gpu: str | None) -> str | None:
+    """The GPU NVML reports here, to check an assumed peak against; NVML is asked only when --gpu or
+    --peak-tflops stood in for it."""
+    if args.gpu is None and args.peak_tflops is None:
+        return gpu
+    names = sorted(set(gpu_names()))
+    return names[0] if len(names) == 1 else None
 
 
 def _this_machines_gpu() -> str:
@@ -89,15 +97,19 @@ def _this_machines_gpu() -> str:
     return names[0]
 
 
-def _mfu_document(args, gpu: str | None, shape: GptShape, estimate, explanation: list[str] | None) -> dict:
+def _mfu_document(args, gpu: str | None, shape: ModelShape, estimate: MfuEstimate, doubts: tuple[str, ...],
+                  explanation: list[str] | None) -> dict:
     peak = estimate.peak
+    family = family_of(shape)
     document = {
         "schema": MFU_SCHEMA,
-        "model": args.model,
+        "model": model_label(args),
+        "family": family.name,
         "shape": dataclasses.asdict(shape),
-        "params": count_params(shape),
+        "params": family.params(shape),
+        "active_params": family.active_params(shape),
         "flops_per_token": estimate.flops_per_token,
-        "flops_formula": formula_with_values(shape),
+        "flops_formula": family.formula_with_values(shape),
         "tokens_per_iter": estimate.tokens_per_iter,
         "seconds_per_iter": estimate.seconds_per_iter,
         "flops_per_iter": estimate.flops_per_iter,
@@ -107,6 +119,7 @@ def _mfu_document(args, gpu: str | None, shape: GptShape, estimate, explanation:
         "peak_flops_per_s": peak.flops_per_s,
         "peak_source": peak.source,
         "mfu": estimate.mfu,
+        "mfu_doubts": list(doubts),
         "nanogpt": None,
     }
     if args.nanogpt_mfu is not None:
@@ -120,19 +133,33 @@ def _mfu_document(args, gpu: str | None, shape: GptShape, estimate, explanation:
     return document
 
 
-def format_mfu_report(args, shape: GptShape, estimate, explanation: list[str] | None) -> list[str]:
+def _parameters(shape: ModelShape) -> str:
+    family = family_of(shape)
+    total, active = family.params(shape), family.active_params(shape)
+    if isinstance(shape, GptShape):
+        return f"{total:,} without position embeddings"
+    if active != total:
+        return f"{total:,}, {active:,} active per token"
+    return f"{total:,}"
+
+
+def format_mfu_report(args, shape: ModelShape, estimate: MfuEstimate, doubts: tuple[str, ...],
+                      explanation: list[str] | None) -> list[str]:
     peak = estimate.peak
+    family = family_of(shape)
+    flagged = " (cannot be right: see below)" if doubts else ""
     rows = [
-        ("model", f"{args.model}: {shape.describe()}"),
-        ("parameters", f"{count_params(shape):,} without position embeddings"),
-        ("FLOP per token", f"{scientific(estimate.flops_per_token)} = {formula_with_values(shape)}"),
+        ("model", f"{model_label(args)}: {shape.describe()}"),
+        ("parameters", _parameters(shape)),
+        ("FLOP per token", f"{scientific(estimate.flops_per_token)} = {family.formula_with_values(shape)}"),
         ("FLOP per iter", f"{scientific(estimate.flops_per_iter)} ({estimate.tokens_per_iter:,} tokens)"),
         ("achieved", (f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s ({estimate.seconds_per_iter:g} s per "
                       f"iteration, {estimate.tokens_per_iter / estimate.seconds_per_iter:,.0f} tokens/s)")),
         ("peak", f"{peak.flops_per_s / 1e12:.1f} TFLOP/s {peak.dtype} dense ({peak.source})"),
-        ("MFU", f"{estimate.mfu * 100:.1f}%"),
+        ("MFU", f"{estimate.mfu * 100:.1f}%{flagged}"),
     ]
     lines = [f"{label:<15} {value}" for label, value in rows]
+    lines += [f"  {sentence}" for sentence in doubts]
     if explanation:
         lines.append(f"nanoGPT's {args.nanogpt_mfu:g}%:")
         lines += [f"  {sentence}" for sentence in explanation]

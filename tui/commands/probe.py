@@ -19,8 +19,10 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
-from tui.commands.model_shape import add_model_arguments, model_shape, scientific
-from tui.commands.shared import UsageError, positive_float, positive_int
+from probes.models import family_of
+from probes.models.gpt2 import GptShape
+from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
+from tui.commands.shared import UsageError, add_peak_tflops_argument, positive_int
 from tui.exitcodes import EXIT_OK
 
 DEFAULT_BATCH_SIZE = 12  # nanoGPT's train_gpt2 config
@@ -47,18 +49,21 @@ class ProbeCommand:
         parser.add_argument("--steps", type=positive_int, default=10, help="timed steps (default 10)")
         parser.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first (default 3)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-        parser.add_argument("--peak-tflops", type=positive_float, metavar="TF",
-                            help="the GPU's dense peak for this dtype, when gputop's table lacks it")
+        add_peak_tflops_argument(parser)
         parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(self, args: argparse.Namespace) -> int:
         shape = model_shape(args)
+        model = model_label(args)
+        if not isinstance(shape, GptShape):
+            raise UsageError(f"gputop probe builds nanoGPT's GPT only; {model} is a {family_of(shape).name} "
+                             "model: use gputop mfu for its FLOPs")
         if not torch_available():
             raise UsageError(TORCH_MISSING)
         config = ProbeConfig(
             shape=shape,
-            model=args.model,
-            batch_size=args.batch_size or DEFAULT_BATCH_SIZE_BY_MODEL.get(args.model, DEFAULT_BATCH_SIZE),
+            model=model,
+            batch_size=args.batch_size or DEFAULT_BATCH_SIZE_BY_MODEL.get(model, DEFAULT_BATCH_SIZE),
             grad_accum=args.grad_accum,
             dtype=args.dtype,
             compile=args.compile,

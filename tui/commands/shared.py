@@ -14,6 +14,7 @@ from collections.abc import Callable
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 from probes.engine import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
 from probes.models import PRESETS
+from probes.models.peaks import DTYPES as PEAK_DTYPES
 
 
 class UsageError(Exception):
@@ -123,8 +124,24 @@ def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="PROBE.json",
                         help="a `gputop probe --json` result for the target's model and batch: show its "
                              "observed s/iter against the probe's reference step, and the corrected MFU")
-    parser.add_argument("--model", choices=tuple(PRESETS), default=None,
-                        help="the target's nanoGPT preset, for the MFU from --tokens-per-iter without --baseline")
+    parser.add_argument("--model", default=None, metavar="PRESET|config.json",
+                        help=f"the target's model, a preset ({', '.join(PRESETS)}) or a Hugging Face config.json, "
+                             "for the MFU from --tokens-per-iter without --baseline")
+    add_peak_arguments(parser)
+
+
+def add_peak_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which peak an MFU is measured against: --gpu, --peak-tflops, --dtype (mfu and the live monitor)."""
+    parser.add_argument("--gpu", metavar="NAME", help='the GPU\'s name as nvidia-smi shows it, e.g. "NVIDIA H200" '
+                                                      "(default: the one NVML reports)")
+    add_peak_tflops_argument(parser)
+    parser.add_argument("--dtype", choices=PEAK_DTYPES, default="bf16",
+                        help="which of the GPU's dense peaks the MFU is measured against (default bf16)")
+
+
+def add_peak_tflops_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--peak-tflops", type=positive_float, metavar="TF",
+                        help="the GPU's dense peak in TFLOP/s, instead of gputop's table")
 
 
 def add_hang_after_argument(parser: argparse.ArgumentParser) -> None:
@@ -157,11 +174,19 @@ def hang_after(args: argparse.Namespace) -> float:
 
 
 def comparison_inputs(args: argparse.Namespace):
-    """What the target's progress is compared with (--baseline, --model, --tokens-per-iter), or None."""
-    from probes.baseline import BaselineError, load_comparison_inputs
+    """What the target's progress is compared with (--baseline, --model, --tokens-per-iter, and the peak's
+    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape a nanoGPT job states on its
+    command line), or None."""
+    from probes.baseline import BaselineError, PeakOptions, load_comparison_inputs
 
+    stated = None
+    if args.model is None and args.baseline is None and getattr(args, "pid", None):
+        from probes.models.nanogpt_config import stated_model
+
+        stated = stated_model(args.pid, getattr(args, "log", None))  # a nanoGPT job names its shape itself
     try:
-        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter)
+        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter,
+                                      peak=PeakOptions(args.gpu, args.peak_tflops, args.dtype), stated=stated)
     except BaselineError as exc:
         raise UsageError(str(exc)) from None
 
