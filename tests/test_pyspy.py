@@ -205,12 +205,14 @@ def test_native_sampling_marks_native_frames(spawn_target, sampler_factory):
     sampler = sampler_factory(native=True)
     sampler.set_targets([target.pid])
     acc = Accumulator(sampler)
-    wait_for(lambda: acc.collect() and any(c.thread_name == "MainThread" for c in acc.counts), timeout=20)
+    # Wait for a running sample, not just any: on a loaded machine the spinning thread can be caught off its CPU
+    # (idle) in the first windows.
+    hot = wait_for(lambda: acc.collect() and hot_frames(acc.counts, include_idle=False, by_line=False), timeout=20)
     assert acc.latest.native and "native" in acc.latest.sampler
     frames = [f for c in acc.counts for f in c.frames]
     assert any(f.native and ".so" in f.file for f in frames)
     assert all(not f.native for f in frames if f.file.endswith(".py"))
-    assert hot_frames(acc.counts, include_idle=False, by_line=False)[0].function == "busy_spin_for_gputop"
+    assert hot[0].function == "busy_spin_for_gputop"
 
 
 def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_factory):
