@@ -22,7 +22,7 @@ from test_diagnose import (
     make_frame,
 )
 
-from probes.diagnosis.shares import TimeShares, max_speedup, time_shares
+from probes.diagnosis.shares import TimeShares, max_speedup, shares_summary, time_shares
 from probes.diagnosis.stacks import is_evaluation, is_logging
 from probes.monitor import fold
 
@@ -147,3 +147,8 @@ def test_a_gpu_bound_verdict_bounds_every_other_fix():
     assert verdict.bottleneck == "gpu_bound"
     assert "nothing outside the GPU can win more than 3% (it is busy 97% of the time)" in verdict.evidence
     assert verdict.max_speedup == pytest.approx(1.03)
+
+
+def test_the_summary_puts_the_largest_share_first_with_the_periods():
+    assert shares_summary(time_shares(_cycle_frames())) == (
+        "time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10% (every ~18 s)")
