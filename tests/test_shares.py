@@ -152,3 +152,12 @@ def test_a_gpu_bound_verdict_bounds_every_other_fix():
 def test_the_summary_puts_the_largest_share_first_with_the_periods():
     assert shares_summary(time_shares(_cycle_frames())) == (
         "time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10% (every ~18 s)")
+
+
+def test_a_jobs_shares_follow_its_lowest_rank_not_the_launcher():
+    from test_diagnose_job import straggler_frames
+
+    # Rank 0 waits in backward for rank 1 8 samples in 10; the launcher (the tree's root) has no samples at all.
+    # (Its wait counts as idle here: the diagnosis, which knows it is a rank, calls it a collective wait.)
+    shares = time_shares(straggler_frames(n=8))
+    assert shares.shares == {"compute": pytest.approx(0.2), "idle": pytest.approx(0.8)}

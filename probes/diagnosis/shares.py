@@ -98,16 +98,19 @@ class MaxSpeedup:
     words: str
 
 
-_summaries: dict[int, Counter] = {}
+_summaries: dict[tuple[int, int], Counter] = {}  # (id of a frame's stacks, main PID) -> seconds by phase
 
 
 def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
     """Seconds of the main thread's samples in this frame, by phase (memoised while the frame lives)."""
-    key = id(frame.stacks)
+    key = (id(frame.stacks), main_pid)  # unique while the stacks live; the entry goes when they do
     found = _summaries.get(key)
     if found is not None:
         return found
-    per_sample = 1.0 / frame.stacks.rate_hz if frame.stacks.rate_hz else 1.0
+    # The rate the windows of this frame were taken at (the sampler slows to 1 Hz once the picture settles and
+    # looks again at 10 Hz when it moves); the asked-for rate where it was not measured.
+    rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
+    per_sample = 1.0 / rate if rate else 1.0
     seconds: Counter = Counter()
     for count in main_thread_counts(frame, main_pid):
         activity = classify_cached(count.frames, count.idle).activity
@@ -129,7 +132,7 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
         return None
     frames = recent_frames(history, window_s, MAX_SHARES_FRAMES)
     if main_pid is None:
-        main_pid = main_pid_of(frames[-1])
+        main_pid = _watched_pid(frames[-1])
     per_frame = [(frame, _phase_seconds(frame, main_pid)) for frame in frames]
     totals: Counter = Counter()
     for _, seconds in per_frame:
@@ -141,6 +144,13 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
     span = frames[-1].time - (frames[0].time - frames[0].interval_s)
     return TimeShares(window_s=span, shares=shares, recurring=_recurring(per_frame, shares),
                       gpu_util_pct=target_gpu_util_pct(frames))
+
+
+def _watched_pid(frame: Frame) -> int:
+    """Whose main thread the shares follow: a distributed job's lowest rank here (the tree's root is its
+    launcher, which only waits), else the training process."""
+    ranks = [p for p in frame.processes if p.rank is not None and p.alive]
+    return min(ranks, key=lambda p: p.rank).pid if ranks else main_pid_of(frame)
 
 
 def _recurring(per_frame: list[tuple[Frame, Counter]], shares: dict[str, float]) -> tuple[RecurringPhase, ...]:
