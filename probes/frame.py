@@ -293,6 +293,9 @@ class Verdict:
     # Seconds since the last sign of progress (since watching began when none was seen); None once exited.
     # Added for /metrics (gputop_last_progress_age_seconds): the hang alert wants the silence, not only its verdict.
     stalled_s: float | None = None
+    # The most the verdict's fix can win, times faster, from the time shares over the last minutes
+    # (probes/diagnosis/shares.py); None where its fix has no measured phase. Set on the verdict as shown.
+    max_speedup: float | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
 from probes.diagnosis.job import diagnose_job
+from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
@@ -75,6 +76,7 @@ class MonitorView:
     # A distributed job's verdict, each rank's beside it; None for a lone process. When set, `verdict` is
     # the job's (job.verdict, with the pace line) and the timeline follows it.
     job: JobVerdict | None = None
+    shares: TimeShares | None = None  # the main thread's time per phase over the last minutes
 
     @property
     def latest(self) -> Frame:
@@ -147,8 +149,11 @@ class Monitor:
             self._timeline.append(VerdictChange(since, *pair))
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
-        self._view = MonitorView(frames=frames, verdict=_with_pace(self._verdict, pace), timeline=tuple(self._timeline),
-                                 first_time=self._first_time, replay=self.replay, pace=pace, job=self._job)
+        shares = time_shares(frames)
+        shown = _shown(self._verdict, pace, shares)
+        self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
+                                 first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
+                                 shares=shares)
         return self._view
 
     def snapshot(self) -> dict[str, Any]:
@@ -158,7 +163,7 @@ class Monitor:
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job)
+                              job=self._view.job, shares=self._view.shares)
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -237,15 +242,54 @@ def pace_line(pace: Pace | None) -> str | None:
     return line
 
 
-def _with_pace(verdict: Verdict, pace: Pace | None) -> Verdict:
-    """The verdict as shown: the pace sentence added to its evidence where there is one. (The verdict fed
-    back to diagnose() stays without it.)"""
+def _pace_words(verdict: Verdict, pace: Pace | None) -> list[str]:
+    """The pace lines the verdict's evidence carries: its MFU sentence and, where the log's printed time and
+    its step counter disagree, what the printed time is."""
+    lines = []
     line = pace_line(pace)
-    if line is None or verdict.liveness in ("hung", "exited"):
+    if line is not None:
+        if verdict.bottleneck == "gpu_bound":
+            line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
+                else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
+        lines.append(line)
+    cross_check = pace_cross_check_line(pace)
+    if cross_check is not None:
+        lines.append(cross_check)
+    return lines
+
+
+def _duration_words(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def pace_cross_check_line(pace: Pace | None) -> str | None:
+    """What a printed time per step is, where the step counter overruled it (they differ by more than 25%):
+    "the log says 31 ms/step, but the iteration counter moves every 0.64 s (~21×): ..."."""
+    if pace is None or pace.printed_seconds_per_iter is None or not pace.seconds_per_iter:
+        return None
+    printed, counted = pace.printed_seconds_per_iter, pace.seconds_per_iter
+    said = f"the log says {_duration_words(printed)}/step, but the iteration counter moves every " \
+           f"{_duration_words(counted)}"
+    ratio = counted / printed
+    if ratio >= 1:
+        return (f"{said} (~{ratio:.0f}×): the printed time covers part of a step (the forward+backward, or one of "
+                f"~{ratio:.0f} micro-steps; data loading is outside it); the pace is the counter's")
+    return f"{said}: the printed time spans ~{1 / ratio:.0f} counted steps; the pace is the counter's"
+
+
+def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Verdict:
+    """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
+    that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
+    the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
+    80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room."""
+    if verdict.liveness in ("hung", "exited"):
         return verdict
-    if verdict.bottleneck == "gpu_bound":
-        line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
-            else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
-    # Second, after the rule's headline: on an 80×24 screen only two evidence lines show.
-    evidence = (*verdict.evidence[:1], line, *verdict.evidence[1:])
-    return dataclasses.replace(verdict, evidence=evidence)
+    paced = _pace_words(verdict, pace)
+    also = recurring_lines(shares, verdict.bottleneck) if shares is not None and verdict.liveness != "unknown" else []
+    gain = max_speedup(shares, verdict.bottleneck) if verdict.liveness != "unknown" else None
+    if not paced and not also and gain is None:
+        return verdict
+    evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],
+                *((gain.words,) if gain is not None else ()), *verdict.evidence[2:])
+    return dataclasses.replace(verdict, evidence=evidence,
+                               max_speedup=round(gain.factor, 2) if gain is not None else None)

@@ -47,8 +47,9 @@ INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead
 _LAST_LINE_CHARS = 300
 # A printed time per step is overruled by the step counter when they differ by more than this factor, measured
-# over at least this many seconds of step lines: a tick's worth of lag in noticing a line then costs under 10%.
-COUNTER_DISAGREES = 1.5
+# over at least this many seconds of step lines (more than 25%: the bound for words that say what the printed
+# time is): a tick's worth of lag in noticing a line then costs under 10%.
+COUNTER_DISAGREES = 1.25
 COUNTER_SPAN_S = 10.0
 STEP_COUNTER = "step counter"
 _PYTHON_BUFFERS = "Python buffers stdout into a file: run it with -u or PYTHONUNBUFFERED=1"

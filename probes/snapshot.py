@@ -22,6 +22,7 @@ from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
 if TYPE_CHECKING:
+    from probes.diagnosis.shares import TimeShares
     from probes.monitor import Pace
 
 SNAPSHOT_SCHEMA = "gputop.snapshot/1"
@@ -31,7 +32,7 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
                    comparison: ComparisonInputs | None = None, pace: Pace | None = None,
-                   job: JobVerdict | None = None) -> dict[str, Any]:
+                   job: JobVerdict | None = None, shares: TimeShares | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
     seconds per iteration; a distributed job's verdict fills `job` (null for a lone process)."""
@@ -97,8 +98,14 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "confidence": round(verdict.confidence, 2),
             "evidence": list(verdict.evidence),
             "advice": list(verdict.advice),
+            "max_speedup": verdict.max_speedup,
         },
         "job": job_document(latest, job),
+        # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
+        "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
+        "time_shares_window_s": round(shares.window_s, 1) if shares else None,
+        "recurring_phases": [{"phase": r.phase, "share": round(r.share, 3), "period_s": round(r.period_s, 1),
+                              "episodes": r.episodes} for r in shares.recurring] if shares else [],
     }
 
 

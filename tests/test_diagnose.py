@@ -820,3 +820,18 @@ def test_a_phase_change_mark_lets_the_new_phase_win_without_waiting_out_the_old_
     assert "main thread: 100% of 11 samples running on the CPU" in marked[27].evidence[0]
     unmarked = run(frames(marked=False))
     assert unmarked[27].bottleneck == "data_bound"  # 16 + 10 tokenising samples still in the window
+
+
+def test_confidence_does_not_swing_while_nothing_changes():
+    # A steady data-bound job whose stack windows land every 12 ticks, a full one and a short one in turn (the
+    # sampler ends a window early when the cheap signals move): only the count of samples in view changes. The
+    # raw figure went 1.0 -> 0.68 -> 1.0 with each short window.
+    frames = []
+    for i in range(100):
+        window = [main_count(TOKENIZE, n=3 if (i // 12) % 2 else 40)] if i % 12 == 11 else []
+        frames.append(make_frame(i, counts=window, cpu=100.0))
+    verdicts = run(frames)
+    settled = verdicts[30:]
+    assert {v.bottleneck for v in settled} == {"data_bound"}
+    confidences = [v.confidence for v in settled]
+    assert max(confidences) - min(confidences) <= 0.15, confidences

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_diagnose import FORWARD, TOKENIZE, h200, main_count, make_frame
+from test_diagnose import FORWARD, T0, TOKENIZE, h200, main_count, make_frame
 
 import probes.monitor as monitor_module
 from probes.baseline import load_comparison_inputs
 from probes.frame import ProgressReading
-from probes.monitor import NO_LOG_HINT, NO_LOG_IN_RECORDING, Monitor, fold, recording_meta
+from probes.monitor import NO_LOG_HINT, NO_LOG_IN_RECORDING, Monitor, Pace, fold, pace_cross_check_line, recording_meta
 from probes.recording import Recorder, load_recording
 
 NANOGPT_LOG = "/home/alice/nanogpt/out.log"
@@ -168,3 +168,25 @@ def test_a_jobs_rank_projections_go_with_their_frames():
     _, frames_alive = _live_entries(refs)
     assert frames_alive == 10
     assert 0 < len(diagnosis_job._projections) <= 10 * 2  # two ranks, each projected once per frame alive
+
+
+def test_a_printed_time_the_counter_overruled_is_said_for_what_it_is():
+    micro = Pace(iteration=40, seconds_per_iter=0.64, printed_seconds_per_iter=0.031, derived_from="step counter")
+    assert pace_cross_check_line(micro) == (
+        "the log says 31 ms/step, but the iteration counter moves every 0.64 s (~21×): the printed time covers part "
+        "of a step (the forward+backward, or one of ~21 micro-steps; data loading is outside it); the pace is the "
+        "counter's")
+    spans = Pace(iteration=40, seconds_per_iter=0.5, printed_seconds_per_iter=2.0, derived_from="step counter")
+    assert pace_cross_check_line(spans) == ("the log says 2.00 s/step, but the iteration counter moves every 0.50 s: "
+                                            "the printed time spans ~4 counted steps; the pace is the counter's")
+    assert pace_cross_check_line(Pace(iteration=40, seconds_per_iter=0.64)) is None
+
+
+def test_the_cross_check_sits_in_the_verdict_as_shown():
+    frames = [make_frame(i, counts=[main_count(FORWARD)], cpu=100.0,
+                         progress=ProgressReading(source="/runs/train.log", format="nanogpt", iteration=i,
+                                                  seconds_per_iter=0.64, printed_seconds_per_iter=0.031,
+                                                  derived_from="step counter", last_update=T0 + i))
+              for i in range(8)]
+    evidence = fold(frames, replay=False).view.verdict.evidence
+    assert evidence[1].startswith("the log says 31 ms/step, but the iteration counter moves every 0.64 s")

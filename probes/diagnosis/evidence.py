@@ -644,3 +644,18 @@ def _written(frame: Frame, pid: int) -> float | None:
     if process is None:
         return None
     return process.write_chars_per_s if process.write_chars_per_s is not None else process.write_bytes_per_s
+
+
+def main_pid_of(frame: Frame) -> int:
+    """The training process of the frame's tree: the main role, else the target itself."""
+    return _main_pid(frame)
+
+
+def main_thread_counts(frame: Frame, main_pid: int) -> tuple[StackCount, ...]:
+    """The main thread's stack counts in one frame (memoised with the rest of the frame's summary)."""
+    return _frame_stacks(frame, main_pid).main_counts
+
+
+def target_gpu_util_pct(frames: Sequence[Frame]) -> float | None:
+    """The target's GPUs' utilisation over the frames, mean; None where NVML read none of them."""
+    return _mean(d.util_gpu_pct for f in frames for d in _target_devices(f))

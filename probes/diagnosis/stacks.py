@@ -384,3 +384,33 @@ def format_where(responsible: StackFrame | None, user_frame: StackFrame | None) 
     if user_frame is not None and user_frame != responsible:
         text += f", called from {describe(user_frame)}"
     return text
+
+
+# Phases of a training loop that are not activities of their own (their stacks compute, wait for data or
+# reduce like training does), told apart for the time shares (probes/diagnosis/shares.py) by an outer frame.
+# Evaluation: a function of the user's own code named estimate_loss (nanoGPT), evaluate*, eval, eval_*,
+# validate*, validation*, validation_step or test_step; Hugging Face's Trainer.evaluate and evaluation_loop;
+# Lightning's evaluation loop. Library functions are matched by file too (torch has an eval_frame). The frame of
+# @torch.no_grad() (decorate_context) is not matched: optimizers' step() runs under it as well.
+_EVALUATION_FUNCTION = re.compile(r"^(estimate_loss|evaluat(e|ion)\w*|eval(_\w+)?|validat(e|ion)\w*|test_step)$",
+                                  re.IGNORECASE)
+_EVALUATION_MARKERS = (
+    ("Trainer.evaluate", "transformers/trainer.py"),
+    ("Trainer.evaluation_loop", "transformers/trainer.py"),
+)
+_EVALUATION_FILES = ("lightning/pytorch/loops/evaluation_loop.py",)
+# Logging: the standard library's logging, and the experiment trackers' clients.
+_LOGGING_FILES = ("/logging/__init__.py", "/logging/handlers.py", "/wandb/", "/mlflow/", "torch/utils/tensorboard/",
+                  "/tensorboardX/", "/comet_ml/", "/neptune/", "/clearml/")
+
+
+def is_evaluation(frames: Sequence[StackFrame]) -> bool:
+    """The stack runs inside an evaluation (see _EVALUATION_FUNCTION for what is matched)."""
+    return any((not is_library(f) and _EVALUATION_FUNCTION.match(_base_name(f.function)))
+               or _in_files(f, _EVALUATION_FILES)
+               or any(frame_matches(f, function, suffix) for function, suffix in _EVALUATION_MARKERS) for f in frames)
+
+
+def is_logging(frames: Sequence[StackFrame]) -> bool:
+    """The stack is inside a logging call or an experiment tracker's client."""
+    return any(_in_files(f, _LOGGING_FILES) for f in frames)

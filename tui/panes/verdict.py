@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
 from probes.monitor import MonitorView, Pace, VerdictChange
 from tui.panes.ranks import SELECTED_MARK, RankRow, finding_words, rank_label, rank_verdict_words
@@ -76,6 +77,9 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
         parts.append(selected_rank_text(selected_rank, view))
     if view.pace is not None:
         parts.append(pace_text(view.pace))
+    if view.shares is not None and len(view.shares.shares) > 1 and max_evidence >= MAX_EVIDENCE_LINES:
+        # Where the screen has room: the whole run's time, which the current window's verdict does not show.
+        parts.append(Text(shares_summary(view.shares), style="dim", no_wrap=True, overflow="ellipsis"))
     parts.append(lines)
     if len(_changes(view)) > 1:
         parts.append(timeline_text(view))

@@ -1,0 +1,220 @@
+"""time_shares(history) -> TimeShares: over the last minutes, the share of wall time the main thread spent in
+each phase of a training loop (compute, data, checkpoint, evaluation, compile, collectives, logging, idle), the
+phases that come back (a checkpoint every few iterations) with their period, and what the verdict's fix can win
+at most.
+
+A verdict names the current window's majority; a checkpoint of 3 s every 18 s is never that majority, yet it
+costs a sixth of the run. This looks over the whole History window instead, from the main thread's sampled
+stacks: each sample counts for 1/rate seconds (the sampler's rate adapts), put in a phase by its activity
+(probes/diagnosis/stacks.py) or, for evaluation and logging, by an outer frame (is_evaluation, is_logging).
+
+Pure: frames in, a TimeShares out, no clock reads. Summaries of a frame are memoised by its stacks' identity.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from probes.diagnosis.evidence import main_pid_of, main_thread_counts, target_gpu_util_pct
+from probes.diagnosis.stacks import (
+    CHECKPOINT,
+    COMMS,
+    COMPILE,
+    COMPUTE,
+    DATA_PREP,
+    DATA_WAIT,
+    IO,
+    QUEUE_WAIT,
+    WAIT,
+    classify_cached,
+    is_evaluation,
+    is_logging,
+)
+from probes.frame import Bottleneck, Frame
+from probes.history import recent_frames
+
+SHARES_WINDOW_S = 120.0  # "the last minutes": long enough to hold several cycles of a periodic phase
+MAX_SHARES_FRAMES = 600  # bounds the walk whatever the tick
+PHASES = ("compute", "data", "checkpoint", "evaluation", "compile", "collectives", "logging", "idle")
+_PHASE_OF_ACTIVITY = {
+    COMPUTE: "compute", DATA_WAIT: "data", DATA_PREP: "data", QUEUE_WAIT: "data", IO: "data",
+    CHECKPOINT: "checkpoint", COMPILE: "compile", COMMS: "collectives", WAIT: "idle",
+}
+# Phases that recur are looked for among the ones a training step does not do every step.
+PERIODIC_PHASES = ("checkpoint", "evaluation", "compile", "logging", "data", "collectives")
+PHASE_WORDS = {
+    "compute": "computing", "data": "waiting for data", "checkpoint": "saving a checkpoint",
+    "evaluation": "evaluating", "compile": "compiling", "collectives": "in collectives", "logging": "logging",
+    "idle": "idle",
+}
+# A stack window shows a phase when this share of its samples is in it; the phase recurs when it shows in at
+# least RECURRING_EPISODES separate runs of windows, with windows without it between.
+EPISODE_SHARE = 0.1
+RECURRING_EPISODES = 2
+RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
+# Each verdict's fix removes the time of these phases, at most: 1 / (1 - their share) is the most it can win.
+_FIX_REMOVES: dict[str, tuple[tuple[str, ...], str]] = {
+    "data_bound": (("data",), "if the input pipeline kept up (it holds the step {pct} of the time)"),
+    "io_bound": (("data",), "if reads kept up (they hold the step {pct} of the time)"),
+    "checkpoint_save": (("checkpoint",), "if checkpoints were saved in the background (saving takes {pct} of the "
+                                         "time)"),
+    "compile_warmup": (("compile",), "once compiling is done (it takes {pct} of the time)"),
+    "comms_bound": (("collectives",), "if collectives overlapped with compute (they take {pct} of the time)"),
+}
+MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
+
+
+@dataclass(frozen=True)
+class RecurringPhase:
+    """A phase that comes back: its share of the window, its period, and how many times it was seen."""
+
+    phase: str
+    share: float
+    period_s: float
+    episodes: int
+
+
+@dataclass(frozen=True)
+class TimeShares:
+    """Shares of the main thread's wall time per phase over `window_s` seconds (they sum to 1)."""
+
+    window_s: float
+    shares: dict[str, float]
+    recurring: tuple[RecurringPhase, ...] = ()
+    gpu_util_pct: float | None = None  # the target's GPUs over the window, mean, where NVML reads them
+
+    def share(self, *phases: str) -> float:
+        return sum(self.shares.get(phase, 0.0) for phase in phases)
+
+
+@dataclass(frozen=True)
+class MaxSpeedup:
+    """The most the verdict's fix can win: `factor` times faster, and why, in words."""
+
+    factor: float
+    words: str
+
+
+_summaries: dict[tuple[int, int], Counter] = {}  # (id of a frame's stacks, main PID) -> seconds by phase
+
+
+def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
+    """Seconds of the main thread's samples in this frame, by phase (memoised while the frame lives)."""
+    key = (id(frame.stacks), main_pid)  # unique while the stacks live; the entry goes when they do
+    found = _summaries.get(key)
+    if found is not None:
+        return found
+    # The rate the windows of this frame were taken at (the sampler slows to 1 Hz once the picture settles and
+    # looks again at 10 Hz when it moves); the asked-for rate where it was not measured.
+    rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
+    per_sample = 1.0 / rate if rate else 1.0
+    seconds: Counter = Counter()
+    for count in main_thread_counts(frame, main_pid):
+        activity = classify_cached(count.frames, count.idle).activity
+        phase = _PHASE_OF_ACTIVITY.get(activity, "compute")
+        if phase not in ("checkpoint", "compile") and is_evaluation(count.frames):
+            phase = "evaluation"  # evaluation computes and loads batches too: its outer frame names it
+        elif phase in ("compute", "idle") and is_logging(count.frames):
+            phase = "logging"
+        seconds[phase] += count.count * per_sample
+    _summaries[key] = seconds
+    weakref.finalize(frame.stacks, _summaries.pop, key, None)
+    return seconds
+
+
+def time_shares(history: Sequence[Frame], main_pid: int | None = None,
+                window_s: float = SHARES_WINDOW_S) -> TimeShares | None:
+    """The time shares over the last `window_s` of `history` (oldest first); None without stack samples."""
+    if not history:
+        return None
+    frames = recent_frames(history, window_s, MAX_SHARES_FRAMES)
+    if main_pid is None:
+        main_pid = _watched_pid(frames[-1])
+    per_frame = [(frame, _phase_seconds(frame, main_pid)) for frame in frames]
+    totals: Counter = Counter()
+    for _, seconds in per_frame:
+        totals.update(seconds)
+    total = sum(totals.values())
+    if total <= 0:
+        return None
+    shares = {phase: totals[phase] / total for phase in PHASES if totals[phase] > 0}
+    span = frames[-1].time - (frames[0].time - frames[0].interval_s)
+    return TimeShares(window_s=span, shares=shares, recurring=_recurring(per_frame, shares),
+                      gpu_util_pct=target_gpu_util_pct(frames))
+
+
+def _watched_pid(frame: Frame) -> int:
+    """Whose main thread the shares follow: a distributed job's lowest rank here (the tree's root is its
+    launcher, which only waits), else the training process."""
+    ranks = [p for p in frame.processes if p.rank is not None and p.alive]
+    return min(ranks, key=lambda p: p.rank).pid if ranks else main_pid_of(frame)
+
+
+def _recurring(per_frame: list[tuple[Frame, Counter]], shares: dict[str, float]) -> tuple[RecurringPhase, ...]:
+    """Phases that show in separate runs of stack windows: their starts give the period."""
+    found = []
+    for phase in PERIODIC_PHASES:
+        if shares.get(phase, 0.0) < RECURRING_MIN_SHARE:
+            continue
+        starts, inside = [], False
+        for frame, seconds in per_frame:
+            window = sum(seconds.values())
+            if not window:
+                continue  # no window landed this tick: neither in the phase nor out of it
+            shows = seconds[phase] / window >= EPISODE_SHARE
+            if shows and not inside:
+                starts.append(frame.time)
+            inside = shows
+        if len(starts) >= RECURRING_EPISODES:
+            period = (starts[-1] - starts[0]) / (len(starts) - 1)
+            found.append(RecurringPhase(phase, shares[phase], period, len(starts)))
+    return tuple(sorted(found, key=lambda r: -r.share))
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def recurring_lines(shares: TimeShares, bottleneck: Bottleneck) -> list[str]:
+    """'also: saving a checkpoint 15% of the last 2 min, every ~18 s', for each recurring phase that is not
+    the verdict's own."""
+    own = _FIX_REMOVES.get(bottleneck, ((),))[0]
+    return [f"also: {PHASE_WORDS[r.phase]} {_pct(r.share)} of the last {_span(shares.window_s)}, "
+            f"every ~{r.period_s:.0f} s" for r in shares.recurring if r.phase not in own]
+
+
+def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup | None:
+    """The most the verdict's fix can win, from the measured shares: a fix that removes a phase taking a share s
+    of the time makes the run at most 1/(1-s) times faster. A busy GPU: what runs outside it (1 - util) is all
+    that anything else can win. None where the verdict's fix has no measured phase."""
+    if shares is None:
+        return None
+    if bottleneck in ("gpu_bound", "gpu_throttled") and shares.gpu_util_pct is not None:
+        busy = max(1.0 - MAX_FIXABLE_SHARE, min(1.0, shares.gpu_util_pct / 100.0))
+        return MaxSpeedup(1.0 / busy, f"nothing outside the GPU can win more than {_pct(1.0 / busy - 1.0)} "
+                                      f"(it is busy {_pct(busy)} of the time)")
+    removes = _FIX_REMOVES.get(bottleneck)
+    if removes is None:
+        return None
+    phases, why = removes
+    share = min(MAX_FIXABLE_SHARE, shares.share(*phases))
+    if share <= 0:
+        return None
+    factor = 1.0 / (1.0 - share)
+    times = f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
+    return MaxSpeedup(factor, f"up to {times}× faster " + why.format(pct=_pct(share)))
+
+
+def shares_summary(shares: TimeShares) -> str:
+    """'time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10%', largest first."""
+    periods = {r.phase: r.period_s for r in shares.recurring}
+    parts = [f"{phase} {_pct(share)}" + (f" (every ~{periods[phase]:.0f} s)" if phase in periods else "")
+             for phase, share in sorted(shares.shares.items(), key=lambda item: -item[1]) if share >= 0.005]
+    return f"time, last {_span(shares.window_s)}: " + " · ".join(parts)

@@ -1,0 +1,51 @@
+"""`gputop demo`'s pace is right: the demo target (tui/demo_target.py) run for real, its log read by the real log
+probe, and the pace shown against how fast its iteration counter moves. It printed the model step alone, a
+twentieth of an iteration in its data phase, so the pace it showed was about 20x too fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, stop_process_tree, wait_for
+
+from probes.progress import LogProgressProbe
+from tui.demo_target import TIME_AVERAGE_S
+
+pytestmark = pytest.mark.slow
+DEMO_TARGET = REPO / "tui" / "demo_target.py"
+TIMEOUT_S = 120.0
+
+
+def test_the_demo_pace_matches_its_iteration_counter(tmp_path):
+    began = time.monotonic()
+    log = tmp_path / "train.log"
+    with log.open("w") as handle:
+        demo = subprocess.Popen([sys.executable, str(DEMO_TARGET), "--phases", "data", "--phase-seconds", "600"],
+                                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        probe = LogProgressProbe(demo.pid, str(log))
+        sightings: list[tuple[float, int]] = []  # (when this test saw it, the iteration the log had reached)
+
+        def counter_spans_the_demo_average():
+            reading = probe.read()
+            assert demo.poll() is None, log.read_text()
+            if reading is not None and reading.iteration is not None:
+                if not sightings or reading.iteration > sightings[-1][1]:
+                    sightings.append((time.monotonic(), reading.iteration))
+            # The printed time averages the last TIME_AVERAGE_S of iterations: compare once the counter covers
+            # that much, and the probe has had as long to check the printed time against its own counter.
+            return reading if sightings and sightings[-1][0] - sightings[0][0] > TIME_AVERAGE_S + 2 else None
+
+        reading = wait_for(counter_spans_the_demo_average, timeout=TIMEOUT_S, interval=0.2)
+    finally:
+        stop_process_tree(demo)
+    latest_time, latest_iteration = sightings[-1]
+    then_time, then_iteration = next(s for s in reversed(sightings) if latest_time - s[0] >= TIME_AVERAGE_S)
+    counted = (latest_time - then_time) / (latest_iteration - then_iteration)
+    assert reading.printed_seconds_per_iter is None, reading  # the printed time agreed with the counter
+    assert reading.seconds_per_iter == pytest.approx(counted, rel=0.1), (reading.seconds_per_iter, counted)
+    print(f"demo pace {reading.seconds_per_iter * 1000:.1f} ms/iter shown, counter {counted * 1000:.1f} ms/iter; "
+          f"test took {time.monotonic() - began:.1f} s")

@@ -1,0 +1,163 @@
+"""Time shares per phase over the last minutes, the phases that recur with their period, and what a verdict's
+fix can win (probes/diagnosis/shares.py), on constructed frames; and how the monitor shows them beside the
+verdict and in the snapshot."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from test_diagnose import (
+    DATALOADER_WAIT,
+    FORWARD,
+    ROOT,
+    SITE,
+    STDLIB,
+    TORCH_SAVE,
+    TRAIN,
+    fr,
+    h200,
+    main_count,
+    make_frame,
+)
+
+from probes.diagnosis.shares import TimeShares, max_speedup, shares_summary, time_shares
+from probes.diagnosis.stacks import is_evaluation, is_logging
+from probes.monitor import fold
+
+# nanoGPT's evaluation: a forward pass under estimate_loss.
+ESTIMATE_LOSS = (fr("GPT.forward", "/home/alice/nanogpt/model.py", 180), fr("estimate_loss", TRAIN, 120)) + ROOT
+
+
+@pytest.mark.parametrize("stack, evaluating", [
+    (ESTIMATE_LOSS, True),
+    ((fr("validation_step", "/home/alice/lit/model.py", 40),) + ROOT, True),
+    ((fr("Trainer.evaluation_loop", SITE + "transformers/trainer.py", 4200),
+      fr("Trainer.evaluate", SITE + "transformers/trainer.py", 4100)) + ROOT, True),
+    ((fr("_EvaluationLoop.run", SITE + "lightning/pytorch/loops/evaluation_loop.py", 140),) + ROOT, True),
+    # torch.compile's frame evaluation is no evaluation, nor is an optimizer step under @torch.no_grad().
+    ((fr("eval_frame", SITE + "torch/_dynamo/eval_frame.py", 600),) + FORWARD, False),
+    ((fr("Muon.step", "/home/alice/nanogpt/muon.py", 80),
+      fr("decorate_context", SITE + "torch/utils/_contextlib.py", 120)) + ROOT, False),
+    (FORWARD, False),
+])
+def test_evaluation_is_told_by_its_outer_frame(stack, evaluating):
+    assert is_evaluation(stack) is evaluating
+
+
+def test_logging_is_told_by_the_logging_module_or_a_tracker():
+    assert is_logging((fr("Logger.info", STDLIB + "logging/__init__.py", 1500),) + ROOT)
+    assert is_logging((fr("Run.log", SITE + "wandb/sdk/wandb_run.py", 1800),) + ROOT)
+    assert not is_logging(FORWARD)
+
+
+def _cycle_frames(n: int = 120) -> list:
+    """An 18-second cycle: 12 s of training, 2 s of evaluation, 1 s of compute, 3 s saving a checkpoint."""
+    frames = []
+    for i in range(n):
+        phase = i % 18
+        stack = ESTIMATE_LOSS if phase in (12, 13) else TORCH_SAVE if phase >= 15 else FORWARD
+        frames.append(make_frame(i, counts=[main_count(stack, n=5)], cpu=100.0))
+    return frames
+
+
+def test_a_checkpoint_every_few_iterations_is_named_with_its_share_and_period():
+    shares = time_shares(_cycle_frames())
+    assert shares.window_s == pytest.approx(120.0)
+    assert shares.shares["checkpoint"] == pytest.approx(18 / 120)
+    assert shares.shares["evaluation"] == pytest.approx(12 / 120)
+    assert shares.shares["compute"] == pytest.approx(90 / 120)
+    recurring = {r.phase: r for r in shares.recurring}
+    assert set(recurring) == {"checkpoint", "evaluation"}
+    assert recurring["checkpoint"].period_s == pytest.approx(18.0) and recurring["checkpoint"].episodes == 6
+    assert recurring["evaluation"].period_s == pytest.approx(18.0) and recurring["evaluation"].episodes == 6
+
+
+def test_the_verdict_names_recurring_phases_while_the_window_is_compute():
+    monitor = fold(_cycle_frames(), replay=False)
+    verdict = monitor.view.verdict
+    assert verdict.bottleneck == "cpu_bound"  # the current window: training
+    assert verdict.evidence[1:3] == ("also: saving a checkpoint 15% of the last 2 min, every ~18 s",
+                                     "also: evaluating 10% of the last 2 min, every ~18 s")
+    document = json.loads(json.dumps(monitor.snapshot()))
+    assert document["time_shares"] == {"compute": 0.75, "checkpoint": 0.15, "evaluation": 0.1}
+    assert document["time_shares_window_s"] == 120.0
+    assert document["recurring_phases"][0] == {"phase": "checkpoint", "share": 0.15, "period_s": 18.0,
+                                               "episodes": 6}
+    assert document["verdict"]["max_speedup"] is None  # more CPU is its fix: no phase it removes
+
+
+def test_a_phase_that_never_ends_does_not_recur():
+    frames = [make_frame(i, counts=[main_count(TORCH_SAVE, n=1), main_count(FORWARD, n=4)], cpu=100.0)
+              for i in range(30)]
+    shares = time_shares(frames)
+    assert shares.shares["checkpoint"] == pytest.approx(0.2) and shares.recurring == ()
+
+
+def test_samples_count_for_the_time_they_stand_for():
+    # The sampler slowed from 10 Hz to 1 Hz: a sample at 1 Hz stands for ten at 10 Hz.
+    fast = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(10)]
+    slow = [make_frame(i, counts=[main_count(DATALOADER_WAIT, n=1, idle=True)], cpu=100.0) for i in range(10, 20)]
+    fast = [dataclasses.replace(f, stacks=dataclasses.replace(f.stacks, rate_hz=10.0)) for f in fast]
+    slow = [dataclasses.replace(f, stacks=dataclasses.replace(f.stacks, rate_hz=1.0)) for f in slow]
+    assert time_shares(fast + slow).shares == {"compute": pytest.approx(0.5), "data": pytest.approx(0.5)}
+
+
+def test_no_samples_no_shares():
+    assert time_shares([make_frame(i, cpu=100.0) for i in range(5)]) is None
+    assert time_shares([]) is None
+
+
+@pytest.mark.parametrize("bottleneck, phases, factor, words", [
+    ("data_bound", {"data": 0.6, "compute": 0.4}, 2.5,
+     "up to 2.5× faster if the input pipeline kept up (it holds the step 60% of the time)"),
+    ("checkpoint_save", {"checkpoint": 0.2, "compute": 0.8}, 1.25,
+     "up to 1.2× faster if checkpoints were saved in the background (saving takes 20% of the time)"),
+    ("comms_bound", {"collectives": 0.5, "compute": 0.5}, 2.0,
+     "up to 2.0× faster if collectives overlapped with compute (they take 50% of the time)"),
+])
+def test_what_a_fix_can_win_is_one_over_one_minus_the_share_it_removes(bottleneck, phases, factor, words):
+    gain = max_speedup(TimeShares(window_s=120.0, shares=phases), bottleneck)
+    assert gain.factor == pytest.approx(factor) and gain.words == words
+
+
+def test_a_busy_gpu_leaves_little_for_anything_else():
+    gain = max_speedup(TimeShares(window_s=60.0, shares={"compute": 1.0}, gpu_util_pct=97.0), "gpu_bound")
+    assert gain.factor == pytest.approx(1 / 0.97)
+    assert gain.words == "nothing outside the GPU can win more than 3% (it is busy 97% of the time)"
+    assert max_speedup(TimeShares(window_s=60.0, shares={"compute": 1.0}), "cpu_bound") is None
+    assert max_speedup(None, "data_bound") is None
+
+
+def test_a_data_bound_verdict_says_what_the_fix_can_win_and_the_snapshot_holds_the_number():
+    frames = [make_frame(i, counts=[main_count(DATALOADER_WAIT, n=6, idle=True), main_count(FORWARD, n=4)],
+                         cpu=40.0) for i in range(20)]
+    monitor = fold(frames, replay=False)
+    verdict = monitor.view.verdict
+    assert verdict.bottleneck == "data_bound"
+    assert "up to 2.5× faster if the input pipeline kept up (it holds the step 60% of the time)" in verdict.evidence
+    assert verdict.max_speedup == 2.5
+    assert monitor.snapshot()["verdict"]["max_speedup"] == 2.5
+
+
+def test_a_gpu_bound_verdict_bounds_every_other_fix():
+    frames = [make_frame(i, counts=[main_count(FORWARD, n=5)], cpu=100.0, gpu=h200(util=97.0)) for i in range(10)]
+    verdict = fold(frames, replay=False).view.verdict
+    assert verdict.bottleneck == "gpu_bound"
+    assert "nothing outside the GPU can win more than 3% (it is busy 97% of the time)" in verdict.evidence
+    assert verdict.max_speedup == pytest.approx(1.03)
+
+
+def test_the_summary_puts_the_largest_share_first_with_the_periods():
+    assert shares_summary(time_shares(_cycle_frames())) == (
+        "time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10% (every ~18 s)")
+
+
+def test_a_jobs_shares_follow_its_lowest_rank_not_the_launcher():
+    from test_diagnose_job import straggler_frames
+
+    # Rank 0 waits in backward for rank 1 8 samples in 10; the launcher (the tree's root) has no samples at all.
+    # (Its wait counts as idle here: the diagnosis, which knows it is a rank, calls it a collective wait.)
+    shares = time_shares(straggler_frames(n=8))
+    assert shares.shares == {"compute": pytest.approx(0.2), "idle": pytest.approx(0.8)}
