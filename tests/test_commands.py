@@ -27,6 +27,7 @@ SAME_SPELLING_OTHER_OPTION = {
     ("probe", "--model"): "the model the probe builds: a preset or custom, with shape overrides",
     ("mfu", "--model"): "the model the arithmetic is for: a preset or custom, with shape overrides",
     ("mfu", "--tokens-per-iter"): "defaults to batch × block × grad-accum; no job's pace is compared",
+    ("compare", "--tokens-per-iter"): "two counts, A's and B's, one for each run compared",
 }
 
 
