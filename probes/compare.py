@@ -20,7 +20,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.diagnosis.stacks import ThreadProfile, is_main_thread
+from probes.diagnosis.stacks import (
+    CHECKPOINT,
+    COMMS,
+    COMPILE,
+    DATA_PREP,
+    DATA_WAIT,
+    IO,
+    ThreadProfile,
+    is_main_thread,
+)
 from probes.logformats import LogReader
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
@@ -36,6 +45,9 @@ KEY_SETTINGS = ("batch_size", "gradient_accumulation_steps", "block_size", "n_la
 # only split an iteration's tokens into micro-batches.
 _FLOP_SETTINGS = ("n_layer", "n_embd", "block_size", "vocab_size")
 _SPLIT_SETTINGS = ("batch_size", "gradient_accumulation_steps")
+# The main-thread activities each bottleneck's fix removes: their share bounds what the fix can win (Amdahl).
+_HELD_BY = {"data_bound": (DATA_WAIT, DATA_PREP), "io_bound": (IO,), "checkpoint_save": (CHECKPOINT,),
+            "compile_warmup": (COMPILE,), "comms_bound": (COMMS,)}
 # Relative differences smaller than this are noise between two runs of the same job, not a difference.
 SAME_WITHIN = 0.05
 
@@ -308,7 +320,28 @@ def _times(ratio: float) -> str:
 
 def _verdict(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any, Any]]) -> list[str]:
     """What made the difference, in words: work done per second first (tokens/s, else the pace), then why."""
-    lines: list[str] = []
+    lines = _headline(a, b, differences)
+    if a.bottleneck and b.bottleneck and a.bottleneck != b.bottleneck:
+        lines.append(f"the bottleneck moved: {a.bottleneck} → {b.bottleneck}")
+        if (predicted := _predicted_gain(a, b)) is not None:
+            lines.append(predicted)
+    for phase in _phases(a, b) if a.time_shares and b.time_shares else ():
+        before, after = a.time_shares.get(phase, 0.0), b.time_shares.get(phase, 0.0)
+        if abs(after - before) >= 0.15:  # a phase that took a sixth more or less of the main thread's time
+            lines.append(f"the main thread's {phase.replace('_', ' ')} share: {before:.0%} → {after:.0%}")
+    split = [f"{key} {_said(x)} → {_said(y)}" for key, x, y in differences if key in _SPLIT_SETTINGS]
+    if split and a.tokens_per_iter and a.tokens_per_iter == b.tokens_per_iter:
+        lines.append(f"both train {a.tokens_per_iter:,} tokens per iteration, split differently: {', '.join(split)}")
+        split = []
+    other = split + [f"{key} {_said(x)} → {_said(y)}" for key, x, y in differences
+                     if key not in _FLOP_SETTINGS + _SPLIT_SETTINGS + ("n_head",)]
+    if other:
+        lines.append("other settings that differ: " + ", ".join(other))
+    return lines
+
+
+def _headline(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any, Any]]) -> list[str]:
+    """Which run does more work per second, and by how much, with the MFU and FLOPs per token that explain it."""
     speed = _ratio(a.tokens_per_s, b.tokens_per_s)  # > 1: B does more tokens per second
     if speed is not None:
         measure = f"tokens/s {_count(a.tokens_per_s)} → {_count(b.tokens_per_s)}"
@@ -316,7 +349,7 @@ def _verdict(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any,
     else:
         pace = _ratio(b.seconds_per_iter, a.seconds_per_iter)  # > 1: B's iterations are quicker
         if pace is None:
-            return [f"no pace for {run.label} ({run.source}): nothing to compare"
+            return [f"no pace for {run.label} ({run.source}): its speed cannot be compared"
                     for run in (a, b) if not run.seconds_per_iter]
         speed, per = pace, "per iteration"
         measure = f"s/iter {a.seconds_per_iter:.3g} → {b.seconds_per_iter:.3g}"
@@ -340,24 +373,8 @@ def _verdict(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any,
     # are counted: that is the sentence a reader needs.
     if mfu_words and (mfu_change > 1) != (speed > 1) and abs(speed - 1) >= SAME_WITHIN:
         headline += f" though {mfu_words}"
-        lines.append(headline + (f": {cost_words}" if cost_words else ""))
-    else:
-        lines.append(headline + (f"; {mfu_words}" if mfu_words else "") + (f"; {cost_words}" if cost_words else ""))
-    if a.bottleneck and b.bottleneck and a.bottleneck != b.bottleneck:
-        lines.append(f"the bottleneck moved: {a.bottleneck} → {b.bottleneck}")
-    for phase in _phases(a, b) if a.time_shares and b.time_shares else ():
-        before, after = a.time_shares.get(phase, 0.0), b.time_shares.get(phase, 0.0)
-        if abs(after - before) >= 0.15:  # a phase that took a sixth more or less of the main thread's time
-            lines.append(f"the main thread's {phase.replace('_', ' ')} share: {before:.0%} → {after:.0%}")
-    split = [f"{key} {_said(x)} → {_said(y)}" for key, x, y in differences if key in _SPLIT_SETTINGS]
-    if split and a.tokens_per_iter and a.tokens_per_iter == b.tokens_per_iter:
-        lines.append(f"both train {a.tokens_per_iter:,} tokens per iteration, split differently: {', '.join(split)}")
-        split = []
-    other = split + [f"{key} {_said(x)} → {_said(y)}" for key, x, y in differences
-                     if key not in _FLOP_SETTINGS + _SPLIT_SETTINGS + ("n_head",)]
-    if other:
-        lines.append("other settings that differ: " + ", ".join(other))
-    return lines
+        return [headline + (f": {cost_words}" if cost_words else "")]
+    return [headline + (f"; {mfu_words}" if mfu_words else "") + (f"; {cost_words}" if cost_words else "")]
 
 
 def _said(value: Any) -> str:
@@ -366,6 +383,17 @@ def _said(value: Any) -> str:
 
 def _percent(value: float) -> str:
     return f"{value:.1f}%" if value >= 1 else f"{value:.2g}%"  # an MFU of 0.01% must not print as 0.0%
+
+
+def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:
+    """What fixing A's bottleneck could win at most (1 / (1 − the share of A's main thread it held)) beside what
+    B, the run after the fix, got per iteration; None when A's bottleneck holds no measured share."""
+    held = sum(a.time_shares.get(activity, 0.0) for activity in _HELD_BY.get(a.bottleneck or "", ()))
+    got = _ratio(b.seconds_per_iter, a.seconds_per_iter)
+    if held < 0.05 or held >= 1.0 or got is None:
+        return None
+    return (f"{a.label}'s {a.bottleneck} held its main thread {held:.0%} of the time: its fix could win up to "
+            f"{_times(1 / (1 - held))} per iteration; {b.label} got {_times(got)}")
 
 
 def _count(value: float | None) -> str:

@@ -169,3 +169,27 @@ def test_bad_input_is_one_line_and_exit_2(seed_case, args, message):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert done.stdout == ""
+
+
+def test_a_fix_is_checked_against_what_it_could_win(tmp_path):
+    paths = []
+    for name, pace, bottleneck, shares in (("before", 1.0, "data_bound", {"data_wait": 0.6, "compute": 0.4}),
+                                           ("after", 0.45, "cpu_bound", {"compute": 1.0})):
+        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
+        document["verdict"]["bottleneck"] = bottleneck
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(document))
+    comparison = compare_runs(load_run(str(paths[0]), "before"), load_run(str(paths[1]), "after"))
+    assert comparison.verdict[1:5] == (
+        "the bottleneck moved: data_bound → cpu_bound",
+        "before's data_bound held its main thread 60% of the time: its fix could win up to 2.5× per iteration; "
+        "after got 2.2×",
+        "the main thread's compute share: 40% → 100%",
+        "the main thread's data wait share: 60% → 0%",
+    )
+
+
+def test_a_run_without_a_pace_still_shows_what_changed():
+    run = load_run(str(RECORDINGS / "data_bound.jsonl"), "before")
+    comparison = compare_runs(run, run)
+    assert comparison.verdict[0].startswith("no pace for before")
