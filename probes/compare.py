@@ -390,8 +390,11 @@ def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:
     B, the run after the fix, got per iteration; None when A's bottleneck holds no measured share."""
     held = sum(a.time_shares.get(activity, 0.0) for activity in _HELD_BY.get(a.bottleneck or "", ()))
     got = _ratio(b.seconds_per_iter, a.seconds_per_iter)
-    if held < 0.05 or held >= 1.0 or got is None:
+    if held < 0.05 or got is None:
         return None
+    if held > 0.995:  # every sample: the samples set no upper bound
+        return (f"{a.label}'s {a.bottleneck} held its main thread in every sample, so no limit to what its fix "
+                f"could win shows; {b.label} got {_times(got)} per iteration")
     return (f"{a.label}'s {a.bottleneck} held its main thread {held:.0%} of the time: its fix could win up to "
             f"{_times(1 / (1 - held))} per iteration; {b.label} got {_times(got)}")
 

@@ -193,3 +193,16 @@ def test_a_run_without_a_pace_still_shows_what_changed():
     run = load_run(str(RECORDINGS / "data_bound.jsonl"), "before")
     comparison = compare_runs(run, run)
     assert comparison.verdict[0].startswith("no pace for before")
+
+
+def test_a_bottleneck_in_every_sample_sets_no_limit(tmp_path):
+    paths = []
+    for name, pace, bottleneck, shares in (("before", 1.0, "data_bound", {"data_wait": 1.0}),
+                                           ("after", 0.25, "cpu_bound", {"compute": 1.0})):
+        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
+        document["verdict"]["bottleneck"] = bottleneck
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(document))
+    comparison = compare_runs(load_run(str(paths[0]), "before"), load_run(str(paths[1]), "after"))
+    assert comparison.verdict[2] == ("before's data_bound held its main thread in every sample, so no limit to what "
+                                     "its fix could win shows; after got 4.0× per iteration")

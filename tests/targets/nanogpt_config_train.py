@@ -3,8 +3,10 @@
 Its settings are module-level defaults overridden by ``--key=value`` arguments, each override echoed as nanoGPT's
 configurator.py echoes it (``Overriding: n_embd = 96``); it then prints ``tokens per iteration will be: N`` and,
 every iteration (one optimizer step over gradient_accumulation_steps micro-batches), ``iter N: loss X, time Yms,
-mfu Z%`` with mfu against an A100's 312 TFLOP/s, -100% for the first five as nanoGPT does. For gputop compare's
-end-to-end test: two configurations of it are recorded and compared.
+mfu Z%`` with mfu against an A100's 312 TFLOP/s, -100% for the first five as nanoGPT does. With ``--data_ms=N``
+each micro-batch comes from a DataLoader worker that spends N ms of CPU preparing it (an input pipeline that
+starves the step); 0 makes them in the training loop. For gputop compare's end-to-end tests: two configurations
+of it, or the same one before and after its input pipeline is fixed, are recorded and compared.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from ast import literal_eval
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 batch_size = 8
 gradient_accumulation_steps = 2
@@ -23,6 +26,7 @@ n_head = 2
 n_embd = 32
 vocab_size = 256
 max_iters = 100_000
+data_ms = 0
 A100_PEAK_FLOPS = 312e12  # what nanoGPT's estimate_mfu divides by, whatever the machine
 
 
@@ -34,6 +38,26 @@ def apply_overrides(arguments: list[str]) -> None:
         value = literal_eval(text)
         print(f"Overriding: {key} = {value}")
         globals()[key] = value
+
+
+class SlowBatches(Dataset):
+    """Each item is one micro-batch of random tokens that costs data_ms of CPU to make, like a heavy transform."""
+
+    def __len__(self) -> int:
+        return 10_000_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        deadline = time.thread_time() + data_ms / 1000
+        while time.thread_time() < deadline:
+            pass
+        return torch.randint(vocab_size, (batch_size, block_size + 1))
+
+
+def micro_batches():
+    if data_ms > 0:
+        yield from DataLoader(SlowBatches(), batch_size=None, num_workers=1, prefetch_factor=2)
+    while True:
+        yield torch.randint(vocab_size, (batch_size, block_size + 1))
 
 
 class TinyGpt(torch.nn.Module):
@@ -63,10 +87,11 @@ def main() -> None:
     print(f"tokens per iteration will be: {tokens_per_iter:,}")
     parameters = sum(p.numel() for p in model.parameters()) - model.positions.weight.numel()
     flops_per_token = 6 * parameters + 12 * n_layer * n_embd * block_size
+    batches = micro_batches()
     last = time.time()
     for iteration in range(max_iters):
         for _ in range(gradient_accumulation_steps):
-            batch = torch.randint(vocab_size, (batch_size, block_size + 1))
+            batch = next(batches)
             logits = model(batch[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab_size), batch[:, 1:].reshape(-1))
             (loss / gradient_accumulation_steps).backward()
