@@ -45,9 +45,11 @@ KEY_SETTINGS = ("batch_size", "gradient_accumulation_steps", "block_size", "n_la
 # only split an iteration's tokens into micro-batches.
 _FLOP_SETTINGS = ("n_layer", "n_embd", "block_size", "vocab_size")
 _SPLIT_SETTINGS = ("batch_size", "gradient_accumulation_steps")
-# The main-thread activities each bottleneck's fix removes: their share bounds what the fix can win (Amdahl).
-_HELD_BY = {"data_bound": (DATA_WAIT, DATA_PREP), "io_bound": (IO,), "checkpoint_save": (CHECKPOINT,),
-            "compile_warmup": (COMPILE,), "comms_bound": (COMMS,)}
+# The main-thread phases each bottleneck's fix removes: their share bounds what the fix can win (Amdahl). Named
+# both as a snapshot's time_shares name them (data, collectives) and as stacks.py's activities do, which this
+# module sums itself for a recording whose snapshot carries no shares.
+_HELD_BY = {"data_bound": ("data", DATA_WAIT, DATA_PREP), "io_bound": ("data", IO),
+            "checkpoint_save": (CHECKPOINT,), "compile_warmup": (COMPILE,), "comms_bound": ("collectives", COMMS)}
 # Relative differences smaller than this are noise between two runs of the same job, not a difference.
 SAME_WITHIN = 0.05
 
@@ -82,7 +84,8 @@ class RunSummary:
     gpu_name: str | None = None
     sm_clock_mhz: float | None = None
     power_w: float | None = None
-    time_shares: dict[str, float] = field(default_factory=dict)  # main thread's activity -> share of samples
+    time_shares: dict[str, float] = field(default_factory=dict)  # main thread's phase -> share of its time
+    max_speedup: float | None = None  # the snapshot's own bound on what its verdict's fix can win
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -129,8 +132,8 @@ def _read_snapshot(path: str) -> dict[str, Any]:
 
 
 def _fold_recording(path: str) -> tuple[dict[str, Any], dict[str, float]]:
-    """The recording's snapshot, folded as `gputop replay --snapshot` folds it, and its main thread's time
-    shares over every frame (a snapshot carries only the window's verdict)."""
+    """The recording's snapshot, folded as `gputop replay --snapshot` folds it, and its main thread's activity
+    shares over every frame, for a snapshot that carries no time_shares of its own."""
     from probes.monitor import Monitor
     from probes.recording import RecordingError, read_recording
 
@@ -169,13 +172,13 @@ def _summary_from_snapshot(document: dict[str, Any], path: str, label: str, kind
         mfu, mfu_from = progress["reported_mfu_pct"], "as the job printed it"
     else:
         mfu, mfu_from = None, None
-    if shares is None:
-        shares = _stated_shares(document.get("time_shares"))
+    shares = _stated_shares(document.get("time_shares")) or shares or {}
     return _finish(RunSummary(
         label=label, source=path, kind=kind, seconds_per_iter=seconds_per_iter, tokens_per_iter=tokens,
         tokens_per_iter_from=tokens_from, tokens_per_s=_positive(progress.get("tokens_per_s")), mfu_pct=mfu,
         mfu_from=mfu_from, bottleneck=verdict.get("bottleneck"), liveness=verdict.get("liveness"),
-        gpu_name=gpu_name, sm_clock_mhz=clock, power_w=power, time_shares=shares, config=config))
+        gpu_name=gpu_name, sm_clock_mhz=clock, power_w=power, time_shares=shares,
+        max_speedup=_positive(verdict.get("max_speedup")), config=config))
 
 
 def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated: dict[str, Any]) -> RunSummary:
@@ -390,7 +393,12 @@ def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:
     B, the run after the fix, got per iteration; None when A's bottleneck holds no measured share."""
     held = sum(a.time_shares.get(activity, 0.0) for activity in _HELD_BY.get(a.bottleneck or "", ()))
     got = _ratio(b.seconds_per_iter, a.seconds_per_iter)
-    if held < 0.05 or got is None:
+    if got is None:
+        return None
+    if a.max_speedup is not None:
+        return (f"{a.label}'s verdict ({a.bottleneck}) said its fix could win up to {_times(a.max_speedup)} per "
+                f"iteration; {b.label} got {_times(got)}")
+    if held < 0.05:
         return None
     if held > 0.995:  # every sample: the samples set no upper bound
         return (f"{a.label}'s {a.bottleneck} held its main thread in every sample, so no limit to what its fix "
