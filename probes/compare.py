@@ -403,8 +403,15 @@ def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:
     if held > 0.995:  # every sample: the samples set no upper bound
         return (f"{a.label}'s {a.bottleneck} held its main thread in every sample, so no limit to what its fix "
                 f"could win shows; {b.label} got {_times(got)} per iteration")
-    return (f"{a.label}'s {a.bottleneck} held its main thread {held:.0%} of the time: its fix could win up to "
-            f"{_times(1 / (1 - held))} per iteration; {b.label} got {_times(got)}")
+    bound = 1 / (1 - held)
+    said = (f"{a.label}'s {a.bottleneck} held its main thread {held:.0%} of the time: its fix could win up to "
+            f"{_times(bound)} per iteration; {b.label} got {_times(got)}")
+    if got > bound * (1 + SAME_WITHIN * 2) and a.seconds_per_iter and b.seconds_per_iter:
+        # Only the rest of A's step can remain after the fix; B's whole step is shorter still, so something
+        # besides the fix sped up too: the CPU a DataLoader worker took back, another load gone.
+        said += (f", more than the bound: the rest of {a.label}'s step took {a.seconds_per_iter * (1 - held):.3g} s, "
+                 f"{b.label}'s whole step {b.seconds_per_iter:.3g} s, so more than the fix changed")
+    return said
 
 
 def _count(value: float | None) -> str:

@@ -226,3 +226,18 @@ def test_a_snapshots_own_shares_and_bound_are_used(tmp_path):
     assert comparison.verdict[2] == "before's verdict (data_bound) said its fix could win up to 2.5× per iteration; " \
                                     "after got 2.0×"
     assert "the main thread's data share: 60% → 0%" in comparison.verdict
+
+
+def test_a_gain_beyond_the_bound_says_more_than_the_fix_changed(tmp_path):
+    paths = []
+    for name, pace, bottleneck, shares in (("starved", 0.133, "data_bound", {"data_wait": 0.72, "compute": 0.28}),
+                                           ("fixed", 0.0197, "cpu_bound", {"compute": 1.0})):
+        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
+        document["verdict"]["bottleneck"] = bottleneck
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(document))
+    comparison = compare_runs(load_run(str(paths[0]), "starved"), load_run(str(paths[1]), "fixed"))
+    assert comparison.verdict[2] == (
+        "starved's data_bound held its main thread 72% of the time: its fix could win up to 3.6× per iteration; "
+        "fixed got 6.8×, more than the bound: the rest of starved's step took 0.0372 s, fixed's whole step 0.0197 s, "
+        "so more than the fix changed")
