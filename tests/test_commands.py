@@ -28,6 +28,7 @@ SAME_SPELLING_OTHER_OPTION = {
     ("probe", "--dtype"): "the dtype the probe trains in (auto by default), not which peak is read",
     ("mfu", "--model"): "the model the arithmetic is for: a preset, custom or a config.json, with shape overrides",
     ("mfu", "--tokens-per-iter"): "defaults to batch × block × grad-accum; no job's pace is compared",
+    ("compare", "--tokens-per-iter"): "two counts, A's and B's, one for each run compared",
 }
 
 

@@ -14,6 +14,7 @@ import argparse
 from typing import Protocol
 
 from tui.commands.attach import AttachCommand
+from tui.commands.compare import CompareCommand
 from tui.commands.demo import DemoCommand
 from tui.commands.mfu import MfuCommand
 from tui.commands.probe import ProbeCommand
@@ -47,4 +48,5 @@ COMMANDS: tuple[Command, ...] = (  # in the order `gputop --help` lists them
     ServeCommand(),  # gputop serve: /metrics for Prometheus, one PID or every job on the node
     ProbeCommand(),  # gputop probe: a reference GPT step timed on this GPU
     MfuCommand(),  # gputop mfu: TFLOP/s and MFU from an iteration time
+    CompareCommand(),  # gputop compare A B: two runs side by side, and what made the difference
 )
