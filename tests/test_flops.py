@@ -147,3 +147,17 @@ def test_mfu_through_the_gputop_command():
     bad = subprocess.run([sys.executable, "-m", "tui", "mfu", "--model", "gpt2", "--iter-time", "-1"],
                          capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`gputop mfu ... | head -1`: the reader is gone before gputop writes (the read end is closed at once, so the
+    write always meets a broken pipe); gputop stops quietly, exit 1, nothing on stderr."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tui", *CASE_ARGS, "--nanogpt-mfu", "164"], cwd=REPO, env=env,
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, b""), done.stderr.decode()

@@ -8,13 +8,14 @@ through _Parser.error, a command's through UsageError.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from probes import __version__
 from tui.commands import COMMANDS
 from tui.commands.shared import UsageError
-from tui.exitcodes import EXIT_INTERRUPTED, EXIT_USAGE
+from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,12 +52,19 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Parse `argv`, run the command it names and return its exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.command.run(args)
+        status = args.command.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's exit
+        return status
     except UsageError as exc:
         print(f"gputop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader stopped reading (`gputop mfu | head -1`): not a failure to report. Point stdout at /dev/null
+        # so the interpreter's final flush does not raise again (as Python's signal docs advise).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INCOMPLETE
 
 
 def main(argv: Sequence[str] | None = None) -> None:
