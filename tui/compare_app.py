@@ -12,12 +12,18 @@ from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from probes.compare import Comparison, RunSummary, measure_rows, source
 from tui.panes.help import HelpScreen
+
+# Each column's padding (one cell either side, three columns) and the vertical scrollbar's two cells.
+COLUMN_CHROME = 3 * 2 + 2
+# A run's column narrower than this would wrap every cell.
+MIN_RUN_COLUMN = 12
 
 
 class RunsHeader(Static):
@@ -62,11 +68,32 @@ class CompareApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one(CompareTable).focus()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fill_table(event.size.width)
+
+    def _fill_table(self, screen_width: int) -> None:
+        """The table at this width: both runs' columns always on screen, a long cell wrapping within its column
+        (its row grows) rather than pushing B's column past the right edge."""
         table = self.query_one(CompareTable)
-        table.add_columns("", self.comparison.a.label, self.comparison.b.label)
-        for what, a_cell, b_cell in measure_rows(self.comparison):
-            table.add_row(Text(what, style="bold"), a_cell, b_cell)
-        table.focus()
+        measures = measure_rows(self.comparison)
+        what_width = max(len(what) for what, _, _ in measures)
+        room = screen_width - what_width - COLUMN_CHROME
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        labels = (self.comparison.a.label, self.comparison.b.label)
+        a_widest, b_widest = (max(len(labels[column - 1]), *(len(row[column]) for row in measures))
+                              for column in (1, 2))
+        # A takes what it needs when B leaves the room, else at least half; B takes what A leaves.
+        a_width = min(a_widest, max(room - b_widest, room // 2))
+        b_width = min(b_widest, room - a_width)
+        table.add_column("", width=what_width)
+        for label, width in zip(labels, (a_width, b_width), strict=True):
+            table.add_column(label, width=max(MIN_RUN_COLUMN, width))
+        for what, a_cell, b_cell in measures:
+            table.add_row(Text(what, style="bold"), Text(a_cell), Text(b_cell), height=None)
+        table.move_cursor(row=cursor)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
