@@ -123,3 +123,22 @@ def test_in_a_real_terminal_the_view_shows_the_runs_scrolls_helps_and_quits(tmux
     screen = tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 15, "gputop exiting")
     assert "GPUTOP_EXIT=0" in screen and "Traceback" not in screen
     assert not tmux.alternate_screen_on()  # the terminal is restored
+
+
+def test_narrowed_to_80_columns_both_runs_stay_on_screen_long_cells_wrap_and_the_cursor_stays():
+    asyncio.run(_both_columns_fit(compare_runs(load_run(str(NARROW), "narrow"), load_run(str(WIDE), "wide"))))
+
+
+async def _both_columns_fit(shown):
+    app = make_compare_app(shown)
+    async with app.run_test(size=SIZES["160x48"]) as pilot:
+        await pilot.press("j", "j")
+        await pilot.resize_terminal(*SIZES["80x24"])
+        await pilot.pause()
+        table = app.query_one(CompareTable)
+        assert table.cursor_row == 2
+        assert table.virtual_size.width <= table.size.width  # nothing past the right edge to scroll to
+        tokens_row = next(index for index, (what, _, _) in enumerate(measure_rows(shown)) if what == "tokens/iter")
+        # "512 (batch_size × block_size × gradient_accumulation_steps)" wraps onto more lines, whole
+        assert table.ordered_rows[tokens_row].height > 1
+        assert str(table.get_row_at(tokens_row)[1]) == measure_rows(shown)[tokens_row][1]
