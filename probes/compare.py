@@ -432,10 +432,21 @@ def _cell(value: Any, unit: str = "") -> str:
 
 
 def rows(comparison: Comparison) -> list[tuple[str, str, str]]:
-    """The side-by-side table: (what, A, B)."""
+    """The side-by-side table: (what, A, B), where each run came from first."""
+    a, b = comparison.a, comparison.b
+    return [("source", source(a), source(b)), *measure_rows(comparison)]
+
+
+def source(run: RunSummary) -> str:
+    """Where a run was read from: "runs/a.jsonl (recording)"."""
+    return f"{run.source} ({run.kind})"
+
+
+def measure_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
+    """The measures side by side, (what, A, B): pace, tokens, MFU, model, verdict, GPU, time shares, then the
+    settings that differ. A screen that names each run's source in its header shows these alone."""
     a, b = comparison.a, comparison.b
     table = [
-        ("source", f"{a.source} ({a.kind})", f"{b.source} ({b.kind})"),
         ("s/iter", _cell(a.seconds_per_iter), _cell(b.seconds_per_iter)),
         ("tokens/iter", _tokens(a), _tokens(b)),
         ("tokens/s", _count(a.tokens_per_s), _count(b.tokens_per_s)),

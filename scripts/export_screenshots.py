@@ -1,4 +1,5 @@
-"""Regenerate screenshots/*.svg by replaying the recordings in tests/fixtures/recordings in the app.
+"""Regenerate screenshots/*.svg by replaying the recordings in tests/fixtures/recordings in the app, and by
+showing `gputop compare A B --tui` of two fixture recordings.
 
 Screenshots are never drawn by hand: each is the app showing a recording of a real run, with the clock
 frozen 2 s after the last frame so "since" texts do not depend on when this runs.
@@ -15,15 +16,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from probes.baseline import load_comparison_inputs  # noqa: E402
+from probes.compare import compare_runs, load_run  # noqa: E402
 from probes.recording import read_recording  # noqa: E402
 from tui.app import make_app  # noqa: E402
+from tui.compare_app import make_compare_app  # noqa: E402
 
 RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
 CONSTRUCTED = REPO / "tests" / "fixtures" / "frames"  # built by make_gpu_frames.py / make_job_frames.py
@@ -48,6 +53,14 @@ SHOTS = (
     (CONSTRUCTED / "ddp_straggler.jsonl", "ddp-straggler-80x24.svg", (80, 24), ("left_square_bracket",), None),
 )
 
+COMPARE = REPO / "tests" / "fixtures" / "compare"  # two real runs of the seed case, scaled down (its README)
+# `gputop compare A B --label LABELS --tui`: (A, B, labels, screenshot, terminal size)
+COMPARE_SHOTS = (
+    (COMPARE / "narrow.jsonl", COMPARE / "wide.jsonl", ("narrow", "wide"), "compare-narrow-wide.svg", (160, 48)),
+    (COMPARE / "narrow.jsonl", COMPARE / "wide.jsonl", ("narrow", "wide"), "compare-narrow-wide-80x24.svg",
+     (80, 24)),
+)
+
 
 async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...], compare) -> str:
     frames = list(read_recording(recording))
@@ -62,17 +75,33 @@ async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...], 
         return app.export_screenshot(title=f"gputop replay {recording.name}")
 
 
+async def render_compare(a: Path, b: Path, labels: tuple[str, str], size: tuple[int, int]) -> str:
+    # Paths relative to the repository, as a person types them: the header shows them.
+    runs = [load_run(str(path.relative_to(REPO)), label) for path, label in zip((a, b), labels, strict=True)]
+    app = make_compare_app(compare_runs(*runs))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        return app.export_screenshot(title=f"gputop compare {a.name} {b.name} --tui")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report screenshots that would change")
     args = parser.parse_args()
     SCREENSHOTS.mkdir(exist_ok=True)
+    # (screenshot, the recordings it shows, its size, what draws it), replays first, then comparisons
+    pictures = [(name, (recording,), size, partial(render, recording, size, keys, compare))
+                for recording, name, size, keys, compare in SHOTS]
+    pictures += [(name, (a, b), size, partial(render_compare, a, b, labels, size))
+                 for a, b, labels, name, size in COMPARE_SHOTS]
     stale = []
-    for recording, screenshot_name, size, keys, compare in SHOTS:
-        if not recording.exists():
-            print(f"skipped {screenshot_name}: no recording {recording.relative_to(REPO)} yet")
+    os.chdir(REPO)  # the comparison's header names its recordings relative to here
+    for screenshot_name, recordings, size, draw in pictures:
+        missing = [path for path in recordings if not path.exists()]
+        if missing:
+            print(f"skipped {screenshot_name}: no recording {missing[0].relative_to(REPO)} yet")
             continue
-        svg = asyncio.run(render(recording, size, keys, compare))
+        svg = asyncio.run(draw())
         target = SCREENSHOTS / screenshot_name
         if target.exists() and target.read_text(encoding="utf-8") == svg:
             print(f"unchanged {target.relative_to(REPO)}")
@@ -80,7 +109,8 @@ def main() -> int:
         stale.append(target)
         if not args.check:
             target.write_text(svg, encoding="utf-8")
-            print(f"wrote {target.relative_to(REPO)} from {recording.relative_to(REPO)} at {size[0]}x{size[1]}")
+            shown = " and ".join(str(path.relative_to(REPO)) for path in recordings)
+            print(f"wrote {target.relative_to(REPO)} from {shown} at {size[0]}x{size[1]}")
     if args.check and stale:
         print("out of date: " + ", ".join(str(p.relative_to(REPO)) for p in stale))
         return 1

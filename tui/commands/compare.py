@@ -1,6 +1,6 @@
 """`gputop compare A B`: two runs side by side (snapshots, recordings or training logs) with what made the
-difference, as plain text or `--json`. The reading and the comparing are probes/compare.py's; this module owns
-the options and the output."""
+difference, as plain text, `--json` or a TUI view (`--tui`). The reading and the comparing are probes/compare.py's;
+this module owns the options and the output. Textual is imported only for `--tui` (tui/compare_app.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ class CompareCommand:
                             help="A's settings (batch_size=16 n_embd=384 ...), over what its input says")
         parser.add_argument("--config-b", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                             help="B's settings, as --config-a")
-        parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+        output = parser.add_mutually_exclusive_group()
+        output.add_argument("--json", action="store_true", help="print the comparison as JSON")
+        output.add_argument("--tui", action="store_true",
+                            help="show the comparison in the terminal UI: a table to scroll, q quits")
 
     def run(self, args: argparse.Namespace) -> int:
         from probes.compare import CompareError, compare_runs, load_run, parse_settings, render_text, to_json
@@ -46,7 +49,11 @@ class CompareCommand:
         except CompareError as exc:
             raise UsageError(str(exc)) from None
         comparison = compare_runs(*runs)
-        if args.json:
+        if args.tui:
+            from tui.compare_app import make_compare_app
+
+            make_compare_app(comparison).run()
+        elif args.json:
             json.dump(to_json(comparison), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:

@@ -36,6 +36,23 @@ def help_text(groups: Sequence[tuple[str, Sequence[Binding]]], key_display) -> G
 
 
 class HelpScreen(ModalScreen[None]):
+    # Its own look, so each app that shows it (gputop, gputop compare --tui) shows the same box.
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+
+    #help-box {
+        width: 84;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        border: round $accent;
+        border-title-color: $accent;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape,q,question_mark", "dismiss", "Close help"),
         Binding("j", "scroll('down')", "Down", show=False),
