@@ -30,7 +30,7 @@ from probes.diagnosis.stacks import (
     ThreadProfile,
     is_main_thread,
 )
-from probes.logformats import LogReader
+from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
 from probes.snapshot import SNAPSHOT_SCHEMA
@@ -169,7 +169,7 @@ def _summary_from_snapshot(document: dict[str, Any], path: str, label: str, kind
     if baseline.get("corrected_mfu_pct") is not None:
         mfu, mfu_from = baseline["corrected_mfu_pct"], "gputop's"
     elif progress.get("reported_mfu_pct") is not None:
-        mfu, mfu_from = progress["reported_mfu_pct"], "as the job printed it"
+        mfu, mfu_from = progress["reported_mfu_pct"], printed_mfu_words(progress.get("format"))
     else:
         mfu, mfu_from = None, None
     shares = _stated_shares(document.get("time_shares")) or shares or {}
@@ -181,12 +181,21 @@ def _summary_from_snapshot(document: dict[str, Any], path: str, label: str, kind
         max_speedup=_positive(verdict.get("max_speedup")), config=config))
 
 
+def printed_mfu_words(log_format: str | None) -> str:
+    """Where an MFU the job printed comes from, with the peak its framework divides by where that is fixed
+    whatever the GPU (nanoGPT: an A100's), so a figure above 100% never stands without its cause."""
+    parser = known_format(log_format)
+    against = parser.printed_mfu_against if parser is not None else None
+    return f"as the job printed it, against {against}" if against else "as the job printed it"
+
+
 def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated: dict[str, Any]) -> RunSummary:
     reader = LogReader()
     config: dict[str, Any] = {}
     printed_tokens: int | None = None
     step_times: list[float] = []
     last_mfu: float | None = None
+    mfu_format: str | None = None
     try:
         with open(path, encoding="utf-8", errors="replace") as lines:
             for line in lines:
@@ -198,7 +207,7 @@ def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated
                 elif (progress := reader.read(text)) is not None and progress.seconds_per_iter is not None:
                     step_times.append(progress.seconds_per_iter)
                     if progress.reported_mfu_pct is not None:
-                        last_mfu = progress.reported_mfu_pct
+                        last_mfu, mfu_format = progress.reported_mfu_pct, progress.format
     except OSError as exc:
         raise CompareError(f"{path}: {exc.strerror or exc}") from None
     if not step_times:
@@ -210,7 +219,7 @@ def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated
     return _finish(RunSummary(
         label=label, source=path, kind="log", seconds_per_iter=settled[len(settled) // 2], tokens_per_iter=tokens,
         tokens_per_iter_from=tokens_from, mfu_pct=last_mfu,
-        mfu_from="as the job printed it" if last_mfu is not None else None, config=config))
+        mfu_from=printed_mfu_words(mfu_format) if last_mfu is not None else None, config=config))
 
 
 def _finish(run: RunSummary) -> RunSummary:

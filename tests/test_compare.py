@@ -112,7 +112,8 @@ def test_a_nanogpt_log_gives_its_config_pace_and_printed_mfu(tmp_path):
     run = load_run(str(log), "A")
     assert (run.kind, run.seconds_per_iter, run.tokens_per_iter) == ("log", 3.0, 491_520)
     assert run.tokens_per_iter_from == "the log's tokens per iteration"
-    assert (run.mfu_pct, run.mfu_from) == (12.5, "as the job printed it")
+    # nanoGPT divides by an A100's peak whatever the GPU: said beside its figure, so 164% never stands unexplained
+    assert (run.mfu_pct, run.mfu_from) == (12.5, "as the job printed it, against an A100's 312 TFLOP/s")
     assert run.config == {"batch_size": 12, "n_layer": 12, "n_embd": 768, "block_size": 1024, "compile": False}
     assert run.flops_per_token == FAMILY.flops_per_token(GptShape(12, 1, 768, 1024, 50304))
 
