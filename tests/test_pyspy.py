@@ -163,7 +163,6 @@ def test_dataloader_workers_found_by_their_stacks(spawn_target, sampler_factory,
             [f.function for f in c.frames] for c in main_thread if c not in in_loop]
         getitem = hot_frames(worker_stacks, by_line=False)
         assert any(h.function == "BurnDataset.__getitem__" and h.total > 0 for h in getitem)
-        assert burning_on_cpu(pid)
     main_frames = {f.function for c in acc.counts if c.pid == target.pid for f in c.frames}
     assert "_worker_loop" not in main_frames and "main" in main_frames
 
