@@ -45,6 +45,7 @@ from probes.models.peaks import peak_flops, user_peak
 PROBE_SCHEMA = "gputop.probe/1"
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")
 TORCH_MISSING = "the probe needs torch: pip install 'gputop[probe]'"
+BYTES_PER_TRAINED_PARAM = 16  # fp32 weight and gradient, AdamW's two moments
 
 
 class ProbeInputError(ValueError):
@@ -327,6 +328,44 @@ def _cpu_name() -> str:
     return "CPU: " + (platform.processor() or platform.machine() or "unknown")
 
 
+def _host_memory_available() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _host_memory_problem(config: ProbeConfig) -> str | None:
+    """Why the model cannot train in this host's memory, with the --layers that would; None if it may.
+
+    Checked before building on the CPU: there the kernel's OOM killer ends the process instead of
+    raising the error the GPU path turns into its largest-batch search. Of the activations only the
+    logits and their gradient are counted (fp32, batch × block × vocab each): a lower bound.
+    """
+    available = _host_memory_available()
+    if available is None:
+        return None
+    family = family_of(config.shape)
+    logits = 2 * 4 * config.batch_size * config.shape.block_size * config.shape.vocab_size
+
+    def needed(shape: ModelShape) -> int:
+        return family.params(shape) * BYTES_PER_TRAINED_PARAM + logits
+
+    if needed(config.built_shape) <= available:
+        return None
+    fitting = [layers for layers in range(1, total_layers(config.shape) + 1)
+               if needed(dataclasses.replace(config, layers=layers).built_shape) <= available]
+    hint = f": try --layers {fitting[-1]}" if fitting else ": not even one layer fits; lower --batch-size"
+    return (f"{config.model} at batch {config.batch_size} × block {config.shape.block_size} needs at least "
+            f"{needed(config.built_shape) / 2**30:.1f} GiB (fp32 weights, gradients, AdamW state and logits); "
+            f"this machine has {available / 2**30:.1f} GiB available{hint}")
+
+
 def _plan(config: ProbeConfig, torch) -> _Plan:
     requested = config.device.strip().lower()
     if requested == "auto":
@@ -599,7 +638,7 @@ def _oom_message(config: ProbeConfig, plan: _Plan, largest: int, torch) -> str:
     if largest == 0:
         params = family_of(config.shape).params(config.built_shape)
         return (f"out of memory: {tried} does not fit on {where}, not even at batch 1; weights, gradients "
-                f"and AdamW state alone take about {params * 16 / 2**30:.1f} GiB in fp32")
+                f"and AdamW state alone take about {params * BYTES_PER_TRAINED_PARAM / 2**30:.1f} GiB in fp32")
     accum = config.grad_accum * config.batch_size / largest
     keep = f" --grad-accum {accum:g}" if accum == int(accum) else ""
     return (f"out of memory: {tried} does not fit on {where}; the largest batch that fit is {largest} "
@@ -619,6 +658,10 @@ def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> 
 
     say = say or (lambda _message: None)
     plan = _plan(config, torch)
+    if plan.device_type == "cpu":
+        memory_problem = _host_memory_problem(config)
+        if memory_problem:
+            raise ProbeInputError(memory_problem)
     if plan.device_type == "cuda":
         torch.cuda.set_device(plan.device)  # CUDA events record on the current device's stream
         torch.set_float32_matmul_precision("high" if plan.tf32 else "highest")
