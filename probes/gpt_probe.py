@@ -112,7 +112,7 @@ class ProbeConfig:
 @dataclass(frozen=True)
 class ProbeResult:
     model: str
-    shape: GptShape | LlamaShape  # the whole model's shape, also when fewer layers were built
+    shape: ModelShape  # the whole model's shape (a family's dataclass), also when fewer layers were built
     device: str  # "cuda:0", "cpu"
     device_name: str  # the GPU's name as CUDA reports it, or the CPU model
     torch_version: str

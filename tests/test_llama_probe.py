@@ -184,3 +184,19 @@ def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("gputop: llama-3-8b at batch 1 × block 8192 needs at least 127.5 GiB")
     assert err.endswith("40.0 GiB available: try --layers 5\n")
+
+
+def test_a_llama_probe_result_is_a_baseline(tmp_path):
+    """`gputop --pid P --baseline probe.json` takes what `gputop probe --config ... --json` wrote."""
+    from probes.baseline import BaselineError, load_baseline, load_comparison_inputs
+
+    result = run_probe(ProbeConfig(tiny(), "tiny.json", batch_size=2, steps=1, warmup=1, device="cpu", layers=1))
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(dataclasses.asdict(result)), encoding="utf-8")
+    baseline = load_baseline(str(path))
+    assert baseline.shape == tiny() and baseline.scaled_from_layers == 1 and baseline.family == "llama"
+    assert load_comparison_inputs(str(path), None, 64).shape == tiny()
+
+    path.write_text(json.dumps({**dataclasses.asdict(result), "family": "rwkv"}), encoding="utf-8")
+    with pytest.raises(BaselineError, match="family = 'rwkv' \\(one of gpt2, llama, moe expected\\)"):
+        load_baseline(str(path))
