@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
-from probes.models import ModelShape, family_of
-from probes.models.gpt2 import GptShape, explain_nanogpt_mfu
+from probes.models import FAMILIES, ModelShape, family_of
+from probes.models.gpt2 import explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
 from probes.models.nanogpt_config import StatedModel
@@ -68,9 +68,16 @@ def load_baseline(path: str) -> ProbeResult:
     if problem:
         raise BaselineError(f"the baseline {path} has {problem}; {HOW_TO_WRITE}")
     try:
-        return from_jsonable(ProbeResult, data)
+        # The shape's dataclass depends on the family, which from_jsonable cannot see: built here.
+        return dataclasses.replace(from_jsonable(ProbeResult, data), shape=_shape_type(data)(**data["shape"]))
     except (TypeError, ValueError) as exc:  # e.g. a shape with missing or unknown fields
         raise BaselineError(f"the baseline {path} is malformed ({exc}); {HOW_TO_WRITE}") from None
+
+
+def _shape_type(data: dict) -> type | None:
+    """The shape dataclass of the family the probe built; results written before other families were GPT."""
+    family = data.get("family", "gpt2")
+    return next((f.shape_type for f in FAMILIES if f.name == family), None)
 
 
 def _value_problem(data: dict) -> str | None:
@@ -89,10 +96,14 @@ def _value_problem(data: dict) -> str | None:
     shape = data["shape"]
     if not isinstance(shape, dict):
         return f"shape = {shape!r} (an object expected)"
+    shape_type = _shape_type(data)
+    if shape_type is None:
+        return f"family = {data.get('family')!r} (one of {', '.join(f.name for f in FAMILIES)} expected)"
     try:
-        shape_problem = GptShape(**shape).problem()
+        shape_problem = shape_type(**shape).problem()
     except TypeError:
-        return f"a shape without the fields n_layer, n_head, n_embd, block_size, vocab_size: {shape!r}"
+        fields = ", ".join(f.name for f in dataclasses.fields(shape_type))
+        return f"a shape without the fields {fields}: {shape!r}"
     return f"an impossible shape: {shape_problem}" if shape_problem else None
 
 

@@ -1,10 +1,18 @@
-"""The reference GPT step behind ``gputop probe``: what this GPU does on a known workload.
+"""The reference training step behind ``gputop probe``: what this GPU does on a known workload.
 
-A nanoGPT-architecture GPT (our own implementation, same module names and initialisation) trains for a
-few steps on one synthetic batch that already sits on the device: forward, backward, gradient clipping,
-AdamW (fused on CUDA). Nothing is read from disk, so the step time is the compute the model costs here;
-a training job that takes much longer per iteration on the same shape loses the difference elsewhere
-(input pipeline, host, collectives).
+A model of the asked shape trains for a few steps on one synthetic batch that already sits on the
+device: forward, backward, gradient clipping, AdamW (fused on CUDA). Nothing is read from disk, so the
+step time is the compute the model costs here; a training job that takes much longer per iteration on
+the same shape loses the difference elsewhere (input pipeline, host, collectives).
+
+The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/models/) to its torch
+module, nanoGPT's GPT here (our own implementation, same module names and initialisation) and the
+Llama-shaped decoder in probes/llama_probe_model.py. Mixture-of-experts shapes are refused in one line:
+no routed-expert step is built yet.
+
+``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
+forward and backward by FLOP per token (the family's own count, so the embedding and lm_head are counted
+once), the optimizer by parameters. The result says that it was scaled and from how many layers.
 
 Timing: the first step (torch.compile, cuBLAS autotuning, allocator growth) and the other warm-up steps
 are excluded and reported separately; the timed steps are measured with CUDA events on a GPU and
@@ -18,6 +26,7 @@ torch is imported inside functions only: gputop's monitor must work without it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import platform
@@ -25,13 +34,18 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from probes.models.gpt2 import GptShape, count_params, flops_per_token, formula_with_values
+from probes.llama_probe_model import llama_class
+from probes.models import ModelShape, family_of
+from probes.models.gpt2 import GptShape
+from probes.models.llama import LlamaShape
 from probes.models.peaks import peak_flops, user_peak
 
 PROBE_SCHEMA = "gputop.probe/1"
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")
 TORCH_MISSING = "the probe needs torch: pip install 'gputop[probe]'"
+BYTES_PER_TRAINED_PARAM = 16  # fp32 weight and gradient, AdamW's two moments
 
 
 class ProbeInputError(ValueError):
@@ -49,7 +63,7 @@ class ProbeOutOfMemory(RuntimeError):
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    shape: GptShape
+    shape: ModelShape  # a shape of a family in MODEL_BUILDERS
     model: str = "custom"  # preset name, for output
     batch_size: int = 12
     grad_accum: int = 1
@@ -61,11 +75,23 @@ class ProbeConfig:
     peak_tflops: float | None = None  # overrides the table
     learning_rate: float = 6e-4
     seed: int = 1337
+    layers: int | None = None  # build and time this many of the shape's layers, then scale to all of them
 
     def problem(self) -> str | None:
         shape_problem = self.shape.problem()
         if shape_problem:
             return shape_problem
+        family = family_of(self.shape).name
+        builder = MODEL_BUILDERS.get(family)
+        if builder is None:  # the mixture-of-experts family
+            return (f"gputop probe cannot build a {family} model yet (it builds {', '.join(MODEL_BUILDERS)}; "
+                    "no routed-expert step): use gputop mfu for its FLOPs")
+        builder_problem = builder.problem(self.shape)
+        if builder_problem:
+            return builder_problem
+        layers = total_layers(self.shape)
+        if self.layers is not None and not 1 <= self.layers <= layers:
+            return f"--layers must be between 1 and the model's {layers} layers (got {self.layers})"
         if self.dtype not in DTYPE_CHOICES:
             return f"--dtype must be one of {', '.join(DTYPE_CHOICES)} (got {self.dtype!r})"
         for name, minimum in (("batch_size", 1), ("grad_accum", 1), ("steps", 1), ("warmup", 1)):
@@ -75,11 +101,18 @@ class ProbeConfig:
             return f"--peak-tflops must be positive (got {self.peak_tflops})"
         return None
 
+    @property
+    def built_shape(self) -> ModelShape:
+        """The shape the probe builds: ``layers`` of the shape's layers when given, else all of them."""
+        if self.layers is None:
+            return self.shape
+        return dataclasses.replace(self.shape, **{_builder(self.shape).layers_field: self.layers})
+
 
 @dataclass(frozen=True)
 class ProbeResult:
     model: str
-    shape: GptShape
+    shape: ModelShape  # the whole model's shape (a family's dataclass), also when fewer layers were built
     device: str  # "cuda:0", "cpu"
     device_name: str  # the GPU's name as CUDA reports it, or the CPU model
     torch_version: str
@@ -87,7 +120,7 @@ class ProbeResult:
     tf32: bool  # fp32 matmuls allowed to use TF32 tensor cores
     compiled: bool
     fused_adamw: bool
-    params: int  # without position embeddings, as in the FLOP formula
+    params: int  # the whole model's, without position embeddings, as in the FLOP formula
     params_with_position_embeddings: int
     flops_per_token: int
     flops_formula: str
@@ -115,6 +148,9 @@ class ProbeResult:
     peak_memory_bytes: int | None  # CUDA max_memory_allocated; None on the CPU
     losses: tuple[float, ...]  # every step's loss, warm-up included
     schema: str = PROBE_SCHEMA
+    family: str = "gpt2"  # probes/models' family name (results written before there were others are GPT)
+    scaled_from_layers: int | None = None  # layers built and timed when the times are scaled to the shape's
+    scaling: str | None = None  # how they were scaled, in words
 
 
 def torch_available() -> bool:
@@ -225,6 +261,26 @@ def gpt_class():
     return GPT
 
 
+def _rotary_problem(shape: LlamaShape) -> str | None:
+    # Rotary positions rotate pairs of a head's channels.
+    return None if shape.head_dim % 2 == 0 else f"head_dim must be even for rotary positions (got {shape.head_dim})"
+
+
+@dataclass(frozen=True)
+class ModelBuilder:
+    """How the probe builds one family's model: all that differs between families."""
+
+    module_class: Callable[[], type]  # the nn.Module class taking the shape; built on first use (torch)
+    layers_field: str  # the shape's field that counts its layers, replaced for --layers
+    problem: Callable[[Any], str | None] = lambda shape: None  # what the module cannot build, beyond shape.problem()
+
+
+MODEL_BUILDERS: dict[str, ModelBuilder] = {
+    "gpt2": ModelBuilder(gpt_class, "n_layer"),
+    "llama": ModelBuilder(llama_class, "num_layers", _rotary_problem),
+}
+
+
 def largest_fitting_batch(fits: Callable[[int], bool], failed_batch: int) -> int:
     """Largest batch in [1, failed_batch) for which fits() is True (binary search; memory is monotone
     in batch size); 0 when even 1 does not fit."""
@@ -236,6 +292,15 @@ def largest_fitting_batch(fits: Callable[[int], bool], failed_batch: int) -> int
         else:
             hi = mid
     return lo
+
+
+def _builder(shape: ModelShape) -> ModelBuilder:
+    return MODEL_BUILDERS[family_of(shape).name]
+
+
+def total_layers(shape: ModelShape) -> int:
+    """The shape's number of layers, whatever its family calls the field."""
+    return getattr(shape, _builder(shape).layers_field)
 
 
 # --- device, dtype and peak ------------------------------------------------------------------------
@@ -261,6 +326,44 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return "CPU: " + (platform.processor() or platform.machine() or "unknown")
+
+
+def _host_memory_available() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _host_memory_problem(config: ProbeConfig) -> str | None:
+    """Why the model cannot train in this host's memory, with the --layers that would; None if it may.
+
+    Checked before building on the CPU: there the kernel's OOM killer ends the process instead of
+    raising the error the GPU path turns into its largest-batch search. Of the activations only the
+    logits and their gradient are counted (fp32, batch × block × vocab each): a lower bound.
+    """
+    available = _host_memory_available()
+    if available is None:
+        return None
+    family = family_of(config.shape)
+    logits = 2 * 4 * config.batch_size * config.shape.block_size * config.shape.vocab_size
+
+    def needed(shape: ModelShape) -> int:
+        return family.params(shape) * BYTES_PER_TRAINED_PARAM + logits
+
+    if needed(config.built_shape) <= available:
+        return None
+    fitting = [layers for layers in range(1, total_layers(config.shape) + 1)
+               if needed(dataclasses.replace(config, layers=layers).built_shape) <= available]
+    hint = f": try --layers {fitting[-1]}" if fitting else ": not even one layer fits; lower --batch-size"
+    return (f"{config.model} at batch {config.batch_size} × block {config.shape.block_size} needs at least "
+            f"{needed(config.built_shape) / 2**30:.1f} GiB (fp32 weights, gradients, AdamW state and logits); "
+            f"this machine has {available / 2**30:.1f} GiB available{hint}")
 
 
 def _plan(config: ProbeConfig, torch) -> _Plan:
@@ -324,8 +427,9 @@ class _Trainer:
         self.torch = torch
         self.plan = plan
         torch.manual_seed(config.seed)
+        shape = config.built_shape
         with torch.device(plan.device):  # initialise on the device: no host copy of a 1.5B model
-            self.model = gpt_class()(config.shape)
+            self.model = _builder(shape).module_class()(shape)
         self.params = self.model.num_params()
         self.params_with_position_embeddings = self.model.num_params(non_embedding=False)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
@@ -406,7 +510,9 @@ class _WallTimer:
 def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch) -> ProbeResult:
     if plan.device_type == "cuda":
         torch.cuda.reset_peak_memory_stats(plan.device)
-    say(f"building {config.model} ({config.shape.describe()}) on {plan.device}")
+    built = config.built_shape
+    part = "" if config.layers is None else f"{config.layers} of {total_layers(config.shape)} layers of "
+    say(f"building {part}{config.model} ({config.shape.describe()}) on {plan.device}")
     trainer = _Trainer(config, plan, config.batch_size, config.compile, torch)
     losses = []
 
@@ -425,7 +531,11 @@ def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch
         losses.append(trainer.step(timer.marks))
     trainer.synchronize()
 
-    durations = timer.durations()
+    family = family_of(config.shape)
+    # Scale factors are exactly 1 when every layer was built.
+    fwd_bwd_scale = family.flops_per_token(config.shape) / family.flops_per_token(built)
+    optimizer_scale = family.params(config.shape) / family.params(built)
+    durations = [(fwd_bwd * fwd_bwd_scale, opt * optimizer_scale) for fwd_bwd, opt in timer.durations()]
     steps = [fwd_bwd + opt for fwd_bwd, opt in durations]
     step = statistics.median(steps)
     fwd_bwd = statistics.median(d[0] for d in durations)
@@ -433,9 +543,18 @@ def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch
     iteration = config.grad_accum * fwd_bwd + optimizer
     tokens_per_step = config.batch_size * config.shape.block_size
     tokens_per_iter = tokens_per_step * config.grad_accum
-    per_token = flops_per_token(config.shape)
+    per_token = family.flops_per_token(config.shape)
     achieved = per_token * tokens_per_iter / iteration
     peak, peak_source = _peak(config, plan)
+    params, params_with_position_embeddings = trainer.params, trainer.params_with_position_embeddings
+    scaling = None
+    if config.layers is not None:
+        params = family.params(config.shape)
+        params_with_position_embeddings = params + trainer.params_with_position_embeddings - trainer.params
+        layers = total_layers(config.shape)
+        scaling = (f"built and timed {config.layers} of {layers} layers, scaled to {layers}: "
+                   f"forward+backward × {fwd_bwd_scale:.4g} (FLOP per token; embedding and lm_head once), "
+                   f"optimizer × {optimizer_scale:.4g} (parameters)")
     return ProbeResult(
         model=config.model,
         shape=config.shape,
@@ -446,10 +565,10 @@ def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch
         tf32=plan.tf32,
         compiled=config.compile,
         fused_adamw=trainer.fused,
-        params=trainer.params,
-        params_with_position_embeddings=trainer.params_with_position_embeddings,
+        params=params,
+        params_with_position_embeddings=params_with_position_embeddings,
         flops_per_token=per_token,
-        flops_formula=formula_with_values(config.shape),
+        flops_formula=family.formula_with_values(config.shape),
         batch_size=config.batch_size,
         grad_accum=config.grad_accum,
         tokens_per_step=tokens_per_step,
@@ -473,6 +592,9 @@ def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch
         mfu=achieved / peak if peak else None,
         peak_memory_bytes=torch.cuda.max_memory_allocated(plan.device) if plan.device_type == "cuda" else None,
         losses=tuple(float(loss) for loss in losses),
+        family=family.name,
+        scaled_from_layers=config.layers,
+        scaling=scaling,
     )
 
 
@@ -514,9 +636,9 @@ def _oom_message(config: ProbeConfig, plan: _Plan, largest: int, torch) -> str:
         where = f"{plan.device_name} ({total / 2**30:.1f} GiB)"
     tried = f"{config.model} at batch {config.batch_size} × block {config.shape.block_size}"
     if largest == 0:
-        params = count_params(config.shape, include_position_embeddings=True)
+        params = family_of(config.shape).params(config.built_shape)
         return (f"out of memory: {tried} does not fit on {where}, not even at batch 1; weights, gradients "
-                f"and AdamW state alone take about {params * 16 / 2**30:.1f} GiB in fp32")
+                f"and AdamW state alone take about {params * BYTES_PER_TRAINED_PARAM / 2**30:.1f} GiB in fp32")
     accum = config.grad_accum * config.batch_size / largest
     keep = f" --grad-accum {accum:g}" if accum == int(accum) else ""
     return (f"out of memory: {tried} does not fit on {where}; the largest batch that fit is {largest} "
@@ -524,7 +646,7 @@ def _oom_message(config: ProbeConfig, plan: _Plan, largest: int, torch) -> str:
 
 
 def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> ProbeResult:
-    """Train the reference GPT for config.warmup + config.steps steps and report what it achieved.
+    """Train the reference model for config.warmup + config.steps steps and report what it achieved.
 
     Raises ProbeInputError for a configuration this machine cannot run, ProbeOutOfMemory (with the
     largest batch that fit) when it does not fit, and ImportError when torch is missing.
@@ -536,6 +658,10 @@ def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> 
 
     say = say or (lambda _message: None)
     plan = _plan(config, torch)
+    if plan.device_type == "cpu":
+        memory_problem = _host_memory_problem(config)
+        if memory_problem:
+            raise ProbeInputError(memory_problem)
     if plan.device_type == "cuda":
         torch.cuda.set_device(plan.device)  # CUDA events record on the current device's stream
         torch.set_float32_matmul_precision("high" if plan.tf32 else "highest")

@@ -103,8 +103,8 @@ def test_model_mistakes_are_one_line(capsys, argv, message):
 
 
 def test_probe_refuses_a_model_it_cannot_build(capsys):
-    code, _, err = run_cli(["probe", "--model", "llama-3-8b"], capsys)
-    assert code == 2 and "gputop probe builds nanoGPT's GPT only; llama-3-8b is a llama model" in err
+    code, _, err = run_cli(["probe", "--model", "mixtral-8x7b"], capsys)
+    assert code == 2 and "gputop probe cannot build a moe model yet" in err
 
 
 # --- the live comparison -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`gputop probe`: time a reference nanoGPT-architecture training step on this machine and print the report.
+"""`gputop probe`: time a reference training step (nanoGPT's GPT or a Llama-shaped model) on this machine and
+print the report; ``--layers N`` builds N of the layers and says on screen that the times were scaled.
 
 torch is imported only when the probe runs (probes/gpt_probe.py), so the rest of gputop works without it.
 """
@@ -19,8 +20,6 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
-from probes.models import family_of
-from probes.models.gpt2 import GptShape
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
 from tui.commands.shared import UsageError, add_peak_tflops_argument, positive_int
 from tui.exitcodes import EXIT_OK
@@ -31,8 +30,9 @@ DEFAULT_BATCH_SIZE_BY_MODEL = {"tiny": 8}
 
 class ProbeCommand:
     name = "probe"
-    help = "time a reference GPT training step on this GPU (needs torch)"
-    description = ("Train a nanoGPT-architecture GPT for a few steps on synthetic tokens and report step "
+    help = "time a reference training step at a model's shape on this GPU (needs torch)"
+    description = ("Train a model of the given shape (nanoGPT's GPT, or Llama-shaped from a preset or a "
+                   "config.json) for a few steps on synthetic tokens and report step "
                    "time, tokens/s, achieved TFLOP/s and MFU. Compare with your job's own iteration time: "
                    "the same shape taking much longer there is time lost outside the model.")
 
@@ -49,17 +49,15 @@ class ProbeCommand:
         parser.add_argument("--steps", type=positive_int, default=10, help="timed steps (default 10)")
         parser.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first (default 3)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+        parser.add_argument("--layers", type=positive_int, metavar="N",
+                            help="build and time N of the model's layers and scale the times to all of them "
+                                 "(for a model too large for this GPU)")
         add_peak_tflops_argument(parser)
         parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(self, args: argparse.Namespace) -> int:
         shape = model_shape(args)
         model = model_label(args)
-        if not isinstance(shape, GptShape):
-            raise UsageError(f"gputop probe builds nanoGPT's GPT only; {model} is a {family_of(shape).name} "
-                             "model: use gputop mfu for its FLOPs")
-        if not torch_available():
-            raise UsageError(TORCH_MISSING)
         config = ProbeConfig(
             shape=shape,
             model=model,
@@ -71,7 +69,13 @@ class ProbeCommand:
             warmup=args.warmup,
             device=args.device,
             peak_tflops=args.peak_tflops,
+            layers=args.layers,
         )
+        problem = config.problem()
+        if problem:  # before the torch check: a shape the probe cannot build is said without torch too
+            raise UsageError(problem)
+        if not torch_available():
+            raise UsageError(TORCH_MISSING)
         try:
             result = run_probe(config, say=lambda message: print(f"gputop probe: {message}", file=sys.stderr))
         except (ProbeInputError, ProbeOutOfMemory) as exc:
@@ -104,12 +108,15 @@ def format_probe_report(result) -> list[str]:
                       f" + {result.optimizer_seconds:.4f} s optimizer)")
     peak = (f"{result.peak_flops_per_s / 1e12:.1f} TFLOP/s {result.peak_dtype} ({result.peak_source})"
             if result.peak_flops_per_s else f"n/a: {result.peak_source}")
+    params = f"{result.params:,}"
+    if result.params_with_position_embeddings != result.params:
+        params += f" without position embeddings ({result.params_with_position_embeddings:,} with)"
     rows = [
         ("device", f"{result.device_name} ({result.device}), torch {result.torch_version}"),
         ("model", f"{result.model}: {result.shape.describe()}"),
-        ("parameters", (f"{result.params:,} without position embeddings "
-                        f"({result.params_with_position_embeddings:,} with)")),
+        ("parameters", params),
         ("step", ", ".join(settings)),
+        *([("scaled", result.scaling)] if result.scaling else []),
         ("FLOP per token", f"{scientific(result.flops_per_token)} = {result.flops_formula}"),
         ("tokens", f"{result.batch_size} × {result.shape.block_size} = {result.tokens_per_step:,} per step"
                    + (f"; × {result.grad_accum} = {result.tokens_per_iter:,} per iteration"

@@ -1,0 +1,202 @@
+"""`gputop probe` at a Llama-shaped model's shape: the module (probes/llama_probe_model.py) has the family's
+parameter count and computes what transformers' own models compute, a tiny config.json trains end to end
+through the CLI on the CPU, ``--layers N`` scales and says so, and bad input is one line with exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from probes.gpt_probe import ProbeConfig, run_probe
+from probes.llama_probe_model import llama_class
+from probes.models import PRESETS
+from probes.models.hf_config import shape_from_config
+from probes.models.llama import FAMILY, LlamaShape
+from tui import cli
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_LLAMA = {  # two layers, grouped-query attention (4 query heads share 2 K/V heads), untied lm_head
+    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 32,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+}
+FAST = ("--device", "cpu", "--batch-size", "2", "--steps", "3", "--warmup", "1")
+
+
+def write_config(tmp_path: Path, **changes) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY_LLAMA, **changes}), encoding="utf-8")
+    return str(path)
+
+
+def run_cli(argv, capsys):
+    code = cli.run(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def tiny(**changes) -> LlamaShape:
+    return shape_from_config({**TINY_LLAMA, **changes}, "the test")
+
+
+@pytest.mark.parametrize("shape", [
+    *(shape for shape in PRESETS.values() if isinstance(shape, LlamaShape)),
+    tiny(tie_word_embeddings=True),
+    tiny(model_type="qwen2", use_sliding_window=False),  # biases on q, k and v
+    tiny(model_type="qwen3"),  # per-head q and k norms
+], ids=lambda shape: shape.describe())
+def test_module_has_the_family_parameter_count(shape):
+    import torch
+
+    with torch.device("meta"):  # no memory: the presets have billions of parameters
+        model = llama_class()(shape)
+    assert model.num_params() == FAMILY.params(shape)
+
+
+@pytest.mark.parametrize(("model_type", "extra"), [
+    ("llama", {}),
+    ("mistral", {"sliding_window": 8}),  # the window bites: 8 of 32 positions
+    ("qwen2", {"use_sliding_window": False}),
+    ("qwen3", {"head_dim": 16}),
+])
+def test_module_computes_what_transformers_computes(model_type, extra):
+    """Same weights, same tokens: the probe's module gives transformers' logits, so its step is that model's."""
+    import torch
+    import transformers
+
+    fields = {**TINY_LLAMA, "model_type": model_type, **extra}
+    hf_config = transformers.AutoConfig.for_model(**fields)
+    hf_config._attn_implementation = "eager"  # the plain reference, independent of SDPA
+    torch.manual_seed(0)
+    reference = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
+    model = llama_class()(shape_from_config(fields, "the test")).eval()
+    model.load_state_dict({key.removeprefix("model."): value for key, value in reference.state_dict().items()})
+    tokens = torch.randint(0, TINY_LLAMA["vocab_size"], (2, 32))
+    with torch.no_grad():
+        ours, _ = model(tokens, tokens)
+        theirs = reference(tokens).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_sliding_window_shape_trains():
+    shape = tiny(model_type="mistral", sliding_window=8)
+    result = run_probe(ProbeConfig(shape, "mistral-tiny", batch_size=2, steps=2, warmup=1, device="cpu"))
+    assert result.family == "llama" and result.scaled_from_layers is None and result.scaling is None
+    assert all(math.isfinite(loss) for loss in result.losses) and result.losses[-1] < result.losses[0]
+
+
+def test_tiny_config_through_a_real_cli_process(tmp_path):
+    config = write_config(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "tui", "probe", "--config", config, *FAST, "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    shape = tiny()
+    assert (result["schema"], result["family"], result["model"]) == ("gputop.probe/1", "llama", config)
+    assert result["shape"] == dataclasses.asdict(shape)
+    assert result["params"] == result["params_with_position_embeddings"] == FAMILY.params(shape)
+    assert result["flops_per_token"] == FAMILY.flops_per_token(shape)
+    assert result["flops_formula"] == FAMILY.formula_with_values(shape)
+    assert result["tokens_per_step"] == 2 * 32
+    assert result["scaled_from_layers"] is None and result["scaling"] is None
+    assert result["losses"][0] == pytest.approx(math.log(TINY_LLAMA["vocab_size"]), rel=0.05)  # untrained
+    assert result["losses"][-1] < result["losses"][0]
+    assert result["achieved_flops_per_s"] == pytest.approx(result["flops_per_token"] * result["tokens_per_s"])
+    assert "gputop probe: timing 3 steps" in done.stderr
+
+
+def test_layers_times_fewer_layers_and_says_it_scaled(tmp_path, capsys):
+    config = write_config(tmp_path)
+    code, out, err = run_cli(["probe", "--config", config, *FAST, "--layers", "1"], capsys)
+    assert code == 0, err
+    assert "building 1 of 2 layers of" in err
+    scaled_line = next(line for line in out.splitlines() if line.startswith("scaled"))
+    assert "built and timed 1 of 2 layers, scaled to 2" in scaled_line
+    assert "2 layers" in out  # the model line shows the whole model
+
+    code, out, _ = run_cli(["probe", "--config", config, *FAST, "--layers", "1", "--json"], capsys)
+    assert code == 0
+    result = json.loads(out)
+    full, one_layer = tiny(), tiny(num_hidden_layers=1)
+    flop_ratio = FAMILY.flops_per_token(full) / FAMILY.flops_per_token(one_layer)
+    param_ratio = FAMILY.params(full) / FAMILY.params(one_layer)
+    assert result["scaled_from_layers"] == 1
+    assert f"forward+backward × {flop_ratio:.4g}" in result["scaling"]
+    assert f"optimizer × {param_ratio:.4g}" in result["scaling"]
+    assert result["params"] == FAMILY.params(full) and result["flops_per_token"] == FAMILY.flops_per_token(full)
+    assert result["step_seconds"] >= result["step_seconds_min"] > 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--layers", "3"], "--layers must be between 1 and the model's 2 layers (got 3)"),
+    (["--layers", "0"], "--layers"),
+    (["--head-dim-odd"], "head_dim must be even for rotary positions (got 15)"),
+    (["--moe"], "gputop probe cannot build a moe model yet"),
+    (["--broken"], "config.json"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    if argv == ["--head-dim-odd"]:
+        argv = ["--config", write_config(tmp_path, head_dim=15)]
+    elif argv == ["--moe"]:
+        argv = ["--model", "mixtral-8x7b"]
+    elif argv == ["--broken"]:
+        path = tmp_path / "config.json"
+        path.write_text("{not json", encoding="utf-8")
+        argv = ["--config", str(path)]
+    else:
+        argv = ["--config", write_config(tmp_path), *argv]
+    try:
+        code, out, err = run_cli(["probe", *argv, "--device", "cpu"], capsys)
+    except SystemExit as exit_:  # argparse rejects --layers 0 itself
+        code, captured = exit_.code, capsys.readouterr()
+        out, err = captured.out, captured.err.splitlines()[-1] + "\n"
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_model_too_large_for_host_memory_is_refused_before_it_is_built(monkeypatch):
+    """On the CPU the OOM killer ends the process instead of raising: the probe says so first, with --layers."""
+    from probes import gpt_probe
+
+    shape = tiny()
+    logits_bytes = 2 * 4 * 2 * 32 * TINY_LLAMA["vocab_size"]
+    one_layer_bytes = FAMILY.params(tiny(num_hidden_layers=1)) * gpt_probe.BYTES_PER_TRAINED_PARAM + logits_bytes
+    monkeypatch.setattr(gpt_probe, "_host_memory_available", lambda: one_layer_bytes)
+    with pytest.raises(gpt_probe.ProbeInputError, match=r"GiB available: try --layers 1$"):
+        run_probe(ProbeConfig(shape, "tiny", batch_size=2, steps=1, warmup=1, device="cpu"))
+    result = run_probe(ProbeConfig(shape, "tiny", batch_size=2, steps=1, warmup=1, device="cpu", layers=1))
+    assert result.scaled_from_layers == 1
+
+
+def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
+    from probes import gpt_probe
+
+    monkeypatch.setattr(gpt_probe, "_host_memory_available", lambda: 40 * 2**30)
+    code, out, err = run_cli(["probe", "--model", "llama-3-8b", "--device", "cpu", "--batch-size", "1"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("gputop: llama-3-8b at batch 1 × block 8192 needs at least 127.5 GiB")
+    assert err.endswith("40.0 GiB available: try --layers 5\n")
+
+
+def test_a_llama_probe_result_is_a_baseline(tmp_path):
+    """`gputop --pid P --baseline probe.json` takes what `gputop probe --config ... --json` wrote."""
+    from probes.baseline import BaselineError, load_baseline, load_comparison_inputs
+
+    result = run_probe(ProbeConfig(tiny(), "tiny.json", batch_size=2, steps=1, warmup=1, device="cpu", layers=1))
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(dataclasses.asdict(result)), encoding="utf-8")
+    baseline = load_baseline(str(path))
+    assert baseline.shape == tiny() and baseline.scaled_from_layers == 1 and baseline.family == "llama"
+    assert load_comparison_inputs(str(path), None, 64).shape == tiny()
+
+    path.write_text(json.dumps({**dataclasses.asdict(result), "family": "rwkv"}), encoding="utf-8")
+    with pytest.raises(BaselineError, match="family = 'rwkv' \\(one of gpt2, llama, moe expected\\)"):
+        load_baseline(str(path))
