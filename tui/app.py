@@ -134,7 +134,7 @@ class GputopApp(App[None]):
                  record_path: str | Path | None, hang_after_s: float,
                  clock: Callable[[], float] | None, save_dir: str | Path | None,
                  recorder: Recorder | None = None, replay_notice: str | None = None,
-                 comparison: ComparisonInputs | None = None) -> None:
+                 comparison: ComparisonInputs | None = None, start_notice: str | None = None) -> None:
         super().__init__()
         if (engine is None) == (replay_frames is None):
             raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
@@ -146,6 +146,7 @@ class GputopApp(App[None]):
         self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
                                replay=replay_frames is not None)
         self.replay_notice = replay_notice  # what a replay left out of a damaged recording, shown on start
+        self.start_notice = start_notice  # how the job was chosen when no PID was given, shown on start
         self._record_problem_shown = False
         self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
         self._clock = clock
@@ -197,6 +198,8 @@ class GputopApp(App[None]):
                 pane.show_waiting(waiting if isinstance(pane, VerdictPane) else "waiting for the first reading…")
             self._render_status()
             self._sample()
+            if self.start_notice:
+                self.notify(self.start_notice, timeout=20)
         else:
             self._sampling_done.set()
             view = None
@@ -528,11 +531,12 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              record_path: str | Path | None = None, hang_after_s: float = 5.0,
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
              recorder: Recorder | None = None, replay_notice: str | None = None,
-             comparison: ComparisonInputs | None = None) -> GputopApp:
+             comparison: ComparisonInputs | None = None, start_notice: str | None = None) -> GputopApp:
     """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
     tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
-    (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against."""
+    (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against; `start_notice`, shown on
+    start, says which job `gputop` chose when no PID was given."""
     return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
                      hang_after_s=hang_after_s, clock=clock, save_dir=save_dir, recorder=recorder,
-                     replay_notice=replay_notice, comparison=comparison)
+                     replay_notice=replay_notice, comparison=comparison, start_notice=start_notice)

@@ -1,6 +1,10 @@
 """`gputop --pid PID`, the default command: watch a training job live in the TUI, or headless for --duration
 seconds writing a snapshot (--snapshot) and/or a recording (--record). Its options are gputop's own.
 
+Without a PID it finds the job itself (probes/jobs/census.py): `--list` prints this machine's training jobs
+(`--json` as JSON); in a terminal the job picker (tui/picker.py) opens, or the only job is attached at once
+with a note; without a terminal the list is printed. No job: one line and EXIT_NO_JOB.
+
 Textual is imported only when the TUI starts, so the headless path never loads it.
 """
 
@@ -10,6 +14,7 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
 from tui.commands.shared import (
     UsageError,
@@ -26,7 +31,7 @@ from tui.commands.shared import (
     positive_float,
     resolve_slurm_job,
 )
-from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_NO_JOB, EXIT_OK
 
 DEFAULT_SNAPSHOT_DURATION_S = 10.0
 
@@ -40,6 +45,10 @@ class AttachCommand:
         which = parser.add_mutually_exclusive_group()
         add_pid_argument(which)
         add_slurm_job_argument(which)
+        parser.add_argument("--list", action="store_true",
+                            help="print this machine's training jobs (Python processes that import torch, grouped "
+                                 "by launcher and rank) and exit; what `gputop` with no PID lets you pick from")
+        parser.add_argument("--json", action="store_true", help="with --list: the jobs as JSON")
         add_process_only_argument(parser)
         add_sampling_arguments(parser)
         parser.add_argument("--native", action="store_true",
@@ -55,8 +64,18 @@ class AttachCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         resolve_slurm_job(args)
+        if args.json and not args.list:
+            raise UsageError("--json prints the job list: use it with --list (gputop --list --json)")
+        if args.list and args.pid is not None:
+            raise UsageError("--list finds the jobs itself: give --list or --pid, not both")
+        attach_note = None
         if args.pid is None:
-            raise UsageError("say which process to watch: gputop --pid PID, or --slurm-job JOBID (or try: gputop demo)")
+            if args.snapshot is not None or args.duration is not None or args.record is not None:
+                raise UsageError("say which process to sample: gputop --pid PID (find it with: gputop --list)")
+            chosen = choose_job(args)
+            if not isinstance(chosen, ChosenJob):
+                return chosen  # listed, or nothing to attach to: the exit status
+            args.pid, attach_note = chosen.root_pid, chosen.note
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
@@ -68,12 +87,57 @@ class AttachCommand:
 
         recorder = open_recorder(args, comparison)
         engine = Engine(args.pid, engine_config(args))
-        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args))
+        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args),
+                       start_notice=attach_note)
         try:
             app.run()
         finally:
             engine.close()
         return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ChosenJob:
+    """The job to attach to when no PID was given: its root PID, and the note to show (the only job)."""
+
+    root_pid: int
+    note: str | None = None
+
+
+def choose_job(args: argparse.Namespace) -> ChosenJob | int:
+    """No PID given: print the list (--list, or no terminal) and return the exit status, or return the job to
+    attach: the only one, or the one picked in the picker. No job: one line, EXIT_NO_JOB."""
+    from probes.jobs.census import JobCensus, list_jobs, sort_jobs
+    from tui.joblist import NO_JOB_LINE, json_document, one_job_note, text_table
+
+    interactive = not args.list and sys.stdin.isatty() and sys.stdout.isatty()
+    # In a terminal the first look is at once (the picker's own scans bring CPU%); a list measures CPU% first.
+    reading = list_jobs(JobCensus(read_gpu=not args.no_gpu), cpu_window_s=0.5 if not interactive else 0.0)
+    jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)
+    if not interactive:
+        if args.json:
+            print(json_document(reading, jobs))
+        elif jobs:
+            print(text_table(jobs, reading.time))
+        if reading.gpu_note and not args.json:
+            print(f"gputop: {reading.gpu_note}", file=sys.stderr)
+    if not jobs:
+        print(f"gputop: {NO_JOB_LINE}", file=sys.stderr)
+        return EXIT_NO_JOB
+    if not interactive:
+        if not args.list:
+            print("gputop: no PID given and no terminal to pick in: attach with gputop --pid PID", file=sys.stderr)
+        return EXIT_OK
+    if len(jobs) == 1:
+        return ChosenJob(jobs[0].root_pid, note=one_job_note(jobs[0]))
+    from tui.picker import JobPicker
+
+    census = JobCensus(read_gpu=not args.no_gpu)
+    try:
+        chosen_pid = JobPicker(census.scan, initial=reading).run()
+    finally:
+        census.close()
+    return EXIT_OK if chosen_pid is None else ChosenJob(chosen_pid)
 
 
 def open_recorder(args: argparse.Namespace, comparison=None):
