@@ -245,3 +245,11 @@ def test_the_words_of_a_row():
     assert job_words(summary(1, launcher="torchrun", ranks=1, world=4)) == "torchrun 1/4 ranks"
     cells = job_cells(summary(7, cpu=None, started=NOW - 125, command="/opt/venv/bin/python train.py"), NOW)
     assert cells == ("7", "python", "-", "-", "2m05s", "python train.py")
+
+
+def test_gpus_read_as_runs():
+    from tui.joblist import gpu_words
+
+    assert [gpu_words(g) for g in ((), (0,), (0, 1), (0, 1, 2, 3, 4, 5, 6, 7), (1, 2, 3, 6))] == [
+        "-", "0", "0,1", "0-7", "1-3,6"]
+    assert job_words(summary(1, launcher="bash")) == "bash"

@@ -21,12 +21,23 @@ COMMAND_CHARS = 200  # --list's command column; the picker cuts to its width
 def job_words(job: JobSummary) -> str:
     """What the job is: 'torchrun 2/2 ranks +2 workers', 'python +1 worker'."""
     words = job.launcher
-    if job.launcher != "python" or job.ranks != 1:
+    if job.ranks != 1 or job.world_size is not None:  # a lone process, or one a script started: no ranks to count
         of = f"/{job.world_size}" if job.world_size is not None and job.world_size != job.ranks else ""
         words += f" {job.ranks}{of} rank{'s' if job.ranks != 1 or of else ''}"
     if job.workers:
         words += f" +{job.workers} worker{'s' if job.workers != 1 else ''}"
     return words
+
+
+def gpu_words(gpus: tuple[int, ...]) -> str:
+    """GPU indices as runs: '0-7', '0,2', '1-3,6'; '-' for none known."""
+    runs: list[list[int]] = []
+    for index in sorted(gpus):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs) or "-"
 
 
 def short_command(command: str) -> str:
@@ -41,7 +52,7 @@ def job_cells(job: JobSummary, now: float) -> tuple[str, ...]:
     return (
         str(job.root_pid),
         job_words(job),
-        ",".join(str(i) for i in job.gpus) or "-",
+        gpu_words(job.gpus),
         "-" if job.cpu_pct is None else f"{job.cpu_pct:.0f}",
         "-" if age is None else duration(age),
         short_command(job.command),

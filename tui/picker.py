@@ -22,7 +22,7 @@ from probes.jobs.census import CensusReading, job_matches, sort_jobs
 from tui.joblist import COLUMNS, job_cells
 
 REFRESH_S = 2.0
-PICKER_COMMAND_CHARS = 160  # the table scrolls sideways beyond this; the rest is in `gputop --list`
+MIN_COMMAND_CHARS = 20  # below this the table scrolls sideways rather than cut the command shorter
 SORT_WORDS = {"cpu": "CPU%", "age": "age (youngest first)", "command": "command"}
 
 
@@ -33,7 +33,7 @@ class JobPicker(App[int | None]):
     TITLE = "gputop: training jobs on this machine"
     CSS = """
     #picker-status { height: 1; padding: 0 1; background: $boost; }
-    #picker-table { height: 1fr; }
+    #picker-table { height: 1fr; overflow-x: auto; }
     #picker-filter { display: none; }
     #picker-filter.-shown { display: block; }
     """
@@ -58,6 +58,7 @@ class JobPicker(App[int | None]):
         self.sort_reverse = False
         self.filter_text = ""
         self.shown_pids: list[int] = []  # the table's rows, top to bottom (tests read the order)
+        self._mounted = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="picker-status")
@@ -66,9 +67,15 @@ class JobPicker(App[int | None]):
                     id="picker-filter")
         yield Footer()
 
+    def on_resize(self) -> None:
+        if self._mounted:  # the command column's room follows the width
+            self.call_after_refresh(self._show)
+
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
+        self._mounted = True
         self._show()
+        self.call_after_refresh(self._show)  # again once the table has its width
         if self._reading is None:
             self._scan_in_background()
         if self._refresh_s is not None:
@@ -95,9 +102,14 @@ class JobPicker(App[int | None]):
         jobs = [] if self._reading is None else [j for j in self._reading.jobs if job_matches(j, self.filter_text)]
         jobs = sort_jobs(jobs, self.sort_key, now=now, reverse=self.sort_reverse)
         table.clear()
-        for job in jobs:
-            cells = job_cells(job, now)
-            table.add_row(*cells[:-1], cells[-1][:PICKER_COMMAND_CHARS], key=str(job.root_pid))
+        rows = [job_cells(job, now) for job in jobs]
+        # The command takes what the other columns leave (each has a cell of padding either side); the whole
+        # command is in `gputop --list`.
+        fixed = sum(max(len(cell) for cell in column) + 2
+                    for column in zip(COLUMNS[:-1], *(row[:-1] for row in rows), strict=False))
+        room = max(MIN_COMMAND_CHARS, table.size.width - fixed - 3)
+        for job, cells in zip(jobs, rows, strict=True):
+            table.add_row(*cells[:-1], cells[-1][:room], key=str(job.root_pid))
         self.shown_pids = [job.root_pid for job in jobs]
         if selected in self.shown_pids:
             table.move_cursor(row=self.shown_pids.index(selected))
