@@ -253,3 +253,33 @@ def test_gpus_read_as_runs():
     assert [gpu_words(g) for g in ((), (0,), (0, 1), (0, 1, 2, 3, 4, 5, 6, 7), (1, 2, 3, 6))] == [
         "-", "0", "0,1", "0-7", "1-3,6"]
     assert job_words(summary(1, launcher="bash")) == "bash"
+
+
+def test_the_census_adds_torch_processes_once_each_and_never_gputops_own_ancestors():
+    from probes.jobs.follow import find_training_jobs
+    from probes.proctree import NodeProcess
+
+    # PIDs far above any real one (resolve_root finds nothing there and keeps each as named), and gputop (this
+    # process) placed in the table under a Python shell that imported torch: a tree that holds gputop is no job.
+    base = 4_000_000_000
+    shell, trainer, its_worker, plain, our_parent = (base + i for i in range(5))
+    me = os.getpid()
+    procs = {
+        shell: NodeProcess(shell, 1, "bash", ("bash",)),
+        trainer: NodeProcess(trainer, shell, "python", ("python", "train.py")),
+        its_worker: NodeProcess(its_worker, trainer, "pt_data_worker", ("python", "train.py")),
+        plain: NodeProcess(plain, shell, "python", ("python", "serve.py")),
+        our_parent: NodeProcess(our_parent, shell, "python", ("python", "-m", "pytest")),
+        me: NodeProcess(me, our_parent, "python", ("python", "-m", "tui")),
+    }
+    torch_users = {trainer, its_worker, our_parent, me}
+    asked = []
+
+    def imports(pid: int) -> bool:
+        asked.append(pid)
+        return pid in torch_users
+
+    found = find_training_jobs(procs=procs, imports_torch=imports)
+    assert [(job.root_pid, job.why) for job in found] == [(trainer, "imports torch")]
+    assert its_worker not in asked  # covered by its trainer: its maps are never read
+    assert find_training_jobs(procs=procs) == []  # serve --follow's census, without the predicate, as before
