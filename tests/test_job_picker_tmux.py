@@ -93,3 +93,6 @@ def test_the_only_job_is_attached_at_once_with_a_note(tmux, tmp_path):
     tmux.keys("q")
     screen = tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 15, "gputop exiting")
     assert "GPUTOP_EXIT=0" in screen and "Traceback" not in screen
+    # The note's copy on stderr stays in the terminal once the TUI has closed.
+    assert re.search(rf"gputop: one training job here, attached: python \+1 worker \(PID {loop_pid}\) .*job_train\.py"
+                     r".*; to pick another: gputop --list, then gputop --pid PID", screen), screen

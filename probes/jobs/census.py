@@ -129,7 +129,7 @@ class JobCensus:
             summary = self._describe(self._watched[pid], gpu)
             if summary is not None:
                 jobs.append(summary)
-        note = None if gpu.available else f"GPUs not shown: {gpu.reason}"
+        note = None if gpu.available or self._gpu is None else f"GPUs not shown: {gpu.reason}"  # --no-gpu: asked
         return CensusReading(jobs=tuple(jobs), time=time.time(), gpu_note=note)
 
     def _describe(self, watched: _Watched, gpu: GpuReading) -> JobSummary | None:

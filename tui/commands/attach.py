@@ -76,6 +76,8 @@ class AttachCommand:
             if not isinstance(chosen, ChosenJob):
                 return chosen  # listed, or nothing to attach to: the exit status
             args.pid, attach_note = chosen.root_pid, chosen.note
+            if attach_note:  # on the screen too; this copy stays in the terminal after the TUI closes
+                print(f"gputop: {attach_note}", file=sys.stderr)
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
