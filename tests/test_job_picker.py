@@ -231,6 +231,9 @@ def test_sorting_is_htops():
     assert [j.root_pid for j in sort_jobs([busy, unknown, young], "age", NOW)] == [2, 1, 3]
     assert [j.root_pid for j in sort_jobs([busy, unknown, young], "command", NOW)] == [2, 1, 3]
     assert [j.root_pid for j in sort_jobs([busy, unknown, young], "command", NOW, reverse=True)] == [3, 1, 2]
+    # By the command as shown, the interpreter's folder left out: what the user reads.
+    shown_a, shown_b = summary(5, command="/zzz/bin/python a.py"), summary(6, command="/aaa/bin/python b.py")
+    assert [j.root_pid for j in sort_jobs([shown_b, shown_a], "command", NOW)] == [5, 6]
 
 
 def test_a_filter_matches_command_launcher_or_pid():

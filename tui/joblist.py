@@ -7,7 +7,6 @@ No Textual here: `gputop --list` and the no-terminal path print from this module
 from __future__ import annotations
 
 import json
-import os
 
 from probes.jobs.census import JSON_SCHEMA, CensusReading, JobSummary
 from tui.panes.text import duration
@@ -40,12 +39,6 @@ def gpu_words(gpus: tuple[int, ...]) -> str:
     return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs) or "-"
 
 
-def short_command(command: str) -> str:
-    """The command with the interpreter's directory left out: 'python train.py', not '/opt/venv/bin/python ...'."""
-    program, _, rest = command.partition(" ")
-    return " ".join(filter(None, (os.path.basename(program), rest)))
-
-
 def job_cells(job: JobSummary, now: float) -> tuple[str, ...]:
     """One row, in COLUMNS' order."""
     age = job.age_s(now)
@@ -55,7 +48,7 @@ def job_cells(job: JobSummary, now: float) -> tuple[str, ...]:
         gpu_words(job.gpus),
         "-" if job.cpu_pct is None else f"{job.cpu_pct:.0f}",
         "-" if age is None else duration(age),
-        short_command(job.command),
+        job.shown_command,
     )
 
 
@@ -79,4 +72,4 @@ def json_document(reading: CensusReading, jobs: list[JobSummary]) -> str:
 def one_job_note(job: JobSummary) -> str:
     """Said when the only job is attached at once: which one, and how to choose another."""
     return (f"one training job here, attached: {job_words(job)} (PID {job.root_pid}) "
-            f"{short_command(job.command)[:60]}; to pick another: gputop --list, then gputop --pid PID")
+            f"{job.shown_command[:60]}; to pick another: gputop --list, then gputop --pid PID")

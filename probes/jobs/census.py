@@ -14,6 +14,7 @@ screen and `--list`. Nothing here raises: a process that ends while being read d
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +64,13 @@ class JobSummary:
     started_at: float | None  # Unix time the root process started
     command: str  # the root's command line, secrets redacted
     found_by: str  # why it counts as a job: "torchrun launcher", "imports torch", ...
+
+    @property
+    def shown_command(self) -> str:
+        """The command as the list shows it, the interpreter's folder left out: 'python train.py', not
+        '/opt/venv/bin/python train.py' (and what "command" sorts by: what the user reads)."""
+        program, _, rest = self.command.partition(" ")
+        return " ".join(filter(None, (os.path.basename(program), rest)))
 
     def age_s(self, now: float) -> float | None:
         return None if self.started_at is None else max(0.0, now - self.started_at)
@@ -189,7 +197,7 @@ def sort_jobs(jobs: Sequence[JobSummary], key: str = "cpu", now: float | None = 
     orders: dict[str, Callable[[JobSummary], tuple]] = {
         "cpu": lambda job: (job.cpu_pct is None, -(job.cpu_pct or 0.0), job.root_pid),
         "age": lambda job: (job.started_at is None, -(job.started_at or 0.0), job.root_pid),
-        "command": lambda job: (job.command.lower(), job.root_pid),
+        "command": lambda job: (job.shown_command.lower(), job.root_pid),
     }
     ordered = sorted(jobs, key=orders[key])
     return ordered[::-1] if reverse else ordered
