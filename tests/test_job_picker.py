@@ -3,7 +3,8 @@
 Real targets, run from a folder of their own (a copy of tests/targets/job_train.py and job_torchrun.py under a
 name no other test uses), so that on a machine shared with other test runs each check can single out its own
 jobs: a plain torch training loop with one DataLoader worker, a torchrun 2-rank gloo job with one worker per
-rank, and a Python process that never imports torch (it must not be listed). The pure parts (sorting,
+rank, and a Python process that never imports torch (it must not be listed). GPUs come through the real NVML
+probe driven by tests/fake_pynvml.py (no GPU here), in a census process of its own. The pure parts (sorting,
 filtering, the words of a row) are unit-tested on constructed summaries; the picker's screen is an SVG snapshot
 of a fixed list (tests/test_tui_snapshots.py); the picker in a real terminal is tests/test_job_picker_tmux.py.
 """
@@ -286,3 +287,48 @@ def test_the_census_adds_torch_processes_once_each_and_never_gputops_own_ancesto
     assert [(job.root_pid, job.why) for job in found] == [(trainer, "imports torch")]
     assert its_worker not in asked  # covered by its trainer: its maps are never read
     assert find_training_jobs(procs=procs) == []  # serve --follow's census, without the predicate, as before
+
+
+CENSUS_WITH_FAKE_NVML = """
+import json, sys
+sys.path.insert(0, "tests")
+import pynvml
+from fake_pynvml import GIB, FakeGpu, FakeNvml
+from probes.jobs.census import JobCensus
+from probes.nvml import NvmlGpuProbe
+
+holder = int(sys.argv[1])
+out = {}
+for case, nvml in (("gpus", FakeNvml([FakeGpu(), FakeGpu(processes=[(holder, 2 * GIB)])])),
+                   ("no_driver", FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))):
+    census = JobCensus(gpu_probe=NvmlGpuProbe(nvml))
+    reading = census.scan()
+    census.close()
+    out[case] = {"note": reading.gpu_note, "jobs": [job.to_json(reading.time) for job in reading.jobs]}
+print(json.dumps(out))
+"""
+
+
+def test_a_gpu_context_makes_a_job_and_its_gpu_is_shown_through_nvml(tmp_path):
+    # The census runs in a process of its own (what the caller started is never a job), with the fake NVML
+    # (tests/fake_pynvml.py) listing a Python process that never imported torch on GPU 1.
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib\npathlib.Path(sys.argv[1]).touch()\n"
+                               "while True: time.sleep(0.05)", str(ready)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the GPU holder did not start"
+            time.sleep(0.05)
+        result = subprocess.run([sys.executable, "-c", CENSUS_WITH_FAKE_NVML, str(holder.pid)], cwd=REPO,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        (row,) = [job for job in out["gpus"]["jobs"] if job["root_pid"] == holder.pid]
+        assert row["gpus"] == [1] and row["found_by"] == f"PID {holder.pid} holds a GPU context"
+        assert out["gpus"]["note"] is None
+        assert holder.pid not in {job["root_pid"] for job in out["no_driver"]["jobs"]}  # no NVML, no torch: none
+        assert out["no_driver"]["note"].startswith("GPUs not shown: NVML library not found")
+    finally:
+        stop_process_tree(holder)
