@@ -328,6 +328,52 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective as PyTorch's Flight Recorder logged it on one rank (probes/flight_recorder.py)."""
+
+    seq: int  # collective_seq_id: the N-th collective of its process group, the same N on every rank
+    op: str  # "all_reduce" (profiling_name without its backend prefix "gloo:" / "nccl:")
+    backend: str | None = None  # "gloo", "nccl"
+    input_bytes: int | None = None  # the inputs' sizes times their dtypes' widths; None for an unknown dtype
+    entered_at: float | None = None  # Unix time the rank enqueued it (time_created_ns)
+    completed: bool = False  # retired, or its state says completed
+
+
+@dataclass(frozen=True)
+class GroupCollectives:
+    """Where one rank stands in one process group: the last collective it entered and the last it completed."""
+
+    pg_id: str
+    pg_name: str | None = None  # "default_pg", or the name new_group(group_desc=...) gave
+    last_entered: int | None = None  # highest collective_seq_id enqueued
+    last_completed: int | None = None  # highest one completed
+    pending: tuple[CollectiveRecord, ...] = ()  # entered, not completed, oldest first (a few at most)
+    last: CollectiveRecord | None = None  # the latest entry, completed or not
+
+
+@dataclass(frozen=True)
+class RankCollectives:
+    """One rank's Flight Recorder, as read from outside the job (or why it could not be read)."""
+
+    rank: int | None
+    pid: int
+    source: str  # "worker_server", "dump_file", "none"
+    path: str | None = None  # the socket or the dump file read
+    available: bool = False
+    reason: str | None = None  # why not available, or what the job would need to expose it
+    groups: tuple[GroupCollectives, ...] = ()
+    read_at: float | None = None  # Unix time of the dump (a dump file's mtime; the tick's time for a live read)
+    trigger: str | None = None  # a way to make the job dump that the job enabled, said, never used by gputop
+
+
+@dataclass(frozen=True)
+class CollectivesReading:
+    """The Flight Recorders of the job's ranks that opted in; ranks that did not are absent."""
+
+    ranks: tuple[RankCollectives, ...] = ()
+
+
+@dataclass(frozen=True)
 class Frame:
     seq: int
     time: float  # Unix time at the end of the tick
@@ -341,6 +387,8 @@ class Frame:
     progress: ProgressReading | None = None
     overhead: MonitorOverhead = field(default_factory=MonitorOverhead)
     job: JobInfo | None = None  # a distributed job or a launched training process; None for a lone process
+    # The ranks' Flight Recorders, where a rank's environment shows one gputop can read; None when none does.
+    collectives: CollectivesReading | None = None
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
+from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
@@ -101,6 +102,7 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "max_speedup": verdict.max_speedup,
         },
         "job": job_document(latest, job),
+        "collectives": collectives_document(latest),
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
@@ -145,6 +147,17 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
             }
             for r in job.ranks
         ],
+    }
+
+
+def collectives_document(latest: Frame) -> dict[str, Any] | None:
+    """The ranks' Flight Recorders (null when no rank shows one): where each rank stands per process group,
+    and the collectives some ranks wait in that others never entered."""
+    if latest.collectives is None:
+        return None
+    return {
+        "ranks": to_jsonable(latest.collectives.ranks),
+        "gaps": [{**to_jsonable(gap), "line": gap_line(gap)} for gap in collective_gaps(latest.collectives)],
     }
 
 

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
 from probes.diagnosis.stacks import (
     ACTIVITIES,
@@ -587,6 +588,24 @@ def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     return dataclasses.replace(found, verdict=verdict)
 
 
+def _with_collectives(found: _Finding, latest: Frame) -> Verdict:
+    """A hung job's verdict with what the ranks' Flight Recorders say: the collective some ranks wait in and
+    the ranks that never entered it, after the headline. Only once hung: a running job shows such a gap for a
+    moment at every step."""
+    verdict = found.verdict
+    if latest.collectives is None or (verdict.liveness != "hung" and found.finding != "hung_rank"):
+        return verdict
+    lines = [gap_line(gap) for gap in collective_gaps(latest.collectives)]
+    if not lines:
+        return verdict
+    advice = list(verdict.advice)
+    triggers = [r.trigger for r in latest.collectives.ranks if r.trigger and not r.available]
+    if triggers:
+        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop never writes it itself.")
+    evidence = (*verdict.evidence[:1], *lines, *verdict.evidence[1:])
+    return dataclasses.replace(verdict, evidence=evidence, advice=tuple(advice))
+
+
 def _elsewhere(latest: Frame) -> JobVerdict | None:
     """A client (srun) whose job's processes are not in the watched tree: nothing here trains, so nothing here
     is judged; its quiet must never read as a hang."""
@@ -627,7 +646,7 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
     found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live) or _hung_rank(history, live)
              or _straggler(live, previous, latest.job.launcher_pid, latest.time) or _shared(live) or _mixed(live))
     found = _settle(found, previous)
-    verdict = found.verdict
+    verdict = _with_collectives(found, latest)
     since = latest.time
     if previous is not None and (previous.verdict.bottleneck, previous.verdict.liveness) == \
             (verdict.bottleneck, verdict.liveness) and previous.verdict.since is not None:
