@@ -141,11 +141,18 @@ def listening_socket_owner(path: str, pid: int) -> bool | None:
             inodes.add(fields[6])
     if not inodes:
         return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
     try:
-        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        descriptors = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
-    return any(f"socket:[{inode}]" in links for inode in inodes)
+    for fd in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+        except OSError:  # closed since the listing
+            continue
+    return False
 
 
 # --- the recorder's records --------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _flight_recorder_named(job) -> bool:
 
 def test_the_collective_a_rank_never_joined_is_named(spawn_target, tmp_path, socket_dir):
     target, out = start_job(spawn_target, tmp_path, "--socket-dir", socket_dir)
-    document, frames, jobs, stderr = watch_job_until(target.pid, tmp_path, _flight_recorder_named)
+    document, frames, _, stderr = watch_job_until(target.pid, tmp_path, _flight_recorder_named)
     entered = next(line for line in out.read_text().splitlines() if line.startswith("entering all_reduce #"))
     seq = int(entered.rpartition("#")[2])
     job = document["job"]

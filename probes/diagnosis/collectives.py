@@ -7,6 +7,9 @@ rank stands names the gap: in group G, the highest collective any rank entered i
 A running job shows such gaps for a moment at every step (ranks reach a collective at different times): the
 job's verdict uses them only once it has found the job hung (probes/diagnosis/job.py).
 
+When some ranks' recorders could not be read and the readable ones all wait in #N, the gap names where they
+wait and the unread ranks: those are where to look.
+
 Pure: a reading in, frozen findings out, no I/O and no clock.
 """
 
@@ -55,7 +58,8 @@ def collective_gaps(reading: CollectivesReading | None) -> tuple[CollectiveGap, 
                    if g.last_entered == seq and (g.last_completed is None or g.last_completed < seq)]
         missing = tuple(sorted((rank, g.last_entered) for rank, g in members
                                if g.last_entered is None or g.last_entered < seq))
-        if not waiting or not missing:
+        # Nobody known to be missing, but ranks unread: still where the readable ones wait.
+        if not waiting or not (missing or unread):
             continue
         records = [_record_of(g.pending, seq) or (g.last if g.last is not None and g.last.seq == seq else None)
                    for _, g in waiting]
@@ -102,13 +106,16 @@ def gap_line(gap: CollectiveGap) -> str:
     if size:
         details.append(size)
     lasts = {last for _, last in gap.missing}
-    if len(lasts) == 1:
+    if gap.missing and len(lasts) == 1:
         (last,) = lasts
         details.append("its last: none" if last is None else f"its last: #{last}")
     missing = [rank for rank, _ in gap.missing]
     verb = "waits" if len(gap.waiting) == 1 else "wait"
-    line = (f"{_ranks(missing)} never entered {gap.op} #{gap.seq} ({', '.join(details)}); "
-            f"{_ranks(gap.waiting)} {verb} in it")
+    if missing:
+        line = (f"{_ranks(missing)} never entered {gap.op} #{gap.seq} ({', '.join(details)}); "
+                f"{_ranks(gap.waiting)} {verb} in it")
+    else:
+        line = f"{_ranks(gap.waiting)} {verb} in {gap.op} #{gap.seq} ({', '.join(details)})"
     if gap.waiting_since is not None:
         line += " since " + time.strftime("%H:%M:%S", time.localtime(gap.waiting_since))
     line += " (Flight Recorder)"
