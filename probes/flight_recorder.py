@@ -252,15 +252,16 @@ def load_dump(path: str) -> dict:
 
 
 def read_rank(pid: int, rank: int | None, source: FlightRecorderSource, started_at: float | None = None,
-              now: float | None = None) -> RankCollectives:
+              now: float | None = None, socket_is_its_own: bool = False) -> RankCollectives:
     """One rank's recorder, through the first way that answers: its worker server, else a dump file it wrote
-    since it started. Never raises."""
+    since it started. socket_is_its_own: the socket was found to be this rank's before (skips reading
+    /proc/net/unix again). Never raises."""
     now = time.time() if now is None else now
     trigger = (f"write to {source.pipe_prefix}{rank}.pipe (NCCL: the rank then dumps to "
                f"{source.dump_prefix}{rank})") if source.pipe_prefix and rank is not None else None
     reasons = []
     if source.socket_path:
-        owner = listening_socket_owner(source.socket_path, pid)
+        owner = True if socket_is_its_own else listening_socket_owner(source.socket_path, pid)
         if owner is None:
             reasons.append(f"nothing listens on {source.socket_path} yet (the rank has not entered worker_main())")
         elif not owner:
@@ -324,7 +325,8 @@ class FlightRecorderProbe:
             if kept is not None and time.monotonic() - kept[0] < self._read_interval_s:
                 ranks.append(kept[1])
                 continue
-            reading = read_rank(sample.pid, sample.rank, source, _start_time(sample.pid))
+            own = kept is not None and kept[1].source == "worker_server"  # a socket's owner does not change
+            reading = read_rank(sample.pid, sample.rank, source, _start_time(sample.pid), socket_is_its_own=own)
             self._last[sample.pid] = (time.monotonic(), reading)
             ranks.append(reading)
         alive = {p.pid for p in live}

@@ -281,3 +281,37 @@ def test_an_unreadable_rank_says_so_and_the_trigger_is_offered_never_pulled(nccl
     assert verdict.advice[-1] == (f"The job enabled a dump on demand: write to {tmp_path}/pipe_1.pipe (NCCL: the "
                                   f"rank then dumps to {tmp_path}/none_1); gputop never writes it itself.")
     assert not list(tmp_path.glob("pipe_*"))  # gputop wrote no trigger
+
+
+# --- the probe on real processes -------------------------------------------------------------------------
+
+
+def test_the_probe_reads_only_processes_whose_environment_shows_a_recorder(spawn_target, tmp_path):
+    from probes.flight_recorder import FlightRecorderProbe
+    from probes.frame import ProcessSample
+
+    recording = spawn_target("busy_loop.py", env={"TORCH_FR_BUFFER_SIZE": "100", "RANK": "0",
+                                                  "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")},
+                             stdout=subprocess.PIPE, text=True, ready=lambda p: p.stdout.readline())
+    plain = spawn_target("busy_loop.py", stdout=subprocess.PIPE, text=True, ready=lambda p: p.stdout.readline())
+    probe = FlightRecorderProbe()
+
+    def sample(proc, rank):
+        return ProcessSample(pid=proc.pid, ppid=os.getpid(), role="rank", name="python", rank=rank)
+
+    assert probe.read([sample(plain, None)]) is None
+    reading = probe.read([sample(recording, 0), sample(plain, None)])
+    (rank,) = reading.ranks
+    assert (rank.rank, rank.pid, rank.source, rank.available) == (0, recording.pid, "none", False)
+    assert rank.reason.startswith("recording (100 entries) but not readable from outside: set "
+                                  "TORCH_WORKER_SERVER_SOCKET per rank"), rank.reason
+    # a dump older than the process is a previous run's; one written since it started is read
+    (tmp_path / "fr_0").write_bytes(pickle.dumps(nccl_dump(5, 4, first=1)))
+    fresh = FlightRecorderProbe().read([sample(recording, 0)]).ranks[0]
+    assert (fresh.source, fresh.available, fresh.groups[0].last_entered) == ("dump_file", True, 5)
+    os.utime(tmp_path / "fr_0", (1_000_000_000, 1_000_000_000))
+    assert not FlightRecorderProbe().read([sample(recording, 0)]).ranks[0].available
+    recording.kill()
+    recording.wait(timeout=30)
+    gone = ProcessSample(pid=recording.pid, ppid=os.getpid(), role="rank", name="python", rank=0, alive=False)
+    assert probe.read([gone]) is None
