@@ -13,8 +13,9 @@ collectives, on when the rank's environment sets TORCH_FR_BUFFER_SIZE or TORCH_N
 - the debug-info pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, NCCL only): writing to it makes the rank dump. gputop
   never writes it; it says the trigger exists (RankCollectives.trigger).
 
-Not read: torch.distributed.debug.start_debug_server()'s per-rank worker servers listen on ephemeral TCP ports
-that only the job's TCPStore names (nothing in a rank's environment does).
+Not read: torch.distributed.debug.start_debug_server(). Its per-rank worker servers listen on ephemeral TCP
+ports that only the job's TCPStore names (nothing in a rank's environment does; trying a rank's listening
+ports could hit gloo's own listener), and its frontend on rank 0 needs aiohttp or requests and answers HTML.
 
 Never raises: a rank whose recorder cannot be read carries the reason, and a rank whose environment shows no
 recorder is left out.

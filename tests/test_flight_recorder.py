@@ -315,3 +315,14 @@ def test_the_probe_reads_only_processes_whose_environment_shows_a_recorder(spawn
     recording.wait(timeout=30)
     gone = ProcessSample(pid=recording.pid, ppid=os.getpid(), role="rank", name="python", rank=0, alive=False)
     assert probe.read([gone]) is None
+
+
+def test_a_hung_job_whose_recorders_are_all_unread_is_told_the_trigger(tmp_path):
+    from probes.diagnosis.job import _with_collectives
+
+    source = FlightRecorderSource(2000, None, str(tmp_path / "none_"), str(tmp_path / "pipe_"))
+    frame = _frame(read_rank(1000 + rank, rank, source, started_at=0.0) for rank in range(2))
+    verdict = _with_collectives(_found("hung", "hung_rank"), frame)
+    assert verdict.evidence == _found("hung", "hung_rank").verdict.evidence
+    assert verdict.advice[-1].startswith(f"The job enabled a dump on demand: write to {tmp_path}/pipe_0.pipe")
+    assert not list(tmp_path.iterdir())

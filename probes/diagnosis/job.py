@@ -596,12 +596,13 @@ def _with_collectives(found: _Finding, latest: Frame) -> Verdict:
     if latest.collectives is None or (verdict.liveness != "hung" and found.finding != "hung_rank"):
         return verdict
     lines = [gap_line(gap) for gap in collective_gaps(latest.collectives)]
-    if not lines:
-        return verdict
     advice = list(verdict.advice)
+    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how, never pull it.
     triggers = [r.trigger for r in latest.collectives.ranks if r.trigger and not r.available]
     if triggers:
         advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop never writes it itself.")
+    if not lines and not triggers:
+        return verdict
     evidence = (*verdict.evidence[:1], *lines, *verdict.evidence[1:])
     return dataclasses.replace(verdict, evidence=evidence, advice=tuple(advice))
 
