@@ -389,6 +389,9 @@ class Frame:
     job: JobInfo | None = None  # a distributed job or a launched training process; None for a lone process
     # The ranks' Flight Recorders, where a rank's environment shows one gputop can read; None when none does.
     collectives: CollectivesReading | None = None
+    # The node that read this frame, set by `gputop agent` (SLURMD_NODENAME or the hostname) so frames of several
+    # nodes can be told apart once merged; None on a one-node run. PIDs in the frame are that node's own.
+    node: str | None = None
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

@@ -986,3 +986,63 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+# --- a profile for the user to keep: `gputop --flamegraph FILE` ----------------------------------------------
+
+PROFILE_FORMATS = {".svg": "flamegraph", ".json": "speedscope"}  # by the file's suffix, as py-spy writes them
+PROFILE_RATE_HZ = 20  # a flame graph wants more samples than a verdict; nonblocking, so the target runs on
+
+
+class ProfileRecording:
+    """One ``py-spy record`` over a target and its children, writing the user's flame graph (SVG) or speedscope
+    file while gputop samples as usual. It runs beside the sampler rather than from its windows because py-spy
+    draws only what it sampled itself (its raw windows cannot be fed back to it), and drawing is py-spy's job.
+
+    ``finish`` stops it (SIGINT: py-spy writes its file and exits) and returns None, or one line saying why there
+    is no file. The file is made 0600 before py-spy writes into it: it holds stacks and file paths.
+    """
+
+    def __init__(self, pid: int, out_path: str, *, rate_hz: float = PROFILE_RATE_HZ, native: bool = False,
+                 pyspy_path: str | None = None) -> None:
+        self.out_path = out_path
+        self.format = PROFILE_FORMATS.get(Path(out_path).suffix.lower(), "flamegraph")
+        self.problem: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._pid = pid
+        path = pyspy_path or find_pyspy()
+        if path is None:
+            self.problem = f"no flame graph: py-spy not found; {install_hint()}"
+            return
+        os.close(os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.chmod(out_path, 0o600)  # an existing file keeps its mode through O_CREAT
+        argv = [path, "record", "--pid", str(pid), "--subprocesses", "--threads", "--rate", f"{rate_hz:g}",
+                "--format", self.format, "--output", out_path]
+        if not native:
+            argv.append("--nonblocking")  # as the sampler: never pause a GPU job for a picture
+        else:
+            argv.append("--native")
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+
+    def finish(self, timeout_s: float = 30.0) -> str | None:
+        """Stop recording and let py-spy write the file; None when it is written, else why not (one line)."""
+        if self._proc is None:
+            return self.problem
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._log.seek(0)
+        output = self._log.read().decode(errors="replace")
+        self._log.close()
+        self._proc = None
+        if os.path.getsize(self.out_path) > 0:
+            return None
+        _, reason = explain_failure(self._pid, output)
+        self.problem = f"no flame graph written to {self.out_path}: {reason}"
+        return self.problem

@@ -50,6 +50,9 @@ class AttachCommand:
         parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
         parser.add_argument("--snapshot", metavar="PATH",
                             help="headless: sample, write one JSON document ('-' = stdout) and exit")
+        parser.add_argument("--flamegraph", metavar="FILE.svg",
+                            help="headless: also have py-spy draw the whole job's stacks over the run, a flame "
+                                 "graph (.svg) or a speedscope file (.json); written 0600")
         parser.add_argument("--duration", type=positive_float, default=None, metavar="S",
                             help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
 
@@ -60,8 +63,12 @@ class AttachCommand:
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
+        if args.flamegraph == "-":
+            raise UsageError("--flamegraph needs a file (py-spy writes it): --flamegraph out.svg, or out.json for "
+                             "speedscope")
+        check_writable(args.flamegraph, "flame graph")
         comparison = comparison_inputs(args)
-        if args.snapshot is not None or args.duration is not None:
+        if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.engine import Engine
         from tui.app import make_app
@@ -98,6 +105,11 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
     monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison))
     engine = Engine(args.pid, engine_config(args))
+    profile = None
+    if args.flamegraph is not None:
+        from probes.pyspy import ProfileRecording
+
+        profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()
     interrupted = False
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -118,6 +130,11 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
         signal.signal(signal.SIGTERM, previous_handler)
         engine.close()
         monitor.close()
+        profile_problem = profile.finish() if profile is not None else None
+    if profile is not None:
+        print(f"gputop: {profile_problem}" if profile_problem else
+              f"gputop: {profile.format} of PID {engine.root_pid} and its children written to {args.flamegraph}",
+              file=sys.stderr)
     if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
@@ -127,4 +144,4 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
             print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK
+    return EXIT_INCOMPLETE if monitor.record_problem or profile_problem else EXIT_OK
