@@ -195,6 +195,39 @@ def explain_failure(pid: int, output: str) -> tuple[str, str]:
     return _FAILURE_OTHER, f"py-spy failed on PID {pid}: {detail[:200]}"
 
 
+@dataclass(frozen=True)
+class DumpCheck:
+    """The outcome of one real ``py-spy dump`` of a process (gputop doctor): whether py-spy can read it."""
+
+    ok: bool
+    kind: str | None = None  # on failure: "permission", "not_python", "exited", "other", "missing"
+    reason: str | None = None  # on failure: what happened and the fix, one line
+    threads: int = 0  # threads in the dump when it worked
+
+
+def dump_once(pid: int, pyspy_path: str | None = None, timeout_s: float = DUMP_TIMEOUT_S) -> DumpCheck:
+    """Run ``py-spy dump --json --nonblocking`` on ``pid`` once and say whether it could read it. Never raises."""
+    path = pyspy_path or find_pyspy()
+    if path is None:
+        return DumpCheck(ok=False, kind="missing", reason=f"py-spy is not installed; {install_hint()}")
+    try:
+        result = subprocess.run([path, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                                capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return DumpCheck(ok=False, kind=_FAILURE_OTHER,
+                         reason=f"py-spy dump of PID {pid} did not finish within {timeout_s:g} s")
+    except OSError as exc:
+        return DumpCheck(ok=False, kind=_FAILURE_OTHER, reason=f"py-spy could not be run: {exc.strerror or exc}")
+    if result.returncode == 0:
+        try:
+            threads = parse_dump(result.stdout, pid)
+        except Exception:  # an output this version cannot read is still a dump that worked
+            threads = []
+        return DumpCheck(ok=True, threads=len(threads))
+    kind, reason = explain_failure(pid, result.stderr + "\n" + result.stdout)
+    return DumpCheck(ok=False, kind=kind, reason=reason)
+
+
 # --- one py-spy child ------------------------------------------------------------------------------
 
 
