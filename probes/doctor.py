@@ -401,3 +401,47 @@ def check_job_environment(pid: int) -> Check:
                      "launch with TORCH_FR_BUFFER_SIZE=2000 (older torch reads TORCH_NCCL_TRACE_BUFFER_SIZE) and "
                      "TORCH_NCCL_DUMP_ON_TIMEOUT=1", details=details)
     return Check("job_environment", "ok", f"{world}-rank job with the Flight Recorder on ({shown})", details=details)
+
+
+# --- what the monitor says it cannot see -----------------------------------------------------------------------
+
+# The doctor's checks that a running monitor cannot learn from its own frames, asked once when it attaches. The
+# rest (stacks, NVML, cgroup) come from each frame (frame_blind_spots), so they follow what really happens and
+# are the same in a replay.
+STARTUP_CHECKS = ("pid_namespace", "gpm", "clock_events", "job_environment")
+
+
+def startup_blind_spots(pid: int, *, gpu: bool = True, nvml: Any = None) -> tuple[Check, ...]:
+    """The not-ok STARTUP_CHECKS for `pid`, for the monitor to carry beside what its frames show. gpu=False
+    (--no-gpu) leaves NVML alone."""
+    checks = [check_pid_namespace(pid), check_job_environment(pid)]
+    if gpu:
+        checks.extend(c for c in check_nvml(nvml_capabilities(nvml)) if c.name in STARTUP_CHECKS)
+    return tuple(c for c in checks if c.status != "ok")
+
+
+def frame_blind_spots(frame: Any) -> tuple[Check, ...]:
+    """What one Frame (probes.frame) shows gputop could not read: the stacks (ptrace denied, py-spy missing),
+    the GPUs (NVML unavailable; not when turned off with --no-gpu) and the cgroup."""
+    spots = []
+    stacks = frame.stacks
+    if stacks.blocked is not None:
+        spots.append(Check("stacks", "cannot", f"{stacks.blocked}: {stacks.reason or 'no stack could be read'}",
+                           f"gputop doctor --pid {frame.target.pid} says what fails and how to fix it",
+                           sees_process=True))
+    gpu = frame.gpu
+    if not gpu.available and gpu.reason and "--no-gpu" not in gpu.reason and gpu.reason != "not read":
+        spots.append(Check("nvml", "cannot", gpu.reason, _nvml_fix(gpu.reason)))
+    if frame.cpu.cgroup_version is None and frame.cpu.reason:
+        spots.append(Check("cgroup", "cannot", f"the target's cgroup could not be read ({frame.cpu.reason})",
+                           "mount /sys/fs/cgroup read-only into gputop's container, or run gputop on the host"))
+    return tuple(spots)
+
+
+def blind_spots(frame: Any, startup: tuple[Check, ...] = ()) -> tuple[Check, ...]:
+    """What the monitor cannot see now, worst first: the frame's own, then the startup checks it does not
+    cover."""
+    live = frame_blind_spots(frame)
+    names = {c.name for c in live}
+    merged = live + tuple(c for c in startup if c.name not in names)
+    return tuple(sorted(merged, key=lambda c: -STATUS_ORDER.index(c.status)))

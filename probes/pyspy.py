@@ -357,6 +357,7 @@ class _Window:
 class _ProcessState:
     status: str = _STATUS_STARTING
     reason: str | None = None
+    failure_kind: str | None = None  # the _FAILURE_* of the failure that made it failing
     consecutive_other_failures: int = 0
     threads: tuple[ThreadStack, ...] = ()
     rate_hz: float | None = None
@@ -582,6 +583,7 @@ class StackSampler:
         return StacksReading(
             available=available,
             reason=reason,
+            blocked=None if available else self._blocked(states),
             sampler=self.description if self.pyspy_path else None,
             rate_hz=self.rate_hz,
             achieved_rate_hz=round(sum(rates) / len(rates), 2) if rates else None,
@@ -638,6 +640,18 @@ class StackSampler:
             return True, None
         reasons = [s.reason for s in states.values() if s.reason]
         return False, "; ".join(dict.fromkeys(reasons)) or "no process could be sampled"
+
+    def _blocked(self, states: dict[int, _ProcessState]) -> str | None:
+        """A few words for why no process's stacks can be read at all, when that is the case: the verdict then
+        says "cannot see" instead of guessing. None while a process is merely starting or has exited."""
+        if self._unavailable_reason is not None:
+            return "py-spy missing" if self.pyspy_path is None else "py-spy does not run"
+        kinds = {s.failure_kind for s in states.values() if s.status == _STATUS_FAILING}
+        for kind, words in ((_FAILURE_PERMISSION, "ptrace denied"), (_FAILURE_NOT_PYTHON, "not a Python process"),
+                            (_FAILURE_OTHER, "py-spy fails")):
+            if kind in kinds:
+                return words
+        return None
 
     @staticmethod
     def _innermost_python(frames: Sequence[StackFrame]) -> StackFrame | None:
@@ -979,6 +993,7 @@ class StackSampler:
     def _mark_ok(state: _ProcessState) -> None:
         if state.status != _STATUS_EXITED:
             state.status, state.reason, state.consecutive_other_failures = _STATUS_OK, None, 0
+            state.failure_kind = None
 
     def _note_failure(self, sampler: _ProcessSampler, kind: str, reason: str) -> None:
         with self._lock:
@@ -994,7 +1009,7 @@ class StackSampler:
                 if state.consecutive_other_failures <= TRANSIENT_FAILURES_TOLERATED:
                     self._events.append(reason)
                     return
-            state.status, state.reason = _STATUS_FAILING, reason
+            state.status, state.reason, state.failure_kind = _STATUS_FAILING, reason, kind
 
 
 def _backoff(failures: int) -> float:
