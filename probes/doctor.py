@@ -22,9 +22,16 @@ from typing import Any, Literal
 import psutil
 
 from probes.cgroup import CgroupCpuProbe
-from probes.jobs.environment import process_cmdline, process_executable, short_command, torch_distributed_env
+from probes.jobs.environment import (
+    parse_environ,
+    process_cmdline,
+    process_executable,
+    short_command,
+    torch_distributed_env,
+)
 from probes.nvml import NvmlCapabilities, nvml_capabilities
 from probes.pyspy import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
+from probes.redact import redact_environ
 from probes.textfiles import read_text
 
 CheckStatus = Literal["ok", "limited", "cannot"]
@@ -373,12 +380,12 @@ def check_pid_namespace(pid: int | None) -> Check:
 
 
 def collective_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(_COLLECTIVE_VARIABLE_PREFIXES)}
+    """The job's Flight Recorder and NCCL settings, redacted like every environment gputop shows."""
+    wanted = {k: v for k, v in sorted(environ.items()) if k.startswith(_COLLECTIVE_VARIABLE_PREFIXES)}
+    return redact_environ(wanted)
 
 
 def check_job_environment(pid: int) -> Check:
-    from probes.jobs.environment import parse_environ
-
     raw = read_text(f"/proc/{pid}/environ")
     if raw is None:
         return Check("job_environment", "limited",
