@@ -200,10 +200,15 @@ def check_ptrace(pid: int | None, dumped: DumpCheck | None) -> Check:
 def python_build(pid: int) -> tuple[str | None, bool]:
     """(version "3.13", free-threaded) of the target's Python, from its executable, the libraries it mapped
     (readable with ptrace rights only) or its command line; (None, False) when none says."""
-    sources = [process_executable(pid) or "", read_text(f"/proc/{pid}/maps") or ""]
     cmdline = process_cmdline(pid)
-    sources.append(cmdline[0] if cmdline else "")
-    for text in sources:
+    return python_build_in([process_executable(pid) or "", read_text(f"/proc/{pid}/maps") or "",
+                            cmdline[0] if cmdline else ""])
+
+
+def python_build_in(texts: list[str]) -> tuple[str | None, bool]:
+    """(version, free-threaded) from the first of `texts` (an executable path, /proc/PID/maps, argv[0]) that
+    names a Python: "/usr/bin/python3.13t" is ("3.13", True), "libpython3.11.so.1.0" ("3.11", False)."""
+    for text in texts:
         match = _PYTHON_BUILD.search(text)
         if match:
             return match.group(1), match.group(2) == "t"

@@ -77,6 +77,17 @@ def test_cap_sys_ptrace_is_bit_19_of_CapEff():
     assert doctor.has_cap_sys_ptrace("no such line\n") is None
 
 
+@pytest.mark.parametrize("texts, build", [
+    (["/usr/bin/python3.13t"], ("3.13", True)),  # the free-threaded build older py-spy cannot read
+    (["/usr/local/bin/python3.11"], ("3.11", False)),
+    (["/opt/conda/bin/python", "7f00-7f10 r-xp 0 08:01 1 /opt/conda/lib/libpython3.12.so.1.0\n"], ("3.12", False)),
+    (["/usr/lib/x86_64-linux-gnu/libpython3.13t.so.1.0"], ("3.13", True)),
+    (["/usr/bin/bash", "", "bash"], (None, False)),
+])
+def test_python_build_from_executable_or_maps(texts, build):
+    assert doctor.python_build_in(texts) == build
+
+
 def test_nvml_through_the_fake_reports_driver_names_gpm_and_clock_reasons():
     old = FakeGpu(name="NVIDIA A100-SXM4-80GB", gpm_supported=False,
                   errors={"nvmlDeviceGetCurrentClocksEventReasons": pynvml.NVML_ERROR_NOT_SUPPORTED,
