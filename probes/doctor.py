@@ -352,9 +352,15 @@ def _nspids(pid: int) -> tuple[int, ...]:
     return tuple(int(n) for n in match.group(1).split()) if match else ()
 
 
+def in_child_pid_namespace() -> bool:
+    """Whether gputop runs in a PID namespace below the host's (a container, `unshare --pid`)."""
+    ours = _namespace_inode(_readlink("/proc/self/ns/pid"))
+    return ours is not None and ours != INITIAL_PID_NAMESPACE_INODE
+
+
 def check_pid_namespace(pid: int | None) -> Check:
     ours = _namespace_inode(_readlink("/proc/self/ns/pid"))
-    in_child = ours is not None and ours != INITIAL_PID_NAMESPACE_INODE
+    in_child = in_child_pid_namespace()
     details: dict[str, Any] = {"our_namespace": ours, "in_child_namespace": in_child}
     outside = "run gputop on the host, or in the job's container (docker exec; nsenter --target PID --pid --mount)"
     if pid is not None and not os.path.exists(f"/proc/{pid}"):

@@ -116,6 +116,14 @@ def test_nvml_missing_is_cannot_with_its_own_fix(error, words):
     assert checks[0].fix and not checks[0].sees_process  # no GPU is not "cannot see the process"
 
 
+def test_no_such_pid_on_the_host_is_one_line_and_exit_2():
+    if doctor.in_child_pid_namespace():
+        pytest.skip("gputop runs in a container here: a missing PID may be one outside, which doctor explains")
+    result = gputop("doctor", "--pid", "999999")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == ["gputop: no process with PID 999999 (check it with: ps -p 999999)"]
+
+
 def test_exit_status_tells_ok_limited_and_cannot_see_the_process_apart():
     ok = Check("ptrace", "ok", "fine")
     no_gpu = Check("nvml", "cannot", "NVML library not found", "install the driver")

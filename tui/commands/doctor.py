@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 
-from tui.commands.shared import add_pid_argument
+from tui.commands.shared import UsageError, add_pid_argument
 from tui.exitcodes import EXIT_CANNOT_SEE, EXIT_LIMITED, EXIT_OK
 
 STATUS_LABEL = {"ok": "ok", "limited": "LIMITED", "cannot": "CANNOT"}
@@ -29,8 +29,12 @@ class DoctorCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(self, args: argparse.Namespace) -> int:
-        from probes.doctor import diagnose_access
+        from probes.doctor import diagnose_access, in_child_pid_namespace
 
+        if args.pid is not None and not os.path.exists(f"/proc/{args.pid}") and not in_child_pid_namespace():
+            # On the host a PID that is not there is a typo or a process gone; in a container it may be one
+            # outside, which the report explains (exit 4).
+            raise UsageError(f"no process with PID {args.pid} (check it with: ps -p {args.pid})")
         report = diagnose_access(args.pid)
         if args.json:
             print(json.dumps(report.as_dict(), indent=2))
