@@ -26,10 +26,12 @@ from probes.jobs.environment import (
     parse_environ,
     process_cmdline,
     process_executable,
+    read_environ,
     short_command,
     torch_distributed_env,
 )
 from probes.nvml import NvmlCapabilities, nvml_capabilities
+from probes.proctree import child_pids
 from probes.pyspy import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
 from probes.redact import redact_environ
 from probes.textfiles import read_text
@@ -404,10 +406,18 @@ def check_job_environment(pid: int) -> Check:
                      "Flight Recorder settings are unknown",
                      "run gputop as the job's user or as root")
     environ = parse_environ(raw)
-    variables = collective_variables(environ)
     world = torch_distributed_env(environ).world_size
-    details = {"variables": variables, "world_size": world}
+    read_from = pid
+    if world is None:  # a launcher (torchrun's agent, bash, srun): its ranks carry the job's variables
+        rank = _first_rank_below(pid)
+        if rank is not None:
+            read_from, environ = rank
+            world = torch_distributed_env(environ).world_size
+    variables = collective_variables(environ)
+    details = {"variables": variables, "world_size": world, "read_from_pid": read_from}
     shown = ", ".join(f"{k}={v}" for k, v in variables.items()) or "no TORCH_NCCL_*/NCCL_*/TORCH_FR_* variables"
+    if read_from != pid:
+        shown += f"; read from its rank process PID {read_from}"
     recorder = next((environ[k] for k in FLIGHT_RECORDER_VARIABLES if environ.get(k)), None)
     if world is None or world <= 1:
         return Check("job_environment", "ok", f"not a distributed job (no WORLD_SIZE above 1); {shown}",
@@ -419,6 +429,20 @@ def check_job_environment(pid: int) -> Check:
                      "launch with TORCH_FR_BUFFER_SIZE=2000 (older torch reads TORCH_NCCL_TRACE_BUFFER_SIZE) and "
                      "TORCH_NCCL_DUMP_ON_TIMEOUT=1", details=details)
     return Check("job_environment", "ok", f"{world}-rank job with the Flight Recorder on ({shown})", details=details)
+
+
+def _first_rank_below(pid: int, limit: int = 256) -> tuple[int, dict[str, str]] | None:
+    """(PID, environment) of the first descendant of `pid`, breadth first, that has WORLD_SIZE; None if none
+    among the first `limit` processes."""
+    queue, seen = list(child_pids(pid)), 0
+    while queue and seen < limit:
+        child = queue.pop(0)
+        seen += 1
+        environ = read_environ(child)
+        if torch_distributed_env(environ).world_size is not None:
+            return child, environ
+        queue.extend(child_pids(child))
+    return None
 
 
 # --- what the monitor says it cannot see -----------------------------------------------------------------------

@@ -209,6 +209,30 @@ def test_flight_recorder_variables_of_a_two_rank_job(spawn_target):
 
 
 @pytest.mark.slow
+def test_flight_recorder_variables_are_read_from_the_rank_under_a_launcher():
+    # bash as the launcher: it has no WORLD_SIZE, its Python child (the rank) has.
+    script = Path(__file__).parent / "targets" / "busy_loop.py"
+    launcher = subprocess.Popen(
+        ["bash", "-c", f"WORLD_SIZE=2 RANK=0 NCCL_DEBUG=INFO {sys.executable} {script} --seconds 300; true"],
+        stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import psutil
+
+        rank = wait_for(lambda: next((p for p in psutil.Process(launcher.pid).children()
+                                      if "busy_loop.py" in " ".join(p.cmdline())), None), timeout=30)
+        checks = checks_by_name(json.loads(gputop("doctor", "--pid", str(launcher.pid), "--json").stdout))
+        environment = checks["job_environment"]
+        assert environment["status"] == "limited", environment  # 2 ranks, no Flight Recorder
+        assert environment["details"]["read_from_pid"] == rank.pid
+        assert environment["details"]["variables"] == {"NCCL_DEBUG": "INFO"}
+        assert f"read from its rank process PID {rank.pid}" in environment["finding"]
+    finally:
+        from conftest import stop_process_tree
+
+        stop_process_tree(launcher)
+
+
+@pytest.mark.slow
 @needs_root
 @needs_setpriv
 @pytest.mark.parametrize("runner", [WITHOUT_PTRACE_CAPABILITY, AS_OTHER_USER], ids=["root-without-cap", "third-user"])
