@@ -28,7 +28,9 @@ def cannot_see(ev: Evidence, guess: Candidate) -> Candidate:
     """The "cannot see" verdict; ``guess`` (what the rules made of the counters alone) is kept as a hint only
     when it rests on GPU or cgroup counters, which do not need the stacks."""
     stacks = ev.latest.stacks
-    lines = [f"cannot see: {stacks.blocked} ({stacks.reason or 'no stack could be read'})"]
+    # The reason's first sentence says what happened; the fix it goes on with is the advice, said once.
+    what = (stacks.reason or "no stack could be read").split(". ", 1)[0]
+    lines = [f"cannot see: {stacks.blocked} ({what})"]
     if guess.from_metrics and guess.bottleneck not in ("unknown", "cannot_see") and guess.evidence:
         lines.append(f"from the counters alone, without stacks: {guess.bottleneck} ({guess.evidence[0]})")
     lines.append("CPU, I/O, cgroup and GPU figures are still read; `gputop doctor --pid PID` lists what is "
