@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
+from probes.doctor import Check
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
 from probes.monitor import Monitor, MonitorView, recording_meta
@@ -134,7 +135,7 @@ class GputopApp(App[None]):
                  record_path: str | Path | None, hang_after_s: float,
                  clock: Callable[[], float] | None, save_dir: str | Path | None,
                  recorder: Recorder | None = None, replay_notice: str | None = None,
-                 comparison: ComparisonInputs | None = None, startup_checks: tuple = ()) -> None:
+                 comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = ()) -> None:
         super().__init__()
         if (engine is None) == (replay_frames is None):
             raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
@@ -543,7 +544,7 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              record_path: str | Path | None = None, hang_after_s: float = 5.0,
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
              recorder: Recorder | None = None, replay_notice: str | None = None,
-             comparison: ComparisonInputs | None = None, startup_checks: tuple = ()) -> GputopApp:
+             comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = ()) -> GputopApp:
     """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
     tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
