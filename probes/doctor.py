@@ -247,11 +247,13 @@ def check_stacks(pid: int, dumped: DumpCheck | None) -> Check:
     if dumped.kind == "permission":
         return Check("stacks", "cannot", f"py-spy {version} may not read PID {pid}: ptrace denied (see ptrace)",
                      "see the ptrace line", sees_process=True, details=details)
-    if dumped.kind == "not_python" or free_threaded:
-        fix = ("free-threaded builds (python3.13t) need a py-spy that supports them: pip install -U py-spy, "
-               "or run the job on the standard build" if free_threaded
-               else "give gputop the PID of the Python training process (gputop --list, ps -ef)")
-        return Check("stacks", "cannot", f"py-spy {version} cannot read {build}: {dumped.reason}", fix,
+    if free_threaded:
+        return Check("stacks", "cannot", f"py-spy {version} cannot read {build}: {dumped.reason}",
+                     "free-threaded builds (python3.13t) need a py-spy that supports them: pip install -U py-spy, "
+                     "or run the job on the standard build", sees_process=True, details=details)
+    if dumped.kind == "not_python":
+        return Check("stacks", "cannot", f"py-spy {version}: {dumped.reason}",
+                     "give gputop the PID of the Python training process or its launcher (ps -ef | grep python)",
                      sees_process=True, details=details)
     return Check("stacks", "cannot", f"py-spy {version}: {dumped.reason}",
                  "upgrade py-spy (pip install -U py-spy) if this Python is newer than it knows",

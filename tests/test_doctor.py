@@ -194,6 +194,20 @@ def test_doctor_on_our_own_process_is_ok_but_for_the_gpu(spawn_target):
 
 
 @pytest.mark.slow
+def test_doctor_on_a_process_that_is_not_python_cannot_see_its_stacks():
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        result = gputop("doctor", "--pid", str(sleeper.pid), "--json")
+        assert result.returncode == EXIT_CANNOT_SEE, result.stderr
+        stacks = checks_by_name(json.loads(result.stdout))["stacks"]
+        assert stacks["status"] == "cannot" and "not a Python process" in stacks["finding"]
+        assert "Python training process" in stacks["fix"]
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
+
+
+@pytest.mark.slow
 def test_flight_recorder_variables_of_a_two_rank_job(spawn_target):
     ranks = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "NCCL_DEBUG": "WARN"}
     without = spawn_target("busy_loop.py", "--seconds", "300", stdout=subprocess.PIPE, ready=ready, env=ranks)
