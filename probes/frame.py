@@ -227,6 +227,9 @@ class StacksReading:
     threads: tuple[ThreadStack, ...] = ()  # each thread's latest stack
     counts: tuple[StackCount, ...] = ()  # samples taken this tick, grouped by identical stack
     errors: tuple[str, ...] = ()  # per-process failures this tick that did not stop sampling
+    # Why no stack of the target can be read at all, in a few words ("ptrace denied", "py-spy missing", "not a
+    # Python process"); `reason` has the whole story and the fix. The verdict is then "cannot see", not a guess.
+    blocked: str | None = None
     # Set on the tick the cheap signals (CPU%, wake-ups, I/O, the process set) moved, with why: stack sampling
     # looked again at once, and the counts in this frame and earlier ones describe the phase before.
     phase_change: str | None = None
@@ -268,7 +271,7 @@ class MonitorOverhead:
 # What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
 Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "unknown",
+    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown",
 ]
 Liveness = Literal["progressing", "hung", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)

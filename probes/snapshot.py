@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.diagnosis.collectives import collective_gaps, gap_line
+from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
@@ -33,10 +34,12 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
                    comparison: ComparisonInputs | None = None, pace: Pace | None = None,
-                   job: JobVerdict | None = None, shares: TimeShares | None = None) -> dict[str, Any]:
+                   job: JobVerdict | None = None, shares: TimeShares | None = None,
+                   cannot_see: Sequence[Check] = ()) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
-    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process)."""
+    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process); cannot_see is
+    what gputop could not read (MonitorView.cannot_see)."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -93,6 +96,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
             "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
         },
+        # What gputop could not read (ptrace denied, NVML missing, ...), each with its fix: `gputop doctor`'s shape.
+        "cannot_see": [check_dict(c) for c in cannot_see],
         "verdict": {
             "bottleneck": verdict.bottleneck,
             "liveness": verdict.liveness,

@@ -97,7 +97,7 @@ def project_rank(frame: Frame, pid: int) -> Frame:
         available=stacks.available, reason=stacks.reason, sampler=stacks.sampler, rate_hz=stacks.rate_hz,
         achieved_rate_hz=stacks.achieved_rate_hz, samples=sum(c.count for c in counts), native=stacks.native,
         threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
-        errors=stacks.errors, phase_change=stacks.phase_change)
+        errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked)
     return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
                                gpu=_rank_gpu(frame.gpu, sample), job=None)
 
@@ -566,7 +566,8 @@ _COMPARED: tuple[JobFinding, ...] = ("straggler", "shared", "mixed")  # findings
 def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     """Thin evidence (a rank with fewer than THIN_SAMPLES samples) keeps a finding provisional and never
     overturns one reached on more: the previous finding stands, saying what it holds back."""
-    if found.finding not in _COMPARED or not found.ranks_involved or found.verdict.bottleneck == "unknown":
+    if (found.finding not in _COMPARED or not found.ranks_involved
+            or found.verdict.bottleneck in ("unknown", "cannot_see")):  # no samples is their premise, not thin
         return found
     thinnest = min(found.ranks_involved, key=lambda d: (d.samples, d.rank))
     if thinnest.samples >= THIN_SAMPLES:

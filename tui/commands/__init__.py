@@ -17,6 +17,7 @@ from tui.commands.agent import AgentCommand
 from tui.commands.attach import AttachCommand
 from tui.commands.compare import CompareCommand
 from tui.commands.demo import DemoCommand
+from tui.commands.doctor import DoctorCommand
 from tui.commands.mfu import MfuCommand
 from tui.commands.probe import ProbeCommand
 from tui.commands.replay import ReplayCommand
@@ -51,4 +52,5 @@ COMMANDS: tuple[Command, ...] = (  # in the order `gputop --help` lists them
     ProbeCommand(),  # gputop probe: a reference GPT step timed on this GPU
     MfuCommand(),  # gputop mfu: TFLOP/s and MFU from an iteration time
     CompareCommand(),  # gputop compare A B: two runs side by side, and what made the difference
+    DoctorCommand(),  # gputop doctor: what gputop can and cannot see here, and how to fix each
 )

@@ -73,14 +73,33 @@ class AttachCommand:
         from probes.engine import Engine
         from tui.app import make_app
 
+        startup_checks = attach_checks(args)
         recorder = open_recorder(args, comparison)
         engine = Engine(args.pid, engine_config(args))
-        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args))
+        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args),
+                       startup_checks=startup_checks)
         try:
             app.run()
         finally:
             engine.close()
         return EXIT_OK
+
+
+def attach_checks(args: argparse.Namespace):
+    """`gputop doctor`'s checks that the frames cannot show (PID namespace, GPM, the job's Flight Recorder
+    variables), asked once on attach; the monitor carries what is not ok into the header and the snapshot."""
+    from probes.doctor import startup_blind_spots
+
+    return startup_blind_spots(args.pid, gpu=not args.no_gpu)
+
+
+def tell_cannot_see(view, told: set[str]) -> None:
+    """On stderr, once each: what gputop cannot see, with the fix (a headless run has no header to say it)."""
+    for check in view.cannot_see:
+        if check.status == "cannot" and check.name not in told:
+            told.add(check.name)
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            print(f"gputop: cannot see ({check.name}): {check.finding}{fix}", file=sys.stderr)
 
 
 def open_recorder(args: argparse.Namespace, comparison=None):
@@ -103,7 +122,8 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     from probes.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
-    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison))
+    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison),
+                      startup_checks=attach_checks(args))
     engine = Engine(args.pid, engine_config(args))
     profile = None
     if args.flamegraph is not None:
@@ -115,9 +135,10 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     told_record_problem = False
     told_job_note = False
+    told_cannot_see: set[str] = set()
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
-            monitor.ingest(frame)
+            tell_cannot_see(monitor.ingest(frame), told_cannot_see)
             if frame.job is not None and frame.job.note and not told_job_note:  # what is watched, once
                 print(f"gputop: {frame.job.note}", file=sys.stderr)
                 told_job_note = True
