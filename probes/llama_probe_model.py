@@ -26,7 +26,6 @@ NORM_EPS = 1e-6
 
 
 @functools.cache
-@functools.cache
 def llama_class():
     """The Llama-shaped decoder as an nn.Module class, built on first use so importing this module needs no torch."""
     import torch
