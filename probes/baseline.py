@@ -24,8 +24,8 @@ from probes.models import FAMILIES, ModelShape, family_of
 from probes.models.gpt2 import explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
-from probes.models.nanogpt_config import StatedModel
 from probes.models.peaks import PeakFlops, peak_flops, user_peak
+from probes.models.stated import StatedModel
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 
@@ -142,10 +142,10 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_
     used only when neither --model nor --baseline is given."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
     if stated is not None and model is None and baseline_path is None:
-        tokens_source = ("--tokens-per-iter" if tokens
-                         else "gradient_accumulation_steps × batch_size × block_size on its command line")
-        return ComparisonInputs(shape=stated.shape, model="nanoGPT", tokens_per_iter=tokens or stated.tokens_per_iter,
-                                peak=peak or PeakOptions(), stated_by=stated.source, tokens_source=tokens_source)
+        tokens_source = "--tokens-per-iter" if tokens or stated.tokens_source is None else stated.tokens_source
+        return ComparisonInputs(shape=stated.shape, model=stated.model,
+                                tokens_per_iter=tokens or stated.tokens_per_iter, peak=peak or PeakOptions(),
+                                stated_by=stated.source, tokens_source=tokens_source)
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
