@@ -204,9 +204,10 @@ def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated
                     config[setting.group(1)] = _value(setting.group(2))
                 elif (tokens := _TOKENS_PER_ITER_LINE.search(text)) is not None:
                     printed_tokens = int(tokens.group(1).replace(",", ""))
-                elif (progress := reader.read(text)) is not None and progress.seconds_per_iter is not None:
-                    step_times.append(progress.seconds_per_iter)
-                    if progress.reported_mfu_pct is not None:
+                elif (progress := reader.read(text)) is not None:
+                    if progress.seconds_per_iter is not None:
+                        step_times.append(progress.seconds_per_iter)
+                    if progress.reported_mfu_pct is not None:  # Composer prints it on a line of its own
                         last_mfu, mfu_format = progress.reported_mfu_pct, progress.format
     except OSError as exc:
         raise CompareError(f"{path}: {exc.strerror or exc}") from None
