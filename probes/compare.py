@@ -33,6 +33,7 @@ from probes.diagnosis.stacks import (
 from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
+from probes.models.nanogpt_config import configurator_overrides
 from probes.snapshot import SNAPSHOT_SCHEMA
 
 # nanoGPT's vocabulary (GPT-2's 50257 padded to a multiple of 64), assumed when a run's configuration gives none.
@@ -57,7 +58,6 @@ SAME_WITHIN = 0.05
 # ("Overriding: key = value") into its log through configurator.py.
 _CONFIG_LINE = re.compile(r"^(?:Overriding: )?([a-z_][a-z0-9_]*) = (.+?)(?:\s+#.*)?$")
 _TOKENS_PER_ITER_LINE = re.compile(r"tokens per iteration will be: ([\d,]+)")
-_CMDLINE_OVERRIDE = re.compile(r"^--([a-z_][a-z0-9_]*)=(.+)$")
 
 
 class CompareError(Exception):
@@ -270,8 +270,7 @@ def _cmdline_config(cmdline: Any) -> dict[str, Any]:
             return {}
     if not isinstance(cmdline, list):
         return {}
-    return {match.group(1): _value(match.group(2))
-            for argument in cmdline if isinstance(argument, str) and (match := _CMDLINE_OVERRIDE.match(argument))}
+    return configurator_overrides([argument for argument in cmdline if isinstance(argument, str)])
 
 
 def parse_settings(settings: Iterable[str]) -> dict[str, Any]:

@@ -53,11 +53,9 @@ def read_command_line(argv: Sequence[str], cwd: str, log_text: str | None = None
         if "=" not in arg:
             settings.update(_config_file_assignments(os.path.join(cwd, arg)))
             stated.append(arg)
-        elif arg.startswith("--"):
-            key, _, text = arg[2:].partition("=")
-            if key in settings:
-                settings[key] = _literal(text)
-                stated.append(arg)
+        elif (override := _override(arg)) is not None and override[0] in settings:
+            settings[override[0]] = override[1]
+            stated.append(arg)
     vocab, vocab_note = DEFAULT_VOCAB, f"vocab {DEFAULT_VOCAB} assumed: data/<dataset>/meta.pkl is not read"
     try:
         shape = GptShape(n_layer=int(settings["n_layer"]), n_head=int(settings["n_head"]),
@@ -107,6 +105,20 @@ def _config_file_assignments(path: str) -> dict[str, object]:
             except ValueError:  # an expression of other globals (e.g. batch_size * 2): not followed
                 continue
     return found
+
+
+def configurator_overrides(arguments: Sequence[str]) -> dict[str, object]:
+    """Every ``--key=value`` among `arguments` as configurator.py applies it (later ones win), whatever the key:
+    what gputop compare reads from a run's recorded command line, where the files are not at hand."""
+    return dict(override for arg in arguments if (override := _override(arg)) is not None)
+
+
+def _override(arg: str) -> tuple[str, object] | None:
+    """configurator.py's reading of one ``--key=value`` argument, or None for any other argument."""
+    if not arg.startswith("--") or "=" not in arg:
+        return None
+    key, _, text = arg[2:].partition("=")
+    return (key, _literal(text)) if key.isidentifier() else None
 
 
 def _literal(text: str) -> object:
