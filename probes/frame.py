@@ -245,6 +245,7 @@ class ProgressReading:
     seconds_per_iter: float | None = None
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     last_line: str | None = None
     last_update: float | None = None  # Unix time the last progress line was seen
     # How seconds_per_iter was worked out when the log did not print it: from which printed figure (a throughput:

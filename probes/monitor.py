@@ -54,6 +54,7 @@ class Pace:
     recent_seconds_per_iter: tuple[float, ...] = ()  # one per new log reading, oldest first
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None  # what the log printed
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     comparison: ProgressComparison | None = None  # with --baseline / --model / --tokens-per-iter
     gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
     source: str | None = None  # the log file
@@ -203,6 +204,7 @@ class Monitor:
             tokens_per_s=comparison.observed_tokens_per_s if comparison is not None and
             comparison.observed_tokens_per_s is not None else progress.tokens_per_s,
             reported_mfu_pct=progress.reported_mfu_pct,
+            reported_tflops_per_gpu=progress.reported_tflops_per_gpu,
             comparison=comparison,
             gpu_name=gpu_name or (comparison.reference_device if comparison is not None else None),
             source=progress.source,
@@ -230,7 +232,8 @@ def _new_reading(now: ProgressReading, before: ProgressReading | None) -> bool:
 
 def pace_line(pace: Pace | None) -> str | None:
     """One sentence for the verdict's evidence when the pace explains it: "21.0 s/iter = 52% MFU on the
-    NVIDIA H200 (the log printed 164%)"."""
+    NVIDIA H200; the log's 164% is against an A100's 312 TFLOP/s". A log that prints achieved TFLOP/s per GPU
+    instead of an MFU (Megatron-LM) has it set beside gputop's achieved TFLOP/s, not beside the MFU."""
     if pace is None or pace.comparison is None or pace.seconds_per_iter is None:
         return None
     compared = pace.comparison
@@ -242,6 +245,9 @@ def pace_line(pace: Pace | None) -> str | None:
         log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
+    if compared.reported_tflops_per_gpu is not None and compared.achieved_flops_per_s is not None:
+        printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
+                    f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:

@@ -182,15 +182,15 @@ def hang_after(args: argparse.Namespace) -> float:
 
 def comparison_inputs(args: argparse.Namespace):
     """What the target's progress is compared with (--baseline, --model, --tokens-per-iter, and the peak's
-    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape a nanoGPT job states on its
-    command line), or None."""
+    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape the job states on its command
+    line: nanoGPT's, or a Hugging Face config.json it names), or None."""
     from probes.baseline import BaselineError, PeakOptions, load_comparison_inputs
 
     stated = None
     if args.model is None and args.baseline is None and getattr(args, "pid", None):
-        from probes.models.nanogpt_config import stated_model
+        from probes.models.stated import stated_model
 
-        stated = stated_model(args.pid, getattr(args, "log", None))  # a nanoGPT job names its shape itself
+        stated = stated_model(args.pid, getattr(args, "log", None))  # a job may name its shape itself
     try:
         return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter,
                                       peak=PeakOptions(args.gpu, args.peak_tflops, args.dtype), stated=stated)

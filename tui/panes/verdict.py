@@ -139,6 +139,10 @@ def pace_text(pace: Pace) -> Text:
     compared = pace.comparison
     if compared is not None and compared.achieved_flops_per_s:
         text.append(f" · {_flops(compared.achieved_flops_per_s)}")
+    if pace.reported_tflops_per_gpu is not None:  # Megatron-LM prints achieved TFLOP/s per GPU, not an MFU
+        beside = compared is not None and compared.achieved_flops_per_s
+        said = f"log {pace.reported_tflops_per_gpu:g} TFLOP/s/GPU"
+        text.append(f" ({said})" if beside else f" · {said}", style="dim")
     if compared is not None and compared.corrected_mfu_pct is not None:
         text.append(f" · MFU {compared.corrected_mfu_pct:.0f}%", style="bold")
     if pace.reported_mfu_pct is not None:  # the evidence says why they differ
