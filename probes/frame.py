@@ -416,6 +416,9 @@ class RankVerdict:
     # DDP's reducer wait inside backward at low CPU). None without samples. NVRx's straggler score, passively.
     collective_wait_ratio: float | None = None
     samples: int = 0  # its main thread's samples in the window
+    # The node it runs on, in a job merged across nodes (probes/cluster.py); None on a one-node run. Its pid is
+    # that node's own.
+    node: str | None = None
 
 
 JobFinding = Literal["straggler", "hung_rank", "rank_exited", "shared", "mixed", "single", "elsewhere"]

@@ -82,6 +82,9 @@ class MonitorView:
     # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
     # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
     cannot_see: tuple[Check, ...] = ()
+    # A job merged across nodes (probes/cluster.py): each node's probes.cluster.NodeStatus, lost ones included;
+    # () on a one-node run.
+    nodes: tuple[Any, ...] = ()
 
     @property
     def latest(self) -> Frame:

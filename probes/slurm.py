@@ -277,3 +277,30 @@ def step_root(step: SlurmStep) -> tuple[int, SlurmStep] | SlurmError:
     return SlurmError(f"Slurm job {step.job_id} ({state}, nodes {nodes}) has no step {step} process on this node "
                       f"({here})" if step.step is not None else
                       f"Slurm job {step.job_id} ({state}, nodes {nodes}) runs no task step on this node ({here})")
+
+
+def job_nodes(job: SlurmStep) -> tuple[str, ...] | SlurmError:
+    """The nodes a running job holds (``scontrol show job`` NodeList, expanded by ``scontrol show hostnames``);
+    a SlurmError when Slurm cannot say or the job does not run (pending, ended)."""
+    info = show_job(job)
+    if isinstance(info, SlurmError):
+        return info
+    state = info.get("JobState", "?")
+    if state != "RUNNING":
+        return SlurmError(f"Slurm job {job.job_id} is {state}: it holds no node to start agents on")
+    node_list = info.get("NodeList", "")
+    if not node_list or node_list == "(null)":
+        return SlurmError(f"Slurm job {job.job_id} lists no nodes")
+    out = _scontrol("show", "hostnames", node_list)
+    if isinstance(out, SlurmError):
+        return out
+    names = tuple(line.strip() for line in out.splitlines() if line.strip())
+    return names or SlurmError(f"Slurm job {job.job_id}: `scontrol show hostnames {node_list}` named no node")
+
+
+def agent_step_command(job: SlurmStep, node: str, agent_argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The srun that runs `agent_argv` as a step of the job on one node, beside its tasks (--overlap: it takes
+    none of their CPUs or GPUs from them). One srun per node, so each node's frames come through a pipe of their
+    own: no label to strip, long lines of two nodes never interleave, and a node's srun ending is that node lost."""
+    return ("srun", "--jobid", job.job_id, "--overlap", "--nodes", "1", "--ntasks", "1", "--nodelist", node,
+            "--job-name", "gputop-agent", "--quiet", *agent_argv)

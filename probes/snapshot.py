@@ -137,6 +137,7 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
         "ranks": [
             {
                 "rank": r.rank,
+                "node": r.node,
                 "local_rank": r.local_rank,
                 "pid": r.pid,
                 "gpu_index": r.gpu_index,

@@ -136,17 +136,27 @@ class GputopApp(App[None]):
                  clock: Callable[[], float] | None, save_dir: str | Path | None,
                  recorder: Recorder | None = None, replay_notice: str | None = None,
                  comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
-                 start_notice: str | None = None) -> None:
+                 start_notice: str | None = None, cluster=None) -> None:
+        """cluster: (probes.cluster.AgentStreams, probes.cluster.ClusterMonitor) for a job merged across nodes,
+        live, instead of an engine."""
         super().__init__()
-        if (engine is None) == (replay_frames is None):
-            raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
+        if sum(x is not None for x in (engine, replay_frames, cluster)) != 1:
+            raise ValueError("give exactly one of engine (live), replay_frames (replay) or cluster (live, merged)")
         self.engine = engine
+        self.cluster = cluster
         self.replay_frames = tuple(replay_frames or ())
         if record_path is not None and recorder is None:
             recorder = Recorder(record_path, meta=recording_meta(engine.pid if engine else None, hang_after_s,
                                                                  comparison))
-        self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
-                               replay=replay_frames is not None, startup_checks=startup_checks)
+        if cluster is not None:
+            self.monitor = cluster[1]
+        elif replay_frames is not None and any(f.node is not None for f in self.replay_frames):
+            from probes.cluster import ClusterMonitor  # a recording of a job merged across nodes
+
+            self.monitor = ClusterMonitor(hang_after_s=hang_after_s, comparison=comparison, replay=True)
+        else:
+            self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
+                                   replay=replay_frames is not None, startup_checks=startup_checks)
         self.replay_notice = replay_notice  # what a replay left out of a damaged recording, shown on start
         self.start_notice = start_notice  # how the job was chosen when no PID was given, shown on start
         self._record_problem_shown = False
@@ -202,11 +212,17 @@ class GputopApp(App[None]):
             self._sample()
             if self.start_notice:
                 self.notify(self.start_notice, timeout=20)
+        elif self.cluster is not None:
+            self.query_one(VerdictPane).show_waiting("Starting an agent on every node of the job: the first "
+                                                     "frames come within seconds.")
+            self._merge_nodes()
         else:
             self._sampling_done.set()
             view = None
             for frame in self.replay_frames:
                 view = self.monitor.ingest(frame)
+            if hasattr(self.monitor, "merge"):  # nodes merged: the last round, whichever node sent last
+                view = self.monitor.merge(now=self.replay_frames[-1].time)
             self.view = view
             self._render_all()
             if self.replay_notice:
@@ -241,6 +257,26 @@ class GputopApp(App[None]):
             error = f"sampling stopped: {type(exc).__name__}: {exc}"
         finally:
             self.monitor.close()
+            self._sampling_done.set()
+            self.post_message(SamplingStopped(error))
+
+    @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
+    def _merge_nodes(self) -> None:
+        """The live loop of a job merged across nodes: the agents' frames, one merged view an interval."""
+        from probes.cluster import run_merge
+
+        streams, monitor = self.cluster
+        error = None
+
+        def deliver(view: MonitorView) -> None:
+            self._newest_view = view
+            self.post_message(FrameArrived(view))
+
+        try:
+            run_merge(streams, monitor, self._stop_sampling, interval_s=monitor.interval_s, on_view=deliver)
+        except Exception as exc:  # a merge bug must not kill the screen: say so, keep the data on it
+            error = f"merging stopped: {type(exc).__name__}: {exc}"
+        finally:
             self._sampling_done.set()
             self.post_message(SamplingStopped(error))
 
@@ -324,7 +360,7 @@ class GputopApp(App[None]):
         scope_words = rank_scope_words(selected, group) if selected is not None else None
         job_info = view.shown.job
         self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None,
-                                       absent_ranks(job_info))
+                                       () if view.nodes else absent_ranks(job_info))
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)
@@ -375,6 +411,12 @@ class GputopApp(App[None]):
         What hides the target's stacks (ptrace denied, py-spy missing) comes first on that line: every verdict
         below it is then "cannot see"."""
         blind = self.cannot_see_text()
+        if self.view is not None and self.view.nodes:  # a job across nodes: a line per node
+            # One line a node where the header has room for them (two), else side by side on one.
+            joint = Text("\n" if len(self.view.nodes) <= 2 else " │ ")
+            lines = joint.join(Text(f" {n.line()}", style="bold red" if n.state == "lost" else "bold")
+                               for n in self.view.nodes)
+            return lines if blind is None else Text.assemble(blind, "\n", lines)
         job = self.view.shown.job if self.view is not None else None
         if job is None or not job.note:
             return blind
@@ -412,8 +454,12 @@ class GputopApp(App[None]):
         elif self.paused:
             text.append(f" · PAUSED, sampling goes on ({self._frames_while_paused} new): p resumes",
                         style="bold black on yellow")
-        elif not view.replay:
+        elif not view.replay and self.engine is not None:
             text.append(f" · live every {self.engine.config.interval_s:g} s")
+        if view.nodes:
+            lost = sum(1 for n in view.nodes if n.state == "lost")
+            text.append(f" · {len(view.nodes)} nodes merged" + (f", {lost} lost" if lost else ""),
+                        style="bold red" if lost else "")
         if self._sampling_error:
             text.append(f" · {self._sampling_error}", style="bold red")
         if self._record_problem_shown:
@@ -549,7 +595,7 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
              recorder: Recorder | None = None, replay_notice: str | None = None,
              comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
-             start_notice: str | None = None) -> GputopApp:
+             start_notice: str | None = None, cluster=None) -> GputopApp:
     """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
     tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
@@ -559,4 +605,4 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
     return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
                      hang_after_s=hang_after_s, clock=clock, save_dir=save_dir, recorder=recorder,
                      replay_notice=replay_notice, comparison=comparison, startup_checks=startup_checks,
-                     start_notice=start_notice)
+                     start_notice=start_notice, cluster=cluster)

@@ -1,5 +1,7 @@
 """diagnose_job(history, previous, hang_after_s) -> JobVerdict: the verdict on a distributed job (torchrun,
 mp.spawn) from each rank's own verdict and how much of its time each rank waits for the others.
+diagnose_job_across_nodes({node: history}, ...) is the same judgement (judge_ranks) over every node's ranks, each
+diagnosed on its own node's frames and named with its node ("rank 3 on n2 is the straggler").
 
 Each rank is diagnosed as a lone process: project_rank() cuts a frame down to that rank and its helper
 processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the previous
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from probes.diagnosis.collectives import collective_gaps, gap_line
@@ -163,6 +165,7 @@ class _Member:
     pid: int
     sample: ProcessSample | None  # its latest reading; None once it has left the frames
     alive: bool
+    node: str | None = None  # the node it runs on, in a job merged across nodes
 
 
 @dataclass
@@ -174,6 +177,12 @@ class _Diagnosed:
     @property
     def rank(self) -> int:
         return self.member.rank
+
+    @property
+    def label(self) -> str:
+        """'rank 3', or 'rank 3 on n2' in a job merged across nodes."""
+        node = self.member.node
+        return f"rank {self.rank}" if node is None else f"rank {self.rank} on {node}"
 
     @property
     def samples(self) -> int:
@@ -254,7 +263,7 @@ def _rank_verdict(d: _Diagnosed) -> RankVerdict:
         gpu_index=sample.gpu_index if sample is not None else None,
         cpu_pct=round(cpu, 1) if cpu is not None else None,
         collective_wait_ratio=round(wait, 3) if wait is not None else None,
-        samples=d.samples)
+        samples=d.samples, node=d.member.node)
 
 
 # --- what the ranks do ------------------------------------------------------------------------------------
@@ -381,7 +390,8 @@ def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_D
     first = gone[0]
     backend, why = _backend(history, live + gone)
     timeout = _timeout_text(backend, why)
-    gone_text = f"{_ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})"
+    gone_text = (f"{gone[0].label} (PID {gone[0].member.pid})" if len(gone) == 1 else
+                 f"{_ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})")
     advice = [
         (f"Find why {_ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
          "whether the OOM killer ended it."),
@@ -419,11 +429,11 @@ def _numbers_text(numbers: Sequence[int]) -> str:
     return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(shown)
 
 
-def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
-    """Ranks this node should hold that were never seen (JobInfo.missing_ranks: gone before gputop attached):
-    the live ranks cannot finish a collective without them."""
+def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed], missing: Sequence[int]) -> _Finding | None:
+    """Ranks the job's nodes should hold that were never seen (JobInfo.missing_ranks: gone before gputop
+    attached): the live ranks cannot finish a collective without them."""
     job = history[-1].job
-    missing = list(job.missing_ranks) if job is not None else []
+    missing = list(missing)
     if not missing or not live:
         return None
     backend, why = _backend(history, live)
@@ -467,7 +477,7 @@ def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | N
         where = format_where(found.responsible, found.user_frame)
     others = [d for d in live if d is not culprit]
     waiting = [d for d in others if _in_collective_now(d)]
-    head = f"rank {culprit.rank} stuck in {where} for {ev.stuck_for_s:.0f} s"
+    head = f"{culprit.label} stuck in {where} for {ev.stuck_for_s:.0f} s"
     parts = [head]
     for d in waiting[:RANKS_LISTED]:
         parts.append(f"rank {d.rank} waits for it in {_wait_place(d)}")
@@ -504,7 +514,7 @@ def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid
         top = max(d.wait for d in others)
         waits = (f"{_ranks_text(others)} wait for it in {_wait_place(others[0])} {_pct(least)}–{_pct(top)} of "
                  "the time")
-    lines = [f"rank {slow.rank} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
+    lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in measured[:8]))
     advice = list(slow.verdict.advice)
@@ -547,7 +557,7 @@ def _mixed(live: list[_Diagnosed]) -> _Finding:
     lead = min(live, key=lambda d: (d.wait if d.wait is not None else 1.0, d.rank))
     own = [line for line in lead.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
     waits = f", waits {_pct(lead.wait)} of the time" if lead.wait is not None else ""
-    lines = [f"rank {lead.rank} (waits least{waits}): {own[0] if own else lead.verdict.bottleneck}", *own[1:3]]
+    lines = [f"{lead.label} (waits least{waits}): {own[0] if own else lead.verdict.bottleneck}", *own[1:3]]
     others = [d for d in live if d is not lead]
     if others:
         lines.append("other ranks: " + "; ".join(
@@ -633,25 +643,79 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
         return _elsewhere(latest)
     prior = {r.pid: r for r in previous.ranks} if previous is not None else {}
     diagnosed = [_diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
-    ranks = tuple(_rank_verdict(d) for d in diagnosed)
     if latest.job.kind == "launched":
-        return JobVerdict(verdict=diagnosed[0].verdict, finding="single", ranks=ranks,
+        return JobVerdict(verdict=diagnosed[0].verdict, finding="single", ranks=_rank_verdicts(diagnosed),
                           responsible_rank=diagnosed[0].rank)
     if not latest.target.alive:  # the launcher itself has gone: the job is over
         verdict = diagnose(history, previous.verdict if previous is not None else None, hang_after_s)
         return JobVerdict(verdict=verdict, finding=previous.finding if previous is not None else "mixed",
-                          ranks=ranks, responsible_rank=previous.responsible_rank if previous is not None else None)
+                          ranks=_rank_verdicts(diagnosed),
+                          responsible_rank=previous.responsible_rank if previous is not None else None)
+    return judge_ranks(history, diagnosed, previous, missing=latest.job.missing_ranks)
+
+
+def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[_Diagnosed], previous: JobVerdict | None,
+                missing: Sequence[int] = (), extra_evidence: Sequence[str] = ()) -> JobVerdict:
+    """The job's verdict over its diagnosed ranks, in the order of the module docstring: the one judgement, for
+    one node's ranks (diagnose_job) or every node's, each rank tagged with its node (diagnose_job_across_nodes).
+    `history` is the frames the backend, the Flight Recorders and the clock are read from; `extra_evidence`
+    lines (what the nodes themselves show) go after the finding's headline."""
+    latest = history[-1]
+    ranks = _rank_verdicts(diagnosed)
     live = [d for d in diagnosed if d.member.alive]
     gone = [d for d in diagnosed if not d.member.alive]
-    if len(live) == 1 and not gone and not latest.job.missing_ranks:
-        return JobVerdict(verdict=live[0].verdict, finding="single", ranks=ranks, responsible_rank=live[0].rank)
-    found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live) or _hung_rank(history, live)
-             or _straggler(live, previous, latest.job.launcher_pid, latest.time) or _shared(live) or _mixed(live))
+    if not live and not gone:
+        verdict = Verdict("unknown", "unknown", 0.0, tuple(extra_evidence) or ("no rank seen",))
+        return JobVerdict(verdict=verdict, finding="mixed", ranks=ranks)
+    if len(live) == 1 and not gone and not missing:
+        verdict = live[0].verdict
+        if extra_evidence:
+            verdict = dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *extra_evidence,
+                                                             *verdict.evidence[1:]))
+        return JobVerdict(verdict=verdict, finding="single", ranks=ranks, responsible_rank=live[0].rank)
+    launcher_pid = latest.job.launcher_pid if latest.job is not None else None
+    found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live, missing)
+             or _hung_rank(history, live) or _straggler(live, previous, launcher_pid, latest.time)
+             or _shared(live) or _mixed(live))
     found = _settle(found, previous)
     verdict = _with_collectives(found, latest)
+    if extra_evidence:
+        verdict = dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *extra_evidence,
+                                                         *verdict.evidence[1:]))
     since = latest.time
     if previous is not None and (previous.verdict.bottleneck, previous.verdict.liveness) == \
             (verdict.bottleneck, verdict.liveness) and previous.verdict.since is not None:
         since = previous.verdict.since
     verdict = dataclasses.replace(verdict, confidence=round(max(0.0, min(1.0, verdict.confidence)), 2), since=since)
     return JobVerdict(verdict=verdict, finding=found.finding, ranks=ranks, responsible_rank=found.responsible_rank)
+
+
+def _rank_verdicts(diagnosed: Sequence[_Diagnosed]) -> tuple[RankVerdict, ...]:
+    return tuple(_rank_verdict(d) for d in diagnosed)
+
+
+def diagnose_job_across_nodes(histories: Mapping[str, Sequence[Frame]], previous: JobVerdict | None = None,
+                              hang_after_s: float = DEFAULT_HANG_AFTER_S,
+                              extra_evidence: Sequence[str] = ()) -> JobVerdict | None:
+    """The verdict on one job whose ranks run on several nodes, from each node's own history ({node: frames},
+    the nodes still answering). Each node's ranks are found and diagnosed on that node's frames (PIDs are the
+    node's own, never mixed), tagged with the node, then judged together by judge_ranks: "rank 3 on n2 is the
+    straggler". None when no node's latest frame has a job."""
+    diagnosed: list[_Diagnosed] = []
+    missing: list[int] = []
+    with_job = [node for node, history in histories.items() if history and history[-1].job is not None]
+    if not with_job:
+        return None
+    for node in with_job:
+        history = histories[node]
+        mine = (dataclasses.replace(previous, ranks=tuple(r for r in previous.ranks if r.node == node))
+                if previous is not None else None)
+        prior = {r.pid: r for r in mine.ranks} if mine is not None else {}
+        for member in _members(history, mine):
+            member = dataclasses.replace(member, node=node)
+            diagnosed.append(_diagnose_rank(history, member, prior.get(member.pid), hang_after_s))
+        missing += history[-1].job.missing_ranks
+    diagnosed.sort(key=lambda d: (d.rank, d.member.node or ""))
+    # The backend, the Flight Recorders and the clock are read from the node of the lowest rank (rank 0's).
+    lead = histories[diagnosed[0].member.node if diagnosed else with_job[0]]
+    return judge_ranks(lead, diagnosed, previous, missing=sorted(set(missing)), extra_evidence=extra_evidence)

@@ -64,8 +64,20 @@ class AttachCommand:
                                  "graph (.svg) or a speedscope file (.json); written 0600")
         parser.add_argument("--duration", type=positive_float, default=None, metavar="S",
                             help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
+        parser.add_argument("--across-nodes", action="store_true",
+                            help="with --slurm-job: start a `gputop agent` on every node of the job (srun --overlap) "
+                                 "and merge them, even when this node runs a task of it (the default where it "
+                                 "runs none, as on a login node)")
+        # Test-only: the agents' commands, one per node, instead of srun's (tests/test_cluster_e2e.py).
+        parser.add_argument("--agent-command", action="append", default=None, help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.agent_command or (args.slurm_job is not None and (args.across_nodes or not runs_here(args.slurm_job))):
+            from tui.across_nodes import run_across_nodes
+
+            return run_across_nodes(args)
+        if args.across_nodes:
+            raise UsageError("--across-nodes merges a Slurm job's nodes: use it with --slurm-job JOBID")
         resolve_slurm_job(args)
         if args.json and not args.list:
             raise UsageError("--json prints the job list: use it with --list (gputop --list --json)")
@@ -104,6 +116,17 @@ class AttachCommand:
         finally:
             engine.close()
         return EXIT_OK
+
+
+def runs_here(step) -> bool:
+    """Whether this node runs a task of the Slurm job (then --slurm-job watches it here); Slurm missing or no
+    such job is a UsageError, said before anything starts."""
+    from probes.slurm import SlurmError, show_job, slurm_missing, step_root
+
+    problem = slurm_missing() or show_job(step)
+    if isinstance(problem, SlurmError):
+        raise UsageError(f"--slurm-job {step}: {problem.reason}")
+    return not isinstance(step_root(step), SlurmError)
 
 
 @dataclass(frozen=True)

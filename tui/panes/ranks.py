@@ -25,6 +25,9 @@ TITLE = "5 Ranks"
 # (heading, width, right-aligned); the verdict column takes whatever room is left.
 RANK_COLUMNS = (("rank", 5, True), ("local", 5, True), ("PID", 7, True), ("GPU", 3, True), ("CPU%", 5, True),
                 ("waits", 5, True))
+# A job merged across nodes (probes/cluster.py) shows each rank's node after its number.
+NODE_COLUMN = ("node", 8, False)
+RANK_COLUMNS_ACROSS_NODES = (RANK_COLUMNS[0], NODE_COLUMN, *RANK_COLUMNS[1:])
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
 TABLE_CHROME = 2 * (len(RANK_COLUMNS) + 1) + 2
 MIN_VERDICT_WIDTH = 12
@@ -50,6 +53,12 @@ class RankRow:
     verdict: Verdict | None = None
     alive: bool = True
     responsible: bool = False  # the rank the job verdict names
+    node: str | None = None  # its node, in a job merged across nodes (its pid is that node's own)
+
+    @property
+    def key(self) -> str:
+        """The row's key: its PID, with its node where PIDs of several nodes share the table."""
+        return str(self.pid) if self.node is None else f"{self.pid}@{self.node}"
 
 
 def rank_rows(view: MonitorView) -> list[RankRow]:
@@ -69,12 +78,16 @@ def rank_rows(view: MonitorView) -> list[RankRow]:
 
 
 def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankRow:
-    process = frame.process(rank.pid)
-    alive = process is not None and process.alive and rank.verdict.liveness != "exited"
+    if rank.node is not None and rank.node != frame.node:  # another node's rank: its own verdict says it all
+        process, alive = None, rank.verdict.liveness != "exited"
+    else:
+        process = frame.process(rank.pid)
+        alive = process is not None and process.alive and rank.verdict.liveness != "exited"
     return RankRow(pid=rank.pid, rank=rank.rank, local_rank=rank.local_rank, gpu_index=rank.gpu_index,
                    cpu_pct=rank.cpu_pct if rank.cpu_pct is not None else (process.cpu_pct if process else None),
                    collective_wait_ratio=rank.collective_wait_ratio, verdict=rank.verdict, alive=alive,
-                   responsible=job.responsible_rank is not None and job.responsible_rank == rank.rank)
+                   responsible=job.responsible_rank is not None and job.responsible_rank == rank.rank,
+                   node=rank.node)
 
 
 def absent_ranks(job: JobInfo | None) -> list[tuple[str, str]]:
@@ -86,10 +99,10 @@ def absent_ranks(job: JobInfo | None) -> list[tuple[str, str]]:
             + [(ranges_text([span]), ELSEWHERE_WORDS) for span in job.ranks_elsewhere])
 
 
-def absent_cells(rank: str, words: str, verdict_room: int) -> tuple[Text, ...]:
+def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False) -> tuple[Text, ...]:
     style = "bold red" if words == MISSING_WORDS else "dim"
     dash = Text("-", style=style, justify="right")
-    return (Text(rank, style=style, justify="right"), dash, dash, dash, dash, dash,
+    return (Text(rank, style=style, justify="right"), *([dash] * (6 if nodes else 5)),
             Text(clip(words, verdict_room), style=style))
 
 
@@ -143,18 +156,22 @@ def finding_words(job: JobVerdict) -> str | None:
     return {"shared": "all ranks alike", "mixed": "ranks differ"}.get(job.finding)
 
 
-def verdict_width(available: int) -> int:
-    return max(MIN_VERDICT_WIDTH, available - TABLE_CHROME - sum(width for _, width, _ in RANK_COLUMNS))
+def verdict_width(available: int, columns: Sequence[tuple[str, int, bool]] = RANK_COLUMNS) -> int:
+    chrome = 2 * (len(columns) + 1) + 2
+    return max(MIN_VERDICT_WIDTH, available - chrome - sum(width for _, width, _ in columns))
 
 
-def rank_cells(row: RankRow, finding: JobFinding | None, selected: bool, verdict_room: int) -> tuple[Text, ...]:
+def rank_cells(row: RankRow, finding: JobFinding | None, selected: bool, verdict_room: int,
+               nodes: bool = False) -> tuple[Text, ...]:
     dim = "" if row.alive else "dim"
     strong = "bold yellow" if row.responsible else ""
     rank = "-" if row.rank is None else str(row.rank)
     waits = "-" if row.collective_wait_ratio is None else f"{row.collective_wait_ratio:.0%}"
+    node = (Text(clip(row.node or "-", NODE_COLUMN[1]), style=dim or strong),) if nodes else ()
     return (
         Text(f"{SELECTED_MARK + ' ' if selected else ''}{rank}", style=dim or ("bold" if selected else strong),
              justify="right"),
+        *node,
         Text("-" if row.local_rank is None else str(row.local_rank), style=dim, justify="right"),
         Text(str(row.pid), style=dim, justify="right"),
         Text("-" if row.gpu_index is None else str(row.gpu_index), style=dim, justify="right"),
@@ -211,11 +228,15 @@ class RanksPane(Vertical):
             f"{len(rows)} ranks, all shown ([ ] selects one)"
         self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
         table = self.query_one(RankTable)
-        room = verdict_width(table.size.width or self.size.width)
-        table.fit_columns(RANK_COLUMNS, "verdict", room)
+        nodes = any(row.node is not None for row in rows)
+        columns = RANK_COLUMNS_ACROSS_NODES if nodes else RANK_COLUMNS
+        room = verdict_width(table.size.width or self.size.width, columns)
+        if getattr(table, "_columns_shown", RANK_COLUMNS) != columns:
+            table._columns_shown, table._last_room = columns, None  # the node column comes or goes: rebuild
+        table.fit_columns(columns, "verdict", room)
         finding = job.finding if job is not None else None
-        cells = [(str(row.pid), rank_cells(row, finding, row.pid == selected_pid, room)) for row in rows]
-        cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room)) for rank, words in absent]
+        cells = [(row.key, rank_cells(row, finding, row.pid == selected_pid, room, nodes)) for row in rows]
+        cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room, nodes)) for rank, words in absent]
         sync_rows(table, cells, follow_key=False)
         if selected is not None and not table.has_focus:
             table.move_cursor(row=list(rows).index(selected), animate=False, scroll=True)
@@ -223,4 +244,4 @@ class RanksPane(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value is not None and not event.row_key.value.startswith(ABSENT_KEY):
-            self.post_message(self.RankChosen(int(event.row_key.value)))
+            self.post_message(self.RankChosen(int(event.row_key.value.split("@")[0])))

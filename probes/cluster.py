@@ -1,0 +1,399 @@
+"""One job across nodes: the frames of N `gputop agent` streams (one per node) merged into one picture.
+
+Two parts, neither imports Textual:
+
+- ClusterMonitor folds frames that carry their node (Frame.node) the way Monitor folds one node's: each node
+  keeps its own Monitor (PIDs are node-local: two nodes' frames are never mixed in one Frame or one History),
+  and each round the nodes' ranks are judged together by probes.diagnosis.job.diagnose_job_across_nodes, the
+  same judgement a one-node job gets, each rank named with its node ("rank 3 on n2 is the straggler"). What
+  the nodes show beside their ranks (GPUs that clock lower, CPUs taken) is added to the job's evidence. A node
+  whose stream ended, or that sent nothing for `lost_after_s`, is lost: said with the time, its ranks left out
+  of the judgement, the others go on. It works on live streams and on a recording of them alike (`replay`).
+- AgentStreams runs the agents (any command whose stdout is an agent's: `srun ... -m tui agent`, ssh, or a
+  test's `python -m tui agent --pid P`), one reader thread a stream, and hands over whole lines: a stream is
+  one node's pipe, so lines of different nodes never interleave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import queue
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
+from probes.frame import Frame, JobVerdict, from_jsonable
+from probes.monitor import Monitor, MonitorView, VerdictChange
+from probes.recording import RECORDING_SCHEMA, Recorder
+
+LOST_AFTER_INTERVALS = 5  # a node silent this many ticks is lost (an agent writes a frame every tick)
+MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login node must not lose a node
+SLOWER_CLOCK_SHARE = 0.85  # a node whose GPUs clock below this share of the fastest node's is named
+BUSY_CPU_SHARE = 0.9  # a node whose CPUs are this busy (by anyone) is named as taken
+STDERR_LINES_KEPT = 5
+
+NodeState = Literal["waiting", "live", "lost"]
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node of the job as the merge sees it, for the per-node header line and the snapshot's `nodes`."""
+
+    name: str
+    state: NodeState
+    ranks: int = 0
+    last_frame_time: float | None = None  # Unix time of its latest frame
+    lost_at: float | None = None  # Unix time it was found lost
+    reason: str | None = None  # why it is lost (its stream ended, it went silent, what its agent said)
+    gpu_clock_mhz: float | None = None  # mean SM clock of the job's GPUs there
+    busy_cpu_share: float | None = None  # how busy its CPUs the job may run on are, by anyone (0..1)
+    bottleneck: str | None = None  # that node's own verdict, for the header line
+
+    def line(self) -> str:
+        """'n1: 2 ranks · GPUs 1980 MHz · CPUs 45% busy · idle', or 'n2: lost at 13:02:11 (its stream ended)'."""
+        if self.state == "lost":
+            at = time.strftime("%H:%M:%S", time.localtime(self.lost_at)) if self.lost_at is not None else "?"
+            return f"{self.name}: lost at {at}" + (f" ({self.reason})" if self.reason else "")
+        if self.state == "waiting":
+            return f"{self.name}: waiting for its agent's first frame"
+        parts = [f"{self.name}: {self.ranks} rank{'s' if self.ranks != 1 else ''}"]
+        if self.gpu_clock_mhz is not None:
+            parts.append(f"GPUs {self.gpu_clock_mhz:.0f} MHz")
+        if self.busy_cpu_share is not None:
+            parts.append(f"CPUs {100 * self.busy_cpu_share:.0f}% busy")
+        if self.bottleneck:
+            parts.append(self.bottleneck)
+        return " · ".join(parts)
+
+
+def node_document(status: NodeStatus) -> dict[str, Any]:
+    """A node in the snapshot's `nodes` list."""
+    return {"name": status.name, "state": status.state, "ranks": status.ranks,
+            "last_frame_time": status.last_frame_time, "lost_at": status.lost_at, "reason": status.reason,
+            "gpu_clock_mhz": status.gpu_clock_mhz, "busy_cpu_share": status.busy_cpu_share,
+            "bottleneck": status.bottleneck, "line": status.line()}
+
+
+@dataclass
+class _Node:
+    monitor: Monitor
+    last_frame_time: float | None = None  # the frame's own time
+    last_heard: float | None = None  # our clock when its last line came (live), or its last frame's time
+    lost_at: float | None = None
+    reason: str | None = None
+    pending: bool = False  # a frame came since the last merge
+
+
+class ClusterMonitor:
+    """Folds the frames of several nodes into one MonitorView; see the module docstring. Like Monitor: `ingest`,
+    `view`, `snapshot`, `close`, `record_problem`, so a front end can use either."""
+
+    def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison=None,
+                 recorder: Recorder | None = None, replay: bool = False, interval_s: float = 1.0,
+                 lost_after_s: float | None = None, expected_nodes: Sequence[str] = ()) -> None:
+        self.hang_after_s = hang_after_s
+        self.comparison = comparison
+        self.replay = replay
+        self.recorder = recorder
+        self.record_problem: str | None = None
+        self.interval_s = interval_s
+        self.lost_after_s = lost_after_s if lost_after_s is not None else \
+            max(MIN_LOST_AFTER_S, LOST_AFTER_INTERVALS * interval_s)
+        self.nodes: dict[str, _Node] = {}
+        for name in expected_nodes:
+            self._node(name)
+        self._job: JobVerdict | None = None
+        self._timeline: list[VerdictChange] = []
+        self._view: MonitorView | None = None
+        self._statuses: tuple[NodeStatus, ...] = ()
+
+    @property
+    def view(self) -> MonitorView | None:
+        return self._view
+
+    @property
+    def statuses(self) -> tuple[NodeStatus, ...]:
+        return self._statuses
+
+    def add(self, frame: Frame, heard_at: float | None = None) -> None:
+        """Fold one node's frame into that node's Monitor (and the recording); the merge waits for merge()."""
+        node = self._node(frame.node or "?")
+        if self.recorder is not None and not self.recorder.append(frame):
+            self.record_problem = self.recorder.problem
+            self.recorder.close()
+            self.recorder = None
+        node.monitor.ingest(frame)
+        node.last_frame_time = frame.time
+        node.last_heard = heard_at if heard_at is not None else frame.time
+        if node.lost_at is not None and node.reason and "silent" in node.reason:
+            node.lost_at, node.reason = None, None  # it answers again
+        node.pending = True
+
+    def ingest(self, frame: Frame) -> MonitorView | None:
+        """add() then, once every node still answering has sent a frame this round, merge (a recording holds
+        the nodes' frames interleaved: one merge a round, not one per frame)."""
+        if self._node(frame.node or "?").pending:
+            self.merge(now=frame.time)
+        self.add(frame)
+        answering = [n for n in self.nodes.values() if n.lost_at is None and n.last_frame_time is not None]
+        if answering and all(n.pending for n in answering):
+            self.merge(now=frame.time)
+        return self._view
+
+    def node_ended(self, name: str, reason: str, at: float | None = None) -> None:
+        """A node's stream ended (its agent, or the srun or ssh that ran it, exited): lost from now on."""
+        node = self._node(name)
+        if node.lost_at is None or "silent" in (node.reason or ""):
+            node.lost_at = at if at is not None else time.time()
+            node.reason = reason
+
+    def merge(self, now: float | None = None) -> MonitorView | None:
+        """One round: find the silent nodes, judge every answering node's ranks together, build the view."""
+        now = now if now is not None else time.time()
+        for node in self.nodes.values():
+            if node.lost_at is None and node.last_heard is not None and now - node.last_heard > self.lost_after_s:
+                node.lost_at = node.last_heard + self.lost_after_s
+                node.reason = f"silent: no frame for {self.lost_after_s:.0f} s"
+            node.pending = False
+        answering = {name: node for name, node in self.nodes.items()
+                     if node.lost_at is None and node.monitor.view is not None}
+        self._statuses = tuple(self._status(name, node) for name, node in self.nodes.items())
+        if not answering:
+            return self._view
+        histories = {name: node.monitor.view.frames for name, node in answering.items()}
+        said = _lost_lines(self._statuses) + _node_lines(self._statuses)
+        self._job = diagnose_job_across_nodes(histories, self._job, self.hang_after_s, extra_evidence=said)
+        lead_name = next((r.node for r in self._job.ranks if r.node in answering), None) if self._job else None
+        lead = answering[lead_name] if lead_name is not None else next(iter(answering.values()))
+        base = lead.monitor.view
+        verdict = self._job.verdict if self._job is not None else base.verdict
+        pair = (verdict.bottleneck, verdict.liveness)
+        if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
+            self._timeline.append(VerdictChange(verdict.since if verdict.since is not None else now, *pair))
+        self._view = dataclasses.replace(base, verdict=verdict, job=self._job, timeline=tuple(self._timeline),
+                                         replay=self.replay, nodes=self._statuses)
+        return self._view
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot document: the lead node's frames, the job verdict across nodes, and `nodes`."""
+        from probes.snapshot import build_snapshot
+
+        if self._view is None:
+            raise ValueError("a snapshot needs at least one frame")
+        view = self._view
+        document = build_snapshot(view.frames, view.verdict, self.comparison, pace=view.pace, job=view.job,
+                                  shares=view.shares, cannot_see=view.cannot_see)
+        document["nodes"] = [node_document(s) for s in self._statuses]
+        return document
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            recorder, self.recorder = self.recorder, None
+            recorder.close()
+
+    # --- inside ----------------------------------------------------------------------------------------
+
+    def _node(self, name: str) -> _Node:
+        node = self.nodes.get(name)
+        if node is None:
+            node = _Node(Monitor(hang_after_s=self.hang_after_s, comparison=self.comparison, replay=self.replay))
+            self.nodes[name] = node
+        return node
+
+    def _status(self, name: str, node: _Node) -> NodeStatus:
+        view = node.monitor.view
+        if view is None:
+            return NodeStatus(name, "lost" if node.lost_at is not None else "waiting", lost_at=node.lost_at,
+                              reason=node.reason)
+        latest = view.latest
+        ranks = len(view.job.ranks) if view.job is not None else 0
+        clocks = [d.sm_clock_mhz for d in latest.gpu.devices if d.in_target and d.sm_clock_mhz is not None] \
+            if latest.gpu.available else []
+        host = latest.host
+        allowed = host.allowed_cpus or host.online_cpus
+        busy = min(1.0, host.busy_cpus / allowed) if host.busy_cpus is not None and allowed else None
+        return NodeStatus(
+            name=name, state="lost" if node.lost_at is not None else "live", ranks=ranks,
+            last_frame_time=node.last_frame_time, lost_at=node.lost_at, reason=node.reason,
+            gpu_clock_mhz=round(sum(clocks) / len(clocks), 1) if clocks else None,
+            busy_cpu_share=round(busy, 3) if busy is not None else None,
+            bottleneck=view.verdict.bottleneck)
+
+
+def _lost_lines(statuses: Sequence[NodeStatus]) -> list[str]:
+    return [f"{s.line()}: its ranks are not judged" for s in statuses if s.state == "lost"]
+
+
+def _node_lines(statuses: Sequence[NodeStatus]) -> list[str]:
+    """What sets a node apart from the others: GPUs that clock lower, CPUs that others' work takes."""
+    live = [s for s in statuses if s.state == "live"]
+    lines = []
+    clocked = [s for s in live if s.gpu_clock_mhz is not None]
+    if len(clocked) >= 2:
+        fastest = max(clocked, key=lambda s: s.gpu_clock_mhz)
+        for s in clocked:
+            if s.gpu_clock_mhz < SLOWER_CLOCK_SHARE * fastest.gpu_clock_mhz:
+                lines.append(f"{s.name}'s GPUs clock at {s.gpu_clock_mhz:.0f} MHz against {fastest.gpu_clock_mhz:.0f} "
+                             f"MHz on {fastest.name}: its ranks run slower (power, heat or a clock limit there)")
+    if len(live) >= 2:
+        for s in live:
+            others = [o.busy_cpu_share for o in live if o is not s and o.busy_cpu_share is not None]
+            if s.busy_cpu_share is not None and s.busy_cpu_share >= BUSY_CPU_SHARE and others and \
+                    max(others) < BUSY_CPU_SHARE:
+                lines.append(f"{s.name}'s CPUs are {100 * s.busy_cpu_share:.0f}% busy (the other nodes' at most "
+                             f"{100 * max(others):.0f}%): its ranks are short of CPU there")
+    return lines
+
+
+# --- running the agents ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent to run: the node it is for (named before its first frame says so) and its command."""
+
+    node: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """What one stream said: a frame, or that it ended (with why)."""
+
+    node: str
+    frame: Frame | None = None
+    ended: str | None = None
+    heard_at: float = 0.0
+
+
+class AgentStreams:
+    """Runs one agent command per node and reads their stdout, one thread a stream, into one queue."""
+
+    def __init__(self, specs: Sequence[AgentSpec]) -> None:
+        self.specs = tuple(specs)
+        self._events: queue.Queue[StreamEvent] = queue.Queue()
+        self._processes: list[subprocess.Popen] = []
+        self._stderr: dict[str, deque[str]] = {}
+        self.bytes_read: dict[str, int] = {}
+        for spec in self.specs:
+            self._start(spec)
+
+    def _start(self, spec: AgentSpec) -> None:
+        self._stderr[spec.node] = deque(maxlen=STDERR_LINES_KEPT)
+        self.bytes_read[spec.node] = 0
+        try:
+            process = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
+        except OSError as exc:
+            self._events.put(StreamEvent(spec.node, ended=f"cannot start {spec.argv[0]}: {exc.strerror or exc}",
+                                         heard_at=time.time()))
+            return
+        self._processes.append(process)
+        threading.Thread(target=self._read, args=(spec, process), daemon=True,
+                         name=f"agent-{spec.node}").start()
+        threading.Thread(target=self._read_stderr, args=(spec.node, process), daemon=True,
+                         name=f"agent-{spec.node}-stderr").start()
+
+    def _read(self, spec: AgentSpec, process: subprocess.Popen) -> None:
+        node = spec.node
+        for raw in process.stdout:
+            self.bytes_read[node] += len(raw)
+            frame = parse_frame_line(raw)
+            if isinstance(frame, Frame):
+                if frame.node is None:
+                    frame = dataclasses.replace(frame, node=node)
+                node = frame.node  # the agent's own name for its node wins over the one it was started for
+                self._events.put(StreamEvent(node, frame=frame, heard_at=time.time()))
+        status = process.wait()
+        said = "; ".join(self._stderr.get(spec.node, ()))
+        why = f"its agent's stream ended (exit status {status})" + (f": {said}" if said else "")
+        self._events.put(StreamEvent(node, ended=why, heard_at=time.time()))
+
+    def _read_stderr(self, node: str, process: subprocess.Popen) -> None:
+        for raw in process.stderr:
+            line = raw.decode("utf-8", "replace").strip()
+            if line:
+                self._stderr[node].append(line)
+
+    def events(self, timeout: float) -> list[StreamEvent]:
+        """What came within `timeout` seconds (at least one event waited for, then all that are queued)."""
+        out = []
+        try:
+            out.append(self._events.get(timeout=max(0.0, timeout)))
+            while True:
+                out.append(self._events.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def stderr_of(self, node: str) -> list[str]:
+        return list(self._stderr.get(node, ()))
+
+    def stop_agent(self, index: int) -> None:
+        """Stop the index-th agent (a node lost mid-run, in tests)."""
+        self._processes[index].terminate()
+
+    def close(self) -> None:
+        """Stop every agent: closing its stdout ends it (it stops when its reader goes), then SIGTERM, SIGKILL."""
+        for process in self._processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self._processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            for pipe in (process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+def parse_frame_line(raw: bytes | str) -> Frame | dict | None:
+    """One line of an agent's stream: its Frame, the header (a dict with the recording schema), or None for a
+    line that is neither (srun's or ssh's own words)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if data.get("schema") == RECORDING_SCHEMA:
+        return data
+    try:
+        return from_jsonable(Frame, data)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Event, *, interval_s: float,
+              duration_s: float | None = None, on_view=None) -> None:
+    """Read the streams and merge once an interval until `stop`, `duration_s`, or every stream has ended."""
+    started = time.monotonic()
+    next_merge = started + interval_s
+    ended: set[str] = set()
+    while not stop.is_set():
+        if duration_s is not None and time.monotonic() - started >= duration_s:
+            return
+        for event in streams.events(timeout=max(0.0, next_merge - time.monotonic())):
+            if event.frame is not None:
+                monitor.add(event.frame, heard_at=event.heard_at)
+            elif event.ended is not None:
+                ended.add(event.node)
+                monitor.node_ended(event.node, event.ended, at=event.heard_at)
+        if time.monotonic() >= next_merge:
+            view = monitor.merge(now=time.time())
+            if on_view is not None and view is not None:
+                on_view(view)
+            next_merge += interval_s
+            if next_merge < time.monotonic():
+                next_merge = time.monotonic() + interval_s
+        if len(ended) >= len(streams.specs) and all(n.lost_at is not None for n in monitor.nodes.values()):
+            return

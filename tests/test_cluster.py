@@ -1,0 +1,155 @@
+"""The merge across nodes (probes/cluster.py) on constructed frames: two nodes whose ranks carry the same
+node-local PIDs, the straggler and the hung rank named with their node, a lost node (stream ended, or silent)
+while the other goes on, a node whose GPUs clock lower, the snapshot's `nodes` and ranks' `node`, and a
+recording of the merged job folding back to the same verdict.
+
+Frames are built with tests/test_diagnose_job.py's helpers (gloo DDP ranks as py-spy shows them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from probes.cluster import ClusterMonitor, parse_frame_line
+from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.frame import GpuDevice, GpuReading, to_jsonable
+from probes.recording import json_line, read_recording, recording_header
+from tests.test_diagnose_job import (
+    ALL_REDUCE,
+    DDP_WAIT,
+    FLUSH_METRICS,
+    FORWARD,
+    SLOW_AUGMENT,
+    T0,
+    ThreadStack,
+    count,
+    job_frame,
+    job_info,
+    rank_proc,
+)
+
+PID = 501  # each node's rank has this PID in its own namespace: the merge must never mix them
+
+
+def node_frame(node: str, i: int, rank: int, counts, cpu: float, main_cpu: float | None = None, threads=(),
+               gpu: GpuReading | None = None):
+    frame = job_frame(i, [rank_proc(PID, rank, cpu=cpu, main_cpu=main_cpu)], counts=counts, threads=threads,
+                      job=dataclasses.replace(job_info(ranks=(PID,)), world_size=2), gpu=gpu)
+    return dataclasses.replace(frame, node=node)
+
+
+def straggler_round(i: int, gpu_n1=None, gpu_n2=None):
+    """n1's rank 0 waits in DDP's all-reduce; n2's rank 1 augments its batch in Python."""
+    return [
+        node_frame("n1", i, 0, [count(PID, DDP_WAIT, n=8, idle=True), count(PID, FORWARD, n=2)], cpu=15.0,
+                   gpu=gpu_n1),
+        node_frame("n2", i, 1, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),
+                                count(PID, DDP_WAIT, n=1, idle=True)], cpu=100.0, gpu=gpu_n2),
+    ]
+
+
+def fold_rounds(rounds, **kw) -> ClusterMonitor:
+    monitor = ClusterMonitor(**kw)
+    for frames in rounds:
+        for frame in frames:
+            monitor.add(frame)
+        monitor.merge(now=frames[-1].time)
+    return monitor
+
+
+def test_one_node_alone_cannot_say_who_holds_the_job_but_the_merge_names_rank_and_node():
+    monitor = fold_rounds([straggler_round(i) for i in range(8)])
+    job = monitor.view.job
+    assert (job.finding, job.responsible_rank, job.verdict.bottleneck) == ("straggler", 1, "data_bound")
+    assert job.verdict.evidence[0].startswith("rank 1 on n2 is the straggler: 80% of its samples in slow_augment")
+    assert [(r.rank, r.node, r.pid) for r in job.ranks] == [(0, "n1", PID), (1, "n2", PID)]
+    # Each node keeps its own history: n1's frames never hold n2's process.
+    n1 = monitor.nodes["n1"].monitor.view
+    assert all(f.node == "n1" and [p.rank for p in f.processes if p.role == "rank"] == [0] for f in n1.frames)
+    assert [s.line() for s in monitor.statuses] == ["n1: 1 rank · comms_bound", "n2: 1 rank · data_bound"]
+
+
+def test_the_same_judgement_as_one_node_names_the_hung_rank_and_its_node():
+    def stuck(node, i, rank, stack):
+        return node_frame(node, i, rank, [count(PID, stack, n=5, idle=True)], cpu=0.0, main_cpu=0.0,
+                          threads=[ThreadStack(pid=PID, tid=PID, name="MainThread", idle=True, frames=stack)])
+
+    training = [[node_frame(n, i, r, [count(PID, FORWARD, n=5)], cpu=100.0) for n, r in (("n1", 0), ("n2", 1))]
+                for i in range(4)]
+    hung = [[stuck("n1", i, 0, ALL_REDUCE), stuck("n2", i, 1, FLUSH_METRICS)] for i in range(4, 16)]
+    job = fold_rounds(training + hung, hang_after_s=5.0).view.job
+    assert (job.finding, job.responsible_rank, job.verdict.liveness) == ("hung_rank", 1, "hung")
+    assert job.verdict.evidence[0].startswith("rank 1 on n2 stuck in flush_metrics (train.py:12) for ")
+    assert job.verdict.evidence[0].endswith("; rank 0 waits for it in all_reduce")
+
+
+def test_a_node_whose_stream_ends_is_lost_with_its_time_and_the_other_goes_on():
+    monitor = fold_rounds([straggler_round(i) for i in range(4)])
+    monitor.node_ended("n2", "its agent's stream ended (exit status 143)", at=T0 + 5.5)
+    for i in range(4, 7):
+        monitor.add(straggler_round(i)[0])
+        view = monitor.merge(now=T0 + i + 1)
+    n1, n2 = view.nodes
+    assert (n1.state, n2.state, n2.lost_at) == ("live", "lost", T0 + 5.5)
+    assert "lost at" in n2.line() and "stream ended" in n2.line()
+    assert [r.node for r in view.job.ranks] == ["n1"]  # the lost node's ranks are not judged
+    assert any(line.startswith("n2: lost at") and line.endswith("its ranks are not judged")
+               for line in view.verdict.evidence)
+    assert view.latest.node == "n1" and view.latest.time == T0 + 7
+
+
+def test_a_silent_node_is_lost_after_its_interval_count_and_comes_back_when_it_answers():
+    monitor = fold_rounds([straggler_round(i) for i in range(3)], lost_after_s=4.0)
+    for i in range(3, 9):  # only n1 answers
+        monitor.add(straggler_round(i)[0])
+        monitor.merge(now=T0 + i + 1)
+    lost = {s.name: s for s in monitor.statuses}["n2"]
+    assert lost.state == "lost" and lost.lost_at == T0 + 3 + 4.0 and lost.reason.startswith("silent")
+    monitor.add(straggler_round(9)[1])
+    monitor.merge(now=T0 + 10)
+    assert {s.name: s.state for s in monitor.statuses} == {"n1": "live", "n2": "live"}
+
+
+def test_a_node_whose_gpus_clock_lower_is_named():
+    def gpu(clock):
+        return GpuReading(available=True, devices=(GpuDevice(index=0, name="NVIDIA H200", sm_clock_mhz=clock,
+                                                             max_sm_clock_mhz=1980, in_target=True),))
+
+    monitor = fold_rounds([straggler_round(i, gpu(1980), gpu(1200)) for i in range(3)])
+    assert "n2's GPUs clock at 1200 MHz against 1980 MHz on n1: its ranks run slower (power, heat or a clock " \
+           "limit there)" in monitor.view.verdict.evidence
+
+
+def test_snapshot_lists_each_rank_with_its_node_and_the_nodes():
+    monitor = fold_rounds([straggler_round(i) for i in range(6)])
+    monitor.node_ended("n2", "its agent's stream ended", at=T0 + 6.5)
+    monitor.merge(now=T0 + 7)
+    document = monitor.snapshot()
+    assert [n["name"] for n in document["nodes"]] == ["n1", "n2"]
+    assert document["nodes"][1]["state"] == "lost" and document["nodes"][1]["lost_at"] == T0 + 6.5
+    assert [(r["rank"], r["node"]) for r in document["job"]["ranks"]] == [(0, "n1")]
+
+
+def test_a_recording_of_the_merged_job_replays_to_the_same_verdict(tmp_path):
+    path = tmp_path / "job.jsonl"
+    rounds = [straggler_round(i) for i in range(8)]
+    path.write_text(json_line(recording_header({"across_nodes": True}))
+                    + "".join(json_line(to_jsonable(f)) for frames in rounds for f in frames))
+    replay = ClusterMonitor(replay=True)
+    for frame in read_recording(path):
+        replay.ingest(frame)
+    assert replay.view.job.verdict.evidence[0] == fold_rounds(rounds).view.job.verdict.evidence[0]
+    assert {s.name for s in replay.statuses} == {"n1", "n2"}
+
+
+def test_an_agent_line_is_a_frame_the_header_or_nothing():
+    frame = straggler_round(0)[1]
+    assert parse_frame_line(json_line(to_jsonable(frame))).node == "n2"
+    assert parse_frame_line(json_line(recording_header({"node": "n2"})))["node"] == "n2"
+    assert parse_frame_line("srun: error: Unable to create step for job 12") is None
+    assert parse_frame_line("[1, 2]") is None
+
+
+def test_no_node_with_a_job_gives_no_verdict():
+    frame = dataclasses.replace(node_frame("n1", 0, 0, [], cpu=1.0), job=None)
+    assert diagnose_job_across_nodes({"n1": [frame]}) is None

@@ -1,0 +1,130 @@
+"""`gputop --slurm-job J` across nodes: one `gputop agent` per node of the job, started through Slurm
+(`srun --jobid J --overlap` on each node, probes/slurm.py), their streams merged by probes/cluster.py into one
+job: every rank with its node, the job's verdict across nodes, a line per node, lost nodes said.
+
+It is the path where this node runs no task of the job (a login node), or where --across-nodes asks for it.
+Headless (--snapshot, --duration, --record) or in the TUI. The agents run from this installation: the same
+Python and the same PYTHONPATH (srun passes the environment on), which a cluster keeps on a shared filesystem;
+a node that cannot run it is lost with what its srun said.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+
+from tui.commands.shared import UsageError, check_writable, hang_after
+from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+
+DEFAULT_DURATION_S = 10.0
+
+
+def agent_argv(args: argparse.Namespace) -> list[str]:
+    """The agent's command line on every node: this Python, this gputop, the job and the sampling options."""
+    argv = [sys.executable, "-m", "tui", "agent", "--slurm-job", str(args.slurm_job),
+            "--interval", f"{args.interval:g}"]
+    if args.rate is not None:
+        argv += ["--rate", f"{args.rate:g}"]
+    if args.no_gpu:
+        argv.append("--no-gpu")
+    if args.no_stacks:
+        argv.append("--no-stacks")
+    if args.hang_after is not None:
+        argv += ["--hang-after", f"{args.hang_after:g}"]
+    return argv
+
+
+def agent_specs(args: argparse.Namespace):
+    """One AgentSpec per node: from the test-only --agent-command, or one srun per node of the Slurm job."""
+    from probes.cluster import AgentSpec
+    from probes.slurm import SlurmError, agent_step_command, job_nodes
+
+    if args.agent_command:
+        return [AgentSpec(f"agent-{i + 1}", tuple(shlex.split(command)))
+                for i, command in enumerate(args.agent_command)]
+    nodes = job_nodes(args.slurm_job)
+    if isinstance(nodes, SlurmError):
+        raise UsageError(f"--slurm-job {args.slurm_job}: {nodes.reason}")
+    argv = agent_argv(args)
+    return [AgentSpec(node, agent_step_command(args.slurm_job, node, argv)) for node in nodes]
+
+
+def run_across_nodes(args: argparse.Namespace) -> int:
+    from probes.cluster import AgentStreams, ClusterMonitor, run_merge
+    from probes.snapshot import write_json_atomic
+
+    for flag, given in (("--list", args.list), ("--flamegraph", args.flamegraph), ("--native", args.native),
+                        ("--log", args.log)):
+        if given:
+            raise UsageError(f"{flag} reads one node: it does not work across nodes")
+    check_writable(args.snapshot, "snapshot")
+    check_writable(args.record, "recording")
+    specs = agent_specs(args)
+    monitor = ClusterMonitor(hang_after_s=hang_after(args), recorder=_recorder(args), interval_s=args.interval,
+                             expected_nodes=[s.node for s in specs] if not args.agent_command else ())
+    headless = args.snapshot is not None or args.duration is not None
+    where = ", ".join(s.node for s in specs)
+    print(f"gputop: starting an agent on {len(specs)} node{'s' if len(specs) != 1 else ''} ({where})", file=sys.stderr)
+    streams = AgentStreams(specs)
+    if not headless:
+        return _run_tui(args, streams, monitor)
+    stop = threading.Event()
+    previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    told: set[tuple[str, str]] = set()
+
+    def tell(view) -> None:  # each node's change of state, once, on stderr: a headless run has no header
+        for status in view.nodes:
+            if status.state == "lost" and (status.name, "lost") not in told:
+                told.add((status.name, "lost"))
+                print(f"gputop: node {status.line()}", file=sys.stderr)
+
+    interrupted = False
+    try:
+        run_merge(streams, monitor, stop, interval_s=args.interval, duration_s=args.duration or DEFAULT_DURATION_S,
+                  on_view=tell)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        streams.close()
+        monitor.close()
+    if monitor.view is None:
+        said = "; ".join(s.line() for s in monitor.statuses) or "no agent answered"
+        print(f"gputop: no frame came from any node ({said})", file=sys.stderr)
+        return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
+    if args.snapshot is not None:
+        write_json_atomic(monitor.snapshot(), args.snapshot)
+        if args.snapshot != "-":
+            print(f"gputop: snapshot of {len(monitor.nodes)} nodes written to {args.snapshot}", file=sys.stderr)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK
+
+
+def _recorder(args: argparse.Namespace):
+    from probes.monitor import recording_meta
+    from probes.recording import Recorder
+
+    if not args.record:
+        return None
+    meta = recording_meta(None, hang_after(args))
+    meta.update(across_nodes=True, slurm_job=str(args.slurm_job) if args.slurm_job is not None else None)
+    try:
+        return Recorder(args.record, meta=meta)
+    except OSError as exc:
+        raise UsageError(f"cannot write the recording {args.record}: {exc.strerror or exc}") from None
+
+
+def _run_tui(args: argparse.Namespace, streams, monitor) -> int:
+    from tui.app import make_app
+
+    app = make_app(cluster=(streams, monitor), hang_after_s=hang_after(args))
+    try:
+        app.run()
+    finally:
+        streams.close()
+        monitor.close()
+    return EXIT_OK
