@@ -304,7 +304,7 @@ class AgentStreams:
     def _read(self, spec: AgentSpec, process: subprocess.Popen) -> None:
         node = spec.node
         for raw in process.stdout:
-            self.bytes_read[node] += len(raw)
+            self.bytes_read[spec.node] += len(raw)  # by the name it was started for: the one in specs
             frame = parse_frame_line(raw)
             if isinstance(frame, Frame):
                 if frame.node is None:

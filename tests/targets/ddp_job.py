@@ -10,6 +10,10 @@ Run it under torchrun (``ddp_job.py --launch MODE`` execs ``python -m torch.dist
 - data_starved: both ranks read batches from a DataLoader whose one worker is slow; both wait for data.
 
 Rank 0 prints "ready" once both ranks have finished a step together.
+
+As "two nodes" on this one machine (tests/test_cluster_e2e.py): ``ddp_job.py --launch-node K --nnodes 2
+--master-port P --slow-rank 3 straggler`` execs torchrun with ``--nnodes 2 --node_rank K --nproc_per_node 2``
+and a static rendezvous at 127.0.0.1:P; the two launchers together make a 4-rank job, ranks 2 and 3 on node 1.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(mode: str) -> None:
-    port = free_port()
-    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                              "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, mode])
+def launch(mode: str, slow_rank: int, node_rank: int | None = None, nnodes: int = 1, port: int | None = None) -> None:
+    nodes = ["--nnodes", str(nnodes), "--node_rank", str(node_rank)] if node_rank is not None else []
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", "2",
+                              "--master_addr", "127.0.0.1", "--master_port", str(port or free_port()), __file__,
+                              mode, "--slow-rank", str(slow_rank)])
 
 
 metrics_lock = threading.Lock()
@@ -53,7 +58,7 @@ def flush_metrics(step: int) -> None:
             metrics_lock.acquire()
 
 
-def train(mode: str) -> None:
+def train(mode: str, slow_rank: int = 1) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -86,14 +91,14 @@ def train(mode: str) -> None:
     step = 0
     while True:
         inputs, targets = next_batch()
-        if mode == "straggler" and rank == 1:
+        if mode == "straggler" and rank == slow_rank:
             inputs = slow_augment(inputs)
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if mode == "deadlock":
-            if rank == 1:
+            if rank == slow_rank:
                 flush_metrics(step)
             dist.all_reduce(loss.detach())
         if step == 1 and rank == 0:
@@ -105,10 +110,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("straggler", "deadlock", "data_starved"))
     parser.add_argument("--launch", action="store_true", help="exec torchrun with 2 ranks of this script")
+    parser.add_argument("--slow-rank", type=int, default=1, help="the straggler, or the rank that deadlocks")
+    parser.add_argument("--launch-node", type=int, default=None, metavar="K",
+                        help="exec torchrun as node K of --nnodes (2 ranks each) at 127.0.0.1:--master-port")
+    parser.add_argument("--nnodes", type=int, default=2)
+    parser.add_argument("--master-port", type=int, default=None)
     args = parser.parse_args()
     if args.launch:
-        launch(args.mode)
-    train(args.mode)
+        launch(args.mode, args.slow_rank)
+    if args.launch_node is not None:
+        launch(args.mode, args.slow_rank, args.launch_node, args.nnodes, args.master_port)
+    train(args.mode, args.slow_rank)
 
 
 if __name__ == "__main__":
