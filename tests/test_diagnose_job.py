@@ -483,8 +483,8 @@ def test_the_monitor_shows_the_job_verdict_and_its_timeline():
         "kind": "torchrun", "run_id": "run-7", "world_size": 2, "launcher_pid": LAUNCHER, "finding": "straggler",
         "responsible_rank": 1}
     rank1 = job["ranks"][1]
-    assert set(rank1) == {"rank", "local_rank", "pid", "gpu_index", "cpu_pct", "collective_wait_ratio", "samples", "node",
-                          "verdict"}
+    assert set(rank1) == {"rank", "local_rank", "pid", "gpu_index", "cpu_pct", "collective_wait_ratio", "samples",
+                          "node", "verdict"}
     assert (rank1["rank"], rank1["pid"], rank1["collective_wait_ratio"], rank1["samples"]) == (1, RANK1, 0.1, 80)
     assert set(rank1["verdict"]) == {"bottleneck", "liveness", "confidence", "evidence"}
     assert len(rank1["verdict"]["evidence"]) <= 2
