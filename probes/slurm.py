@@ -11,6 +11,7 @@ gives a :class:`SlurmError` value with one line that says why.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -136,10 +137,19 @@ def stepd_pids(step: SlurmStep | None = None) -> dict[int, SlurmStep]:
     return found
 
 
+def own_step() -> SlurmStep | None:
+    """The step this process itself runs in (a `gputop agent` started by srun), from Slurm's variables."""
+    job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+    return SlurmStep(job, step) if job and step else None
+
+
 def task_stepd(step: SlurmStep) -> tuple[int, SlurmStep] | None:
     """The slurmstepd on this node of a task step, or, for a whole job, of its newest task step (the one with
-    the highest number: the step running now, when a batch script runs its steps one after another)."""
-    candidates = [(pid, served) for pid, served in stepd_pids(step).items() if served.is_task_step]
+    the highest number: the step running now, when a batch script runs its steps one after another). Never the
+    step this process runs in: an agent started as a step of the job (srun --overlap) is the newest one."""
+    mine = own_step()
+    candidates = [(pid, served) for pid, served in stepd_pids(step).items()
+                  if served.is_task_step and served != mine]
     if not candidates:
         return None
     return max(candidates, key=lambda item: (int(item[1].step) if item[1].step.isdigit() else -1, item[0]))

@@ -159,3 +159,58 @@ def _cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
     except OSError:
         return []
+
+
+@pytest.mark.timeout(3 * TIMEOUT_S + 60)  # the job's start, the agents' start through srun, the verdict
+def test_across_nodes_starts_the_agents_through_srun_and_lists_each_rank_with_its_node(srun_job, tmp_path):
+    """`gputop --slurm-job J --across-nodes`: the merge path a login node takes, forced on a node of the job, so
+    the agent really starts as a step of the job (`srun --jobid J --overlap`) and its frames come back merged."""
+    import json
+    import os
+    import signal
+
+    from probes.cluster import ClusterMonitor
+    from probes.recording import read_recording
+
+    job = srun_job("straggler")
+    record, snapshot = tmp_path / "across.jsonl", tmp_path / "across.json"
+    merge = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--slurm-job", job.step.job_id, "--across-nodes", "--record", str(record),
+         "--snapshot", str(snapshot), "--duration", str(3 * TIMEOUT_S)],
+        cwd=REPO, env={**os.environ, **job.cluster.env, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+    seen = []
+
+    def merged():
+        assert merge.poll() is None, merge.stderr.read()
+        monitor = ClusterMonitor(replay=True)
+        if record.exists() and record.stat().st_size:
+            for frame in read_recording(record):
+                monitor.ingest(frame)
+        found = monitor.view.job if monitor.view is not None else None
+        seen[:] = [found.verdict.evidence[:1] if found is not None else None,
+                   [(r.rank, r.node) for r in found.ranks] if found is not None else None]
+        return found if found is not None and len(found.ranks) == 2 and straggler_named(found) else None
+
+    try:
+        try:
+            found = wait_for(merged, timeout=TIMEOUT_S, interval=2.0)
+        except BaseException:
+            merge.send_signal(signal.SIGTERM)
+            pytest.fail(f"last merged view: {seen}; the merge said: {merge.communicate(timeout=60)[1]}")
+        agent_steps = [s for s in show_steps(SlurmStep(job.step.job_id)) if s.name == "gputop-agent"]
+        assert agent_steps, "the agent did not run as a step of the job"
+        merge.send_signal(signal.SIGTERM)
+        _, stderr = merge.communicate(timeout=60)
+    finally:
+        if merge.poll() is None:
+            stop_process_tree(merge)
+    assert merge.returncode == 0, stderr
+    node = found.ranks[0].node
+    assert node and all(r.node == node for r in found.ranks)
+    assert found.verdict.evidence[0].startswith(f"rank 1 on {node} is the straggler: "), found.verdict.evidence
+    document = json.loads(snapshot.read_text())
+    assert [(r["rank"], r["node"]) for r in document["job"]["ranks"]] == [(0, node), (1, node)]
+    assert [(n["name"], n["state"]) for n in document["nodes"]] == [(node, "live")]
+    assert f"starting an agent on 1 node ({node})" in stderr, stderr
