@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.diagnosis.job import diagnose_job_across_nodes, reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 from probes.frame import Frame, JobVerdict, from_jsonable
 from probes.monitor import Monitor, MonitorView, VerdictChange
@@ -113,6 +113,7 @@ class ClusterMonitor:
         self._timeline: list[VerdictChange] = []
         self._view: MonitorView | None = None
         self._statuses: tuple[NodeStatus, ...] = ()
+        self._cache_ranks = 0
 
     @property
     def view(self) -> MonitorView | None:
@@ -168,6 +169,10 @@ class ClusterMonitor:
         if not answering:
             return self._view
         histories = {name: node.monitor.view.frames for name, node in answering.items()}
+        ranks = sum(s.ranks for s in self._statuses)
+        if ranks > self._cache_ranks:  # every node's ranks diagnosed each round: keep all their summaries
+            self._cache_ranks = ranks
+            reserve_cached_ranks(ranks)
         said = _lost_lines(self._statuses) + _node_lines(self._statuses)
         self._job = diagnose_job_across_nodes(histories, self._job, self.hang_after_s, extra_evidence=said)
         lead_name = next((r.node for r in self._job.ranks if r.node in answering), None) if self._job else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
+from probes.diagnosis.evidence import reserve_cached_ranks as reserve_evidence_cache
 from probes.diagnosis.stacks import (
     ACTIVITIES,
     COMMS,
@@ -124,6 +125,14 @@ def _rank_gpu(gpu: GpuReading, sample: ProcessSample | None) -> GpuReading:
 # as for the evidence cache.
 _PROJECTION_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
 _projections: OrderedDict[tuple[int, int], Frame] = OrderedDict()
+
+
+def reserve_cached_ranks(ranks: int) -> None:
+    """Size the projection cache, and the evidence cache under it, for `ranks` ranks alive at once (a job merged
+    across nodes); see probes.diagnosis.evidence.reserve_cached_ranks."""
+    global _PROJECTION_CACHE_LIMIT
+    _PROJECTION_CACHE_LIMIT = max(CACHED_RANKS, ranks) * (MAX_LOOKBACK_FRAMES + 16)
+    reserve_evidence_cache(ranks)
 
 
 def _projected(frame: Frame, pid: int) -> Frame:
