@@ -301,13 +301,15 @@ class AgentStreams:
                                          heard_at=time.time()))
             return
         self._processes.append(process)
-        threading.Thread(target=self._read, args=(spec, process), daemon=True,
+        stderr = threading.Thread(target=self._read_stderr, args=(spec.node, process), daemon=True,
+                                  name=f"agent-{spec.node}-stderr")
+        stderr.start()
+        threading.Thread(target=self._read, args=(spec, process, stderr), daemon=True,
                          name=f"agent-{spec.node}").start()
-        threading.Thread(target=self._read_stderr, args=(spec.node, process), daemon=True,
-                         name=f"agent-{spec.node}-stderr").start()
 
-    def _read(self, spec: AgentSpec, process: subprocess.Popen) -> None:
+    def _read(self, spec: AgentSpec, process: subprocess.Popen, stderr: threading.Thread) -> None:
         node = spec.node
+        frames = 0
         for raw in process.stdout:
             self.bytes_read[spec.node] += len(raw)  # by the name it was started for: the one in specs
             frame = parse_frame_line(raw)
@@ -315,10 +317,16 @@ class AgentStreams:
                 if frame.node is None:
                     frame = dataclasses.replace(frame, node=node)
                 node = frame.node  # the agent's own name for its node wins over the one it was started for
+                frames += 1
                 self._events.put(StreamEvent(node, frame=frame, heard_at=time.time()))
         status = process.wait()
+        stderr.join(timeout=5.0)  # its last words say why it ended: read them all first
         said = "; ".join(self._stderr.get(spec.node, ()))
         why = f"its agent's stream ended (exit status {status})" + (f": {said}" if said else "")
+        if not frames:  # it never ran: most often the node lacks this installation at the same path
+            why = (f"no frame came: the node could not run `{' '.join(spec.argv[-8:])}` (the agent runs this "
+                   f"gputop's Python and PYTHONPATH, which every node needs at the same path); exit status "
+                   f"{status}" + (f": {said}" if said else ""))
         self._events.put(StreamEvent(node, ended=why, heard_at=time.time()))
 
     def _read_stderr(self, node: str, process: subprocess.Popen) -> None:

@@ -153,3 +153,23 @@ def test_an_agent_line_is_a_frame_the_header_or_nothing():
 def test_no_node_with_a_job_gives_no_verdict():
     frame = dataclasses.replace(node_frame("n1", 0, 0, [], cpu=1.0), job=None)
     assert diagnose_job_across_nodes({"n1": [frame]}) is None
+
+
+def test_a_node_that_cannot_run_the_agent_is_lost_with_what_it_said():
+    from probes.cluster import AgentSpec, AgentStreams
+
+    failing = "echo 'slurmstepd: error: execve(): /opt/venv/bin/python: No such file or directory' >&2; exit 2"
+    streams = AgentStreams([AgentSpec("n1", ("sh", "-c", failing)), AgentSpec("n2", ("/nonexistent/gputop",))])
+    try:
+        events = {}
+        deadline = 60.0
+        while len(events) < 2 and deadline > 0:
+            for event in streams.events(timeout=1.0):
+                events[event.node] = event
+            deadline -= 1.0
+    finally:
+        streams.close()
+    assert events["n1"].ended.startswith("no frame came: the node could not run `sh -c ")
+    assert events["n1"].ended.endswith("exit status 2: slurmstepd: error: execve(): /opt/venv/bin/python: No such "
+                                       "file or directory")
+    assert events["n2"].ended.startswith("cannot start /nonexistent/gputop: No such file or directory")
