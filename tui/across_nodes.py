@@ -92,6 +92,7 @@ def run_across_nodes(args: argparse.Namespace) -> int:
         streams.close()
         monitor.close()
     if monitor.view is None:
+        monitor.merge()  # the nodes' last state: each lost one with what its agent or srun said
         said = "; ".join(s.line() for s in monitor.statuses) or "no agent answered"
         print(f"gputop: no frame came from any node ({said})", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
