@@ -89,6 +89,7 @@ class _Node:
     lost_at: float | None = None
     reason: str | None = None
     pending: bool = False  # a frame came since the last merge
+    target_pid: int | None = None  # the one job merged from this node (an agent with --follow may send more)
 
 
 class ClusterMonitor:
@@ -126,6 +127,10 @@ class ClusterMonitor:
     def add(self, frame: Frame, heard_at: float | None = None) -> None:
         """Fold one node's frame into that node's Monitor (and the recording); the merge waits for merge()."""
         node = self._node(frame.node or "?")
+        if node.target_pid is None:
+            node.target_pid = frame.target.pid
+        elif frame.target.pid != node.target_pid:  # an agent that follows several jobs there: the first is merged
+            return
         if self.recorder is not None and not self.recorder.append(frame):
             self.record_problem = self.recorder.problem
             self.recorder.close()
@@ -323,10 +328,10 @@ class AgentStreams:
         stderr.join(timeout=5.0)  # its last words say why it ended: read them all first
         said = "; ".join(self._stderr.get(spec.node, ()))
         why = f"its agent's stream ended (exit status {status})" + (f": {said}" if said else "")
-        if not frames:  # it never ran: most often the node lacks this installation at the same path
-            why = (f"no frame came: the node could not run `{' '.join(spec.argv[-8:])}` (the agent runs this "
-                   f"gputop's Python and PYTHONPATH, which every node needs at the same path); exit status "
-                   f"{status}" + (f": {said}" if said else ""))
+        if not frames:  # it never ran: the host refused, or the node lacks this installation at the same path
+            why = (f"no frame came (exit status {status})" + (f": {said}" if said else "") +
+                   f"; it ran `{' '.join(spec.argv[-8:])}`: every node needs this gputop's Python and PYTHONPATH "
+                   "at the same path")
         self._events.put(StreamEvent(node, ended=why, heard_at=time.time()))
 
     def _read_stderr(self, node: str, process: subprocess.Popen) -> None:

@@ -169,7 +169,33 @@ def test_a_node_that_cannot_run_the_agent_is_lost_with_what_it_said():
             deadline -= 1.0
     finally:
         streams.close()
-    assert events["n1"].ended.startswith("no frame came: the node could not run `sh -c ")
-    assert events["n1"].ended.endswith("exit status 2: slurmstepd: error: execve(): /opt/venv/bin/python: No such "
-                                       "file or directory")
+    assert events["n1"].ended.startswith("no frame came (exit status 2): slurmstepd: error: execve(): "
+                                         "/opt/venv/bin/python: No such file or directory; it ran `sh -c ")
+    assert events["n1"].ended.endswith("every node needs this gputop's Python and PYTHONPATH at the same path")
     assert events["n2"].ended.startswith("cannot start /nonexistent/gputop: No such file or directory")
+
+
+def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
+    """Real ssh (BatchMode=yes) to two names that never resolve (RFC 6761's .invalid): each host's own error."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tui.across_nodes import ssh_agent_command
+
+    if shutil.which("ssh") is None:
+        pytest.skip("no ssh client here")
+    command = ssh_agent_command("n7", ["/opt/venv/bin/python", "-m", "tui", "agent", "--follow"])
+    assert command[:6] == ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "n7")
+    assert command[-1].endswith("/opt/venv/bin/python -m tui agent --follow")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "tui", "--hosts", "gputop-a.invalid,gputop-b.invalid", "--snapshot",
+                           os.devnull, "--duration", "60"], cwd=repo, env=dict(os.environ, PYTHONPATH=repo),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    for host in ("gputop-a.invalid", "gputop-b.invalid"):
+        assert f"{host}: lost at" in done.stderr and f"Could not resolve hostname {host}" in done.stderr, done.stderr

@@ -11,6 +11,7 @@ a node that cannot run it is lost with what its srun said.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -22,10 +23,13 @@ from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 DEFAULT_DURATION_S = 10.0
 
 
-def agent_argv(args: argparse.Namespace) -> list[str]:
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")  # never a password prompt: a host refuses, or not
+
+
+def agent_argv(args: argparse.Namespace, target: list[str] | None = None) -> list[str]:
     """The agent's command line on every node: this Python, this gputop, the job and the sampling options."""
-    argv = [sys.executable, "-m", "tui", "agent", "--slurm-job", str(args.slurm_job),
-            "--interval", f"{args.interval:g}"]
+    target = target if target is not None else ["--slurm-job", str(args.slurm_job)]
+    argv = [sys.executable, "-m", "tui", "agent", *target, "--interval", f"{args.interval:g}"]
     if args.rate is not None:
         argv += ["--rate", f"{args.rate:g}"]
     if args.no_gpu:
@@ -45,6 +49,8 @@ def agent_specs(args: argparse.Namespace):
     if args.agent_command:
         return [AgentSpec(f"agent-{i + 1}", tuple(shlex.split(command)))
                 for i, command in enumerate(args.agent_command)]
+    if args.hosts:
+        return [AgentSpec(host, ssh_agent_command(host, agent_argv(args, ["--follow"]))) for host in hosts(args.hosts)]
     nodes = job_nodes(args.slurm_job)
     if isinstance(nodes, SlurmError):
         raise UsageError(f"--slurm-job {args.slurm_job}: {nodes.reason}")
@@ -52,10 +58,31 @@ def agent_specs(args: argparse.Namespace):
     return [AgentSpec(node, agent_step_command(args.slurm_job, node, argv)) for node in nodes]
 
 
+def hosts(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise UsageError(f"--hosts names the hosts to merge, comma-separated (a,b,c), got {text!r}")
+    bad = [name for name in names if name.startswith("-") or any(c.isspace() for c in name)]
+    if bad:
+        raise UsageError(f"--hosts: {bad[0]!r} is not a host name")
+    return names
+
+
+def ssh_agent_command(host: str, argv: list[str]) -> tuple[str, ...]:
+    """ssh to `host` running the agent: the remote shell gets one quoted command line, with this PYTHONPATH
+    (the installation is expected at the same path there, as on a shared filesystem)."""
+    path = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep) if p) if path else None
+    remote = (["env", f"PYTHONPATH={path}"] if path else []) + argv
+    return ("ssh", *SSH_OPTIONS, host, "--", shlex.join(remote))
+
+
 def run_across_nodes(args: argparse.Namespace) -> int:
     from probes.cluster import AgentStreams, ClusterMonitor, run_merge
     from probes.snapshot import write_json_atomic
 
+    if args.hosts and (args.slurm_job is not None or args.agent_command):
+        raise UsageError("--hosts starts the agents over ssh: give it without --slurm-job (Slurm starts them)")
     for flag, given in (("--list", args.list), ("--flamegraph", args.flamegraph), ("--native", args.native),
                         ("--log", args.log)):
         if given:
@@ -112,7 +139,8 @@ def _recorder(args: argparse.Namespace):
     if not args.record:
         return None
     meta = recording_meta(None, hang_after(args))
-    meta.update(across_nodes=True, slurm_job=str(args.slurm_job) if args.slurm_job is not None else None)
+    meta.update(across_nodes=True, slurm_job=str(args.slurm_job) if args.slurm_job is not None else None,
+                hosts=args.hosts)
     try:
         return Recorder(args.record, meta=meta)
     except OSError as exc:

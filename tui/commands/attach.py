@@ -68,11 +68,15 @@ class AttachCommand:
                             help="with --slurm-job: start a `gputop agent` on every node of the job (srun --overlap) "
                                  "and merge them, even when this node runs a task of it (the default where it "
                                  "runs none, as on a login node)")
+        parser.add_argument("--hosts", metavar="A,B,...",
+                            help="without Slurm: start `gputop agent --follow` on each host over ssh (your ssh "
+                                 "config, BatchMode=yes) and merge their training jobs into one")
         # Test-only: the agents' commands, one per node, instead of srun's (tests/test_cluster_e2e.py).
         parser.add_argument("--agent-command", action="append", default=None, help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.agent_command or (args.slurm_job is not None and (args.across_nodes or not runs_here(args.slurm_job))):
+        across = args.slurm_job is not None and (args.across_nodes or not runs_here(args.slurm_job))
+        if args.agent_command or args.hosts or across:
             from tui.across_nodes import run_across_nodes
 
             return run_across_nodes(args)
