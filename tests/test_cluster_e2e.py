@@ -5,7 +5,8 @@ agent --pid <launcher>` per node (SLURMD_NODENAME=n1 / n2) attaching real py-spy
 
 Neither node alone can say who holds the job back (n1's ranks only wait); the merge names rank 3 on n2. The
 recording is folded as it grows until that verdict is reached (never a fixed wait); then n2's agent is killed
-and the merge, still running, shows n2 lost while n1's frames go on.
+and the merge, still running, shows n2 lost while n1's frames go on. The same job with rank 3 deadlocked in
+flush_metrics: the merge names rank 3 on n2 stuck, the other ranks waiting for it in all_reduce.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_two_nodes(spawn_target, tmp_path: Path):
+def start_two_nodes(spawn_target, tmp_path: Path, mode: str = "straggler"):
     """The two launchers of one 4-rank job; returns them once rank 0 has printed 'ready' (all four stepped)."""
     port = str(free_port())
     outs = [tmp_path / f"node{k}.out" for k in (0, 1)]
     launchers = []
     for k, out in enumerate(outs):
         with out.open("w") as handle:
-            launchers.append(spawn_target("ddp_job.py", "straggler", "--launch-node", str(k), "--nnodes", "2",
+            launchers.append(spawn_target("ddp_job.py", mode, "--launch-node", str(k), "--nnodes", "2",
                                           "--master-port", port, "--slow-rank", "3",
                                           stdout=handle, stderr=subprocess.STDOUT))
     wait_for(lambda: "ready" in outs[0].read_text() or any(p.poll() is not None for p in launchers),
@@ -113,3 +114,32 @@ def test_the_merge_names_the_straggler_rank_and_its_node_and_a_lost_node_is_said
     assert {f.node for f in read_recording(record)} == {"n1", "n2"}
     for launcher in launchers:
         assert launcher.poll() is None  # the merge never touched the job
+
+
+def test_the_merge_names_the_hung_rank_and_its_node(spawn_target, tmp_path):
+    launchers = start_two_nodes(spawn_target, tmp_path, "deadlock")
+    record = tmp_path / "hung.jsonl"
+    merge = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--agent-command", agent_command("n1", launchers[0].pid),
+         "--agent-command", agent_command("n2", launchers[1].pid), "--record", str(record),
+         "--snapshot", os.devnull, "--duration", str(3 * TIMEOUT_S), "--hang-after", "5"],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        def hung():
+            assert merge.poll() is None, merge.stderr.read()
+            monitor = ClusterMonitor(replay=True, hang_after_s=5.0)
+            if record.exists() and record.stat().st_size:
+                for frame in read_recording(record):
+                    monitor.ingest(frame)
+            job = monitor.view.job if monitor.view is not None else None
+            return job if job is not None and job.finding == "hung_rank" and job.verdict.liveness == "hung" else None
+
+        job = wait_for(hung, timeout=TIMEOUT_S, interval=2.0)
+    finally:
+        merge.send_signal(signal.SIGTERM)
+        merge.communicate(timeout=60)
+    assert job.responsible_rank == 3, job.verdict.evidence
+    headline = job.verdict.evidence[0]
+    assert headline.startswith("rank 3 on n2 stuck in flush_metrics (ddp_job.py:"), headline
+    assert "waits for it in all_reduce" in headline, headline
