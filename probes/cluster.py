@@ -170,7 +170,7 @@ class ClusterMonitor:
             node.pending = False
         answering = {name: node for name, node in self.nodes.items()
                      if node.lost_at is None and node.monitor.view is not None}
-        self._statuses = tuple(self._status(name, node) for name, node in self.nodes.items())
+        self._statuses = tuple(self._status(name, node) for name, node in sorted(self.nodes.items()))
         if not answering:
             return self._view
         histories = {name: node.monitor.view.frames for name, node in answering.items()}

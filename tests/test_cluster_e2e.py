@@ -110,8 +110,16 @@ def test_the_merge_names_the_straggler_rank_and_its_node_and_a_lost_node_is_said
     assert nodes["n2"]["lost_at"] >= killed_at - 1 and "stream ended" in nodes["n2"]["reason"]
     assert {(r["rank"], r["node"]) for r in document["job"]["ranks"]} == {(0, "n1"), (1, "n1")}
     assert any("n2: lost at" in line for line in document["verdict"]["evidence"])
-    # One recording for the whole job: both nodes' frames, each marked with its node.
+    # One recording for the whole job: both nodes' frames, each marked with its node; replay merges it again.
     assert {f.node for f in read_recording(record)} == {"n1", "n2"}
+    replayed = tmp_path / "replayed.json"
+    done = subprocess.run([sys.executable, "-m", "tui", "replay", str(record), "--snapshot", str(replayed)],
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(replayed.read_text())
+    assert [n["name"] for n in again["nodes"]] == ["n1", "n2"]
+    assert {r["node"] for r in again["job"]["ranks"]} <= {"n1", "n2"}
     for launcher in launchers:
         assert launcher.poll() is None  # the merge never touched the job
 

@@ -64,13 +64,19 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
 
     comparison = comparison_inputs(args)
     check_writable(args.snapshot, "snapshot")
-    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, replay=True)
+    monitor = None
     skipped: list = []
     whole = 0
     try:
         for frame in read_recording(args.recording, skipped):
+            if monitor is None:  # frames that carry their node (agents' streams) are merged node by node
+                from probes.cluster import ClusterMonitor
+
+                kind = ClusterMonitor if frame.node is not None else Monitor
+                monitor = kind(hang_after_s=hang_after(args), comparison=comparison, replay=True)
             monitor.ingest(frame)
             whole += 1
+            last = frame
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     notice = skipped_notice(args.recording, skipped, whole)
@@ -78,6 +84,8 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
         raise UsageError(notice or f"{args.recording} holds no frames")
     if notice:
         print(f"gputop: {notice}", file=sys.stderr)
+    if hasattr(monitor, "merge"):
+        monitor.merge(now=last.time)  # the last round, whichever node sent last
     write_json_atomic(monitor.snapshot(), args.snapshot)
     return EXIT_OK
 
