@@ -156,14 +156,15 @@ class Monitor:
                                  shares=shares)
         return self._view
 
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame."""
+    def snapshot(self, partial: str | None = None) -> dict[str, Any]:
+        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
+        why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
         from probes.snapshot import build_snapshot
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job, shares=self._view.shares)
+                              job=self._view.job, shares=self._view.shares, partial=partial)
 
     def close(self) -> None:
         if self.recorder is not None:

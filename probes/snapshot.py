@@ -32,10 +32,12 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
                    comparison: ComparisonInputs | None = None, pace: Pace | None = None,
-                   job: JobVerdict | None = None, shares: TimeShares | None = None) -> dict[str, Any]:
+                   job: JobVerdict | None = None, shares: TimeShares | None = None,
+                   partial: str | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
-    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process)."""
+    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process); `partial` says why
+    the run stopped before the duration asked (a signal), making the document's "partial" true."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -62,6 +64,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "gputop_version": __version__,
         "created": datetime.fromtimestamp(latest.time, tz=timezone.utc).isoformat(),
         "duration_s": round(elapsed, 3),
+        "partial": partial is not None,
+        "partial_reason": partial,
         "frames": len(frames),
         "target": to_jsonable(latest.target),
         "processes": to_jsonable(latest.processes),
