@@ -270,7 +270,9 @@ Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
     "compile_warmup", "checkpoint_save", "idle", "unknown",
 ]
-Liveness = Literal["progressing", "hung", "exited", "unknown"]
+# "sleeping": silent for the hang threshold, but the process sleeps in the kernel (state S) and shows no Python stack
+# (`sleep`, a shell, a server waiting for work): nothing it runs is stuck mid-work, so it is not called hung.
+Liveness = Literal["progressing", "hung", "sleeping", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same

@@ -283,7 +283,7 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Ve
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room."""
-    if verdict.liveness in ("hung", "exited"):
+    if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)
     also = recurring_lines(shares, verdict.bottleneck) if shares is not None and verdict.liveness != "unknown" else []

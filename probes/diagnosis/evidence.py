@@ -30,6 +30,7 @@ from probes.frame import (
     Frame,
     GpuDevice,
     Liveness,
+    ProcessSample,
     ProgressReading,
     StackCount,
     StackFrame,
@@ -578,6 +579,10 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
+    if state == "hung" and stuck_stack is None and not main.samples and sleeps_in_kernel(latest.process(main_pid)):
+        # Silent, but no Python code of its is waiting mid-work: `sleep`, a shell, a launcher between jobs. Calling
+        # that hung (with a confidence) was the wrong word on screen; a Python main thread stuck somewhere stays hung.
+        state = "sleeping"
     compiled, recompiles, lookback_compile = _compile_windows(history, main_pid)
     active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
 
@@ -618,6 +623,12 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         main_thread_runqueue_pct=_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in metric_frames),
         peer_wait=waits_for_peers,
     )
+
+
+def sleeps_in_kernel(process: ProcessSample | None) -> bool:
+    """The process sleeps in the kernel (state S, every thread asleep): it waits for something, it is not at work."""
+    return process is not None and process.alive and process.state == "sleeping" and \
+        not process.runnable_threads and not process.disk_wait_threads
 
 
 def _main_field(frame: Frame, main_pid: int, name: str) -> float | None:

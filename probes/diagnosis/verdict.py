@@ -7,7 +7,8 @@ costs the same after ten minutes as after ten seconds.
 
 Method, in the order an expert would check:
 1. Liveness: any sign of progress (CPU time, I/O bytes, the main thread's stack moving, GPU work, the
-   log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits.
+   log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits; unless
+   it sleeps in the kernel with no Python stack to be stuck in (`sleep`, a shell): then it is sleeping.
 2. Bottleneck, by rules in priority order: compiling, checkpointing, collectives (the main thread's
    stacks say so); a busy GPU (clocks, power and SM activity, not util% alone), held down or not; a CPU
    quota that throttles; storage or network reads; the input pipeline; host compute; waiting
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
-from probes.diagnosis.hung import hung_bottleneck
+from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import evaluate_rules
 from probes.diagnosis.rules.rule import Candidate
 from probes.frame import Frame, Verdict
@@ -69,6 +70,9 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
     liveness = evidence.liveness
     if liveness == "hung":
         candidate = hung_bottleneck(evidence, hang_after_s)
+        confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+    elif liveness == "sleeping":
+        candidate = sleeping_bottleneck(evidence)
         confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
     else:
         candidates = evaluate_rules(evidence)

@@ -1,0 +1,47 @@
+"""A process that sleeps in the kernel (state S, no CPU) with no Python stack to be stuck in is "sleeping", not
+"HUNG" (issue 20: `gputop --pid` on a `sleep` said "HUNG 92%"). Real processes, real py-spy, the real CLI; a real
+Python deadlock beside them stays hung, so the new word cannot swallow the hangs gputop exists to find."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from test_cli import gputop, ready
+
+pytestmark = pytest.mark.slow
+
+
+def _verdict_of(pid: int) -> dict:
+    result = gputop("--pid", str(pid), "--snapshot", "-", "--duration", "5", "--hang-after", "2", timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["verdict"]
+
+
+@pytest.mark.parametrize("command", [["sleep", "600"], ["bash", "-c", "sleep 600; echo done"]],
+                         ids=["sleep", "bash-waiting-for-its-child"])
+def test_a_process_sleeping_in_the_kernel_is_sleeping_not_hung(command):
+    process = subprocess.Popen(command)
+    try:
+        verdict = _verdict_of(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    assert verdict["liveness"] == "sleeping", verdict
+    assert verdict["bottleneck"] == "idle"
+    assert "sleeps in the kernel (state S)" in verdict["evidence"][0]
+    assert "not a Python process" in verdict["evidence"][1]
+
+
+def test_a_deadlocked_python_process_is_still_hung(spawn_target):
+    target = spawn_target("diag_deadlock.py", stdout=subprocess.PIPE, ready=ready)
+    verdict = _verdict_of(target.pid)
+    assert verdict["liveness"] == "hung", verdict
+
+
+def test_sleeping_has_words_of_its_own_on_screen():
+    from tui.panes.text import liveness_words
+
+    assert liveness_words("sleeping") == "sleeping"
+    assert liveness_words("hung") == "HUNG"
