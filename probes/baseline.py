@@ -193,6 +193,22 @@ class ProgressComparison:
     lines: tuple[str, ...] = ()
 
 
+def printed_percent(value: float) -> str:
+    """An MFU the log printed, with the decimals it printed (nanoGPT's {:.2f}) and no trailing zeros: "164",
+    "0.01", "42.57". Rounded to whole percent, 0.01% read "0%" on screen, which looks like a bug in gputop."""
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def mfu_percent(value: float) -> str:
+    """An MFU gputop worked out: whole percent from 10% up, else two decimals without trailing zeros (a CPU run's
+    0.03% is not 0%), else two significant figures for a figure smaller still."""
+    if value >= 10:
+        return f"{value:.0f}"
+    text = printed_percent(value)
+    return text if text != "0" or value == 0 else f"{value:.2g}"
+
+
 def target_gpu_name(frame: Frame) -> str | None:
     """The name of the GPU the target runs on: its devices', else the machine's when all GPUs are one
     model; None when unknown or ambiguous."""
@@ -290,7 +306,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         estimate = estimate_mfu(inputs.shape, tokens, observed, _peak(inputs, gpu_name))
     corrected = estimate.mfu * 100.0 if estimate is not None and estimate.mfu is not None else None
     reported = progress.reported_mfu_pct
-    printed = f"; the log printed {reported:g}%" if reported is not None else ""
+    printed = f"; the log printed {printed_percent(reported)}%" if reported is not None else ""
     if estimate is None:
         lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:

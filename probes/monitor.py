@@ -18,7 +18,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
+from probes.baseline import (
+    ComparisonInputs,
+    ProgressComparison,
+    compare_progress,
+    mfu_percent,
+    printed_percent,
+    target_gpu_name,
+)
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
@@ -232,12 +239,12 @@ def pace_line(pace: Pace | None) -> str | None:
         return None
     printed = ""
     if compared.reported_mfu_pct is not None:
-        printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
+        printed = f"; the log's {printed_percent(compared.reported_mfu_pct)}%"
         log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
-    line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
+    line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:
         line += f"; {compared.compute_bound_pct:.0f}% of the reference step's rate"
     return line

@@ -60,11 +60,11 @@ class AttachCommand:
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
+        comparison = comparison_inputs(args)
         if args.duration is not None and args.snapshot is None and not args.record:
             # Sampling for S seconds and keeping nothing would print nothing and exit 0: say what is missing.
             raise UsageError("--duration needs --snapshot PATH ('-' for stdout) or --record FILE.jsonl: "
                              "it sets how long a headless run samples before writing them")
-        comparison = comparison_inputs(args)
         if args.snapshot is not None or args.duration is not None:
             return run_headless(args, comparison)
         from probes.engine import Engine

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from probes.baseline import mfu_percent, printed_percent
 from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
 from probes.monitor import MonitorView, Pace, VerdictChange
@@ -139,9 +140,9 @@ def pace_text(pace: Pace) -> Text:
     if compared is not None and compared.achieved_flops_per_s:
         text.append(f" · {_flops(compared.achieved_flops_per_s)}")
     if compared is not None and compared.corrected_mfu_pct is not None:
-        text.append(f" · MFU {compared.corrected_mfu_pct:.0f}%", style="bold")
-    if pace.reported_mfu_pct is not None:  # the evidence says why they differ
-        text.append(f" (log {pace.reported_mfu_pct:.0f}%)", style="dim")
+        text.append(f" · MFU {mfu_percent(compared.corrected_mfu_pct)}%", style="bold")
+    if pace.reported_mfu_pct is not None:  # the evidence says why they differ; with the log's own decimals
+        text.append(f" (log {printed_percent(pace.reported_mfu_pct)}%)", style="dim")
     if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
         reference = _seconds(compared.reference_seconds_per_iter)
         text.append(f" · reference {reference} s: {compared.compute_bound_pct:.0f}% of the compute-bound rate")
