@@ -201,6 +201,9 @@ class ThreadStack:
     idle: bool = False  # py-spy judged it idle (waiting, sleeping)
     owns_gil: bool = False
     frames: tuple[StackFrame, ...] = ()  # innermost first
+    # Unix time the dump that took this stack ended: a process's latest dump can be seconds old (dumps are spaced
+    # out; a failing one keeps the last), and "now" must say how old. None in recordings made before it was kept.
+    dumped_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ at once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import select
@@ -911,7 +912,8 @@ class StackSampler:
             state = self._current_state(sampler)
             if state is None:
                 return
-            state.threads = tuple(threads)
+            dumped_at = time.time()
+            state.threads = tuple(dataclasses.replace(t, dumped_at=dumped_at) for t in threads)
             state.is_worker = state.is_worker or worker
             self._remember_activity(threads)
             self._mark_ok(state)
