@@ -58,6 +58,9 @@ class TargetInfo:
     exit_reason: str | None = None
     # Variables that shape performance (threads, devices, NCCL, torch, tokenizers, W&B/HF), redacted.
     environment: dict[str, str] | None = None
+    # Set on a rank's projection (probes/diagnosis/job.py): the live ranks on this node, which share its CPUs, so
+    # advice sizes thread pools to a rank's share and not to the whole machine. None for a lone process.
+    ranks_on_node: int | None = None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ class Evidence:
     main_thread_runqueue_pct: float | None = None  # of wall time, runnable but not running
     # The main process is a rank: how it waits for the other ranks beyond collective frames (PEER_WAIT_*).
     peer_wait: str | None = None
+    ranks_on_node: int = 1  # the job's live ranks on this node, sharing its CPUs (1 for a lone process)
 
     def asleep_pct(self) -> float | None:
         """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
@@ -622,6 +623,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         main_thread_cpu_pct=_mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in metric_frames),
         main_thread_runqueue_pct=_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in metric_frames),
         peer_wait=waits_for_peers,
+        ranks_on_node=latest.target.ranks_on_node or 1,
     )
 
 
