@@ -194,17 +194,17 @@ class ProgressComparison:
 
 
 def printed_percent(value: float) -> str:
-    """An MFU the log printed, with the decimals it printed (nanoGPT's {:.2f}) and no trailing zeros: "164",
-    "0.01", "42.57". Rounded to whole percent, 0.01% read "0%" on screen, which looks like a bug in gputop."""
+    """An MFU the log printed: whole percent from 10% up ("164"), below that with the decimals it printed
+    (nanoGPT's {:.2f}) and no trailing zeros ("3.4", "0.01"). Rounded to whole percent, 0.01% read "0%" on screen,
+    which looks like a bug in gputop; 164.31% needs no decimals, and they would wrap the pace line at 80 columns."""
+    if abs(value) >= 10:
+        return f"{value:.0f}"
     text = f"{value:.2f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
 
 
 def mfu_percent(value: float) -> str:
-    """An MFU gputop worked out: whole percent from 10% up, else two decimals without trailing zeros (a CPU run's
-    0.03% is not 0%), else two significant figures for a figure smaller still."""
-    if value >= 10:
-        return f"{value:.0f}"
+    """An MFU gputop worked out: as printed_percent, and two significant figures for a figure below 0.01%."""
     text = printed_percent(value)
     return text if text != "0" or value == 0 else f"{value:.2g}"
 

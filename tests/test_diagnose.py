@@ -685,7 +685,9 @@ def test_cpus_shared_with_other_processes_are_said_with_numbers():
     assert last.bottleneck == "data_bound"
     assert ("CPUs shared with other work: other processes used 1.5 of the 2 CPUs this job may run on, the job 0.5"
             in last.evidence)
-    assert last.advice[0].startswith("The job gets 0.5 of its 2 CPUs: other processes use the rest.")
+    # The rule's own advice first; the shared CPUs, which qualify any verdict, right after it (issue 20).
+    assert "num_workers" in last.advice[0]
+    assert last.advice[1].startswith("The job gets 0.5 of its 2 CPUs: other processes use the rest.")
     # The same job alone on its CPUs: nothing to say.
     alone = [dataclasses.replace(f, host=_host(0.5)) for f in frames]
     assert not any("shared" in line for line in run(alone)[-1].evidence)

@@ -192,5 +192,5 @@ def test_the_mfu_the_log_printed_keeps_its_decimals_on_screen():
     printed = parse_line("iter 120: loss 4.2113, time 812.35ms, mfu 0.01%").reported_mfu_pct
     line = pace_text(Pace(iteration=120, seconds_per_iter=0.81235, reported_mfu_pct=printed)).plain
     assert "(log 0.01%)" in line
-    assert [printed_percent(v) for v in (164.0, 42.57, 3.4, 0.01, 0.0)] == ["164", "42.57", "3.4", "0.01", "0"]
+    assert [printed_percent(v) for v in (164.31, 42.57, 3.4, 0.01, 0.0)] == ["164", "43", "3.4", "0.01", "0"]
     assert [mfu_percent(v) for v in (52.4, 3.456, 0.03, 0.004)] == ["52", "3.46", "0.03", "0.004"]

@@ -180,11 +180,10 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
                      f"({THIN_SAMPLES} make a verdict)")
     shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
+        # Never before the rule's own first advice: in the first slot this generic line pushed the specific fix off
+        # the verdict pane (issue 20). Right after it where CPU is what this verdict is short of, else last.
         lines.append(shared[0])
-        if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu:
-            advice.insert(0, shared[1])  # CPU is what this verdict is short of: the shared CPUs come first
-        else:
-            advice.append(shared[1])
+        advice.insert(1 if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu else len(advice), shared[1])
     return dataclasses.replace(candidate, evidence=lines, advice=advice)
 
 
