@@ -293,6 +293,10 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         if gpu_name and gpu_name != baseline.device_name:
             lines.append(f"The baseline ran on {baseline.device_name}, the target on {gpu_name}: "
                          "the reference does not hold for this GPU.")
+        if baseline.other_load is not None and not baseline.other_load.clean:
+            # A reference timed beside other work is slower than the machine's own: the job looks better than it is.
+            lines.append("The baseline was timed beside other work: "
+                         f"{baseline.other_load.note.removeprefix('not a clean baseline: ')}.")
     elif baseline is None:
         lines.append(f"observed {_number(observed)} s/iter.")
 

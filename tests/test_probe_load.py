@@ -86,3 +86,24 @@ def test_the_gpus_other_processes_are_read_through_nvml_and_only_on_the_probes_g
     load = watch.result()
     assert load.gpu_other_processes == (4242,)  # not the probe itself, not another GPU's process
     assert not load.clean and "PID 4242" in load.note
+
+
+def test_a_baseline_that_was_not_clean_says_so_in_the_comparison(tmp_path):
+    import dataclasses
+
+    from probes.baseline import compare_progress, load_comparison_inputs
+    from probes.frame import ProgressReading
+    from probes.gpt_probe import ProbeConfig, run_probe
+    from probes.models import PRESETS
+
+    result = run_probe(ProbeConfig(PRESETS["tiny"], "tiny", batch_size=2, steps=2, warmup=1, device="cpu"),
+                       measure_load=False)
+    busy = judge(ProbeLoad(allowed_cpus=2, others_cpus_during=1.8, on_cpu=True))
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(dataclasses.asdict(dataclasses.replace(result, other_load=busy))))
+    inputs = load_comparison_inputs(str(path), None, None)
+    assert inputs.baseline.other_load == busy  # read back from its JSON
+    compared = compare_progress(ProgressReading(source="train.log", format="nanogpt", iteration=10,
+                                                seconds_per_iter=1.0), inputs, None)
+    assert any(line.startswith("The baseline was timed beside other work: other processes used 1.8")
+               for line in compared.lines), compared.lines
