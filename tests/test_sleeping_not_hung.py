@@ -45,3 +45,17 @@ def test_sleeping_has_words_of_its_own_on_screen():
 
     assert liveness_words("sleeping") == "sleeping"
     assert liveness_words("hung") == "HUNG"
+
+
+def test_an_idle_dataloader_worker_is_sleeping_not_hung(spawn_target):
+    import psutil
+    from conftest import wait_for
+
+    # The main loop "trains" for 10 minutes per batch: its worker fills the prefetch queue and sleeps.
+    target = spawn_target("dataloader_loop.py", "--num-workers", "1", "--item-ms", "5", "--step-ms", "600000",
+                          stdout=subprocess.PIPE, ready=ready, timeout=120)
+    worker = wait_for(lambda: next((c for c in psutil.Process(target.pid).children(recursive=True)
+                                    if c.name() == "pt_data_worker"), None), timeout=60)
+    verdict = _verdict_of(worker.pid)
+    assert verdict["liveness"] == "sleeping", verdict
+    assert "is a DataLoader worker asleep" in verdict["evidence"][0]

@@ -37,6 +37,8 @@ from probes.frame import (
     ThreadStack,
 )
 from probes.history import recent_frames
+from probes.jobs.environment import is_python_command
+from probes.pyspy_output import is_worker_stack
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
@@ -580,9 +582,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
-    if state == "hung" and stuck_stack is None and not main.samples and sleeps_in_kernel(latest.process(main_pid)):
-        # Silent, but no Python code of its is waiting mid-work: `sleep`, a shell, a launcher between jobs. Calling
-        # that hung (with a confidence) was the wrong word on screen; a Python main thread stuck somewhere stays hung.
+    if state == "hung" and _only_asleep(latest.process(main_pid), stuck_stack, main.samples):
         state = "sleeping"
     compiled, recompiles, lookback_compile = _compile_windows(history, main_pid)
     active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
@@ -625,6 +625,18 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         peer_wait=waits_for_peers,
         ranks_on_node=latest.target.ranks_on_node or 1,
     )
+
+
+def _only_asleep(process: ProcessSample | None, stuck_stack: tuple[StackFrame, ...] | None, samples: int) -> bool:
+    """Silent, but nothing of a training step is waiting mid-work: a program that is not Python (`sleep`, a shell, a
+    launcher between jobs) asleep in the kernel, or a DataLoader worker asleep waiting for its next index. Calling
+    those hung (with a confidence) was the wrong word on screen. A Python main thread stuck somewhere stays hung, and
+    so does a Python process whose stacks cannot be read: asleep there may well be stuck."""
+    if not sleeps_in_kernel(process):
+        return False
+    if stuck_stack is None and not samples:
+        return not is_python_command(process.cmdline) and not (process.name or "").startswith("python")
+    return process.name == "pt_data_worker" or (stuck_stack is not None and is_worker_stack(stuck_stack))
 
 
 def sleeps_in_kernel(process: ProcessSample | None) -> bool:

@@ -74,6 +74,14 @@ def sleeping_bottleneck(ev: Evidence) -> Candidate:
     main thread to be stuck in: idle, in words that do not alarm, and where the work is when it is not here."""
     main = ev.latest.process(ev.main_pid)
     name = f" ({main.name})" if main is not None and main.name else ""
+    if ev.stuck_stack is not None:  # a DataLoader worker (the only Python process called sleeping)
+        lines = [f"PID {ev.main_pid}{name} is a DataLoader worker asleep in the kernel (state S), waiting for its "
+                 f"next index, for {ev.stuck_for_s:.0f} s: {_quiet_signals(ev)}",
+                 f"main thread waits in {describe(ev.stuck_stack[0])}"]
+        parent = f" (PID {main.ppid})" if main is not None and main.ppid else ""
+        advice = [f"A worker waits while its training process has enough batches: watch that process{parent} "
+                  "to see whether the training moves."]
+        return Candidate("idle", 1.0, lines, advice)
     lines = [f"PID {ev.main_pid}{name} sleeps in the kernel (state S) and has done nothing for "
              f"{ev.stuck_for_s:.0f} s: {_quiet_signals(ev)}"]
     reason = ev.latest.stacks.reason
