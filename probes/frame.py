@@ -276,8 +276,8 @@ Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
     "compile_warmup", "checkpoint_save", "idle", "unknown",
 ]
-# "sleeping": silent for the hang threshold, but the process sleeps in the kernel (state S) and shows no Python stack
-# (`sleep`, a shell, a server waiting for work): nothing it runs is stuck mid-work, so it is not called hung.
+# "sleeping": silent for the hang threshold, but the process only sleeps in the kernel (state S) and is not Python
+# (`sleep`, a shell) or is a DataLoader worker waiting for its next index: nothing is stuck mid-step, so not hung.
 Liveness = Literal["progressing", "hung", "sleeping", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
