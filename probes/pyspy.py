@@ -70,6 +70,7 @@ from probes.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
     is_worker_stack,
+    other_thread_working,
     parse_dump,
     parse_raw,
     samples_in,
@@ -1031,18 +1032,6 @@ class StackSampler:
                     self._events.append(reason)
                     return
             state.status, state.reason = _STATUS_FAILING, reason
-
-
-def other_thread_working(pid: int, threads: Sequence[ThreadStack]) -> bool:
-    """Whether a dump caught a thread other than the main one (TID == PID) working: active, and not in one of
-    the known blocking calls. Only then can the threads of a process contend for its GIL."""
-    for thread in threads:
-        if thread.tid == pid or thread.idle or not thread.frames:
-            continue
-        inner = thread.frames[0]
-        if not any(frame_matches(inner, function, suffix) for function, suffix in KNOWN_WAITS):
-            return True
-    return False
 
 
 def _backoff(failures: int) -> float:
