@@ -22,6 +22,7 @@ from probes.baseline import ComparisonInputs, ProgressComparison, compare_progre
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
+from probes.doctor import Check, blind_spots
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.logformats import known_format
@@ -77,6 +78,9 @@ class MonitorView:
     # the job's (job.verdict, with the pace line) and the timeline follows it.
     job: JobVerdict | None = None
     shares: TimeShares | None = None  # the main thread's time per phase over the last minutes
+    # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
+    # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
+    cannot_see: tuple[Check, ...] = ()
 
     @property
     def latest(self) -> Frame:
@@ -110,8 +114,11 @@ class Monitor:
 
     def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
                  recorder: Recorder | None = None, replay: bool = False,
-                 history_frames: int = DEFAULT_HISTORY_FRAMES) -> None:
+                 history_frames: int = DEFAULT_HISTORY_FRAMES, startup_checks: tuple[Check, ...] = ()) -> None:
+        """startup_checks: what `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots),
+        carried into every view beside what the frames themselves show."""
         self.hang_after_s = hang_after_s
+        self.startup_checks = startup_checks
         self.comparison = comparison
         self.replay = replay
         self.history = History(history_frames)
@@ -153,7 +160,7 @@ class Monitor:
         shown = _shown(self._verdict, pace, shares)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
-                                 shares=shares)
+                                 shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
         return self._view
 
     def snapshot(self) -> dict[str, Any]:
@@ -163,7 +170,7 @@ class Monitor:
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job, shares=self._view.shares)
+                              job=self._view.job, shares=self._view.shares, cannot_see=self._view.cannot_see)
 
     def close(self) -> None:
         if self.recorder is not None:

@@ -211,6 +211,39 @@ def explain_failure(pid: int, output: str) -> tuple[str, str]:
     return _FAILURE_OTHER, f"py-spy failed on PID {pid}: {detail[:200]}"
 
 
+@dataclass(frozen=True)
+class DumpCheck:
+    """The outcome of one real ``py-spy dump`` of a process (gputop doctor): whether py-spy can read it."""
+
+    ok: bool
+    kind: str | None = None  # on failure: "permission", "not_python", "exited", "other", "missing"
+    reason: str | None = None  # on failure: what happened and the fix, one line
+    threads: int = 0  # threads in the dump when it worked
+
+
+def dump_once(pid: int, pyspy_path: str | None = None, timeout_s: float = DUMP_TIMEOUT_S) -> DumpCheck:
+    """Run ``py-spy dump --json --nonblocking`` on ``pid`` once and say whether it could read it. Never raises."""
+    path = pyspy_path or find_pyspy()
+    if path is None:
+        return DumpCheck(ok=False, kind="missing", reason=f"py-spy is not installed; {install_hint()}")
+    try:
+        result = subprocess.run([path, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                                capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return DumpCheck(ok=False, kind=_FAILURE_OTHER,
+                         reason=f"py-spy dump of PID {pid} did not finish within {timeout_s:g} s")
+    except OSError as exc:
+        return DumpCheck(ok=False, kind=_FAILURE_OTHER, reason=f"py-spy could not be run: {exc.strerror or exc}")
+    if result.returncode == 0:
+        try:
+            threads = parse_dump(result.stdout, pid)
+        except Exception:  # an output this version cannot read is still a dump that worked
+            threads = []
+        return DumpCheck(ok=True, threads=len(threads))
+    kind, reason = explain_failure(pid, result.stderr + "\n" + result.stdout)
+    return DumpCheck(ok=False, kind=kind, reason=reason)
+
+
 # --- one py-spy child ------------------------------------------------------------------------------
 
 
@@ -340,6 +373,7 @@ class _Window:
 class _ProcessState:
     status: str = _STATUS_STARTING
     reason: str | None = None
+    failure_kind: str | None = None  # the _FAILURE_* of the failure that made it failing
     consecutive_other_failures: int = 0
     threads: tuple[ThreadStack, ...] = ()
     rate_hz: float | None = None
@@ -572,6 +606,7 @@ class StackSampler:
         return StacksReading(
             available=available,
             reason=reason,
+            blocked=None if available else self._blocked(states),
             sampler=self.description if self.pyspy_path else None,
             rate_hz=self.rate_hz,
             achieved_rate_hz=round(sum(rates) / len(rates), 2) if rates else None,
@@ -629,6 +664,18 @@ class StackSampler:
             return True, None
         reasons = [s.reason for s in states.values() if s.reason]
         return False, "; ".join(dict.fromkeys(reasons)) or "no process could be sampled"
+
+    def _blocked(self, states: dict[int, _ProcessState]) -> str | None:
+        """A few words for why no process's stacks can be read at all, when that is the case: the verdict then
+        says "cannot see" instead of guessing. None while a process is merely starting or has exited."""
+        if self._unavailable_reason is not None:
+            return "py-spy missing" if self.pyspy_path is None else "py-spy does not run"
+        kinds = {s.failure_kind for s in states.values() if s.status == _STATUS_FAILING}
+        for kind, words in ((_FAILURE_PERMISSION, "ptrace denied"), (_FAILURE_NOT_PYTHON, "not a Python process"),
+                            (_FAILURE_OTHER, "py-spy fails")):
+            if kind in kinds:
+                return words
+        return None
 
     @staticmethod
     def _innermost_python(frames: Sequence[StackFrame]) -> StackFrame | None:
@@ -1016,6 +1063,7 @@ class StackSampler:
     def _mark_ok(state: _ProcessState) -> None:
         if state.status != _STATUS_EXITED:
             state.status, state.reason, state.consecutive_other_failures = _STATUS_OK, None, 0
+            state.failure_kind = None
 
     def _note_failure(self, sampler: _ProcessSampler, kind: str, reason: str) -> None:
         with self._lock:
@@ -1031,7 +1079,7 @@ class StackSampler:
                 if state.consecutive_other_failures <= TRANSIENT_FAILURES_TOLERATED:
                     self._events.append(reason)
                     return
-            state.status, state.reason = _STATUS_FAILING, reason
+            state.status, state.reason, state.failure_kind = _STATUS_FAILING, reason, kind
 
 
 def _backoff(failures: int) -> float:
@@ -1056,3 +1104,63 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+# --- a profile for the user to keep: `gputop --flamegraph FILE` ----------------------------------------------
+
+PROFILE_FORMATS = {".svg": "flamegraph", ".json": "speedscope"}  # by the file's suffix, as py-spy writes them
+PROFILE_RATE_HZ = 20  # a flame graph wants more samples than a verdict; nonblocking, so the target runs on
+
+
+class ProfileRecording:
+    """One ``py-spy record`` over a target and its children, writing the user's flame graph (SVG) or speedscope
+    file while gputop samples as usual. It runs beside the sampler rather than from its windows because py-spy
+    draws only what it sampled itself (its raw windows cannot be fed back to it), and drawing is py-spy's job.
+
+    ``finish`` stops it (SIGINT: py-spy writes its file and exits) and returns None, or one line saying why there
+    is no file. The file is made 0600 before py-spy writes into it: it holds stacks and file paths.
+    """
+
+    def __init__(self, pid: int, out_path: str, *, rate_hz: float = PROFILE_RATE_HZ, native: bool = False,
+                 pyspy_path: str | None = None) -> None:
+        self.out_path = out_path
+        self.format = PROFILE_FORMATS.get(Path(out_path).suffix.lower(), "flamegraph")
+        self.problem: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._pid = pid
+        path = pyspy_path or find_pyspy()
+        if path is None:
+            self.problem = f"no flame graph: py-spy not found; {install_hint()}"
+            return
+        os.close(os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.chmod(out_path, 0o600)  # an existing file keeps its mode through O_CREAT
+        argv = [path, "record", "--pid", str(pid), "--subprocesses", "--threads", "--rate", f"{rate_hz:g}",
+                "--format", self.format, "--output", out_path]
+        if not native:
+            argv.append("--nonblocking")  # as the sampler: never pause a GPU job for a picture
+        else:
+            argv.append("--native")
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+
+    def finish(self, timeout_s: float = 30.0) -> str | None:
+        """Stop recording and let py-spy write the file; None when it is written, else why not (one line)."""
+        if self._proc is None:
+            return self.problem
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._log.seek(0)
+        output = self._log.read().decode(errors="replace")
+        self._log.close()
+        self._proc = None
+        if os.path.getsize(self.out_path) > 0:
+            return None
+        _, reason = explain_failure(self._pid, output)
+        self.problem = f"no flame graph written to {self.out_path}: {reason}"
+        return self.problem

@@ -539,3 +539,16 @@ def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeyp
     fold(straggler_frames(700))
     assert len(seen) == 2 * 700 and max(seen) == 600
     assert tree == []  # the launcher's tree is not diagnosed besides
+
+
+def test_a_job_whose_stacks_cannot_be_read_is_cannot_see_on_every_rank():
+    denied = StacksReading(available=False, blocked="ptrace denied",
+                           reason=f"py-spy may not read PID {RANK0}: permission denied. Run gputop as root")
+    frames = [dataclasses.replace(job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]), stacks=denied)
+              for i in range(8)]
+    job = run_job(frames)[-1]
+    assert [r.verdict.bottleneck for r in job.ranks] == ["cannot_see", "cannot_see"]
+    assert job.verdict.bottleneck == "cannot_see"
+    assert "cannot see: ptrace denied" in job.verdict.evidence[0]
+    assert not any(line.startswith("provisional:") for line in job.verdict.evidence)  # no samples is the premise
+    assert "CAP_SYS_PTRACE" in job.verdict.advice[0]

@@ -32,6 +32,12 @@ def test_replay(snap_compare, recording, size):
     assert snap_compare(replay_app(recording), terminal_size=SIZES[size])
 
 
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_ptrace_denied_says_cannot_see_in_the_header_and_the_verdict(snap_compare, size):
+    # Recorded by gputop without CAP_SYS_PTRACE on a sleeping process of user nobody (tests/test_doctor.py's case).
+    assert snap_compare(replay_app("ptrace_denied"), terminal_size=SIZES[size])
+
+
 def test_call_tree_of_the_hottest_frame(snap_compare):
     assert snap_compare(replay_app("data_bound"), press=["enter"], terminal_size=SIZES["160x48"])
 

@@ -50,6 +50,9 @@ class AttachCommand:
         parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
         parser.add_argument("--snapshot", metavar="PATH",
                             help="headless: sample, write one JSON document ('-' = stdout) and exit")
+        parser.add_argument("--flamegraph", metavar="FILE.svg",
+                            help="headless: also have py-spy draw the whole job's stacks over the run, a flame "
+                                 "graph (.svg) or a speedscope file (.json); written 0600")
         parser.add_argument("--duration", type=positive_float, default=None, metavar="S",
                             help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
 
@@ -60,20 +63,43 @@ class AttachCommand:
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
+        if args.flamegraph == "-":
+            raise UsageError("--flamegraph needs a file (py-spy writes it): --flamegraph out.svg, or out.json for "
+                             "speedscope")
+        check_writable(args.flamegraph, "flame graph")
         comparison = comparison_inputs(args)
-        if args.snapshot is not None or args.duration is not None:
+        if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.engine import Engine
         from tui.app import make_app
 
+        startup_checks = attach_checks(args)
         recorder = open_recorder(args, comparison)
         engine = Engine(args.pid, engine_config(args))
-        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args))
+        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args),
+                       startup_checks=startup_checks)
         try:
             app.run()
         finally:
             engine.close()
         return EXIT_OK
+
+
+def attach_checks(args: argparse.Namespace):
+    """`gputop doctor`'s checks that the frames cannot show (PID namespace, GPM, the job's Flight Recorder
+    variables), asked once on attach; the monitor carries what is not ok into the header and the snapshot."""
+    from probes.doctor import startup_blind_spots
+
+    return startup_blind_spots(args.pid, gpu=not args.no_gpu)
+
+
+def tell_cannot_see(view, told: set[str]) -> None:
+    """On stderr, once each: what gputop cannot see, with the fix (a headless run has no header to say it)."""
+    for check in view.cannot_see:
+        if check.status == "cannot" and check.name not in told:
+            told.add(check.name)
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            print(f"gputop: cannot see ({check.name}): {check.finding}{fix}", file=sys.stderr)
 
 
 def open_recorder(args: argparse.Namespace, comparison=None):
@@ -96,16 +122,23 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     from probes.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
-    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison))
+    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison),
+                      startup_checks=attach_checks(args))
     engine = Engine(args.pid, engine_config(args))
+    profile = None
+    if args.flamegraph is not None:
+        from probes.pyspy import ProfileRecording
+
+        profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()
     interrupted = False
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     told_record_problem = False
     told_job_note = False
+    told_cannot_see: set[str] = set()
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
-            monitor.ingest(frame)
+            tell_cannot_see(monitor.ingest(frame), told_cannot_see)
             if frame.job is not None and frame.job.note and not told_job_note:  # what is watched, once
                 print(f"gputop: {frame.job.note}", file=sys.stderr)
                 told_job_note = True
@@ -118,6 +151,11 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
         signal.signal(signal.SIGTERM, previous_handler)
         engine.close()
         monitor.close()
+        profile_problem = profile.finish() if profile is not None else None
+    if profile is not None:
+        print(f"gputop: {profile_problem}" if profile_problem else
+              f"gputop: {profile.format} of PID {engine.root_pid} and its children written to {args.flamegraph}",
+              file=sys.stderr)
     if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
@@ -127,4 +165,4 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
             print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK
+    return EXIT_INCOMPLETE if monitor.record_problem or profile_problem else EXIT_OK

@@ -88,6 +88,13 @@ def add_slurm_job_argument(group: argparse._MutuallyExclusiveGroup) -> None:
                             "from SLURM_PROCID (default step: the job's newest one here)")
 
 
+def add_follow_argument(group: argparse._MutuallyExclusiveGroup) -> None:
+    """--follow, in the group that holds --pid: every training job on this node instead of one."""
+    group.add_argument("--follow", action="store_true",
+                       help="watch every training job on this node: torchrun launchers, processes with RANK "
+                            "set, Python processes holding a GPU; new ones are picked up, ended ones dropped")
+
+
 def add_process_only_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--process-only", action="store_true",
                         help="watch only the --pid process and its workers, not the job around it")

@@ -28,6 +28,7 @@ PACE_SPARKLINE_WIDTH = 12
 # limit a healthy run should have (the GPU).
 _LIVENESS_STYLE = {"hung": "bold white on red", "exited": "bold white on grey37"}
 _BOTTLENECK_STYLE = {"gpu_bound": "bold black on green", "unknown": "bold white on grey37",
+                     "cannot_see": "bold white on dark_red",  # not a verdict: what hides one
                      "idle": "bold white on grey37"}
 _DEFAULT_BOTTLENECK_STYLE = "bold black on yellow"
 
