@@ -216,6 +216,18 @@ class StackCount:
 
 
 @dataclass(frozen=True)
+class GilSamples:
+    """Who held the GIL in one process, from ``py-spy record --gil`` windows that finished this tick.
+
+    py-spy looked ``samples`` times; at each look at most one thread held the GIL, and ``holders`` counts
+    those looks per thread and stack (a look at which nobody held it counts in ``samples`` only)."""
+
+    pid: int
+    samples: int
+    holders: tuple[StackCount, ...] = ()
+
+
+@dataclass(frozen=True)
 class StacksReading:
     available: bool
     reason: str | None = None  # why not available, with the fix
@@ -233,6 +245,9 @@ class StacksReading:
     # Set on the tick the cheap signals (CPU%, wake-ups, I/O, the process set) moved, with why: stack sampling
     # looked again at once, and the counts in this frame and earlier ones describe the phase before.
     phase_change: str | None = None
+    # Who held the GIL, per process, from the GIL windows that finished this tick (run only where a thread
+    # other than the main one was seen working: see probes/pyspy.py).
+    gil: tuple[GilSamples, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -272,7 +287,7 @@ class MonitorOverhead:
 # What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
 Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown",
+    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown", "gil_contention",
 ]
 Liveness = Literal["progressing", "hung", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)

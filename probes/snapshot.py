@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.diagnosis.collectives import collective_gaps, gap_line
+from probes.diagnosis.evidence import gil_summary
+from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
@@ -87,6 +89,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             # and in the verdict's evidence.
             "hot_frames": [to_jsonable(h) for h in hot_frames(counts, include_idle=False, limit=HOT_FRAMES_LIMIT)],
             "by_process": by_process,
+            # Who held each process's GIL over the run, where GIL windows ran (another thread than the main one
+            # was seen working): py-spy's looks, and per thread how many found it holding the GIL.
+            "gil": _gil_document(frames),
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
@@ -114,6 +119,21 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "recurring_phases": [{"phase": r.phase, "share": round(r.share, 3), "period_s": round(r.period_s, 1),
                               "episodes": r.episodes} for r in shares.recurring] if shares else [],
     }
+
+
+def _gil_document(frames: Sequence[Frame]) -> list[dict[str, Any]]:
+    documents = []
+    for pid in sorted({g.pid for f in frames for g in f.stacks.gil}):
+        summary = gil_summary(frames, pid)
+        if summary is None or not summary.looks:
+            continue
+        documents.append({
+            "pid": pid,
+            "looks": summary.looks,
+            "holders": [{"tid": h.tid, "name": h.name, "held": h.held, "share": round(h.held / summary.looks, 3),
+                         "where": describe(h.stack[0]) if h.stack else None} for h in summary.holders],
+        })
+    return documents
 
 
 RANK_EVIDENCE_LINES = 2

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
-from probes.diagnosis.contention import contention
+from probes.diagnosis.contention import contention, is_contention_text
 from probes.diagnosis.evidence import Evidence, gather
 from probes.diagnosis.hung import hung_bottleneck
 from probes.diagnosis.rules import evaluate_rules
@@ -140,10 +140,12 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
             return held
         # The previous verdict's samples have aged out and too few new ones point elsewhere: keep it, and
         # say what is being held back.
-        kept = [line for line in previous.evidence if not line.startswith(("holding:", "provisional:"))]
+        kept = [line for line in previous.evidence
+                if not line.startswith(("holding:", "provisional:")) and not is_contention_text(line)]
         kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
                     f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
-        return Candidate(previous.bottleneck, previous.confidence, kept, list(previous.advice), held_over=True)
+        advice = [line for line in previous.advice if not is_contention_text(line)]
+        return Candidate(previous.bottleneck, previous.confidence, kept, advice, held_over=True)
     if held is None or winner.sustained:
         return winner
     if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
