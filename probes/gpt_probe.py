@@ -7,8 +7,9 @@ the same shape loses the difference elsewhere (input pipeline, host, collectives
 
 The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/models/) to its torch
 module, nanoGPT's GPT here (our own implementation, same module names and initialisation) and the
-Llama-shaped decoder in probes/llama_probe_model.py. Mixture-of-experts shapes are refused in one line:
-no routed-expert step is built yet.
+Llama-shaped decoder in probes/llama_probe_model.py, and the mixture of experts built on it in
+probes/moe_probe_model.py (its experts in a plain loop). Every family in probes/models has a builder
+(tests/test_llama_probe.py checks).
 
 ``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
 forward and backward by FLOP per token (the family's own count, so the embedding and lm_head are counted
@@ -40,7 +41,9 @@ from probes.llama_probe_model import llama_class
 from probes.models import ModelShape, family_of
 from probes.models.gpt2 import GptShape
 from probes.models.llama import LlamaShape
+from probes.models.moe import MoeShape
 from probes.models.peaks import peak_flops, user_peak
+from probes.moe_probe_model import moe_class
 from probes.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
 
 PROBE_SCHEMA = "gputop.probe/1"
@@ -82,12 +85,7 @@ class ProbeConfig:
         shape_problem = self.shape.problem()
         if shape_problem:
             return shape_problem
-        family = family_of(self.shape).name
-        builder = MODEL_BUILDERS.get(family)
-        if builder is None:  # the mixture-of-experts family
-            return (f"gputop probe cannot build a {family} model yet (it builds {', '.join(MODEL_BUILDERS)}; "
-                    "no routed-expert step): use gputop mfu for its FLOPs")
-        builder_problem = builder.problem(self.shape)
+        builder_problem = _builder(self.shape).problem(self.shape)
         if builder_problem:
             return builder_problem
         layers = total_layers(self.shape)
@@ -265,7 +263,7 @@ def gpt_class():
     return GPT
 
 
-def _rotary_problem(shape: LlamaShape) -> str | None:
+def _rotary_problem(shape: LlamaShape | MoeShape) -> str | None:
     # Rotary positions rotate pairs of a head's channels.
     return None if shape.head_dim % 2 == 0 else f"head_dim must be even for rotary positions (got {shape.head_dim})"
 
@@ -279,9 +277,10 @@ class ModelBuilder:
     problem: Callable[[Any], str | None] = lambda shape: None  # what the module cannot build, beyond shape.problem()
 
 
-MODEL_BUILDERS: dict[str, ModelBuilder] = {
+MODEL_BUILDERS: dict[str, ModelBuilder] = {  # one per family of probes.models.FAMILIES
     "gpt2": ModelBuilder(gpt_class, "n_layer"),
     "llama": ModelBuilder(llama_class, "num_layers", _rotary_problem),
+    "moe": ModelBuilder(moe_class, "num_layers", _rotary_problem),
 }
 
 

@@ -29,6 +29,7 @@ from probes.baseline import (
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
+from probes.doctor import Check, blind_spots
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.logformats import known_format
@@ -60,6 +61,7 @@ class Pace:
     recent_seconds_per_iter: tuple[float, ...] = ()  # one per new log reading, oldest first
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None  # what the log printed
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     comparison: ProgressComparison | None = None  # with --baseline / --model / --tokens-per-iter
     gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
     source: str | None = None  # the log file
@@ -84,6 +86,9 @@ class MonitorView:
     # the job's (job.verdict, with the pace line) and the timeline follows it.
     job: JobVerdict | None = None
     shares: TimeShares | None = None  # the main thread's time per phase over the last minutes
+    # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
+    # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
+    cannot_see: tuple[Check, ...] = ()
 
     @property
     def latest(self) -> Frame:
@@ -117,8 +122,11 @@ class Monitor:
 
     def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
                  recorder: Recorder | None = None, replay: bool = False,
-                 history_frames: int = DEFAULT_HISTORY_FRAMES) -> None:
+                 history_frames: int = DEFAULT_HISTORY_FRAMES, startup_checks: tuple[Check, ...] = ()) -> None:
+        """startup_checks: what `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots),
+        carried into every view beside what the frames themselves show."""
         self.hang_after_s = hang_after_s
+        self.startup_checks = startup_checks
         self.comparison = comparison
         self.replay = replay
         self.history = History(history_frames)
@@ -160,7 +168,7 @@ class Monitor:
         shown = _shown(self._verdict, pace, shares)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
-                                 shares=shares)
+                                 shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
         return self._view
 
     def snapshot(self, partial: str | None = None) -> dict[str, Any]:
@@ -171,7 +179,8 @@ class Monitor:
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job, shares=self._view.shares, partial=partial)
+                              job=self._view.job, shares=self._view.shares, cannot_see=self._view.cannot_see,
+                              partial=partial)
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -204,6 +213,7 @@ class Monitor:
             tokens_per_s=comparison.observed_tokens_per_s if comparison is not None and
             comparison.observed_tokens_per_s is not None else progress.tokens_per_s,
             reported_mfu_pct=progress.reported_mfu_pct,
+            reported_tflops_per_gpu=progress.reported_tflops_per_gpu,
             comparison=comparison,
             gpu_name=gpu_name or (comparison.reference_device if comparison is not None else None),
             source=progress.source,
@@ -231,7 +241,8 @@ def _new_reading(now: ProgressReading, before: ProgressReading | None) -> bool:
 
 def pace_line(pace: Pace | None) -> str | None:
     """One sentence for the verdict's evidence when the pace explains it: "21.0 s/iter = 52% MFU on the
-    NVIDIA H200 (the log printed 164%)"."""
+    NVIDIA H200; the log's 164% is against an A100's 312 TFLOP/s". A log that prints achieved TFLOP/s per GPU
+    instead of an MFU (Megatron-LM) has it set beside gputop's achieved TFLOP/s, not beside the MFU."""
     if pace is None or pace.comparison is None or pace.seconds_per_iter is None:
         return None
     compared = pace.comparison
@@ -243,6 +254,9 @@ def pace_line(pace: Pace | None) -> str | None:
         log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
+    if compared.reported_tflops_per_gpu is not None and compared.achieved_flops_per_s is not None:
+        printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
+                    f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:

@@ -175,6 +175,7 @@ class LogProgressProbe:
         self._printed_seconds_per_iter: float | None = None  # the line's own figure, kept while the counter differs
         self._derived_from: str | None = None
         self._reported_mfu: float | None = None
+        self._reported_tflops: float | None = None  # per GPU, where the log prints achieved TFLOP/s (Megatron-LM)
         self._last_line: str | None = None
         self._last_update: float | None = None
         self._bar_total: int | None = None
@@ -408,6 +409,8 @@ class LogProgressProbe:
         self.reason = None
         if record.reported_mfu_pct is not None:
             self._reported_mfu = record.reported_mfu_pct
+        if record.reported_tflops_per_gpu is not None:
+            self._reported_tflops = record.reported_tflops_per_gpu
         if record.seconds_per_iter is not None:
             self._printed_seconds_per_iter = record.seconds_per_iter
             self._derived_from = record.derived_from
@@ -474,6 +477,7 @@ class LogProgressProbe:
             seconds_per_iter=spi,
             tokens_per_s=tokens_per_s,
             reported_mfu_pct=self._reported_mfu,
+            reported_tflops_per_gpu=self._reported_tflops,
             last_line=self._last_line,
             last_update=self._last_update,
             derived_from=STEP_COUNTER if overruled else self._derived_from,

@@ -573,3 +573,16 @@ def test_thread_advice_divides_the_cores_by_the_ranks_and_their_workers():
     assert all("torch.set_num_threads(3) per rank" in a for a in advice)
     assert all("(2 ranks on 8 CPUs, 1 DataLoader worker each)" in a for a in advice)
     assert not any("set_num_threads(8)" in a or "set_num_threads(4)" in a for a in advice)
+
+
+def test_a_job_whose_stacks_cannot_be_read_is_cannot_see_on_every_rank():
+    denied = StacksReading(available=False, blocked="ptrace denied",
+                           reason=f"py-spy may not read PID {RANK0}: permission denied. Run gputop as root")
+    frames = [dataclasses.replace(job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]), stacks=denied)
+              for i in range(8)]
+    job = run_job(frames)[-1]
+    assert [r.verdict.bottleneck for r in job.ranks] == ["cannot_see", "cannot_see"]
+    assert job.verdict.bottleneck == "cannot_see"
+    assert "cannot see: ptrace denied" in job.verdict.evidence[0]
+    assert not any(line.startswith("provisional:") for line in job.verdict.evidence)  # no samples is the premise
+    assert "CAP_SYS_PTRACE" in job.verdict.advice[0]

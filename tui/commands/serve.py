@@ -11,6 +11,7 @@ import sys
 
 from tui.commands.shared import (
     UsageError,
+    add_follow_argument,
     add_monitoring_arguments,
     add_pid_argument,
     add_process_only_argument,
@@ -37,9 +38,7 @@ class ServeCommand:
         which = parser.add_mutually_exclusive_group()
         add_pid_argument(which)
         add_slurm_job_argument(which)
-        which.add_argument("--follow", action="store_true",
-                           help="watch every training job on this node: torchrun launchers, processes with RANK "
-                                "set, Python processes holding a GPU; new ones are picked up, ended ones dropped")
+        add_follow_argument(which)
         parser.add_argument("--listen", default=f"{DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}", metavar="HOST:PORT",
                             help=f"address for /metrics (default {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}, this machine "
                                  f"only; :{DEFAULT_PORT} or 0.0.0.0:{DEFAULT_PORT} for every interface)")

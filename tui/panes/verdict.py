@@ -32,6 +32,7 @@ PACE_SPARKLINE_WIDTH = 12
 # limit a healthy run should have (the GPU).
 _LIVENESS_STYLE = {"hung": "bold white on red", "exited": "bold white on grey37"}
 _BOTTLENECK_STYLE = {"gpu_bound": "bold black on green", "unknown": "bold white on grey37",
+                     "cannot_see": "bold white on dark_red",  # not a verdict: what hides one
                      "idle": "bold white on grey37"}
 _DEFAULT_BOTTLENECK_STYLE = "bold black on yellow"
 
@@ -142,6 +143,10 @@ def pace_text(pace: Pace) -> Text:
     compared = pace.comparison
     if compared is not None and compared.achieved_flops_per_s:
         text.append(f" · {_flops(compared.achieved_flops_per_s)}")
+    if pace.reported_tflops_per_gpu is not None:  # Megatron-LM prints achieved TFLOP/s per GPU, not an MFU
+        beside = compared is not None and compared.achieved_flops_per_s
+        said = f"log {pace.reported_tflops_per_gpu:g} TFLOP/s/GPU"
+        text.append(f" ({said})" if beside else f" · {said}", style="dim")
     if compared is not None and compared.corrected_mfu_pct is not None:
         text.append(f" · MFU {mfu_percent(compared.corrected_mfu_pct)}%", style="bold")
     if pace.reported_mfu_pct is not None:  # the evidence says why they differ; with the log's own decimals
