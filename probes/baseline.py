@@ -198,6 +198,22 @@ class ProgressComparison:
     lines: tuple[str, ...] = ()
 
 
+def printed_percent(value: float) -> str:
+    """An MFU the log printed: whole percent from 10% up ("164"), below that with the decimals it printed
+    (nanoGPT's {:.2f}) and no trailing zeros ("3.4", "0.01"). Rounded to whole percent, 0.01% read "0%" on screen,
+    which looks like a bug in gputop; 164.31% needs no decimals, and they would wrap the pace line at 80 columns."""
+    if abs(value) >= 10:
+        return f"{value:.0f}"
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def mfu_percent(value: float) -> str:
+    """An MFU gputop worked out: as printed_percent, and two significant figures for a figure below 0.01%."""
+    text = printed_percent(value)
+    return text if text != "0" or value == 0 else f"{value:.2g}"
+
+
 def target_gpu_name(frame: Frame) -> str | None:
     """The name of the GPU the target runs on: its devices', else the machine's when all GPUs are one
     model; None when unknown or ambiguous."""
@@ -282,6 +298,10 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         if gpu_name and gpu_name != baseline.device_name:
             lines.append(f"The baseline ran on {baseline.device_name}, the target on {gpu_name}: "
                          "the reference does not hold for this GPU.")
+        if baseline.other_load is not None and not baseline.other_load.clean:
+            # A reference timed beside other work is slower than the machine's own: the job looks better than it is.
+            lines.append("The baseline was timed beside other work: "
+                         f"{baseline.other_load.note.removeprefix('not a clean baseline: ')}.")
     elif baseline is None:
         lines.append(f"observed {_number(observed)} s/iter.")
 
@@ -295,7 +315,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         estimate = estimate_mfu(inputs.shape, tokens, observed, _peak(inputs, gpu_name))
     corrected = estimate.mfu * 100.0 if estimate is not None and estimate.mfu is not None else None
     reported = progress.reported_mfu_pct
-    printed = f"; the log printed {reported:g}%" if reported is not None else ""
+    printed = f"; the log printed {printed_percent(reported)}%" if reported is not None else ""
     if estimate is None:
         lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:

@@ -58,6 +58,9 @@ class TargetInfo:
     exit_reason: str | None = None
     # Variables that shape performance (threads, devices, NCCL, torch, tokenizers, W&B/HF), redacted.
     environment: dict[str, str] | None = None
+    # Set on a rank's projection (probes/diagnosis/job.py): the live ranks on this node, which share its CPUs, so
+    # advice sizes thread pools to a rank's share and not to the whole machine. None for a lone process.
+    ranks_on_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,9 @@ class ThreadStack:
     idle: bool = False  # py-spy judged it idle (waiting, sleeping)
     owns_gil: bool = False
     frames: tuple[StackFrame, ...] = ()  # innermost first
+    # Unix time the dump that took this stack ended: a process's latest dump can be seconds old (dumps are spaced
+    # out; a failing one keeps the last), and "now" must say how old. None in recordings made before it was kept.
+    dumped_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,18 @@ class StackCount:
     idle: bool
     frames: tuple[StackFrame, ...]  # innermost first
     count: int
+
+
+@dataclass(frozen=True)
+class GilSamples:
+    """Who held the GIL in one process, from ``py-spy record --gil`` windows that finished this tick.
+
+    py-spy looked ``samples`` times; at each look at most one thread held the GIL, and ``holders`` counts
+    those looks per thread and stack (a look at which nobody held it counts in ``samples`` only)."""
+
+    pid: int
+    samples: int
+    holders: tuple[StackCount, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +251,9 @@ class StacksReading:
     # Set on the tick the cheap signals (CPU%, wake-ups, I/O, the process set) moved, with why: stack sampling
     # looked again at once, and the counts in this frame and earlier ones describe the phase before.
     phase_change: str | None = None
+    # Who held the GIL, per process, from the GIL windows that finished this tick (run only where a thread
+    # other than the main one was seen working: see probes/pyspy.py).
+    gil: tuple[GilSamples, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -272,9 +293,11 @@ class MonitorOverhead:
 # What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
 Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown",
+    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown", "gil_contention",
 ]
-Liveness = Literal["progressing", "hung", "exited", "unknown"]
+# "sleeping": silent for the hang threshold, but the process only sleeps in the kernel (state S) and is not Python
+# (`sleep`, a shell) or is a DataLoader worker waiting for its next index: nothing is stuck mid-step, so not hung.
+Liveness = Literal["progressing", "hung", "sleeping", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same

@@ -18,7 +18,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
+from probes.baseline import (
+    ComparisonInputs,
+    ProgressComparison,
+    compare_progress,
+    mfu_percent,
+    printed_percent,
+    target_gpu_name,
+)
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
@@ -167,14 +174,16 @@ class Monitor:
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
         return self._view
 
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame."""
+    def snapshot(self, partial: str | None = None) -> dict[str, Any]:
+        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
+        why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
         from probes.snapshot import build_snapshot
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job, shares=self._view.shares, cannot_see=self._view.cannot_see)
+                              job=self._view.job, shares=self._view.shares, cannot_see=self._view.cannot_see,
+                              partial=partial)
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -244,7 +253,7 @@ def pace_line(pace: Pace | None) -> str | None:
         return None
     printed = ""
     if compared.reported_mfu_pct is not None:
-        printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
+        printed = f"; the log's {printed_percent(compared.reported_mfu_pct)}%"
         log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
@@ -252,7 +261,7 @@ def pace_line(pace: Pace | None) -> str | None:
         printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
                     f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
-    line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
+    line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:
         line += f"; {compared.compute_bound_pct:.0f}% of the reference step's rate"
     return line
@@ -298,7 +307,7 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Ve
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room."""
-    if verdict.liveness in ("hung", "exited"):
+    if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)
     also = recurring_lines(shares, verdict.bottleneck) if shares is not None and verdict.liveness != "unknown" else []

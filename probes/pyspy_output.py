@@ -1,8 +1,10 @@
 """Reading py-spy's output: ``record --format raw`` and ``dump --json`` text into probes.frame types.
 
 Pure functions of text (no processes, no files, no clock), so py-spy's formats are tested here without
-py-spy: the stack sampler (probes/pyspy.py) runs the binary and hands its output to these parsers, and the
-sampling policy (probes/sampling_policy.py) compares the ``dominant_position`` of successive windows.
+py-spy: the stack sampler (probes/pyspy.py) runs the binary and hands its output to these parsers (a
+``record --gil`` window is the same raw format, holding the GIL holder's stacks only), asks
+``other_thread_working`` of a dump whether a GIL window is worth running, and the sampling policy
+(probes/sampling_policy.py) compares the ``dominant_position`` of successive windows.
 """
 
 from __future__ import annotations
@@ -150,3 +152,15 @@ def dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
 def is_worker_stack(frames: Sequence[StackFrame]) -> bool:
     function, file_suffix = TORCH_WORKER_LOOP
     return any(frame_matches(f, function, file_suffix) for f in frames)
+
+
+def other_thread_working(pid: int, threads: Sequence[ThreadStack]) -> bool:
+    """Whether a dump caught a thread other than the main one (TID == PID) working: active, and not in one of
+    the known blocking calls. Only then can the threads of a process contend for its GIL."""
+    for thread in threads:
+        if thread.tid == pid or thread.idle or not thread.frames:
+            continue
+        inner = thread.frames[0]
+        if not any(frame_matches(inner, function, suffix) for function, suffix in KNOWN_WAITS):
+            return True
+    return False

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from probes import __version__
 from probes.frame import Frame, from_jsonable, to_jsonable
+from probes.private_files import open_private
 
 RECORDING_SCHEMA = "gputop.recording/1"
 SKIPPED_LINES_NAMED = 3  # in the notice; the rest are counted
@@ -55,7 +56,7 @@ class Recorder:
         self.frames = 0
         self.problem: str | None = None
         cut_short = _ends_mid_line(self.path)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = open_private(self.path, "a")  # stacks and command lines: 0600
         try:
             if cut_short:  # an earlier writer was killed mid-line: keep its cut line apart from ours
                 self._file.write("\n")

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.diagnosis.collectives import collective_gaps, gap_line
+from probes.diagnosis.evidence import gil_summary
+from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
@@ -35,11 +37,12 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
                    comparison: ComparisonInputs | None = None, pace: Pace | None = None,
                    job: JobVerdict | None = None, shares: TimeShares | None = None,
-                   cannot_see: Sequence[Check] = ()) -> dict[str, Any]:
+                   cannot_see: Sequence[Check] = (), partial: str | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
     seconds per iteration; a distributed job's verdict fills `job` (null for a lone process); cannot_see is
-    what gputop could not read (MonitorView.cannot_see)."""
+    what gputop could not read (MonitorView.cannot_see); `partial` says why the run stopped before the duration
+    asked (a signal), making the document's "partial" true."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -66,6 +69,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "gputop_version": __version__,
         "created": datetime.fromtimestamp(latest.time, tz=timezone.utc).isoformat(),
         "duration_s": round(elapsed, 3),
+        "partial": partial is not None,
+        "partial_reason": partial,
         "frames": len(frames),
         "target": to_jsonable(latest.target),
         "processes": to_jsonable(latest.processes),
@@ -87,6 +92,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             # and in the verdict's evidence.
             "hot_frames": [to_jsonable(h) for h in hot_frames(counts, include_idle=False, limit=HOT_FRAMES_LIMIT)],
             "by_process": by_process,
+            # Who held each process's GIL over the run, where GIL windows ran (another thread than the main one
+            # was seen working): py-spy's looks, and per thread how many found it holding the GIL.
+            "gil": _gil_document(frames),
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
@@ -114,6 +122,21 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "recurring_phases": [{"phase": r.phase, "share": round(r.share, 3), "period_s": round(r.period_s, 1),
                               "episodes": r.episodes} for r in shares.recurring] if shares else [],
     }
+
+
+def _gil_document(frames: Sequence[Frame]) -> list[dict[str, Any]]:
+    documents = []
+    for pid in sorted({g.pid for f in frames for g in f.stacks.gil}):
+        summary = gil_summary(frames, pid)
+        if summary is None or not summary.looks:
+            continue
+        documents.append({
+            "pid": pid,
+            "looks": summary.looks,
+            "holders": [{"tid": h.tid, "name": h.name, "held": h.held, "share": round(h.held / summary.looks, 3),
+                         "where": describe(h.stack[0]) if h.stack else None} for h in summary.holders],
+        })
+    return documents
 
 
 RANK_EVIDENCE_LINES = 2

@@ -301,7 +301,7 @@ def run_gputop(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, says", [
-    (("serve",), "gputop serve --pid PID, or gputop serve --follow"),
+    (("serve",), "gputop serve --pid PID, --slurm-job JOBID, or gputop serve --follow"),
     (("serve", "--pid", "999999999"), "no process with PID 999999999"),
     (("serve", "--follow", "--log", "x.log"), "use it with --pid"),
     (("serve", "--pid", "1", "--follow"), "not allowed with argument"),

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from probes.frame import StackCount, StackFrame
-from probes.pyspy_output import dominant_position, parse_dump, parse_raw, samples_in
+from probes.frame import StackCount, StackFrame, ThreadStack
+from probes.pyspy_output import (
+    dominant_position,
+    other_thread_working,
+    parse_dump,
+    parse_raw,
+    samples_in,
+)
 
 TPY = "/usr/lib/python3.11/threading.py"
 RAW = "\n".join([
@@ -61,6 +67,18 @@ def test_dominant_position_skips_idle_waits():
     waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
     assert dominant_position([busy, waiting]) == ("step", "/app/train.py")
     assert dominant_position([waiting]) is None
+
+
+def test_a_thread_other_than_the_main_one_working_opens_the_gil_windows():
+    pid = 100
+    spin = (StackFrame("aggregate_metrics", "/app/telemetry.py", 41),)
+    waiting = (StackFrame("wait", "/usr/lib/python3.11/threading.py", 320),)
+    main = ThreadStack(pid=pid, tid=pid, name="MainThread", idle=False, frames=spin)
+    assert not other_thread_working(pid, [main])  # one thread alone cannot contend for the GIL
+    assert not other_thread_working(pid, [main, ThreadStack(pid=pid, tid=101, idle=True, frames=spin)])
+    # py-spy may call a thread in a known wait active (caught waking up): still a waiting thread
+    assert not other_thread_working(pid, [main, ThreadStack(pid=pid, tid=102, idle=False, frames=waiting)])
+    assert other_thread_working(pid, [main, ThreadStack(pid=pid, tid=103, idle=False, frames=spin)])
 
 
 def test_windows_that_print_the_same_stack_share_its_parsed_frames():

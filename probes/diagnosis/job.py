@@ -93,7 +93,8 @@ def project_rank(frame: Frame, pid: int) -> Frame:
     target = TargetInfo(
         pid=pid, alive=alive, cmdline=sample.cmdline if sample is not None else (), exe=root.exe,
         python_version=root.python_version, exited_at=None if alive else frame.time,
-        exit_reason=None if alive else "the rank's process ended", environment=root.environment)
+        exit_reason=None if alive else "the rank's process ended", environment=root.environment,
+        ranks_on_node=max(1, sum(1 for p in frame.processes if p.role == ROLE_RANK and p.alive)))
     stacks = frame.stacks
     counts = tuple(c for c in stacks.counts if c.pid in members)
     stacks = StacksReading(

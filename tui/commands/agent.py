@@ -24,17 +24,15 @@ import threading
 import time
 
 from tui.commands.shared import (
-    UsageError,
     add_follow_argument,
     add_monitoring_arguments,
     add_pid_argument,
     add_process_only_argument,
     add_sampling_arguments,
     add_slurm_job_argument,
-    check_target,
+    check_one_job_or_follow,
     engine_config,
     hang_after,
-    resolve_slurm_job,
 )
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 
@@ -65,16 +63,7 @@ class AgentCommand:
         parser.set_defaults(native=False, blocking=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        resolve_slurm_job(args)
-        if args.pid is None and not args.follow:
-            raise UsageError("say what to watch: gputop agent --pid PID, --slurm-job JOBID, or --follow for every "
-                             "job on this node")
-        if args.pid is not None:
-            check_target(args.pid)
-        elif args.log is not None:
-            raise UsageError("--log names one target's log: use it with --pid, not --follow")
-        if args.process_only and args.pid is None:
-            raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
+        check_one_job_or_follow(args, "agent")
         return stream_frames(args, sys.stdout)
 
 

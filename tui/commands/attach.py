@@ -105,6 +105,10 @@ class AttachCommand:
                              "speedscope")
         check_writable(args.flamegraph, "flame graph")
         comparison = comparison_inputs(args)
+        if args.duration is not None and args.snapshot is None and not args.record and args.flamegraph is None:
+            # Sampling for S seconds and keeping nothing would print nothing and exit 0: say what is missing.
+            raise UsageError("--duration needs --snapshot PATH ('-' for stdout), --record FILE.jsonl or --flamegraph "
+                             "FILE: it sets how long a headless run samples before writing them")
         if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.engine import Engine
@@ -224,7 +228,13 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
         profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()
     interrupted = False
-    previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopped_by: list[str] = []  # the signal that ended the run before --duration, if one did
+
+    def on_sigterm(*_) -> None:
+        stopped_by.append("SIGTERM")
+        stop.set()
+
+    previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
     told_record_problem = False
     told_job_note = False
     told_cannot_see: set[str] = set()
@@ -239,6 +249,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
                 told_record_problem = True
     except KeyboardInterrupt:
         interrupted = True
+        stopped_by.append("SIGINT (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         engine.close()
@@ -251,10 +262,17 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
+    partial = None
+    if stopped_by:
+        watched = sum(frame.interval_s for frame in monitor.view.frames)
+        partial = f"stopped by {stopped_by[0]} after {watched:.0f} s of the {duration:g} s asked"
     if args.snapshot is not None:
-        write_json_atomic(monitor.snapshot(), args.snapshot)
-        if args.snapshot != "-":
-            print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
+        write_json_atomic(monitor.snapshot(partial=partial), args.snapshot)
+        where = "" if args.snapshot == "-" else f" written to {args.snapshot}"
+        if partial is not None:  # said on stderr even for stdout: the reader of the JSON may not look at the field
+            print(f"gputop: PARTIAL snapshot of PID {args.pid}{where} ({partial})", file=sys.stderr)
+        elif where:
+            print(f"gputop: snapshot of PID {args.pid}{where}", file=sys.stderr)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_INCOMPLETE if monitor.record_problem or profile_problem else EXIT_OK

@@ -17,11 +17,10 @@ from tui.commands.shared import (
     add_process_only_argument,
     add_sampling_arguments,
     add_slurm_job_argument,
-    check_target,
+    check_one_job_or_follow,
     comparison_inputs,
     engine_config,
     hang_after,
-    resolve_slurm_job,
 )
 from tui.exitcodes import EXIT_OK
 from tui.serve import DEFAULT_LISTEN_HOST, DEFAULT_PORT, ListenError, Server, parse_listen
@@ -52,15 +51,7 @@ class ServeCommand:
         parser.set_defaults(native=False, blocking=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        resolve_slurm_job(args)
-        if args.pid is None and not args.follow:
-            raise UsageError("say what to serve: gputop serve --pid PID, or gputop serve --follow for every job")
-        if args.pid is not None:
-            check_target(args.pid)
-        elif args.log is not None:
-            raise UsageError("--log names one target's log: use it with --pid, not --follow")
-        if args.process_only and args.pid is None:
-            raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
+        check_one_job_or_follow(args, "serve")
         comparison = comparison_inputs(args)
         try:
             host, port = parse_listen(args.listen)

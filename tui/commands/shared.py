@@ -201,6 +201,21 @@ def comparison_inputs(args: argparse.Namespace):
 # --- checks of what the user named, before anything starts ------------------------------------------------
 
 
+def check_one_job_or_follow(args: argparse.Namespace, command: str) -> None:
+    """For commands that watch one job (--pid, --slurm-job) or every job here (--follow): one of them is named,
+    the PID is alive, and the options that narrow one target are not given with --follow."""
+    resolve_slurm_job(args)
+    if args.pid is None and not args.follow:
+        raise UsageError(f"say what to watch: gputop {command} --pid PID, --slurm-job JOBID, or gputop {command} "
+                         "--follow for every job on this node")
+    if args.pid is not None:
+        check_target(args.pid)
+    elif args.log is not None:
+        raise UsageError("--log names one target's log: use it with --pid, not --follow")
+    if args.process_only and args.pid is None:
+        raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
+
+
 def resolve_slurm_job(args: argparse.Namespace) -> None:
     """With --slurm-job, set args.pid to the slurmstepd of that step on this node; Slurm missing, no such job or
     no process of it here is a UsageError."""
