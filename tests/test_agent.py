@@ -133,5 +133,6 @@ def test_agent_without_a_target_says_what_to_give():
     result = subprocess.run([sys.executable, "-m", "tui", "agent"], capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
     assert result.returncode == 2
-    assert "gputop agent --pid PID, --slurm-job JOBID, or gputop agent --follow" in result.stderr and "Traceback" not in result.stderr
+    assert "gputop agent --pid PID, --slurm-job JOBID, or gputop agent --follow" in result.stderr
+    assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
