@@ -27,7 +27,9 @@ core at 5 Hz.
 
 A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
 with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
-SIGTERM or SIGKILL would lose it.
+SIGTERM or SIGKILL would lose it. While a process is settled its dumps come every second and double as stack
+checks: when two in a row catch the main thread where its windows since settling never did (the policy's
+``stack_check``), that process alone is woken the same way, for changes of phase that only the stacks show.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
@@ -61,6 +63,8 @@ from probes.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
     is_worker_stack,
+    main_thread_position,
+    main_thread_positions,
     parse_dump,
     parse_raw,
     samples_in,
@@ -70,6 +74,7 @@ from probes.sampling_policy import (
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
     MAX_WINDOW_S,
+    STACK_CHECK_EVERY_S,
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
@@ -373,8 +378,10 @@ class StackSampler:
         first_window_s: float = FIRST_WINDOW_S,
         max_window_s: float = MAX_WINDOW_S,
         settled_rate_hz: float | None = None,
+        stack_check_every_s: float | None = STACK_CHECK_EVERY_S,
     ) -> None:
-        """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz)."""
+        """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz).
+        stack_check_every_s: while settled, dump this often to check the main thread's stack (None: never)."""
         self.rate_hz = float(rate_hz)
         self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
         self.native = native
@@ -382,6 +389,7 @@ class StackSampler:
         self.dump_every_s = dump_every_s
         self.first_window_s = first_window_s
         self.max_window_s = max(max_window_s, first_window_s)
+        self.stack_check_every_s = stack_check_every_s
         self.pyspy_path = pyspy_path or find_pyspy()
         self.version: str | None = None
         self._unavailable_reason: str | None = None
@@ -416,7 +424,8 @@ class StackSampler:
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
-                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s)
+                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s,
+                              stack_check_every_s=self.stack_check_every_s)
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -488,16 +497,18 @@ class StackSampler:
             self.wake(reason)
         return reason
 
-    def wake(self, reason: str) -> None:
-        """Look closely again at once: every process goes back to the fast rate, and its running record window
-        is ended with SIGINT, on which py-spy writes the samples it has, so they arrive now rather than at
-        the window's end. The reading that carries them is marked with ``reason`` (phase_change): stack
-        counts up to it describe the phase before."""
+    def wake(self, reason: str, pids: Sequence[int] | None = None) -> None:
+        """Look closely again at once: every process (or those of ``pids``) goes back to the fast rate, and its
+        running record window is ended with SIGINT, on which py-spy writes the samples it has, so they arrive
+        now rather than at the window's end. The reading that carries them is marked with ``reason``
+        (phase_change): stack counts up to it describe the phase before."""
         to_cut = []
         with self._lock:
             if self._closed:
                 return
             for pid, sampler in self._samplers.items():
+                if pids is not None and pid not in pids:
+                    continue
                 sampler.policy.wake()
                 self._mark_epochs[pid] = sampler.policy.epoch
                 if sampler.window_epoch is None:
@@ -823,7 +834,8 @@ class StackSampler:
                 self._note_success(sampler, behind="behind in sampling" in log)
                 picture = dominant_position(counts)
                 with self._lock:
-                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch)
+                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch,
+                                                   main_thread_positions(counts, pid))
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
@@ -861,7 +873,13 @@ class StackSampler:
                 failures = 0
                 self._deliver_dump(sampler, threads)
                 with self._lock:
+                    state = self._current_state(sampler)
+                    if state is not None and state.is_worker:  # its parent's main thread shows its changes
+                        sampler.policy.check_stacks = False
+                    moved = sampler.policy.stack_check(main_thread_position(threads, pid))
                     wait_s = sampler.policy.dump_wait_s()
+                if moved is not None and not sampler.stop.is_set():
+                    self.wake(f"PID {pid}: {moved}", pids=[pid])
                 sampler.stop.wait(wait_s)
                 continue
             if spawn_error:

@@ -23,8 +23,16 @@ The policy, per process:
   samples are in (enough for a verdict, diagnose's THIN_SAMPLES), and starts a new epoch: the running window,
   ended early by the sampler, mixes both phases and is not compared with what follows.
 
+* Check the stacks: a change of phase that moves none of those readings (a main thread at 100% CPU that leaves a
+  pure-Python tokenizer for torch ops on the same thread) would still wait for the settled window's end. So,
+  with ``stack_check_every_s`` set, a settled process is dumped that often (the dump the sampler takes anyway,
+  for idle flags, only more often) and :meth:`SamplingPolicy.stack_check` compares where the dump caught the
+  main thread (its innermost (function, file)) with every position the main thread was sampled at since the
+  picture settled. A position never seen there, twice in a row (the second dump ``CONFIRM_AFTER_S`` after the
+  first: one dump can catch a rare line of a steady loop), means the phase moved: the sampler wakes that process.
+
 With ``settled_rate_hz`` None (a rate the user fixed) it never settles and a wake keeps the rate, only the
-windows shorten.
+windows shorten; nor are the stacks checked, since the windows stay short.
 """
 
 from __future__ import annotations
@@ -49,6 +57,16 @@ SETTLED_DUMP_EVERY_S = 15.0
 # py-spy spaces samples at random). About 0.1 core-second per wake on a 100-thread target.
 LOOK_AGAIN_SAMPLES = 10
 LOOK_AGAIN_RATE_FACTOR = 2.0
+# While settled, a dump of each process this often checks its main thread is still where the windows saw it
+# (see the module docstring). The overhead benchmark (README) measured the cost: a dump is ~0.015-0.035
+# core-seconds, so this adds at most a few hundredths of a core per process; every 2 s would halve that and
+# add ~0.5 s to the latency of a stack-only change of phase (goal: 5 s).
+STACK_CHECK_EVERY_S = 1.0
+# A dump at a position not seen since settling is confirmed by another this soon after it, before the
+# process is woken: a wake costs ~0.1 core-second, a confirmation dump a fifth of that.
+CONFIRM_AFTER_S = 0.2
+STACK_CHECK_CONFIRMATIONS = 2  # dumps in a row at unseen positions
+MAX_SEEN_POSITIONS = 512  # a bound on the positions remembered since settling (a loop has far fewer)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,9 @@ class WindowPlan:
     rate_hz: float
     seconds: float
     epoch: int
+
+
+Position = tuple[str, str]  # (function, file) of a thread's innermost frame
 
 
 class SamplingPolicy:
@@ -77,6 +98,7 @@ class SamplingPolicy:
         dump_every_s: float = DEFAULT_DUMP_EVERY_S,
         settled_dump_every_s: float = SETTLED_DUMP_EVERY_S,
         look_again_samples: int = LOOK_AGAIN_SAMPLES,
+        stack_check_every_s: float | None = None,
     ) -> None:
         self.fast_rate_hz = float(rate_hz)
         self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
@@ -91,6 +113,14 @@ class SamplingPolicy:
         self.epoch = 0  # bumped by every wake: windows started before it describe the earlier phase
         self._look_again_left = 0  # samples still wanted at the boosted rate since the last wake
         self._previous_picture: Hashable | None = None
+        # Checking the stacks while settled: the dump cadence (None: no checks), whether this process is
+        # checked (the sampler turns it off for DataLoader workers: the parent's main thread shows their
+        # changes), the main thread's positions in the windows since settling, and unseen dumps in a row.
+        self.stack_check_every_s = stack_check_every_s
+        self.check_stacks = True
+        self._previous_positions: frozenset[Position] = frozenset()
+        self._seen_positions: set[Position] = set()
+        self._unseen_in_a_row = 0
 
     @property
     def settled(self) -> bool:
@@ -115,30 +145,74 @@ class SamplingPolicy:
         self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
         self._previous_picture = None  # settling again takes two agreeing windows of the new phase
         self._look_again_left = self.look_again_samples
+        self._forget_positions()
 
-    def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None) -> None:
+    def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
+                        main_positions: frozenset[Position] = frozenset()) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
-        (probes.pyspy_output.dominant_position), ``epoch`` its plan's. Decides the next window's rate and length."""
+        (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` the innermost
+        positions its samples caught the main thread at (probes.pyspy_output.main_thread_positions). Decides the
+        next window's rate and length."""
         if epoch is not None and epoch != self.epoch:
             return  # started before a wake: it straddles the change, so it says nothing about the new phase
         if self.looking_again:
             self._look_again_left = max(0, self._look_again_left - samples)
-            self._previous_picture = picture
+            self._previous_picture, self._previous_positions = picture, main_positions
             return  # windows stay short until the new phase has been seen enough
         self.window_s = min(self.window_s * 2, self.max_window_s)
         if self.settled_rate_hz is None:
             return
         if self.window_s >= self.max_window_s and picture == self._previous_picture:
+            if not self.settled:  # the window that agreed with this one is part of the settled picture
+                self._seen_positions = set(self._previous_positions)
             self.rate_hz, self.window_s = self.settled_rate_hz, self.settled_window_s
+            if len(self._seen_positions) < MAX_SEEN_POSITIONS:
+                self._seen_positions |= main_positions
         elif self.settled:  # the picture moved: look closely again
             self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
-        self._previous_picture = picture
+            self._forget_positions()
+        self._previous_picture, self._previous_positions = picture, main_positions
+
+    def _forget_positions(self) -> None:
+        self._seen_positions = set()
+        self._unseen_in_a_row = 0
+
+    @property
+    def checking_stacks(self) -> bool:
+        """Dumps check the main thread's position: settled, with checks on and positions to compare with."""
+        return (self.stack_check_every_s is not None and self.check_stacks and self.settled
+                and bool(self._seen_positions))
+
+    def stack_check(self, main_position: Position | None) -> str | None:
+        """A dump caught the main thread at ``main_position``. When it and the dump before it lie where no
+        window since settling saw the main thread, the phase moved: say how (one line; the sampler wakes the
+        process). None otherwise, and when not checking."""
+        if not self.checking_stacks or main_position is None or main_position in self._seen_positions:
+            self._unseen_in_a_row = 0
+            return None
+        self._unseen_in_a_row += 1
+        if self._unseen_in_a_row < STACK_CHECK_CONFIRMATIONS:
+            return None
+        self._unseen_in_a_row = 0
+        before = _describe_position(self._previous_picture)
+        return (f"main thread's stack moved ({before} → {_describe_position(main_position)}, "
+                f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")
 
     def dump_wait_s(self) -> float:
         """Seconds to wait after a dump before the next one."""
+        if self.checking_stacks:
+            return CONFIRM_AFTER_S if self._unseen_in_a_row else float(self.stack_check_every_s or 0.0)
         if self.settled:
             return max(self.dump_every_s, self.settled_dump_every_s)
         return self.dump_every_s
+
+
+def _describe_position(position: Hashable | None) -> str:
+    """'tokenize_text (phase_switch.py)' for a (function, file) position."""
+    if isinstance(position, tuple) and len(position) == 2:
+        function, file = position
+        return f"{function} ({str(file).rsplit('/', 1)[-1]})"
+    return "waits only" if position is None else str(position)
 
 
 # --- when the picture may have moved -----------------------------------------------------------------------

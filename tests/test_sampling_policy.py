@@ -6,6 +6,7 @@ import math
 import random
 
 from probes.sampling_policy import (
+    CONFIRM_AFTER_S,
     DEFAULT_DUMP_EVERY_S,
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
@@ -15,6 +16,7 @@ from probes.sampling_policy import (
     SETTLED_DUMP_EVERY_S,
     SETTLED_RATE_HZ,
     SETTLED_WINDOW_S,
+    STACK_CHECK_EVERY_S,
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
@@ -177,6 +179,85 @@ def test_wake_while_fast_starts_short_windows_again_and_a_fixed_rate_stays_fixed
     assert window.seconds == FIRST_WINDOW_S and window.rate_hz == 14.0  # looks again, then 7 Hz
     fixed.window_finished(STEP, 20, window.epoch)
     assert fixed.next_window().rate_hz == 7.0 and not fixed.settled
+
+
+# --- checking the stacks while settled (issue 19: a change of phase only the stacks show) ---------------------
+
+PREPARE = ("prepare_dataset", "/app/data.py")
+FORWARD = ("Linear.forward", "/torch/nn/modules/linear.py")
+
+
+def checked(picture=TOKENIZE, positions=frozenset({TOKENIZE, PREPARE})) -> SamplingPolicy:
+    """A policy with stack checks on, settled on windows whose main thread sat at ``positions``."""
+    policy = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ, stack_check_every_s=STACK_CHECK_EVERY_S)
+    for _ in range(10):
+        policy.window_finished(picture, main_positions=positions)
+        if policy.settled:
+            return policy
+    raise AssertionError("never settled")
+
+
+def test_settled_dumps_come_every_check_interval_and_only_while_settled():
+    policy = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ, stack_check_every_s=STACK_CHECK_EVERY_S)
+    assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+    assert policy.stack_check(FORWARD) is None  # not settled: nothing to compare with
+    settle(policy)  # windows that say nothing of the main thread: nothing to compare with either
+    assert not policy.checking_stacks and policy.dump_wait_s() == SETTLED_DUMP_EVERY_S
+    policy = checked()
+    assert policy.checking_stacks and policy.dump_wait_s() == STACK_CHECK_EVERY_S
+    policy.wake()
+    assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+
+
+def test_a_dump_where_the_windows_saw_the_main_thread_holds():
+    policy = checked()
+    for position in [TOKENIZE, PREPARE, TOKENIZE, None] * 5:  # None: the main thread had no frames
+        assert policy.stack_check(position) is None
+        assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+
+
+def test_two_unseen_dumps_in_a_row_say_the_stack_moved_and_one_is_confirmed_soon():
+    policy = checked()
+    assert policy.stack_check(FORWARD) is None  # one unseen dump may be a rare line of the same loop
+    assert policy.dump_wait_s() == CONFIRM_AFTER_S  # so the next dump comes soon, to confirm
+    moved = policy.stack_check(("_engine_run_backward", "/torch/autograd/graph.py"))
+    assert moved == "main thread's stack moved (tokenize_text (data.py) → _engine_run_backward (graph.py), " \
+                    "2 dumps in a row)"
+    assert policy.dump_wait_s() == STACK_CHECK_EVERY_S  # the sampler wakes it; until then the usual cadence
+
+
+def test_an_unseen_dump_followed_by_a_seen_one_is_forgotten():
+    policy = checked()
+    for _ in range(5):
+        assert policy.stack_check(FORWARD) is None
+        assert policy.stack_check(TOKENIZE) is None
+        assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+
+
+def test_positions_seen_by_every_window_since_settling_count_and_a_new_picture_forgets_them():
+    policy = checked(positions=frozenset({TOKENIZE}))
+    # the window that settled it and the one before it; then each settled window adds what it saw
+    policy.window_finished(TOKENIZE, 10, main_positions=frozenset({TOKENIZE, PREPARE}))
+    assert policy.stack_check(PREPARE) is None and policy.stack_check(PREPARE) is None
+    policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))  # the picture moved by itself
+    assert not policy.settled and not policy.checking_stacks
+    policy = checked(picture=FORWARD, positions=frozenset({FORWARD}))
+    assert policy.stack_check(TOKENIZE) is None and policy.stack_check(PREPARE) is not None
+
+
+def test_no_checks_for_a_fixed_rate_for_workers_or_when_turned_off():
+    fixed = SamplingPolicy(5.0, stack_check_every_s=STACK_CHECK_EVERY_S)  # --rate 5: never settles
+    for _ in range(10):
+        fixed.window_finished(TOKENIZE, main_positions=frozenset({TOKENIZE}))
+    assert not fixed.checking_stacks
+    worker = checked()
+    worker.check_stacks = False  # the sampler found it is a DataLoader worker
+    assert worker.stack_check(FORWARD) is None and worker.stack_check(FORWARD) is None
+    assert worker.dump_wait_s() == SETTLED_DUMP_EVERY_S
+    off = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ)  # stack_check_every_s None
+    for _ in range(5):
+        off.window_finished(TOKENIZE, main_positions=frozenset({TOKENIZE}))
+    assert off.settled and not off.checking_stacks
 
 
 def signals(cpu=100.0, main=98.0, wakeups=3.0, io=0.0) -> PhaseSignals:

@@ -1,10 +1,11 @@
 """Target: prepares data on the main thread (a tokenize-like pure-Python loop) until SIGUSR1, then trains.
 
-Usage: phase_switch.py [--seconds S]. Prints "ready" once the data preparation runs, and on SIGUSR1
+Usage: phase_switch.py [--seconds S] [--torch-threads N]. Prints "ready" once the data preparation runs, and on SIGUSR1
 "switched UNIX_TIME" (the moment the loop left data preparation) before the first compute step. The compute
 phase is a CPU MLP training loop on torch's intra-op threads (as many as CPUs, torch's own default), built and
 warmed up before the data phase so that its threads already exist: the switch is a change of what the same
-threads do, not new threads appearing.
+threads do, not new threads appearing. ``--torch-threads 1`` keeps the compute on the main thread: it runs at
+100% CPU in both phases and only its stack changes (issue 19: no CPU, I/O or wake-up signal moves).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def train_step(model, optimizer, batch: torch.Tensor) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--torch-threads", type=int, default=max(2, os.cpu_count() or 2),
+                        help="torch's intra-op threads (default: as many as CPUs, at least 2)")
     args = parser.parse_args()
 
     def request_switch(*_) -> None:
@@ -60,7 +63,7 @@ def main() -> None:
         switch_requested = True
 
     signal.signal(signal.SIGUSR1, request_switch)
-    torch.set_num_threads(max(2, os.cpu_count() or 2))
+    torch.set_num_threads(args.torch_threads)
     model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = torch.randn(256, 512)
