@@ -19,7 +19,7 @@ The policy, per process:
   lag a change of phase by over 6 s. The per-tick readings the engine takes anyway (CPU%, the main thread's
   CPU and wake-ups, I/O rates, the process set) move at once when the phase does: the
   :class:`PhaseChangeDetector` watches them, and when they move the sampler calls :meth:`SamplingPolicy.wake`,
-  which goes back to the fast rate at once, looks again at twice that rate until ``look_again_samples``
+  which goes back to the fast rate at once, looks again at four times that rate until ``look_again_samples``
   samples are in (enough for a verdict, diagnose's THIN_SAMPLES), and starts a new epoch: the running window,
   ended early by the sampler, mixes both phases and is not compared with what follows.
 
@@ -54,9 +54,12 @@ SETTLED_WINDOW_S = 10.0
 SETTLED_DUMP_EVERY_S = 15.0
 # After a wake: this many samples at LOOK_AGAIN_RATE_FACTOR x the fast rate, in first-length windows, so that
 # a verdict on the new phase does not wait for 10 samples at 5 Hz (2 s on average, 3 s one time in ten:
-# py-spy spaces samples at random). About 0.1 core-second per wake on a 100-thread target.
+# py-spy spaces samples at random). 4x (20 Hz in a 1 s window) rather than 2x: at 10 Hz a 1 s window often
+# brought 9 samples (seen on a crowded machine), one short of a verdict, and the verdict waited a second window;
+# the number in a window is about Poisson, below 10 about half the time at 10 Hz and 1 time in 200 at 20 Hz.
+# About 0.25 core-second per wake on a 100-thread target.
 LOOK_AGAIN_SAMPLES = 10
-LOOK_AGAIN_RATE_FACTOR = 2.0
+LOOK_AGAIN_RATE_FACTOR = 4.0
 # While settled, a dump of each process this often checks its main thread is still where the windows saw it
 # (see the module docstring). The overhead benchmark (README) measured the cost: a dump is ~0.015-0.035
 # core-seconds, so this adds at most a few hundredths of a core per process; every 2 s would halve that and

@@ -9,6 +9,10 @@ not for guessed times: the verdict is data_bound and py-spy runs at the settled 
 been going for a while (the case where, before the wake, the new phase waited for the window to end). Then it
 switches the target and measures, on the recording's frames folded by probes.monitor.fold, the time from the
 switch (the target prints it) to the verdict turning cpu_bound.
+
+The second test (issue 19) is the switch that only the stacks show: with ``--torch-threads 1`` the main thread
+computes at 100% CPU in both phases, so no CPU, I/O or wake-up signal moves, and the settled dumps' stack check
+must wake the sampler. Its latency goes to $GPUTOP_STACK_PHASE_LATENCY_LOG.
 """
 
 from __future__ import annotations
@@ -63,11 +67,11 @@ def _settled_window_age(monitor_pid: int, target_pid: int) -> float | None:
     return None
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_verdict_follows_a_switch_from_data_preparation_to_compute_within_5_s(spawn_target, tmp_path):
-    target = spawn_target("phase_switch.py", "--seconds", "280", stdout=subprocess.PIPE, text=True, ready=_ready,
-                          timeout=60)
+def _switch_and_measure(spawn_target, tmp_path, *target_args: str, log_variable: str):
+    """Watch phase_switch.py until settled and data_bound, switch it, wait for cpu_bound; print what the frames
+    around the switch show and the latency (appended to $log_variable). (frames, switch time, target PID)."""
+    target = spawn_target("phase_switch.py", "--seconds", "280", *target_args, stdout=subprocess.PIPE, text=True,
+                          ready=_ready, timeout=60)
     record, snapshot = tmp_path / "run.jsonl", tmp_path / "snap.json"
     monitor = subprocess.Popen(
         [sys.executable, "-m", "tui", "--pid", str(target.pid), "--snapshot", str(snapshot), "--duration", "240",
@@ -114,9 +118,28 @@ def test_verdict_follows_a_switch_from_data_preparation_to_compute_within_5_s(sp
     assert change is not None, [(c.time - switched_at, c.bottleneck) for c in view.timeline]
     latency = change.time - switched_at
     print(f"verdict data_bound -> cpu_bound {latency:.2f} s after the switch")
-    log = os.environ.get("GPUTOP_PHASE_LATENCY_LOG")
+    log = os.environ.get(log_variable)
     if log:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(f"{latency:.2f}\n")
+    return frames, switched_at, target.pid
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_verdict_follows_a_switch_from_data_preparation_to_compute_within_5_s(spawn_target, tmp_path):
+    frames, switched_at, _ = _switch_and_measure(spawn_target, tmp_path, log_variable="GPUTOP_PHASE_LATENCY_LOG")
     # The mechanism, not the clock: the sampler was woken by the switch (a reading after it is marked).
     assert any(f.stacks.phase_change for f in frames if f.time >= switched_at), "the switch never woke the sampler"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_verdict_follows_a_switch_only_the_main_threads_stack_shows(spawn_target, tmp_path):
+    frames, switched_at, pid = _switch_and_measure(spawn_target, tmp_path, "--torch-threads", "1",
+                                                   log_variable="GPUTOP_STACK_PHASE_LATENCY_LOG")
+    # The mechanism, not the clock: the settled window was ended early because a dump caught the main thread
+    # outside everything the windows since settling saw (the cheap signals had nothing to say).
+    marks = [f.stacks.phase_change for f in frames if f.time >= switched_at and f.stacks.phase_change]
+    assert marks, "the switch never woke the sampler"
+    assert marks[0].startswith(f"PID {pid}: main thread's stack moved ("), marks

@@ -56,7 +56,7 @@ def test_wake_ends_the_settled_window_now_and_marks_the_reading_that_carries_it(
 
     assert wait_for(marked, timeout=5, interval=0.05) == "PID 1: CPU moved (100% → 190%)"
     assert readings[-1].samples >= 1  # the settled window's samples so far, now rather than in 10 s
-    # then it looks again: a short window at twice the fast rate, whose samples come on a later reading
+    # then it looks again: a short window at a boosted rate, whose samples come on a later reading
     # (the next window starts once the ended one has been read: on a crowded machine, a moment after the mark)
     after = wait_for(lambda: [e for e in entries(log) if e["time"] > cut["time"] and e["mode"] == "record"],
                      timeout=5, interval=0.05)

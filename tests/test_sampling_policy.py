@@ -128,7 +128,7 @@ def test_window_lengths_follow_the_sampler_settings():
 # --- waking on a change of phase -------------------------------------------------------------------------
 
 
-def test_wake_goes_back_to_the_fast_rate_at_once_and_looks_again_at_twice_it():
+def test_wake_goes_back_to_the_fast_rate_at_once_and_looks_again_faster():
     policy = adaptive()
     settle(policy, TOKENIZE)
     running = policy.next_window()
@@ -162,7 +162,7 @@ def test_after_a_wake_it_settles_again_on_the_new_picture():
         if policy.settled:
             break
     assert policy.settled and plan(policy) == (SETTLED_RATE_HZ, SETTLED_WINDOW_S)
-    assert plans == [(10.0, 1.0), (5.0, 1.0), (5.0, 2.0), (5.0, 4.0)]
+    assert plans == [(20.0, 1.0), (5.0, 1.0), (5.0, 2.0), (5.0, 4.0)]
 
 
 def test_wake_while_fast_starts_short_windows_again_and_a_fixed_rate_stays_fixed():
@@ -176,7 +176,7 @@ def test_wake_while_fast_starts_short_windows_again_and_a_fixed_rate_stays_fixed
         fixed.window_finished(STEP)
     fixed.wake()
     window = fixed.next_window()
-    assert window.seconds == FIRST_WINDOW_S and window.rate_hz == 14.0  # looks again, then 7 Hz
+    assert window.seconds == FIRST_WINDOW_S and window.rate_hz == 28.0  # looks again, then 7 Hz
     fixed.window_finished(STEP, 20, window.epoch)
     assert fixed.next_window().rate_hz == 7.0 and not fixed.settled
 
