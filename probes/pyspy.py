@@ -497,11 +497,12 @@ class StackSampler:
             self.wake(reason)
         return reason
 
-    def wake(self, reason: str, pids: Sequence[int] | None = None) -> None:
+    def wake(self, reason: str, pids: Sequence[int] | None = None, wait_for_cut: bool = True) -> None:
         """Look closely again at once: every process (or those of ``pids``) goes back to the fast rate, and its
         running record window is ended with SIGINT, on which py-spy writes the samples it has, so they arrive
         now rather than at the window's end. The reading that carries them is marked with ``reason``
-        (phase_change): stack counts up to it describe the phase before."""
+        (phase_change): stack counts up to it describe the phase before. ``wait_for_cut`` False: the mark does
+        not wait for those samples (the next reading carries it; they come late and are dropped)."""
         to_cut = []
         with self._lock:
             if self._closed:
@@ -513,7 +514,8 @@ class StackSampler:
                 self._mark_epochs[pid] = sampler.policy.epoch
                 if sampler.window_epoch is None:
                     continue
-                self._awaiting_cut.add(pid)
+                if wait_for_cut:
+                    self._awaiting_cut.add(pid)
                 if sampler.record_child is not None:
                     sampler.record_child.cut = True
                     to_cut.append(sampler.record_child)
@@ -854,6 +856,7 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
+            started = time.monotonic()
             returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
                                                               timeout=DUMP_TIMEOUT_S)
             if sampler.stop.is_set():
@@ -879,8 +882,11 @@ class StackSampler:
                     moved = sampler.policy.stack_check(main_thread_position(threads, pid))
                     wait_s = sampler.policy.dump_wait_s()
                 if moved is not None and not sampler.stop.is_set():
-                    self.wake(f"PID {pid}: {moved}", pids=[pid])
-                sampler.stop.wait(wait_s)
+                    # Two dumps saw the new phase: the ended window's samples (a second or more of the old
+                    # phase, and py-spy at 1 Hz may take that long to write them) would only delay the mark.
+                    self.wake(f"PID {pid}: {moved}", pids=[pid], wait_for_cut=False)
+                # From this dump's start: on a crowded machine a dump can take a good part of a second.
+                sampler.stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
                 continue
             if spawn_error:
                 kind, reason = _FAILURE_OTHER, spawn_error
