@@ -30,6 +30,7 @@ with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped samplin
 SIGTERM or SIGKILL would lose it. While a process is settled its dumps come every second and double as stack
 checks: when two in a row catch the main thread where its windows since settling never did (the policy's
 ``stack_check``), that process alone is woken the same way, for changes of phase that only the stacks show.
+Each dump's CPU time (wait4) sets how often: all checks together stay within STACK_CHECK_CPU_BUDGET.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
@@ -78,6 +79,7 @@ from probes.sampling_policy import (
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    stack_check_interval_s,
 )
 from probes.stacks import frame_matches, merge_counts
 from probes.textfiles import read_text
@@ -350,6 +352,8 @@ class _ProcessSampler:
     # A wake writes a byte here so that the record loop stops waiting for the window it ended: py-spy only
     # notices SIGINT at its next sample (a second or two at 1 Hz), and the next window should not wait for it.
     wake_pipe: tuple[int, int] = field(default_factory=lambda: os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
+    # CPU seconds a dump of this process costs (smoothed): how often its stacks can be checked within budget.
+    dump_cpu_s: float | None = None
 
 
 class StackSampler:
@@ -724,6 +728,9 @@ class StackSampler:
                 if child.running:
                     child.kill_and_reap()
                 self._finish(child)
+                if not record and child.cpu_seconds > 0:
+                    before = sampler.dump_cpu_s
+                    sampler.dump_cpu_s = child.cpu_seconds if before is None else 0.7 * before + 0.3 * child.cpu_seconds
         return child.returncode, None, child.killed_by, (child if child.cut else None)
 
     # --- the two loops ----------------------------------------------------------------------------
@@ -880,6 +887,10 @@ class StackSampler:
                     if state is not None and state.is_worker:  # its parent's main thread shows its changes
                         sampler.policy.check_stacks = False
                     moved = sampler.policy.stack_check(main_thread_position(threads, pid))
+                    if self.stack_check_every_s is not None:  # within the checks' CPU budget, shared by all
+                        checked = sum(1 for s in self._samplers.values() if s.policy.checking_stacks)
+                        sampler.policy.stack_check_every_s = stack_check_interval_s(
+                            sampler.dump_cpu_s, checked, self.stack_check_every_s)
                     wait_s = sampler.policy.dump_wait_s()
                 if moved is not None and not sampler.stop.is_set():
                     # Two dumps saw the new phase: the ended window's samples (a second or more of the old

@@ -129,9 +129,10 @@ def dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
 
 
 def main_thread_positions(counts: Sequence[StackCount], pid: int) -> frozenset[tuple[str, str]]:
-    """Every innermost (function, file) a window's samples caught ``pid``'s main thread at, waits included."""
-    return frozenset((c.frames[0].function, c.frames[0].file) for c in counts
-                     if c.frames and is_main_thread(c.pid, c.tid, c.thread_name, c.frames, pid))
+    """Every (function, file) on the stacks a window's samples caught ``pid``'s main thread in, innermost or
+    not, waits included."""
+    return frozenset((f.function, f.file) for c in counts
+                     if c.frames and is_main_thread(c.pid, c.tid, c.thread_name, c.frames, pid) for f in c.frames)
 
 
 def main_thread_position(threads: Sequence[ThreadStack], pid: int) -> tuple[str, str] | None:

@@ -27,9 +27,12 @@ The policy, per process:
   pure-Python tokenizer for torch ops on the same thread) would still wait for the settled window's end. So,
   with ``stack_check_every_s`` set, a settled process is dumped that often (the dump the sampler takes anyway,
   for idle flags, only more often) and :meth:`SamplingPolicy.stack_check` compares where the dump caught the
-  main thread (its innermost (function, file)) with every position the main thread was sampled at since the
-  picture settled. A position never seen there, twice in a row (the second dump ``CONFIRM_AFTER_S`` after the
-  first: one dump can catch a rare line of a steady loop), means the phase moved: the sampler wakes that process.
+  main thread (its innermost (function, file)) with every function the main thread's sampled stacks passed
+  through in the last ``SEEN_WINDOWS`` windows since the last wake (callers too: a steady loop's dumps often
+  catch it between calls, in a caller such as ``Tensor.backward`` that samples only saw further out; and many
+  windows, since a settled one holds ten samples and a training step has rare leaves such as
+  ``cross_entropy``). A function never seen there, ``STACK_CHECK_CONFIRMATIONS`` dumps in a row (each
+  ``CONFIRM_AFTER_S`` after the one before), means the phase moved: the sampler wakes that process.
 
 With ``settled_rate_hz`` None (a rate the user fixed) it never settles and a wake keeps the rate, only the
 windows shorten; nor are the stacks checked, since the windows stay short.
@@ -60,16 +63,32 @@ SETTLED_DUMP_EVERY_S = 15.0
 # About 0.25 core-second per wake on a 100-thread target.
 LOOK_AGAIN_SAMPLES = 10
 LOOK_AGAIN_RATE_FACTOR = 4.0
-# While settled, a dump of each process this often checks its main thread is still where the windows saw it
-# (see the module docstring). The overhead benchmark (README) measured the cost: a dump is ~0.015-0.035
-# core-seconds, so this adds at most a few hundredths of a core per process; every 2 s would halve that and
-# add ~0.5 s to the latency of a stack-only change of phase (goal: 5 s).
+# While settled, a dump of each process at most this often checks its main thread is still where the windows
+# saw it (see the module docstring), within STACK_CHECK_CPU_BUDGET (stack_check_interval_s).
 STACK_CHECK_EVERY_S = 1.0
-# A dump at a position not seen since settling is confirmed by another this soon after it, before the
-# process is woken: a wake costs ~0.1 core-second, a confirmation dump a fifth of that.
+# The CPU all stack checks of a sampler may cost together, in cores. A dump's cost grows with the target's
+# threads: measured here ~0.01 core-seconds on a one-thread loop, ~0.04 beside 100 idle threads. So a
+# one-thread process is checked every second, the 100-thread one every 2 s, and eight such ranks every 16 s
+# each (a node's worth of checks stays at 0.02 core; a rank's change then waits for its window as before).
+STACK_CHECK_CPU_BUDGET = 0.02
+# A dump at a function not seen since settling is confirmed by another this soon after it, before the
+# process is woken: a wake costs ~0.25 core-second on a 100-thread target, a confirmation dump a sixth of that.
 CONFIRM_AFTER_S = 0.2
-STACK_CHECK_CONFIRMATIONS = 2  # dumps in a row at unseen positions
-MAX_SEEN_POSITIONS = 512  # a bound on the positions remembered since settling (a loop has far fewer)
+# Dumps in a row at unseen functions. With two, a steady MLP loop beside 100 threads still woke about once a
+# minute (its windows had seen 17 functions; a dump caught an unseen one 4 times in 31); each more costs
+# CONFIRM_AFTER_S of latency and multiplies the false rate by that chance again.
+STACK_CHECK_CONFIRMATIONS = 3
+# The windows whose main-thread functions a dump is compared with: about two minutes of settled windows.
+SEEN_WINDOWS = 12
+
+
+def stack_check_interval_s(dump_cpu_s: float | None, checked_processes: int, every_s: float = STACK_CHECK_EVERY_S,
+                           budget_cores: float = STACK_CHECK_CPU_BUDGET) -> float:
+    """Seconds between one process's stack checks so that ``checked_processes`` of them, each dump costing
+    ``dump_cpu_s`` (None: not measured yet), cost at most ``budget_cores`` together; never under ``every_s``."""
+    if not dump_cpu_s or dump_cpu_s <= 0:
+        return every_s
+    return max(every_s, max(1, checked_processes) * dump_cpu_s / budget_cores)
 
 
 @dataclass(frozen=True)
@@ -81,7 +100,7 @@ class WindowPlan:
     epoch: int
 
 
-Position = tuple[str, str]  # (function, file) of a thread's innermost frame
+Position = tuple[str, str]  # (function, file) of a frame
 
 
 class SamplingPolicy:
@@ -118,11 +137,11 @@ class SamplingPolicy:
         self._previous_picture: Hashable | None = None
         # Checking the stacks while settled: the dump cadence (None: no checks), whether this process is
         # checked (the sampler turns it off for DataLoader workers: the parent's main thread shows their
-        # changes), the main thread's positions in the windows since settling, and unseen dumps in a row.
+        # changes), the functions on the main thread's stacks per recent window since the last wake, and unseen
+        # dumps in a row.
         self.stack_check_every_s = stack_check_every_s
         self.check_stacks = True
-        self._previous_positions: frozenset[Position] = frozenset()
-        self._seen_positions: set[Position] = set()
+        self._recent_positions: deque[frozenset[Position]] = deque(maxlen=SEEN_WINDOWS)
         self._unseen_in_a_row = 0
 
     @property
@@ -148,49 +167,44 @@ class SamplingPolicy:
         self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
         self._previous_picture = None  # settling again takes two agreeing windows of the new phase
         self._look_again_left = self.look_again_samples
-        self._forget_positions()
+        self._recent_positions.clear()  # the functions of the phase before say nothing of the next one
+        self._unseen_in_a_row = 0
 
     def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
                         main_positions: frozenset[Position] = frozenset()) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
-        (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` the innermost
-        positions its samples caught the main thread at (probes.pyspy_output.main_thread_positions). Decides the
+        (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
+        file) on the main thread's sampled stacks (probes.pyspy_output.main_thread_positions). Decides the
         next window's rate and length."""
         if epoch is not None and epoch != self.epoch:
             return  # started before a wake: it straddles the change, so it says nothing about the new phase
+        if main_positions:
+            self._recent_positions.append(main_positions)
         if self.looking_again:
             self._look_again_left = max(0, self._look_again_left - samples)
-            self._previous_picture, self._previous_positions = picture, main_positions
+            self._previous_picture = picture
             return  # windows stay short until the new phase has been seen enough
         self.window_s = min(self.window_s * 2, self.max_window_s)
         if self.settled_rate_hz is None:
             return
         if self.window_s >= self.max_window_s and picture == self._previous_picture:
-            if not self.settled:  # the window that agreed with this one is part of the settled picture
-                self._seen_positions = set(self._previous_positions)
             self.rate_hz, self.window_s = self.settled_rate_hz, self.settled_window_s
-            if len(self._seen_positions) < MAX_SEEN_POSITIONS:
-                self._seen_positions |= main_positions
         elif self.settled:  # the picture moved: look closely again
             self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
-            self._forget_positions()
-        self._previous_picture, self._previous_positions = picture, main_positions
-
-    def _forget_positions(self) -> None:
-        self._seen_positions = set()
-        self._unseen_in_a_row = 0
+        self._previous_picture = picture
 
     @property
     def checking_stacks(self) -> bool:
         """Dumps check the main thread's position: settled, with checks on and positions to compare with."""
         return (self.stack_check_every_s is not None and self.check_stacks and self.settled
-                and bool(self._seen_positions))
+                and bool(self._recent_positions))
 
     def stack_check(self, main_position: Position | None) -> str | None:
-        """A dump caught the main thread at ``main_position``. When it and the dump before it lie where no
-        window since settling saw the main thread, the phase moved: say how (one line; the sampler wakes the
-        process). None otherwise, and when not checking."""
-        if not self.checking_stacks or main_position is None or main_position in self._seen_positions:
+        """A dump caught the main thread at ``main_position`` (innermost). When it and the dump before it lie in
+        functions no window since settling saw on the main thread's stack, the phase moved: say how (one line;
+        the sampler wakes the process). None otherwise, and when not checking."""
+        if not self.checking_stacks or main_position is None or \
+                any(main_position in seen for seen in self._recent_positions):
             self._unseen_in_a_row = 0
             return None
         self._unseen_in_a_row += 1

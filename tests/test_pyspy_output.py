@@ -72,10 +72,12 @@ def test_dominant_position_skips_idle_waits():
 
 def test_main_thread_positions_of_a_window_and_of_a_dump():
     counts = parse_raw(RAW, pid=4535)
-    # MainThread's innermost frames, and a nameless thread's whose outermost frame is <module>; named threads
-    # other than MainThread left out (as probes.diagnosis.stacks.is_main_thread decides)
-    assert main_thread_positions(counts, 4535) == {("busy", "/app/loop.py"), ("<module>", "<string>"),
-                                                   ("thread_run", "/usr/lib/libpython3.11.so.1.0")}
+    # Every frame of MainThread's stacks, and of a nameless thread's whose outermost frame is <module>; named
+    # threads other than MainThread left out (as probes.diagnosis.stacks.is_main_thread decides)
+    assert main_thread_positions(counts, 4535) == {
+        ("busy", "/app/loop.py"), ("<module>", "/app/loop.py"), ("<module>", "<string>"),
+        ("sock_connect", "/tmp/build/Modules/socketmodule.c"), ("thread_run", "/usr/lib/libpython3.11.so.1.0"),
+        ("0x7facd504524a", "/usr/lib/x86_64-linux-gnu/libc.so.6")}
     assert main_thread_positions(counts, 1) == frozenset()
     dump = """[{"thread_id": 140, "thread_name": "Thread-2", "os_thread_id": 6, "active": true, "owns_gil": true,
       "frames": [{"name": "spin", "filename": "/app/t.py", "line": 3}]},

@@ -5,6 +5,7 @@ The real py-spy's side of it (writing its samples on SIGINT) is checked in test_
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -14,7 +15,13 @@ import pytest
 from conftest import wait_for
 
 from probes.pyspy import StackSampler
-from probes.sampling_policy import LOOK_AGAIN_RATE_FACTOR, SETTLED_WINDOW_S, STACK_CHECK_EVERY_S, PhaseSignals
+from probes.sampling_policy import (
+    LOOK_AGAIN_RATE_FACTOR,
+    SETTLED_WINDOW_S,
+    STACK_CHECK_CONFIRMATIONS,
+    STACK_CHECK_EVERY_S,
+    PhaseSignals,
+)
 
 FAKE = Path(__file__).parent / "fake_pyspy.py"
 FAST_HZ, SETTLED_HZ = 5.0, 1.0
@@ -86,12 +93,14 @@ def test_settled_dumps_check_the_main_thread_and_a_new_position_ends_the_window(
     (tmp_path / "dump_at").write_text("Linear.forward /torch/nn/modules/linear.py")  # the phase moves
     cut = wait_for(lambda: next((e for e in entries(log) if e["mode"] == "sigint"), None), timeout=20, interval=0.05)
     assert (cut["rate"], cut["duration"]) == (SETTLED_HZ, SETTLED_WINDOW_S)  # the settled window, ended early
-    moved = [e for e in entries(log) if e["mode"] == "dump" and e["function"] == "Linear.forward"]
-    assert len(moved) == 2 and moved[1]["time"] - moved[0]["time"] < STACK_CHECK_EVERY_S  # confirmed, soon
+    moved = [e["time"] for e in entries(log) if e["mode"] == "dump" and e["function"] == "Linear.forward"]
+    assert len(moved) == STACK_CHECK_CONFIRMATIONS  # confirmed, each soon after the one before
+    assert all(later - earlier < STACK_CHECK_EVERY_S for earlier, later in itertools.pairwise(moved))
 
     def marked():
         readings.append(sampler.collect())
         return readings[-1].phase_change
 
     assert wait_for(marked, timeout=5, interval=0.05) == (
-        f"PID {os.getpid()}: main thread's stack moved (work (fake.py) → Linear.forward (linear.py), 2 dumps in a row)")
+        f"PID {os.getpid()}: main thread's stack moved (work (fake.py) → Linear.forward (linear.py), "
+        f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")

@@ -13,13 +13,17 @@ from probes.sampling_policy import (
     LOOK_AGAIN_RATE_FACTOR,
     LOOK_AGAIN_SAMPLES,
     MAX_WINDOW_S,
+    SEEN_WINDOWS,
     SETTLED_DUMP_EVERY_S,
     SETTLED_RATE_HZ,
     SETTLED_WINDOW_S,
+    STACK_CHECK_CONFIRMATIONS,
+    STACK_CHECK_CPU_BUDGET,
     STACK_CHECK_EVERY_S,
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    stack_check_interval_s,
 )
 
 STEP = ("step", "/app/train.py")
@@ -216,33 +220,47 @@ def test_a_dump_where_the_windows_saw_the_main_thread_holds():
         assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
 
 
-def test_two_unseen_dumps_in_a_row_say_the_stack_moved_and_one_is_confirmed_soon():
+def test_unseen_dumps_in_a_row_say_the_stack_moved_and_each_is_confirmed_soon():
     policy = checked()
-    assert policy.stack_check(FORWARD) is None  # one unseen dump may be a rare line of the same loop
-    assert policy.dump_wait_s() == CONFIRM_AFTER_S  # so the next dump comes soon, to confirm
+    for _ in range(STACK_CHECK_CONFIRMATIONS - 1):  # one unseen dump may be a rare leaf of the same loop
+        assert policy.stack_check(FORWARD) is None
+        assert policy.dump_wait_s() == CONFIRM_AFTER_S  # so the next dump comes soon, to confirm
     moved = policy.stack_check(("_engine_run_backward", "/torch/autograd/graph.py"))
     assert moved == "main thread's stack moved (tokenize_text (data.py) → _engine_run_backward (graph.py), " \
-                    "2 dumps in a row)"
+                    f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)"
     assert policy.dump_wait_s() == STACK_CHECK_EVERY_S  # the sampler wakes it; until then the usual cadence
 
 
 def test_an_unseen_dump_followed_by_a_seen_one_is_forgotten():
     policy = checked()
     for _ in range(5):
-        assert policy.stack_check(FORWARD) is None
+        for _ in range(STACK_CHECK_CONFIRMATIONS - 1):
+            assert policy.stack_check(FORWARD) is None
         assert policy.stack_check(TOKENIZE) is None
         assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
 
 
-def test_positions_seen_by_every_window_since_settling_count_and_a_new_picture_forgets_them():
+def unseen_in_a_row(policy: SamplingPolicy, position) -> str | None:
+    return [policy.stack_check(position) for _ in range(STACK_CHECK_CONFIRMATIONS)][-1]
+
+
+def test_functions_of_recent_windows_count_until_they_age_out_or_a_wake_forgets_them():
     policy = checked(positions=frozenset({TOKENIZE}))
-    # the window that settled it and the one before it; then each settled window adds what it saw
     policy.window_finished(TOKENIZE, 10, main_positions=frozenset({TOKENIZE, PREPARE}))
-    assert policy.stack_check(PREPARE) is None and policy.stack_check(PREPARE) is None
-    policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))  # the picture moved by itself
+    assert unseen_in_a_row(policy, PREPARE) is None
+    # a window whose picture moved sends it back to the fast rate; its functions join the recent ones
+    policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
     assert not policy.settled and not policy.checking_stacks
-    policy = checked(picture=FORWARD, positions=frozenset({FORWARD}))
-    assert policy.stack_check(TOKENIZE) is None and policy.stack_check(PREPARE) is not None
+    for _ in range(SEEN_WINDOWS):  # settled again on FORWARD, and long enough for the older windows to age out
+        policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
+    assert policy.checking_stacks
+    assert unseen_in_a_row(policy, FORWARD) is None
+    assert unseen_in_a_row(policy, PREPARE) is not None
+    policy = checked()
+    policy.wake()  # a wake forgets them: the phase before says nothing of the next one
+    for _ in range(4):
+        policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
+    assert policy.checking_stacks and unseen_in_a_row(policy, TOKENIZE) is not None
 
 
 def test_no_checks_for_a_fixed_rate_for_workers_or_when_turned_off():
@@ -252,12 +270,24 @@ def test_no_checks_for_a_fixed_rate_for_workers_or_when_turned_off():
     assert not fixed.checking_stacks
     worker = checked()
     worker.check_stacks = False  # the sampler found it is a DataLoader worker
-    assert worker.stack_check(FORWARD) is None and worker.stack_check(FORWARD) is None
+    assert unseen_in_a_row(worker, FORWARD) is None
     assert worker.dump_wait_s() == SETTLED_DUMP_EVERY_S
     off = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ)  # stack_check_every_s None
     for _ in range(5):
         off.window_finished(TOKENIZE, main_positions=frozenset({TOKENIZE}))
     assert off.settled and not off.checking_stacks
+
+
+def test_stack_checks_stay_within_their_cpu_budget_however_many_processes():
+    assert stack_check_interval_s(None, 1) == STACK_CHECK_EVERY_S  # no dump measured yet
+    assert stack_check_interval_s(0.01, 1) == STACK_CHECK_EVERY_S  # a one-thread loop: every second
+    assert stack_check_interval_s(0.04, 1) == 2.0  # beside 100 idle threads
+    assert stack_check_interval_s(0.04, 8) == 16.0  # eight such ranks share the budget
+    assert stack_check_interval_s(0.01, 0, every_s=3.0) == 3.0
+    for dump_cpu_s in (0.005, 0.02, 0.04, 0.3):
+        for processes in (1, 4, 73):
+            cores = processes * dump_cpu_s / stack_check_interval_s(dump_cpu_s, processes)
+            assert cores <= STACK_CHECK_CPU_BUDGET + 1e-9 or stack_check_interval_s(dump_cpu_s, processes) == 1.0
 
 
 def signals(cpu=100.0, main=98.0, wakeups=3.0, io=0.0) -> PhaseSignals:
