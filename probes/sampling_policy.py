@@ -25,7 +25,8 @@ The policy, per process:
 
 * Check the stacks: a change of phase that moves none of those readings (a main thread at 100% CPU that leaves a
   pure-Python tokenizer for torch ops on the same thread) would still wait for the settled window's end. So,
-  with ``stack_check_every_s`` set, a settled process is dumped that often (the dump the sampler takes anyway,
+  with ``stack_check_every_s`` set, a process is dumped that often (settled or not, once two windows since
+  the last wake are in) (the dump the sampler takes anyway,
   for idle flags, only more often) and :meth:`SamplingPolicy.stack_check` compares where the dump caught the
   main thread (its innermost (function, file)) with every function the main thread's sampled stacks passed
   through in the last ``SEEN_WINDOWS`` windows since the last wake (callers too: a steady loop's dumps often
@@ -78,8 +79,10 @@ CONFIRM_AFTER_S = 0.2
 # minute (its windows had seen 17 functions; a dump caught an unseen one 4 times in 31); each more costs
 # CONFIRM_AFTER_S of latency and multiplies the false rate by that chance again.
 STACK_CHECK_CONFIRMATIONS = 3
-# The windows whose main-thread functions a dump is compared with: about two minutes of settled windows.
+# The windows whose main-thread functions a dump is compared with: about two minutes of settled windows; and
+# the fewest since a wake before dumps are compared with them (the look-again window and one more).
 SEEN_WINDOWS = 12
+MIN_CHECKED_WINDOWS = 2
 
 
 def stack_check_interval_s(dump_cpu_s: float | None, checked_processes: int, every_s: float = STACK_CHECK_EVERY_S,
@@ -195,9 +198,12 @@ class SamplingPolicy:
 
     @property
     def checking_stacks(self) -> bool:
-        """Dumps check the main thread's position: settled, with checks on and positions to compare with."""
-        return (self.stack_check_every_s is not None and self.check_stacks and self.settled
-                and bool(self._recent_positions))
+        """Dumps check the main thread's position: checks on, an adaptive rate, not looking again after a wake,
+        and at least MIN_CHECKED_WINDOWS windows since it to compare with. Not only while settled: a wake just
+        before a stack-only change (a neighbour's load lifting) leaves fast windows whose verdict would mix the
+        phases for up to 10 s; a check's wake cuts them at the change."""
+        return (self.stack_check_every_s is not None and self.check_stacks and self.settled_rate_hz is not None
+                and not self.looking_again and len(self._recent_positions) >= MIN_CHECKED_WINDOWS)
 
     def stack_check(self, main_position: Position | None) -> str | None:
         """A dump caught the main thread at ``main_position`` (innermost). When it and the dump before it lie in

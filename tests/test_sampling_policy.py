@@ -201,16 +201,23 @@ def checked(picture=TOKENIZE, positions=frozenset({TOKENIZE, PREPARE})) -> Sampl
     raise AssertionError("never settled")
 
 
-def test_settled_dumps_come_every_check_interval_and_only_while_settled():
+def test_dumps_come_every_check_interval_once_two_windows_are_in_and_not_while_looking_again():
     policy = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ, stack_check_every_s=STACK_CHECK_EVERY_S)
     assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
-    assert policy.stack_check(FORWARD) is None  # not settled: nothing to compare with
+    assert policy.stack_check(FORWARD) is None  # no window yet: nothing to compare with
     settle(policy)  # windows that say nothing of the main thread: nothing to compare with either
     assert not policy.checking_stacks and policy.dump_wait_s() == SETTLED_DUMP_EVERY_S
     policy = checked()
     assert policy.checking_stacks and policy.dump_wait_s() == STACK_CHECK_EVERY_S
     policy.wake()
     assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+    looking = policy.next_window()
+    policy.window_finished(FORWARD, LOOK_AGAIN_SAMPLES, looking.epoch, frozenset({FORWARD}))
+    assert not policy.looking_again and not policy.checking_stacks  # one window since the wake
+    policy.window_finished(FORWARD, 5, policy.next_window().epoch, frozenset({FORWARD}))
+    assert not policy.settled and policy.checking_stacks  # fast, and checked: a change now is cut at once
+    assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+    assert unseen_in_a_row(policy, TOKENIZE) is not None
 
 
 def test_a_dump_where_the_windows_saw_the_main_thread_holds():
@@ -248,9 +255,10 @@ def test_functions_of_recent_windows_count_until_they_age_out_or_a_wake_forgets_
     policy = checked(positions=frozenset({TOKENIZE}))
     policy.window_finished(TOKENIZE, 10, main_positions=frozenset({TOKENIZE, PREPARE}))
     assert unseen_in_a_row(policy, PREPARE) is None
-    # a window whose picture moved sends it back to the fast rate; its functions join the recent ones
+    # a window whose picture moved sends it back to the fast rate, still checked; its functions join the recent ones
     policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
-    assert not policy.settled and not policy.checking_stacks
+    assert not policy.settled and policy.checking_stacks
+    assert unseen_in_a_row(policy, FORWARD) is None and unseen_in_a_row(policy, PREPARE) is None
     for _ in range(SEEN_WINDOWS):  # settled again on FORWARD, and long enough for the older windows to age out
         policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
     assert policy.checking_stacks
