@@ -27,9 +27,10 @@ core at 5 Hz.
 
 A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
 with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
-SIGTERM or SIGKILL would lose it. While a process is settled its dumps come every second and double as stack
-checks: when two in a row catch the main thread where its windows since settling never did (the policy's
-``stack_check``), that process alone is woken the same way, for changes of phase that only the stacks show.
+SIGTERM or SIGKILL would lose it. Once two windows since the last wake are in, a process's dumps come every
+second or two and double as stack checks: when three in a row catch the main thread in a function its recent
+windows never saw it in (the policy's ``stack_check``), that process alone is woken the same way, for changes
+of phase that only the stacks show.
 Each dump's CPU time (wait4) sets how often: all checks together stay within STACK_CHECK_CPU_BUDGET.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
