@@ -30,8 +30,8 @@ with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped samplin
 SIGTERM or SIGKILL would lose it. Once two windows since the last wake are in, a process's dumps come every
 second or two and double as stack checks: when three in a row catch the main thread in a function its recent
 windows never saw it in (the policy's ``stack_check``), that process alone is woken the same way, for changes
-of phase that only the stacks show.
-Each dump's CPU time (wait4) sets how often: all checks together stay within STACK_CHECK_CPU_BUDGET.
+of phase that only the stacks show. Each dump's CPU time (wait4) sets how often: all checks together stay
+within STACK_CHECK_CPU_BUDGET.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
@@ -386,7 +386,7 @@ class StackSampler:
         stack_check_every_s: float | None = STACK_CHECK_EVERY_S,
     ) -> None:
         """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz).
-        stack_check_every_s: while settled, dump this often to check the main thread's stack (None: never)."""
+        stack_check_every_s: dump at most this often to check the main thread's stack (None: never)."""
         self.rate_hz = float(rate_hz)
         self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
         self.native = native
@@ -894,7 +894,7 @@ class StackSampler:
                             sampler.dump_cpu_s, checked, self.stack_check_every_s)
                     wait_s = sampler.policy.dump_wait_s()
                 if moved is not None and not sampler.stop.is_set():
-                    # Two dumps saw the new phase: the ended window's samples (a second or more of the old
+                    # The dumps saw the new phase: the ended window's samples (a second or more of the old
                     # phase, and py-spy at 1 Hz may take that long to write them) would only delay the mark.
                     self.wake(f"PID {pid}: {moved}", pids=[pid], wait_for_cut=False)
                 # From this dump's start: on a crowded machine a dump can take a good part of a second.

@@ -25,9 +25,9 @@ The policy, per process:
 
 * Check the stacks: a change of phase that moves none of those readings (a main thread at 100% CPU that leaves a
   pure-Python tokenizer for torch ops on the same thread) would still wait for the settled window's end. So,
-  with ``stack_check_every_s`` set, a process is dumped that often (settled or not, once two windows since
-  the last wake are in) (the dump the sampler takes anyway,
-  for idle flags, only more often) and :meth:`SamplingPolicy.stack_check` compares where the dump caught the
+  with ``stack_check_every_s`` set, a process is dumped that often once two windows since the last wake are in,
+  settled or not (the dump the sampler takes anyway for idle flags, only more often), and
+  :meth:`SamplingPolicy.stack_check` compares where the dump caught the
   main thread (its innermost (function, file)) with every function the main thread's sampled stacks passed
   through in the last ``SEEN_WINDOWS`` windows since the last wake (callers too: a steady loop's dumps often
   catch it between calls, in a caller such as ``Tensor.backward`` that samples only saw further out; and many
@@ -64,7 +64,7 @@ SETTLED_DUMP_EVERY_S = 15.0
 # About 0.25 core-second per wake on a 100-thread target.
 LOOK_AGAIN_SAMPLES = 10
 LOOK_AGAIN_RATE_FACTOR = 4.0
-# While settled, a dump of each process at most this often checks its main thread is still where the windows
+# A dump of each process at most this often checks its main thread is still where the windows
 # saw it (see the module docstring), within STACK_CHECK_CPU_BUDGET (stack_check_interval_s).
 STACK_CHECK_EVERY_S = 1.0
 # The CPU all stack checks of a sampler may cost together, in cores. A dump's cost grows with the target's
@@ -72,7 +72,7 @@ STACK_CHECK_EVERY_S = 1.0
 # one-thread process is checked every second, the 100-thread one every 2 s, and eight such ranks every 16 s
 # each (a node's worth of checks stays at 0.02 core; a rank's change then waits for its window as before).
 STACK_CHECK_CPU_BUDGET = 0.02
-# A dump at a function not seen since settling is confirmed by another this soon after it, before the
+# A dump at a function the recent windows never saw is confirmed by more this soon after it, before the
 # process is woken: a wake costs ~0.25 core-second on a 100-thread target, a confirmation dump a sixth of that.
 CONFIRM_AFTER_S = 0.2
 # Dumps in a row at unseen functions. With two, a steady MLP loop beside 100 threads still woke about once a
@@ -138,7 +138,7 @@ class SamplingPolicy:
         self.epoch = 0  # bumped by every wake: windows started before it describe the earlier phase
         self._look_again_left = 0  # samples still wanted at the boosted rate since the last wake
         self._previous_picture: Hashable | None = None
-        # Checking the stacks while settled: the dump cadence (None: no checks), whether this process is
+        # Checking the stacks: the dump cadence (None: no checks), whether this process is
         # checked (the sampler turns it off for DataLoader workers: the parent's main thread shows their
         # changes), the functions on the main thread's stacks per recent window since the last wake, and unseen
         # dumps in a row.
@@ -206,9 +206,10 @@ class SamplingPolicy:
                 and not self.looking_again and len(self._recent_positions) >= MIN_CHECKED_WINDOWS)
 
     def stack_check(self, main_position: Position | None) -> str | None:
-        """A dump caught the main thread at ``main_position`` (innermost). When it and the dump before it lie in
-        functions no window since settling saw on the main thread's stack, the phase moved: say how (one line;
-        the sampler wakes the process). None otherwise, and when not checking."""
+        """A dump caught the main thread at ``main_position`` (innermost). When it and the dumps just before it
+        (STACK_CHECK_CONFIRMATIONS in all) lie in functions no recent window saw on the main thread's stack,
+        the phase moved: say how (one line; the sampler wakes the process). None otherwise, and when not
+        checking."""
         if not self.checking_stacks or main_position is None or \
                 any(main_position in seen for seen in self._recent_positions):
             self._unseen_in_a_row = 0
