@@ -181,6 +181,12 @@ def test_verdict_follows_a_switch_only_the_main_threads_stack_shows(spawn_target
                      and f.time <= turned_at and f.stacks.phase_change]
             print(f"\nswitch to {phase}: verdict {before} -> {after} {turned_at - switched_at:.2f} s after it; "
                   f"marks: {marks}")
+            for frame in _frames(record):
+                if switched_at - 2 <= frame.time <= turned_at:
+                    main = frame.process(target.pid)
+                    print(f"  frame {frame.seq} at switch{frame.time - switched_at:+.2f} s: {frame.stacks.samples} "
+                          f"samples, CPU {main.cpu_pct if main else None}" +
+                          (f"  phase change: {frame.stacks.phase_change}" if frame.stacks.phase_change else ""))
             if marks and ": main thread's stack moved (" in marks[0]:
                 followed.append((turned_at - switched_at, marks[0]))
                 break
