@@ -8,7 +8,7 @@ and at the end prints the allocation sites that grew most between the first and 
 
     python benchmarks/heap_soak.py --duration 1500 --snapshots 660,1440 --out /tmp/heap
 
-This is how the diagnosis caches that held 2528 frames' stacks were found (README, "An hour without growth").
+This is how the diagnosis caches that held 2528 frames' stacks were found (docs/benchmarks.md, "An hour without growth").
 """
 
 from __future__ import annotations

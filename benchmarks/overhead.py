@@ -7,6 +7,7 @@ and the monitor's CPU (its own and its children's, from wait4 rusage).
 
     python benchmarks/overhead.py --rates 5 10 --phase-seconds 20 --rounds 3
     python benchmarks/overhead.py --rates 5 --arms gputop-nostacks   # the engine without py-spy
+    python benchmarks/overhead.py --rates 5 --arms pyspy pyspy-gil   # what a GIL window adds
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def run_phase(kind: str, pid: int, rate: float, seconds: float, progress: Path, 
     if kind == "pyspy":
         cmd = pin + ["py-spy", "record", "--pid", str(pid), "--rate", f"{rate:g}", "--nonblocking",
                      "--idle", "--threads", "--format", "raw", "--duration", f"{seconds:g}", "-o", os.devnull]
+    elif kind == "pyspy-gil":  # what a GIL window adds (probes/pyspy.py): the GIL holder's stack per look
+        cmd = pin + ["py-spy", "record", "--pid", str(pid), "--rate", f"{rate:g}", "--nonblocking", "--gil",
+                     "--threads", "--format", "raw", "--duration", f"{seconds:g}", "-o", os.devnull]
     elif kind == "gputop":
         cmd = pin + [sys.executable, "-m", "tui", "--pid", str(pid), "--rate", f"{rate:g}", "--no-gpu",
                      "--duration", f"{seconds:g}", "--snapshot", os.devnull]
@@ -71,7 +75,7 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--arms", nargs="+", default=["pyspy", "gputop"],
-                        choices=["pyspy", "gputop", "gputop-default", "gputop-nostacks"],
+                        choices=["pyspy", "pyspy-gil", "gputop", "gputop-default", "gputop-nostacks"],
                         help="monitors to compare; each round runs 'none' before each of them")
     args = parser.parse_args()
     ncpu = os.cpu_count() or 1

@@ -20,17 +20,21 @@ from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
+from probes.logformats import known_format
 from probes.models import FAMILIES, ModelShape, family_of
 from probes.models.gpt2 import explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
-from probes.models.nanogpt_config import StatedModel
 from probes.models.peaks import PeakFlops, peak_flops, user_peak
+from probes.models.stated import StatedModel
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 
 # Beyond these ratios the printed and the recomputed MFU are telling different stories.
 MFU_AGREEMENT = (0.8, 1.25)
+# gputop's achieved FLOP/s within this of a whole number (≥ 2) of the log's per-GPU figure: the tokens per
+# iteration given are that many GPUs' (tighter than MFU_AGREEMENT, so 2.6× is not called 3 GPUs).
+GPU_MULTIPLE_TOLERANCE = 0.1
 # A job up to this much faster than the reference is within the probe's own noise, not beyond it.
 FASTER_THAN_REFERENCE_NOISE_PCT = 105.0
 
@@ -142,10 +146,10 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_
     used only when neither --model nor --baseline is given."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
     if stated is not None and model is None and baseline_path is None:
-        tokens_source = ("--tokens-per-iter" if tokens
-                         else "gradient_accumulation_steps × batch_size × block_size on its command line")
-        return ComparisonInputs(shape=stated.shape, model="nanoGPT", tokens_per_iter=tokens or stated.tokens_per_iter,
-                                peak=peak or PeakOptions(), stated_by=stated.source, tokens_source=tokens_source)
+        tokens_source = "--tokens-per-iter" if tokens or stated.tokens_source is None else stated.tokens_source
+        return ComparisonInputs(shape=stated.shape, model=stated.model,
+                                tokens_per_iter=tokens or stated.tokens_per_iter, peak=peak or PeakOptions(),
+                                stated_by=stated.source, tokens_source=tokens_source)
     baseline = load_baseline(baseline_path) if baseline_path else None
     shape = None
     if model is not None:
@@ -190,7 +194,24 @@ class ProgressComparison:
     peak_source: str | None = None
     corrected_mfu_pct: float | None = None  # observed tokens/s × FLOP per token / peak
     reported_mfu_pct: float | None = None  # what the log printed
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     lines: tuple[str, ...] = ()
+
+
+def printed_percent(value: float) -> str:
+    """An MFU the log printed: whole percent from 10% up ("164"), below that with the decimals it printed
+    (nanoGPT's {:.2f}) and no trailing zeros ("3.4", "0.01"). Rounded to whole percent, 0.01% read "0%" on screen,
+    which looks like a bug in gputop; 164.31% needs no decimals, and they would wrap the pace line at 80 columns."""
+    if abs(value) >= 10:
+        return f"{value:.0f}"
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def mfu_percent(value: float) -> str:
+    """An MFU gputop worked out: as printed_percent, and two significant figures for a figure below 0.01%."""
+    text = printed_percent(value)
+    return text if text != "0" or value == 0 else f"{value:.2g}"
 
 
 def target_gpu_name(frame: Frame) -> str | None:
@@ -277,6 +298,10 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         if gpu_name and gpu_name != baseline.device_name:
             lines.append(f"The baseline ran on {baseline.device_name}, the target on {gpu_name}: "
                          "the reference does not hold for this GPU.")
+        if baseline.other_load is not None and not baseline.other_load.clean:
+            # A reference timed beside other work is slower than the machine's own: the job looks better than it is.
+            lines.append("The baseline was timed beside other work: "
+                         f"{baseline.other_load.note.removeprefix('not a clean baseline: ')}.")
     elif baseline is None:
         lines.append(f"observed {_number(observed)} s/iter.")
 
@@ -290,7 +315,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         estimate = estimate_mfu(inputs.shape, tokens, observed, _peak(inputs, gpu_name))
     corrected = estimate.mfu * 100.0 if estimate is not None and estimate.mfu is not None else None
     reported = progress.reported_mfu_pct
-    printed = f"; the log printed {reported:g}%" if reported is not None else ""
+    printed = f"; the log printed {printed_percent(reported)}%" if reported is not None else ""
     if estimate is None:
         lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
@@ -307,9 +332,13 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
         if progress.format != "nanogpt":  # the divide-by-312 story is nanoGPT's alone
             if disagree:
-                lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak))
+                lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak,
+                                                       progress.format))
         elif disagree or (corrected is None and reported > 100):
             lines += explain_nanogpt_mfu(reported, estimate, gpu)
+    printed_tflops = progress.reported_tflops_per_gpu
+    if printed_tflops is not None:
+        lines.append(_printed_tflops_line(printed_tflops, estimate, progress.format))
 
     if inputs.stated_by is not None:
         lines.append(f"Model from {inputs.stated_by}: {inputs.shape.describe()}.")
@@ -334,18 +363,45 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         peak_source=peak.source if peak is not None else None,
         corrected_mfu_pct=corrected,
         reported_mfu_pct=reported,
+        reported_tflops_per_gpu=printed_tflops,
         lines=tuple(lines),
     )
 
 
-def _why_the_logs_mfu_differs(reported: float, corrected: float, shape: ModelShape, peak: PeakFlops) -> str:
+def _why_the_logs_mfu_differs(reported: float, corrected: float, shape: ModelShape, peak: PeakFlops,
+                              log_format: str | None = None) -> str:
     """One sentence for a framework's printed MFU that gputop's does not confirm (nanoGPT has its own)."""
     family = family_of(shape)
-    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: the framework counts its own FLOP "
-            f"per token and peak; gputop counts {family.formula} for the {family.name} shape given "
+    parser = known_format(log_format)
+    against = parser.printed_mfu_against if parser is not None else None
+    own = f"its FLOP per token and {against}" if against else "its own FLOP per token and peak"
+    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: the framework counts {own}; "
+            f"gputop counts {family.formula} for the {family.name} shape given "
             f"({shape.describe()}) against {_flops(peak.flops_per_s)} {peak.dtype}. torchtitan and nanoGPT "
             "count the full attention square (12·L·H·Q·T), Megatron-LM half of it under the causal mask; "
             "check the shape and tokens per iteration given to gputop too.")
+
+
+def _printed_tflops_line(printed: float, estimate: MfuEstimate | None, log_format: str | None) -> str:
+    """The achieved TFLOP/s per GPU the log printed (Megatron-LM's; not an MFU) beside gputop's achieved
+    FLOP/s, and why they differ when they do: the GPUs the tokens are spread over, else the count."""
+    parser = known_format(log_format)
+    counts = parser.printed_tflops_counts if parser is not None and parser.printed_tflops_counts else \
+        "the framework's own FLOP count over the iteration time and its GPUs"
+    said = f"The log's {printed:g} TFLOP/s per GPU is achieved FLOP/s, not an MFU ({counts})"
+    if estimate is None:
+        return f"{said}; pass --model and --tokens-per-iter for gputop's own figure."
+    ours = estimate.achieved_flops_per_s / 1e12
+    ratio = ours / printed
+    if MFU_AGREEMENT[0] <= ratio <= MFU_AGREEMENT[1]:
+        return f"{said}: it agrees with gputop's {ours:.1f} TFLOP/s."
+    gpus = round(ratio)
+    if gpus >= 2 and abs(ratio / gpus - 1) <= GPU_MULTIPLE_TOLERANCE:
+        return (f"{said}: gputop's {ours:.1f} TFLOP/s is {ratio:.2g}× as much, about {gpus} GPUs' worth: the "
+                f"{estimate.tokens_per_iter:,} tokens per iteration given are the whole job's, the log's figure "
+                f"one GPU's (give one GPU's share for a per-GPU MFU).")
+    return (f"{said}: gputop's {ours:.1f} TFLOP/s is {ratio:.2g}× as much; check the shape and the "
+            f"{estimate.tokens_per_iter:,} tokens per iteration given to gputop.")
 
 
 def comparison_lines(progress: ProgressReading | None, inputs: ComparisonInputs | None,

@@ -33,6 +33,7 @@ from probes.diagnosis.stacks import (
 from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
+from probes.models.nanogpt_config import configurator_overrides
 from probes.snapshot import SNAPSHOT_SCHEMA
 
 # nanoGPT's vocabulary (GPT-2's 50257 padded to a multiple of 64), assumed when a run's configuration gives none.
@@ -57,7 +58,6 @@ SAME_WITHIN = 0.05
 # ("Overriding: key = value") into its log through configurator.py.
 _CONFIG_LINE = re.compile(r"^(?:Overriding: )?([a-z_][a-z0-9_]*) = (.+?)(?:\s+#.*)?$")
 _TOKENS_PER_ITER_LINE = re.compile(r"tokens per iteration will be: ([\d,]+)")
-_CMDLINE_OVERRIDE = re.compile(r"^--([a-z_][a-z0-9_]*)=(.+)$")
 
 
 class CompareError(Exception):
@@ -204,9 +204,10 @@ def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated
                     config[setting.group(1)] = _value(setting.group(2))
                 elif (tokens := _TOKENS_PER_ITER_LINE.search(text)) is not None:
                     printed_tokens = int(tokens.group(1).replace(",", ""))
-                elif (progress := reader.read(text)) is not None and progress.seconds_per_iter is not None:
-                    step_times.append(progress.seconds_per_iter)
-                    if progress.reported_mfu_pct is not None:
+                elif (progress := reader.read(text)) is not None:
+                    if progress.seconds_per_iter is not None:
+                        step_times.append(progress.seconds_per_iter)
+                    if progress.reported_mfu_pct is not None:  # Composer prints it on a line of its own
                         last_mfu, mfu_format = progress.reported_mfu_pct, progress.format
     except OSError as exc:
         raise CompareError(f"{path}: {exc.strerror or exc}") from None
@@ -269,8 +270,7 @@ def _cmdline_config(cmdline: Any) -> dict[str, Any]:
             return {}
     if not isinstance(cmdline, list):
         return {}
-    return {match.group(1): _value(match.group(2))
-            for argument in cmdline if isinstance(argument, str) and (match := _CMDLINE_OVERRIDE.match(argument))}
+    return configurator_overrides([argument for argument in cmdline if isinstance(argument, str)])
 
 
 def parse_settings(settings: Iterable[str]) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The engine: attaches to a target PID and, once a tick, reads every probe into one Frame.
 
 Each probe owns one outside system (proctree: /proc, cgroup: /sys/fs/cgroup, nvml: the GPU driver,
-pyspy: the py-spy binary, progress: the target's log). The stack sampler runs on its own threads at its
-own rate; a tick only drains what it gathered, so the tick (default 1 s) and the stack rate are separate.
+pyspy: the py-spy binary, progress: the target's log, flight_recorder: the ranks' Flight Recorders). The
+stack sampler runs on its own threads at its own rate; a tick only drains what it gathered, so the tick
+(default 1 s) and the stack rate are separate.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from probes.cgroup import CgroupCpuProbe
+from probes.flight_recorder import FlightRecorderProbe
 from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.hostcpu import HostCpuProbe
 from probes.jobs.gpus import with_gpu_indices
@@ -78,6 +80,7 @@ class Engine:
         self._owns_gpu = gpu is None
         self._gpu = (gpu if gpu is not None else NvmlGpuProbe(nvml)) if config.read_gpu else None
         self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
+        self._collectives = FlightRecorderProbe()  # reads only ranks whose environment shows a recorder
         self._last_stacks: StacksReading | None = None  # the job layout reads the parents' stacks of last tick
         self._sampler: StackSampler | None = None
         if config.sample_stacks:
@@ -123,6 +126,7 @@ class Engine:
         processes = with_gpu_indices(processes, gpu)
         # The training process's log, not only the named one's: a rank's, or the python a shell wrapper runs.
         progress = self._progress.read(log_owners(processes, self.root_pid))
+        collectives = self._collectives.read(processes)
         ended = time.monotonic()
         interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
         self._last_tick_end = ended
@@ -140,6 +144,7 @@ class Engine:
             progress=progress,
             overhead=self._overhead(ended - started, interval),
             job=job,
+            collectives=collectives,
         )
 
     def _resample_new_programs(self, processes) -> None:

@@ -58,6 +58,9 @@ class TargetInfo:
     exit_reason: str | None = None
     # Variables that shape performance (threads, devices, NCCL, torch, tokenizers, W&B/HF), redacted.
     environment: dict[str, str] | None = None
+    # Set on a rank's projection (probes/diagnosis/job.py): the live ranks on this node, which share its CPUs, so
+    # advice sizes thread pools to a rank's share and not to the whole machine. None for a lone process.
+    ranks_on_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,9 @@ class ThreadStack:
     idle: bool = False  # py-spy judged it idle (waiting, sleeping)
     owns_gil: bool = False
     frames: tuple[StackFrame, ...] = ()  # innermost first
+    # Unix time the dump that took this stack ended: a process's latest dump can be seconds old (dumps are spaced
+    # out; a failing one keeps the last), and "now" must say how old. None in recordings made before it was kept.
+    dumped_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,18 @@ class StackCount:
 
 
 @dataclass(frozen=True)
+class GilSamples:
+    """Who held the GIL in one process, from ``py-spy record --gil`` windows that finished this tick.
+
+    py-spy looked ``samples`` times; at each look at most one thread held the GIL, and ``holders`` counts
+    those looks per thread and stack (a look at which nobody held it counts in ``samples`` only)."""
+
+    pid: int
+    samples: int
+    holders: tuple[StackCount, ...] = ()
+
+
+@dataclass(frozen=True)
 class StacksReading:
     available: bool
     reason: str | None = None  # why not available, with the fix
@@ -227,9 +245,15 @@ class StacksReading:
     threads: tuple[ThreadStack, ...] = ()  # each thread's latest stack
     counts: tuple[StackCount, ...] = ()  # samples taken this tick, grouped by identical stack
     errors: tuple[str, ...] = ()  # per-process failures this tick that did not stop sampling
+    # Why no stack of the target can be read at all, in a few words ("ptrace denied", "py-spy missing", "not a
+    # Python process"); `reason` has the whole story and the fix. The verdict is then "cannot see", not a guess.
+    blocked: str | None = None
     # Set on the tick the cheap signals (CPU%, wake-ups, I/O, the process set) moved, with why: stack sampling
     # looked again at once, and the counts in this frame and earlier ones describe the phase before.
     phase_change: str | None = None
+    # Who held the GIL, per process, from the GIL windows that finished this tick (run only where a thread
+    # other than the main one was seen working: see probes/pyspy.py).
+    gil: tuple[GilSamples, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +266,7 @@ class ProgressReading:
     seconds_per_iter: float | None = None
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     last_line: str | None = None
     last_update: float | None = None  # Unix time the last progress line was seen
     # How seconds_per_iter was worked out when the log did not print it: from which printed figure (a throughput:
@@ -268,9 +293,11 @@ class MonitorOverhead:
 # What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
 Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "unknown",
+    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown", "gil_contention",
 ]
-Liveness = Literal["progressing", "hung", "exited", "unknown"]
+# "sleeping": silent for the hang threshold, but the process only sleeps in the kernel (state S) and is not Python
+# (`sleep`, a shell) or is a DataLoader worker waiting for its next index: nothing is stuck mid-step, so not hung.
+Liveness = Literal["progressing", "hung", "sleeping", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
@@ -328,6 +355,52 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective as PyTorch's Flight Recorder logged it on one rank (probes/flight_recorder.py)."""
+
+    seq: int  # collective_seq_id: the N-th collective of its process group, the same N on every rank
+    op: str  # "all_reduce" (profiling_name without its backend prefix "gloo:" / "nccl:")
+    backend: str | None = None  # "gloo", "nccl"
+    input_bytes: int | None = None  # the inputs' sizes times their dtypes' widths; None for an unknown dtype
+    entered_at: float | None = None  # Unix time the rank enqueued it (time_created_ns)
+    completed: bool = False  # retired, or its state says completed
+
+
+@dataclass(frozen=True)
+class GroupCollectives:
+    """Where one rank stands in one process group: the last collective it entered and the last it completed."""
+
+    pg_id: str
+    pg_name: str | None = None  # "default_pg", or the name new_group(group_desc=...) gave
+    last_entered: int | None = None  # highest collective_seq_id enqueued
+    last_completed: int | None = None  # highest one completed
+    pending: tuple[CollectiveRecord, ...] = ()  # entered, not completed, oldest first (a few at most)
+    last: CollectiveRecord | None = None  # the latest entry, completed or not
+
+
+@dataclass(frozen=True)
+class RankCollectives:
+    """One rank's Flight Recorder, as read from outside the job (or why it could not be read)."""
+
+    rank: int | None
+    pid: int
+    source: str  # "worker_server", "dump_file", "none"
+    path: str | None = None  # the socket or the dump file read
+    available: bool = False
+    reason: str | None = None  # why not available, or what the job would need to expose it
+    groups: tuple[GroupCollectives, ...] = ()
+    read_at: float | None = None  # Unix time of the dump (a dump file's mtime; the tick's time for a live read)
+    trigger: str | None = None  # a way to make the job dump that the job enabled, said, never used by gputop
+
+
+@dataclass(frozen=True)
+class CollectivesReading:
+    """The Flight Recorders of the job's ranks that opted in; ranks that did not are absent."""
+
+    ranks: tuple[RankCollectives, ...] = ()
+
+
+@dataclass(frozen=True)
 class Frame:
     seq: int
     time: float  # Unix time at the end of the tick
@@ -341,6 +414,11 @@ class Frame:
     progress: ProgressReading | None = None
     overhead: MonitorOverhead = field(default_factory=MonitorOverhead)
     job: JobInfo | None = None  # a distributed job or a launched training process; None for a lone process
+    # The ranks' Flight Recorders, where a rank's environment shows one gputop can read; None when none does.
+    collectives: CollectivesReading | None = None
+    # The node that read this frame, set by `gputop agent` (SLURMD_NODENAME or the hostname) so frames of several
+    # nodes can be told apart once merged; None on a one-node run. PIDs in the frame are that node's own.
+    node: str | None = None
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

@@ -7,8 +7,9 @@ the same shape loses the difference elsewhere (input pipeline, host, collectives
 
 The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/models/) to its torch
 module, nanoGPT's GPT here (our own implementation, same module names and initialisation) and the
-Llama-shaped decoder in probes/llama_probe_model.py. Mixture-of-experts shapes are refused in one line:
-no routed-expert step is built yet.
+Llama-shaped decoder in probes/llama_probe_model.py, and the mixture of experts built on it in
+probes/moe_probe_model.py (its experts in a plain loop). Every family in probes/models has a builder
+(tests/test_llama_probe.py checks).
 
 ``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
 forward and backward by FLOP per token (the family's own count, so the embedding and lm_head are counted
@@ -40,7 +41,10 @@ from probes.llama_probe_model import llama_class
 from probes.models import ModelShape, family_of
 from probes.models.gpt2 import GptShape
 from probes.models.llama import LlamaShape
+from probes.models.moe import MoeShape
 from probes.models.peaks import peak_flops, user_peak
+from probes.moe_probe_model import moe_class
+from probes.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
 
 PROBE_SCHEMA = "gputop.probe/1"
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -81,12 +85,7 @@ class ProbeConfig:
         shape_problem = self.shape.problem()
         if shape_problem:
             return shape_problem
-        family = family_of(self.shape).name
-        builder = MODEL_BUILDERS.get(family)
-        if builder is None:  # the mixture-of-experts family
-            return (f"gputop probe cannot build a {family} model yet (it builds {', '.join(MODEL_BUILDERS)}; "
-                    "no routed-expert step): use gputop mfu for its FLOPs")
-        builder_problem = builder.problem(self.shape)
+        builder_problem = _builder(self.shape).problem(self.shape)
         if builder_problem:
             return builder_problem
         layers = total_layers(self.shape)
@@ -148,6 +147,9 @@ class ProbeResult:
     peak_memory_bytes: int | None  # CUDA max_memory_allocated; None on the CPU
     losses: tuple[float, ...]  # every step's loss, warm-up included
     schema: str = PROBE_SCHEMA
+    # The other load before, during and after the timed steps (probes/probe_load.py); its `clean` False says the
+    # figure is not this machine's quiet baseline. None in results written before it was measured.
+    other_load: ProbeLoad | None = None
     family: str = "gpt2"  # probes/models' family name (results written before there were others are GPT)
     scaled_from_layers: int | None = None  # layers built and timed when the times are scaled to the shape's
     scaling: str | None = None  # how they were scaled, in words
@@ -261,7 +263,7 @@ def gpt_class():
     return GPT
 
 
-def _rotary_problem(shape: LlamaShape) -> str | None:
+def _rotary_problem(shape: LlamaShape | MoeShape) -> str | None:
     # Rotary positions rotate pairs of a head's channels.
     return None if shape.head_dim % 2 == 0 else f"head_dim must be even for rotary positions (got {shape.head_dim})"
 
@@ -275,9 +277,10 @@ class ModelBuilder:
     problem: Callable[[Any], str | None] = lambda shape: None  # what the module cannot build, beyond shape.problem()
 
 
-MODEL_BUILDERS: dict[str, ModelBuilder] = {
+MODEL_BUILDERS: dict[str, ModelBuilder] = {  # one per family of probes.models.FAMILIES
     "gpt2": ModelBuilder(gpt_class, "n_layer"),
     "llama": ModelBuilder(llama_class, "num_layers", _rotary_problem),
+    "moe": ModelBuilder(moe_class, "num_layers", _rotary_problem),
 }
 
 
@@ -507,7 +510,8 @@ class _WallTimer:
         return [(t[1] - t[0], t[2] - t[1]) for t in self.times]
 
 
-def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch) -> ProbeResult:
+def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch,
+             watch: LoadWatch | None = None) -> ProbeResult:
     if plan.device_type == "cuda":
         torch.cuda.reset_peak_memory_stats(plan.device)
     built = config.built_shape
@@ -527,9 +531,13 @@ def _measure(config: ProbeConfig, plan: _Plan, say: Callable[[str], None], torch
 
     say(f"timing {config.steps} steps")
     timer = _CudaTimer(torch, config.steps) if plan.device_type == "cuda" else _WallTimer(config.steps)
+    if watch is not None:
+        watch.start_timing()
     for _ in range(config.steps):
         losses.append(trainer.step(timer.marks))
     trainer.synchronize()
+    if watch is not None:
+        watch.stop_timing()
 
     family = family_of(config.shape)
     # Scale factors are exactly 1 when every layer was built.
@@ -645,8 +653,18 @@ def _oom_message(config: ProbeConfig, plan: _Plan, largest: int, torch) -> str:
             f"(found without torch.compile): try --batch-size {largest}{keep}")
 
 
-def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> ProbeResult:
-    """Train the reference model for config.warmup + config.steps steps and report what it achieved.
+def _device_uuid(plan: _Plan, torch) -> str | None:
+    """The probe's GPU's UUID as torch knows it (matched against NVML's), or None."""
+    try:
+        return str(torch.cuda.get_device_properties(plan.device).uuid)
+    except Exception:  # an older torch without .uuid: every GPU's other processes count
+        return None
+
+
+def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None,
+              measure_load: bool = True) -> ProbeResult:
+    """Train the reference model for config.warmup + config.steps steps and report what it achieved, with the
+    machine's other load around the timed steps (`measure_load`: LOAD_WINDOW_S before and after).
 
     Raises ProbeInputError for a configuration this machine cannot run, ProbeOutOfMemory (with the
     largest batch that fit) when it does not fit, and ImportError when torch is missing.
@@ -665,11 +683,25 @@ def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None) -> 
     if plan.device_type == "cuda":
         torch.cuda.set_device(plan.device)  # CUDA events record on the current device's stream
         torch.set_float32_matmul_precision("high" if plan.tf32 else "highest")
+    watch = LoadWatch(gpu=plan.device_type == "cuda") if measure_load else None
+    if watch is not None:  # once the configuration is known to run, before the model is built: the machine as it is
+        if plan.device_type == "cuda":
+            watch.gpu_uuid = _device_uuid(plan, torch)
+        say(f"reading the machine's other load for {LOAD_WINDOW_S:g} s (before and after timing)")
+        watch.before()
     try:
-        return _measure(config, plan, say, torch)
+        result = _measure(config, plan, say, torch, watch)
     except Exception as exc:
         if not _is_oom(exc, torch):
             raise
+    else:
+        if watch is None:
+            return result
+        watch.after()
+        load = watch.result()
+        if not load.clean:
+            say(load.note)
+        return dataclasses.replace(result, other_load=load)
     # Outside the except block, so the failed step's tensors (held by the traceback) can be freed.
     say(f"out of memory at batch {config.batch_size}; searching for the largest batch that fits")
     largest = _search_largest_batch(config, plan, torch)

@@ -7,8 +7,10 @@ MLP of three ``intermediate_size`` matrices, a final RMSNorm and an ``lm_head`` 
 when the shape says so. Its parameters are exactly ``llama.count_params(shape)``; Gemma's GeGLU is built
 as SwiGLU (the same matrices and FLOPs: the probe times cost, not the activation's curve).
 
-The module offers what the probe's trainer expects of every family's model: ``forward(idx, targets)``
-returning ``(logits, loss)`` and ``num_params(non_embedding=True)``.
+The mixture-of-experts model (probes/moe_probe_model.py) is this one with routed experts as each layer's
+MLP (``make_mlp``; the SwiGLU MLP is ``GatedMlp`` on the class). The module offers what the probe's
+trainer expects of every family's model: ``forward(idx, targets)`` returning ``(logits, loss)`` and
+``num_params(non_embedding=True)``.
 
 torch is imported inside ``llama_class`` only: gputop's monitor must work without it.
 """
@@ -67,22 +69,22 @@ def llama_class():
             return self.o_proj(y.transpose(1, 2).reshape(batch, seq, shape.num_heads * shape.head_dim))
 
     class GatedMlp(nn.Module):
-        def __init__(self, shape: LlamaShape):
+        def __init__(self, hidden_size: int, intermediate_size: int):
             super().__init__()
-            self.gate_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
-            self.up_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
-            self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
+            self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+            self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+            self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
         def forward(self, x):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     class DecoderLayer(nn.Module):
-        def __init__(self, shape: LlamaShape):
+        def __init__(self, shape: LlamaShape, mlp: nn.Module):
             super().__init__()
             self.input_layernorm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
             self.self_attn = Attention(shape)
             self.post_attention_layernorm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
-            self.mlp = GatedMlp(shape)
+            self.mlp = mlp
 
         def forward(self, x, cos, sin, window_mask):
             x = x + self.self_attn(self.input_layernorm(x), cos, sin, window_mask)
@@ -93,12 +95,17 @@ def llama_class():
             super().__init__()
             self.shape = shape
             self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
-            self.layers = nn.ModuleList([DecoderLayer(shape) for _ in range(shape.num_layers)])
+            self.layers = nn.ModuleList([DecoderLayer(shape, self.make_mlp(shape)) for _ in range(shape.num_layers)])
             self.norm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
             self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
             self.apply(self._init_weights)
             if shape.tie_word_embeddings:
                 self.lm_head.weight = self.embed_tokens.weight
+
+        @staticmethod
+        def make_mlp(shape) -> nn.Module:
+            """Each layer's MLP; the mixture-of-experts model (probes/moe_probe_model.py) routes instead."""
+            return GatedMlp(shape.hidden_size, shape.intermediate_size)
 
         @staticmethod
         def _init_weights(module):
@@ -139,4 +146,5 @@ def llama_class():
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
             return logits, loss
 
+    LlamaModel.GatedMlp = GatedMlp  # the experts of the mixture-of-experts model are these
     return LlamaModel

@@ -18,10 +18,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.baseline import ComparisonInputs, ProgressComparison, compare_progress, target_gpu_name
+from probes.baseline import (
+    ComparisonInputs,
+    ProgressComparison,
+    compare_progress,
+    mfu_percent,
+    printed_percent,
+    target_gpu_name,
+)
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
+from probes.doctor import Check, blind_spots
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.logformats import known_format
@@ -53,6 +61,7 @@ class Pace:
     recent_seconds_per_iter: tuple[float, ...] = ()  # one per new log reading, oldest first
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None  # what the log printed
+    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     comparison: ProgressComparison | None = None  # with --baseline / --model / --tokens-per-iter
     gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
     source: str | None = None  # the log file
@@ -77,6 +86,9 @@ class MonitorView:
     # the job's (job.verdict, with the pace line) and the timeline follows it.
     job: JobVerdict | None = None
     shares: TimeShares | None = None  # the main thread's time per phase over the last minutes
+    # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
+    # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
+    cannot_see: tuple[Check, ...] = ()
 
     @property
     def latest(self) -> Frame:
@@ -110,8 +122,11 @@ class Monitor:
 
     def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
                  recorder: Recorder | None = None, replay: bool = False,
-                 history_frames: int = DEFAULT_HISTORY_FRAMES) -> None:
+                 history_frames: int = DEFAULT_HISTORY_FRAMES, startup_checks: tuple[Check, ...] = ()) -> None:
+        """startup_checks: what `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots),
+        carried into every view beside what the frames themselves show."""
         self.hang_after_s = hang_after_s
+        self.startup_checks = startup_checks
         self.comparison = comparison
         self.replay = replay
         self.history = History(history_frames)
@@ -153,17 +168,19 @@ class Monitor:
         shown = _shown(self._verdict, pace, shares)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
-                                 shares=shares)
+                                 shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
         return self._view
 
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame."""
+    def snapshot(self, partial: str | None = None) -> dict[str, Any]:
+        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
+        why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
         from probes.snapshot import build_snapshot
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
-                              job=self._view.job, shares=self._view.shares)
+                              job=self._view.job, shares=self._view.shares, cannot_see=self._view.cannot_see,
+                              partial=partial)
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -196,6 +213,7 @@ class Monitor:
             tokens_per_s=comparison.observed_tokens_per_s if comparison is not None and
             comparison.observed_tokens_per_s is not None else progress.tokens_per_s,
             reported_mfu_pct=progress.reported_mfu_pct,
+            reported_tflops_per_gpu=progress.reported_tflops_per_gpu,
             comparison=comparison,
             gpu_name=gpu_name or (comparison.reference_device if comparison is not None else None),
             source=progress.source,
@@ -223,7 +241,8 @@ def _new_reading(now: ProgressReading, before: ProgressReading | None) -> bool:
 
 def pace_line(pace: Pace | None) -> str | None:
     """One sentence for the verdict's evidence when the pace explains it: "21.0 s/iter = 52% MFU on the
-    NVIDIA H200 (the log printed 164%)"."""
+    NVIDIA H200; the log's 164% is against an A100's 312 TFLOP/s". A log that prints achieved TFLOP/s per GPU
+    instead of an MFU (Megatron-LM) has it set beside gputop's achieved TFLOP/s, not beside the MFU."""
     if pace is None or pace.comparison is None or pace.seconds_per_iter is None:
         return None
     compared = pace.comparison
@@ -231,12 +250,15 @@ def pace_line(pace: Pace | None) -> str | None:
         return None
     printed = ""
     if compared.reported_mfu_pct is not None:
-        printed = f"; the log's {compared.reported_mfu_pct:.0f}%"
+        printed = f"; the log's {printed_percent(compared.reported_mfu_pct)}%"
         log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
+    if compared.reported_tflops_per_gpu is not None and compared.achieved_flops_per_s is not None:
+        printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
+                    f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
-    line = f"{pace.seconds_per_iter:.1f} s/iter = {compared.corrected_mfu_pct:.0f}% MFU{of}{printed}"
+    line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:
         line += f"; {compared.compute_bound_pct:.0f}% of the reference step's rate"
     return line
@@ -282,7 +304,7 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Ve
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room."""
-    if verdict.liveness in ("hung", "exited"):
+    if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)
     also = recurring_lines(shares, verdict.bottleneck) if shares is not None and verdict.liveness != "unknown" else []

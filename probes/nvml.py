@@ -483,3 +483,81 @@ class SharedGpuReading:
 
     def close(self) -> None:
         self._probe.close()
+
+
+# --- what NVML can report here (gputop doctor) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuCapability:
+    """What one GPU lets gputop read beyond the basic counters. None: NVML could not say."""
+
+    index: int
+    name: str | None
+    gpm_supported: bool | None  # GPM (SM active, occupancy, tensor, DRAM): Hopper and newer, not under MIG
+    clock_event_reasons_supported: bool | None  # why the clocks are held down (power cap, thermal, ...)
+
+
+@dataclass(frozen=True)
+class NvmlCapabilities:
+    """Whether NVML works here, the driver, and each GPU's capabilities; ``reason`` says why not."""
+
+    available: bool
+    reason: str | None = None
+    driver_version: str | None = None
+    gpus: tuple[GpuCapability, ...] = ()
+
+
+def nvml_capabilities(nvml: Any = None) -> NvmlCapabilities:
+    """Initialise NVML once, ask what each GPU supports, shut down. Never raises.
+
+    nvml: a module with pynvml's API (tests pass a fake); None imports pynvml."""
+    probe = NvmlGpuProbe(nvml)
+    try:
+        reason = probe._init()
+        if reason is not None:
+            return NvmlCapabilities(available=False, reason=reason)
+        nvml = probe._nvml
+        gpus = []
+        for device in probe._devices:
+            name = _text(probe._guarded(nvml.nvmlDeviceGetName, device.handle))
+            gpus.append(GpuCapability(
+                index=device.index,
+                name=name,
+                gpm_supported=_gpm_supported(nvml, device.handle),
+                clock_event_reasons_supported=_clock_event_reasons_supported(nvml, device.handle),
+            ))
+        return NvmlCapabilities(available=True, driver_version=probe._driver_version, gpus=tuple(gpus))
+    except Exception as exc:  # a driver oddity or a bug: said, never raised
+        return NvmlCapabilities(available=False, reason=f"NVML query failed: {type(exc).__name__}: {exc}")
+    finally:
+        if probe._devices:
+            probe._guarded(probe._nvml.nvmlShutdown)
+
+
+def _gpm_supported(nvml: Any, handle: Any) -> bool | None:
+    if not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
+        return False  # an nvidia-ml-py too old to know GPM
+    try:
+        return bool(nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+    except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+        return False
+    except nvml.NVMLError:
+        return None
+
+
+def _clock_event_reasons_supported(nvml: Any, handle: Any) -> bool | None:
+    """The same two calls, in the same order, as the probe's per-tick read."""
+    answer: bool | None = False
+    for function_name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        function = getattr(nvml, function_name, None)
+        if function is None:
+            continue
+        try:
+            function(handle)
+            return True
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            continue
+        except nvml.NVMLError:
+            answer = None
+    return answer

@@ -76,6 +76,14 @@ def parent_pid(pid: int) -> int | None:
         return None
 
 
+def process_started_at(pid: int) -> float | None:
+    """When `pid` started, as Unix time; None when it is gone or unreadable. With the PID it names one process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 @dataclass(frozen=True)
 class NodeProcess:
     """One process of the whole machine, as `gputop serve --follow`'s census sees it."""

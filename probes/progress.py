@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import functools
 import glob
 import os
 import re
@@ -33,6 +34,7 @@ import time
 from collections.abc import Sequence
 
 from probes.frame import ROLE_MAIN, ROLE_RANK, ProcessSample, ProgressReading
+from probes.jobs.environment import is_python_command, process_cmdline, python_writes_unbuffered, read_environ
 from probes.logformats import (
     LogFormat,
     LogReader,
@@ -53,6 +55,9 @@ COUNTER_DISAGREES = 1.25
 COUNTER_SPAN_S = 10.0
 STEP_COUNTER = "step counter"
 _PYTHON_BUFFERS = "Python buffers stdout into a file: run it with -u or PYTHONUNBUFFERED=1"
+# A log that has not grown for this long, written by a Python that buffers its stdout, is said to be held in the
+# buffer: nanoGPT's train.py prints each iteration with a plain print(), 8 KiB of which can take minutes to fill.
+BUFFERED_AFTER_S = 5.0
 
 # (PID, who it is in words) in the order their logs are tried; who is None for the process gputop watches itself.
 LogOwner = tuple[int, str | None]
@@ -74,6 +79,31 @@ def _program(sample: ProcessSample) -> str:
     return sample.name or "the training process"
 
 
+@functools.lru_cache(maxsize=16)  # asked each tick while no log is found; the pipe's reader lives as long as the pipe
+def _files_written_by_pipe_reader(writer_pid: int, pipe: str) -> tuple[str, str] | None:
+    """(the reader's name, a regular file it has open) for the process reading the pipe `pipe` ("pipe:[1234]") that
+    `writer_pid`'s stdout writes into: `tee train.log` has train.log open. None when no reader is found (another
+    user's, gone) or it writes no file (less, grep to a terminal)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == writer_pid:
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/fd/0") != pipe:
+                continue
+            # The files it opened itself (fd 3 up: tee's arguments) before its own stdout and stderr.
+            fds = sorted((int(fd) for fd in os.listdir(f"/proc/{entry.name}/fd") if fd != "0"),
+                         key=lambda fd: (fd < 3, fd))
+            for fd in fds:
+                path = f"/proc/{entry.name}/fd/{fd}"
+                written = os.readlink(path)
+                if stat.S_ISREG(os.stat(path).st_mode) and not written.endswith(" (deleted)"):
+                    name = (open(f"/proc/{entry.name}/comm", encoding="utf-8").read().strip() or entry.name)
+                    return name, written
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 class _TailedFile:
     """One log file read incrementally from where the last read stopped."""
 
@@ -82,6 +112,9 @@ class _TailedFile:
         self.display = display
         self.identity = identity
         self.handle = open(open_path, "rb")
+        self.opened_at = time.time()
+        self.size_at_open = os.fstat(self.handle.fileno()).st_size
+        self.size = self.size_at_open  # as of the last read: a file that never grows may be held in a buffer
         self.lines = LogReader()  # formats that read with state keep it for this file only
         self.offset: int | None = None  # None until the first read positions it near the end
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -94,7 +127,7 @@ class _TailedFile:
     def read_segments(self) -> tuple[list[str], str, bool]:
         """(complete segments, unterminated tail, backlog) since the last call; backlog is True for
         the first read, whose lines were written at unknown times before the probe started."""
-        size = os.fstat(self.handle.fileno()).st_size
+        size = self.size = os.fstat(self.handle.fileno()).st_size
         backlog = self.offset is None
         start = self.offset
         skip_partial = False
@@ -142,6 +175,7 @@ class LogProgressProbe:
         self._printed_seconds_per_iter: float | None = None  # the line's own figure, kept while the counter differs
         self._derived_from: str | None = None
         self._reported_mfu: float | None = None
+        self._reported_tflops: float | None = None  # per GPU, where the log prints achieved TFLOP/s (Megatron-LM)
         self._last_line: str | None = None
         self._last_update: float | None = None
         self._bar_total: int | None = None
@@ -151,6 +185,7 @@ class LogProgressProbe:
         # Lightning's metrics.csv and its header's names, while it is the log read (_read_lightning_metrics)
         self._metrics_csv: _TailedFile | None = None
         self._metrics_columns: tuple[str, ...] = ()
+        self._buffering: dict[int, bool] = {}  # PID: whether its stdout is a block-buffered Python's
 
     def read(self, owners: Sequence[LogOwner] | None = None) -> ProgressReading | None:
         """The progress so far; ``owners`` (from ``log_owners``) says whose log to prefer this tick, and without
@@ -241,9 +276,15 @@ class LogProgressProbe:
             target = os.readlink(f"/proc/{pid}/fd/1")
         except OSError:
             target = ""
-        kind = ("a terminal" if target.startswith(("/dev/pts", "/dev/tty")) else "a pipe" if target.startswith("pipe:")
+        whose = who or f"PID {pid}"
+        if target.startswith("pipe:"):  # `python train.py | tee train.log`: name the file the pipe's reader writes
+            written = _files_written_by_pipe_reader(pid, target)
+            where = (f" (the pipe goes to {written[0]}, which writes {written[1]}: --log {written[1]})"
+                     if written else "")
+            return f"no pace: the stdout of {whose} is a pipe: pass --log FILE{where}"
+        kind = ("a terminal" if target.startswith(("/dev/pts", "/dev/tty"))
                 else "discarded (/dev/null)" if target == "/dev/null" else "not a file")
-        return (f"no pace: the job writes no step lines to a file gputop can read (the stdout of {who or f'PID {pid}'}"
+        return (f"no pace: the job writes no step lines to a file gputop can read (the stdout of {whose}"
                 f" is {kind}); --log PATH reads its log")
 
     def _reopen_if_rotated(self) -> None:
@@ -326,9 +367,34 @@ class LogProgressProbe:
                 if record is not None and format_named(record.format).redraws_in_place:
                     self._take(unterminated, tailed.display, seen_at, record)
                     tailed.taken_pending = unterminated
-        if self._iteration is None and self._format is None and self.reason is None:
-            names = ", ".join(t.display for t in self._files)
-            self.reason = f"no pace: no step lines recognised yet in {names} ({_PYTHON_BUFFERS})"
+        if self._iteration is None and self._format is None:
+            self.reason = self._no_step_lines_reason(now)
+
+    def _no_step_lines_reason(self, now: float) -> str:
+        """Why the log read has no step line yet. Said again each read: a file that stops growing under a Python
+        that buffers its stdout is a different case from one that grows with lines no format knows."""
+        names = ", ".join(t.display for t in self._files)
+        buffered = self._owner is not None and self._buffers_stdout(self._owner[0])
+        if buffered and all(t.size <= t.size_at_open for t in self._files):
+            quiet_s = now - min(t.opened_at for t in self._files)
+            if quiet_s >= BUFFERED_AFTER_S:
+                who = self._owner[1] or f"PID {self._owner[0]}"
+                # The fix first: the TUI shows this on one line and cuts its end on a narrow screen.
+                return (f"no pace: {who} writes its log block-buffered (python without -u, no PYTHONUNBUFFERED): "
+                        f"restart it with python -u or PYTHONUNBUFFERED=1; {names} has not grown in {quiet_s:.0f} s, "
+                        "its step lines wait in Python's buffer")
+        hint = f" ({_PYTHON_BUFFERS})" if buffered or self._owner is None else ""  # --log: whose it is is unknown
+        return f"no pace: no step lines recognised yet in {names}{hint}"
+
+    def _buffers_stdout(self, pid: int) -> bool:
+        """The process is a Python interpreter that writes stdout block-buffered into its file (read once per PID:
+        neither its command line nor its environment changes)."""
+        cached = self._buffering.get(pid)
+        if cached is None:
+            cmdline = process_cmdline(pid)
+            cached = self._buffering[pid] = bool(cmdline) and is_python_command(cmdline) and \
+                not python_writes_unbuffered(cmdline, read_environ(pid))
+        return cached
 
     def _take(self, line: str, source: str, seen_at: float, record: ProgressLine | None) -> None:
         if record is None:
@@ -343,6 +409,8 @@ class LogProgressProbe:
         self.reason = None
         if record.reported_mfu_pct is not None:
             self._reported_mfu = record.reported_mfu_pct
+        if record.reported_tflops_per_gpu is not None:
+            self._reported_tflops = record.reported_tflops_per_gpu
         if record.seconds_per_iter is not None:
             self._printed_seconds_per_iter = record.seconds_per_iter
             self._derived_from = record.derived_from
@@ -409,6 +477,7 @@ class LogProgressProbe:
             seconds_per_iter=spi,
             tokens_per_s=tokens_per_s,
             reported_mfu_pct=self._reported_mfu,
+            reported_tflops_per_gpu=self._reported_tflops,
             last_line=self._last_line,
             last_update=self._last_update,
             derived_from=STEP_COUNTER if overruled else self._derived_from,

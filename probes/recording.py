@@ -22,9 +22,22 @@ from typing import IO, Any
 
 from probes import __version__
 from probes.frame import Frame, from_jsonable, to_jsonable
+from probes.private_files import open_private
 
 RECORDING_SCHEMA = "gputop.recording/1"
 SKIPPED_LINES_NAMED = 3  # in the notice; the rest are counted
+
+
+def recording_header(meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A recording's first line: the schema, who wrote it and when, and the writer's `meta`."""
+    header = {"schema": RECORDING_SCHEMA, "gputop_version": __version__, "created": time.time()}
+    header.update(meta or {})
+    return header
+
+
+def json_line(obj: Any) -> str:
+    """One line of a recording (a header, or a frame as to_jsonable writes it), newline included."""
+    return json.dumps(obj, separators=(",", ":")) + "\n"
 
 
 class RecordingError(Exception):
@@ -43,14 +56,12 @@ class Recorder:
         self.frames = 0
         self.problem: str | None = None
         cut_short = _ends_mid_line(self.path)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = open_private(self.path, "a")  # stacks and command lines: 0600
         try:
             if cut_short:  # an earlier writer was killed mid-line: keep its cut line apart from ours
                 self._file.write("\n")
             if self._file.tell() == 0:
-                header = {"schema": RECORDING_SCHEMA, "gputop_version": __version__, "created": time.time()}
-                header.update(meta or {})
-                self._write(header)
+                self._write(recording_header(meta))
             else:
                 self._file.flush()
         except OSError:
@@ -59,7 +70,7 @@ class Recorder:
 
     def _write(self, obj: Any) -> None:
         assert self._file is not None
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._file.write(json_line(obj))
         self._file.flush()
 
     def append(self, frame: Frame) -> bool:

@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
+from probes.diagnosis.collectives import collective_gaps, gap_line
+from probes.diagnosis.evidence import gil_summary
+from probes.diagnosis.stacks import describe
+from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
 from probes.stacks import hot_frames
 
@@ -32,10 +36,13 @@ PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
 def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
                    comparison: ComparisonInputs | None = None, pace: Pace | None = None,
-                   job: JobVerdict | None = None, shares: TimeShares | None = None) -> dict[str, Any]:
+                   job: JobVerdict | None = None, shares: TimeShares | None = None,
+                   cannot_see: Sequence[Check] = (), partial: str | None = None) -> dict[str, Any]:
     """The snapshot document for these frames (oldest first) and the verdict reached on them; comparison
     (--baseline, --model, --tokens-per-iter) fills progress.baseline; the monitor's pace adds the recent
-    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process)."""
+    seconds per iteration; a distributed job's verdict fills `job` (null for a lone process); cannot_see is
+    what gputop could not read (MonitorView.cannot_see); `partial` says why the run stopped before the duration
+    asked (a signal), making the document's "partial" true."""
     if not frames:
         raise ValueError("a snapshot needs at least one frame")
     latest = frames[-1]
@@ -62,6 +69,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         "gputop_version": __version__,
         "created": datetime.fromtimestamp(latest.time, tz=timezone.utc).isoformat(),
         "duration_s": round(elapsed, 3),
+        "partial": partial is not None,
+        "partial_reason": partial,
         "frames": len(frames),
         "target": to_jsonable(latest.target),
         "processes": to_jsonable(latest.processes),
@@ -83,6 +92,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             # and in the verdict's evidence.
             "hot_frames": [to_jsonable(h) for h in hot_frames(counts, include_idle=False, limit=HOT_FRAMES_LIMIT)],
             "by_process": by_process,
+            # Who held each process's GIL over the run, where GIL windows ran (another thread than the main one
+            # was seen working): py-spy's looks, and per thread how many found it holding the GIL.
+            "gil": _gil_document(frames),
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
@@ -92,6 +104,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "monitor_cpu_pct_mean": round(sum(monitor) / len(monitor), 1) if monitor else None,
             "sampler_cpu_pct_mean": round(sum(sampler) / len(sampler), 1) if sampler else None,
         },
+        # What gputop could not read (ptrace denied, NVML missing, ...), each with its fix: `gputop doctor`'s shape.
+        "cannot_see": [check_dict(c) for c in cannot_see],
         "verdict": {
             "bottleneck": verdict.bottleneck,
             "liveness": verdict.liveness,
@@ -101,12 +115,28 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "max_speedup": verdict.max_speedup,
         },
         "job": job_document(latest, job),
+        "collectives": collectives_document(latest),
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
         "recurring_phases": [{"phase": r.phase, "share": round(r.share, 3), "period_s": round(r.period_s, 1),
                               "episodes": r.episodes} for r in shares.recurring] if shares else [],
     }
+
+
+def _gil_document(frames: Sequence[Frame]) -> list[dict[str, Any]]:
+    documents = []
+    for pid in sorted({g.pid for f in frames for g in f.stacks.gil}):
+        summary = gil_summary(frames, pid)
+        if summary is None or not summary.looks:
+            continue
+        documents.append({
+            "pid": pid,
+            "looks": summary.looks,
+            "holders": [{"tid": h.tid, "name": h.name, "held": h.held, "share": round(h.held / summary.looks, 3),
+                         "where": describe(h.stack[0]) if h.stack else None} for h in summary.holders],
+        })
+    return documents
 
 
 RANK_EVIDENCE_LINES = 2
@@ -145,6 +175,17 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
             }
             for r in job.ranks
         ],
+    }
+
+
+def collectives_document(latest: Frame) -> dict[str, Any] | None:
+    """The ranks' Flight Recorders (null when no rank shows one): where each rank stands per process group,
+    and the collectives some ranks wait in that others never entered."""
+    if latest.collectives is None:
+        return None
+    return {
+        "ranks": to_jsonable(latest.collectives.ranks),
+        "gaps": [{**to_jsonable(gap), "line": gap_line(gap)} for gap in collective_gaps(latest.collectives)],
     }
 
 

@@ -1,8 +1,9 @@
 """Watching a real job with the real command, for the end-to-end job tests (torchrun, Lightning, Slurm, ...).
 
 `python -m tui <target> --snapshot OUT --record REC` runs on the job; its recording is folded through a Monitor
-as it grows until the job verdict reaches the state a test asks for (never a fixed wait), then the command is
-stopped (SIGTERM: headless, it writes its snapshot) and what it produced is returned.
+as it grows until the view (``watch_until``) or the job verdict (``watch_job_until``) reaches the state a test
+asks for (never a fixed wait), then the command is stopped (SIGTERM: headless, it writes its snapshot) and what
+it produced is returned.
 """
 
 from __future__ import annotations
@@ -32,40 +33,48 @@ class WatchedJob(NamedTuple):
     stderr: str  # what it said (the note naming what it attached to)
 
 
-def watch_job_until(target: int | list[str], tmp_path: Path, reached, *, timeout: float = TIMEOUT_S,
-                    env: dict[str, str] | None = None) -> WatchedJob:
-    """Run the gputop command on `target` (a PID, or its arguments: ["--slurm-job", "12"]) until the job verdict
-    it would show satisfies `reached(job)`; fails at once if the command exits first."""
+def watch_until(target: int | list[str], tmp_path: Path, reached, *, timeout: float = TIMEOUT_S,
+                env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> WatchedJob:
+    """Run the gputop command on `target` (a PID, or its arguments: ["--slurm-job", "12"]), with `extra_args`
+    (--model, --log, ...), until the view it would show satisfies `reached(view)` (`view.latest` is the
+    newest frame; a lone process has no job verdict to wait on); fails at once if the command exits first."""
     arguments = ["--pid", str(target)] if isinstance(target, int) else list(target)
     snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
     for path in (snapshot, recording):
         path.unlink(missing_ok=True)
     command = subprocess.Popen(
-        [sys.executable, "-m", "tui", *arguments, "--snapshot", str(snapshot), "--duration", str(timeout + 30),
-         "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
+        [sys.executable, "-m", "tui", *arguments, *extra_args, "--snapshot", str(snapshot), "--duration",
+         str(timeout + 30), "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
         cwd=REPO, env=dict(env or os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
     monitor = Monitor(hang_after_s=HANG_AFTER_S)
     jobs = []
     seen = 0
 
-    def job_reached():
+    def view_reached():
         nonlocal seen
         frames = list(load_recording(recording).frames) if recording.exists() else []
-        for frame in frames[seen:]:
-            jobs.append(monitor.ingest(frame).job)
+        views = [monitor.ingest(frame) for frame in frames[seen:]]
+        jobs.extend(view.job for view in views)
         seen = len(frames)
         if command.poll() is not None:
             pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
-        return bool(jobs) and jobs[-1] is not None and reached(jobs[-1])
+        return bool(views) and reached(views[-1])
 
     try:
-        wait_for(job_reached, timeout=timeout, interval=0.5)
+        wait_for(view_reached, timeout=timeout, interval=0.5)
     finally:
-        command.send_signal(signal.SIGTERM)
+        command.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
         _, stderr = command.communicate(timeout=60)
     assert command.returncode == 0, stderr
     return WatchedJob(json.loads(snapshot.read_text()), list(read_recording(recording)), jobs, stderr)
+
+
+def watch_job_until(target: int | list[str], tmp_path: Path, reached, *, timeout: float = TIMEOUT_S,
+                    env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> WatchedJob:
+    """watch_until, waiting for the job verdict it would show to satisfy `reached(job)`."""
+    return watch_until(target, tmp_path, lambda view: view.job is not None and reached(view.job),
+                       timeout=timeout, env=env, extra_args=extra_args)
 
 
 def settled(job) -> bool:

@@ -174,15 +174,28 @@ def test_bad_input_is_one_line_and_exit_2(seed_case, args, message):
     assert done.stdout == ""
 
 
-def test_a_fix_is_checked_against_what_it_could_win(tmp_path):
-    paths = []
-    for name, pace, bottleneck, shares in (("before", 1.0, "data_bound", {"data_wait": 0.6, "compute": 0.4}),
-                                           ("after", 0.45, "cpu_bound", {"compute": 1.0})):
-        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
-        document["verdict"]["bottleneck"] = bottleneck
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(document))
-    comparison = compare_runs(load_run(str(paths[0]), "before"), load_run(str(paths[1]), "after"))
+@pytest.fixture
+def fix_compared(tmp_path):
+    """compare_runs of two snapshots of one nanoGPT run, before and after a fix. Each side is (label, s/iter,
+    bottleneck, main-thread time shares[, the verdict's max_speedup])."""
+    def compare(*sides):
+        runs = []
+        for label, pace, bottleneck, shares, *bound in sides:
+            document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
+            document["verdict"]["bottleneck"] = bottleneck
+            if bound:
+                document["verdict"]["max_speedup"] = bound[0]
+            path = tmp_path / f"{label}.json"
+            path.write_text(json.dumps(document))
+            runs.append(load_run(str(path), label))
+        return compare_runs(*runs)
+
+    return compare
+
+
+def test_a_fix_is_checked_against_what_it_could_win(fix_compared):
+    comparison = fix_compared(("before", 1.0, "data_bound", {"data_wait": 0.6, "compute": 0.4}),
+                              ("after", 0.45, "cpu_bound", {"compute": 1.0}))
     assert comparison.verdict[1:5] == (
         "the bottleneck moved: data_bound → cpu_bound",
         "before's data_bound held its main thread 60% of the time: its fix could win up to 2.5× per iteration; "
@@ -198,46 +211,27 @@ def test_a_run_without_a_pace_still_shows_what_changed():
     assert comparison.verdict[0].startswith("no pace for before")
 
 
-def test_a_bottleneck_in_every_sample_sets_no_limit(tmp_path):
-    paths = []
-    for name, pace, bottleneck, shares in (("before", 1.0, "data_bound", {"data_wait": 1.0}),
-                                           ("after", 0.25, "cpu_bound", {"compute": 1.0})):
-        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
-        document["verdict"]["bottleneck"] = bottleneck
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(document))
-    comparison = compare_runs(load_run(str(paths[0]), "before"), load_run(str(paths[1]), "after"))
+def test_a_bottleneck_in_every_sample_sets_no_limit(fix_compared):
+    comparison = fix_compared(("before", 1.0, "data_bound", {"data_wait": 1.0}),
+                              ("after", 0.25, "cpu_bound", {"compute": 1.0}))
     assert comparison.verdict[2] == ("before's data_bound held its main thread in every sample, so no limit to what "
                                      "its fix could win shows; after got 4.0× per iteration")
 
 
-def test_a_snapshots_own_shares_and_bound_are_used(tmp_path):
+def test_a_snapshots_own_shares_and_bound_are_used(fix_compared):
     """A snapshot that carries time_shares (phase names of probes/diagnosis/shares.py) and verdict.max_speedup."""
-    paths = []
-    for name, pace, bottleneck, shares, bound in (
-            ("before", 1.0, "data_bound", {"data": 0.6, "compute": 0.4}, 2.5),
-            ("after", 0.5, "gpu_bound", {"compute": 0.97, "logging": 0.03}, None)):
-        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
-        document["verdict"].update(bottleneck=bottleneck, max_speedup=bound)
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(document))
-    before, after = load_run(str(paths[0]), "before"), load_run(str(paths[1]), "after")
+    comparison = fix_compared(("before", 1.0, "data_bound", {"data": 0.6, "compute": 0.4}, 2.5),
+                              ("after", 0.5, "gpu_bound", {"compute": 0.97, "logging": 0.03}, None))
+    before, after = comparison.a, comparison.b
     assert (before.time_shares, before.max_speedup, after.max_speedup) == ({"data": 0.6, "compute": 0.4}, 2.5, None)
-    comparison = compare_runs(before, after)
     assert comparison.verdict[2] == "before's verdict (data_bound) said its fix could win up to 2.5× per iteration; " \
                                     "after got 2.0×"
     assert "the main thread's data share: 60% → 0%" in comparison.verdict
 
 
-def test_a_gain_beyond_the_bound_says_more_than_the_fix_changed(tmp_path):
-    paths = []
-    for name, pace, bottleneck, shares in (("starved", 0.133, "data_bound", {"data_wait": 0.72, "compute": 0.28}),
-                                           ("fixed", 0.0197, "cpu_bound", {"compute": 1.0})):
-        document = nanogpt_snapshot(pace, 10.0, 1, 1, 64, 1, time_shares=shares)
-        document["verdict"]["bottleneck"] = bottleneck
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(document))
-    comparison = compare_runs(load_run(str(paths[0]), "starved"), load_run(str(paths[1]), "fixed"))
+def test_a_gain_beyond_the_bound_says_more_than_the_fix_changed(fix_compared):
+    comparison = fix_compared(("starved", 0.133, "data_bound", {"data_wait": 0.72, "compute": 0.28}),
+                              ("fixed", 0.0197, "cpu_bound", {"compute": 1.0}))
     assert comparison.verdict[2] == (
         "starved's data_bound held its main thread 72% of the time: its fix could win up to 3.6× per iteration; "
         "fixed got 6.8×, more than the bound: the rest of starved's step took 0.0372 s, fixed's whole step 0.0197 s, "

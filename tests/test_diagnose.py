@@ -27,6 +27,7 @@ from probes.diagnosis.verdict import diagnose
 from probes.frame import (
     CpuReading,
     Frame,
+    GilSamples,
     GpuDevice,
     GpuProcess,
     GpuReading,
@@ -496,6 +497,61 @@ def test_cpu_only_training_is_cpu_bound():
     assert any("torch.set_num_threads(8)" in a for a in last.advice)
 
 
+AGGREGATE = (
+    fr("aggregate_metrics", "/home/alice/nanogpt/telemetry.py", 41),
+    fr("Thread.run", STDLIB + "threading.py", 982),
+    fr("Thread._bootstrap", STDLIB + "threading.py", 1002),
+)
+HELPER_TID = PID + 7
+
+
+def gil_frame(i: int, held_by_helper: int, held_by_main: int, looks: int = 49, **kw) -> Frame:
+    """A training loop's frame with one finished GIL window: the helper thread held the GIL at
+    ``held_by_helper`` of ``looks`` looks, the main thread at ``held_by_main``."""
+    holders = (StackCount(pid=PID, tid=HELPER_TID, thread_name="metrics_aggregator", idle=False, frames=AGGREGATE,
+                          count=held_by_helper),
+               StackCount(pid=PID, tid=PID, thread_name="MainThread", idle=False, frames=FORWARD, count=held_by_main))
+    frame = make_frame(i, counts=[main_count(FORWARD, n=4), main_count(BACKWARD, n=6)], **kw)
+    stacks = dataclasses.replace(frame.stacks, gil=(GilSamples(pid=PID, samples=looks, holders=holders),))
+    return dataclasses.replace(frame, stacks=stacks)
+
+
+def test_a_thread_holding_the_gil_is_named_with_its_function_and_the_training_threads_wait():
+    frames = [gil_frame(i, held_by_helper=35, held_by_main=5, cpu=40.0, main_thread_cpu_pct=30.0,
+                        main_thread_runqueue_pct=5.0) for i in range(6)]
+    verdicts = run(frames)
+    last = verdicts[-1]
+    assert (last.bottleneck, last.liveness) == ("gil_contention", "progressing")
+    assert last.evidence[0] == ("thread metrics_aggregator, in aggregate_metrics (telemetry.py:41), holds the GIL "
+                                "71% of the time (210 of 294 looks); the training thread holds it 10%")
+    assert last.evidence[1] == ("the training thread runs 30% of the time and waits the rest: asleep 65% outside "
+                                "any blocking call (waiting for the GIL), queued for a core 5%")
+    assert "to a process" in last.advice[0] and "sleep" in last.advice[1] and "Batch" in last.advice[2]
+
+
+def test_a_cpu_bound_verdict_gives_way_to_gil_contention_once_the_gil_windows_come():
+    plain = [make_frame(i, counts=[main_count(FORWARD, n=4), main_count(BACKWARD, n=6)], cpu=40.0,
+                        main_thread_cpu_pct=30.0, main_thread_runqueue_pct=5.0) for i in range(6)]
+    contended = [gil_frame(i, held_by_helper=35, held_by_main=5, cpu=40.0, main_thread_cpu_pct=30.0,
+                           main_thread_runqueue_pct=5.0) for i in range(6, 8)]
+    verdicts = run(plain + contended)
+    assert verdicts[5].bottleneck == "cpu_bound"
+    assert verdicts[-1].bottleneck == "gil_contention"
+
+
+@pytest.mark.parametrize("helper, main, kw", [
+    (5, 20, {}),  # the helper rarely holds the GIL (its work releases it)
+    (35, 5, {"main_thread_cpu_pct": 95.0, "main_thread_runqueue_pct": 0.0}),  # the training thread never waits
+    (6, 1, {"looks": 9}),  # too few looks to judge (two windows of 9)
+])
+def test_no_gil_verdict_when_the_gil_is_not_what_holds_the_training_thread(helper, main, kw):
+    looks = kw.pop("looks", 49)
+    kw = {"main_thread_cpu_pct": 30.0, "main_thread_runqueue_pct": 5.0, **kw}
+    frames = [gil_frame(i, held_by_helper=helper, held_by_main=main, looks=looks, cpu=100.0, **kw)
+              for i in range(2)]
+    assert run(frames)[-1].bottleneck == "cpu_bound"
+
+
 def test_checkpoint_save():
     frames = [make_frame(i, counts=[main_count(TORCH_SAVE, n=8), main_count(FORWARD, n=2)], cpu=60.0,
                          write_chars_per_s=350e6) for i in range(6)]
@@ -685,7 +741,9 @@ def test_cpus_shared_with_other_processes_are_said_with_numbers():
     assert last.bottleneck == "data_bound"
     assert ("CPUs shared with other work: other processes used 1.5 of the 2 CPUs this job may run on, the job 0.5"
             in last.evidence)
-    assert last.advice[0].startswith("The job gets 0.5 of its 2 CPUs: other processes use the rest.")
+    # The rule's own advice first; the shared CPUs, which qualify any verdict, right after it (issue 20).
+    assert "num_workers" in last.advice[0]
+    assert last.advice[1].startswith("The job gets 0.5 of its 2 CPUs: other processes use the rest.")
     # The same job alone on its CPUs: nothing to say.
     alone = [dataclasses.replace(f, host=_host(0.5)) for f in frames]
     assert not any("shared" in line for line in run(alone)[-1].evidence)

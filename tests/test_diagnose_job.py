@@ -539,3 +539,50 @@ def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeyp
     fold(straggler_frames(700))
     assert len(seen) == 2 * 700 and max(seen) == 600
     assert tree == []  # the launcher's tree is not diagnosed besides
+
+
+# --- advice sized to a rank's share of the CPUs (issue 20) ---------------------------------------------------
+
+
+def _cpu_training(cpus: float, workers: bool, n: int = 8):
+    processes = [rank_proc(RANK0, 0, cpu=100.0), rank_proc(RANK1, 1, cpu=100.0)]
+    if workers:
+        processes += [worker_proc(WORKER0, RANK0, cpu=5.0), worker_proc(WORKER1, RANK1, cpu=5.0)]
+    frames = [job_frame(i, processes, counts=[count(RANK0, FORWARD, n=10), count(RANK1, FORWARD, n=10)])
+              for i in range(n)]
+    return [dataclasses.replace(f, cpu=CpuReading(effective_cpus=cpus, affinity_cpus=int(cpus))) for f in frames]
+
+
+def _thread_advice(verdict) -> list[str]:
+    lines = [a for r in verdict.ranks for a in r.verdict.advice] + list(verdict.verdict.advice)
+    return [a for a in lines if "set_num_threads" in a]
+
+
+def test_two_ranks_on_two_cores_are_not_told_to_use_two_threads_each():
+    # Each rank already uses its 1 CPU of the 2: torch.set_num_threads(2) per rank would oversubscribe the node.
+    verdict = run_job(_cpu_training(2.0, workers=False))[-1]
+    assert all(r.verdict.bottleneck == "cpu_bound" for r in verdict.ranks)
+    assert _thread_advice(verdict) == []
+
+
+def test_thread_advice_divides_the_cores_by_the_ranks_and_their_workers():
+    verdict = run_job(_cpu_training(8.0, workers=True))[-1]
+    advice = _thread_advice(verdict)
+    assert advice, [r.verdict.advice for r in verdict.ranks]
+    # 8 CPUs / 2 ranks = 4 each, less 1 for each rank's DataLoader worker
+    assert all("torch.set_num_threads(3) per rank" in a for a in advice)
+    assert all("(2 ranks on 8 CPUs, 1 DataLoader worker each)" in a for a in advice)
+    assert not any("set_num_threads(8)" in a or "set_num_threads(4)" in a for a in advice)
+
+
+def test_a_job_whose_stacks_cannot_be_read_is_cannot_see_on_every_rank():
+    denied = StacksReading(available=False, blocked="ptrace denied",
+                           reason=f"py-spy may not read PID {RANK0}: permission denied. Run gputop as root")
+    frames = [dataclasses.replace(job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]), stacks=denied)
+              for i in range(8)]
+    job = run_job(frames)[-1]
+    assert [r.verdict.bottleneck for r in job.ranks] == ["cannot_see", "cannot_see"]
+    assert job.verdict.bottleneck == "cannot_see"
+    assert "cannot see: ptrace denied" in job.verdict.evidence[0]
+    assert not any(line.startswith("provisional:") for line in job.verdict.evidence)  # no samples is the premise
+    assert "CAP_SYS_PTRACE" in job.verdict.advice[0]

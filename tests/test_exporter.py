@@ -301,7 +301,7 @@ def run_gputop(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, says", [
-    (("serve",), "gputop serve --pid PID, or gputop serve --follow"),
+    (("serve",), "gputop serve --pid PID, --slurm-job JOBID, or gputop serve --follow"),
     (("serve", "--pid", "999999999"), "no process with PID 999999999"),
     (("serve", "--follow", "--log", "x.log"), "use it with --pid"),
     (("serve", "--pid", "1", "--follow"), "not allowed with argument"),
@@ -394,17 +394,17 @@ def test_follow_drops_a_target_once_it_has_ended_and_keeps_the_others():
 
     server = Server(EngineConfig(read_gpu=False, sample_stacks=False), pid=None, follow=True, hang_after_s=5.0,
                     log=lambda line: None)
-    from probes.monitor import Monitor
-    from tui.serve import _Watched
+    from probes.node_watch import WatchedTarget
 
     ended = _FakeEngine([make_frame(0, cpu=50.0), make_frame(1, alive=False)])
     running = _FakeEngine([make_frame(0, processes=[proc(pid=77)]), make_frame(1, processes=[proc(pid=77)])])
-    server._watched = {PID: _Watched(ended, Monitor(), "test"), 77: _Watched(running, Monitor(), "test")}
-    server._tick()
+    server.node.watched = {PID: WatchedTarget(ended, "test"), 77: WatchedTarget(running, "test")}
+    server.node._last_scan = float("inf")  # no scan of this machine between the two ticks
+    server.step()
     assert len(server.views()) == 2
-    server._tick()
+    server.step()
     assert len(server.views()) == 1 and ended.closed and not running.closed
-    assert PID not in server._watched
+    assert PID not in server.node.watched and PID not in server._monitors
     assert server.views()[0].view.latest.process(77) is not None
 
 
@@ -420,7 +420,7 @@ def test_every_watched_target_shares_one_nvml_read_per_tick():
         fake = FakeNvml([FakeGpu(uuid=f"GPU-{i}", processes=[(p.pid, GIB)]) for i, p in enumerate(sleepers)])
         server = Server(EngineConfig(sample_stacks=False, process_only=True), pid=sleepers[0].pid, follow=False,
                         hang_after_s=5.0, log=lambda line: None, gpu=SharedGpuReading(NvmlGpuProbe(fake)))
-        assert server._watch(sleepers[1].pid, "test")
+        assert server.node.watch(sleepers[1].pid, "test")
         for _ in range(3):
             server.step()
         gpus_in_target = {v.view.latest.target.pid: [d.index for d in v.view.latest.gpu.devices if d.in_target]

@@ -9,23 +9,16 @@ and every process the test started is killed (the spawn_target fixture).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, wait_for
-from jobwatch import HANG_AFTER_S, TIMEOUT_S, settled, watch_job_until
+from jobwatch import TIMEOUT_S, settled, watch_job_until, watch_until
 
 from probes.frame import ROLE_DATALOADER_WORKER
-from probes.monitor import Monitor
-from probes.recording import load_recording
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
@@ -86,34 +79,6 @@ def test_lightning_hung_rank_is_named_attached_to_rank_one(spawn_target, tmp_pat
     print(f"lightning hung rank named; test took {time.monotonic() - began:.1f} s: {headline}")
 
 
-def watch_until(pid: int, tmp_path: Path, reached, timeout: float = TIMEOUT_S) -> dict:
-    """Run the gputop command on `pid` until the view it would show satisfies `reached(view)` (a lone process
-    has no job verdict to wait on, so this folds whole views), then stop it; return its snapshot."""
-    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tui", "--pid", str(pid), "--snapshot", str(snapshot), "--duration",
-         str(timeout + 30), "--record", str(recording), "--no-gpu", "--hang-after", str(HANG_AFTER_S)],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
-    monitor = Monitor(hang_after_s=HANG_AFTER_S)
-    seen = 0
-
-    def view_reached():
-        nonlocal seen
-        frames = list(load_recording(recording).frames) if recording.exists() else []
-        views = [monitor.ingest(frame) for frame in frames[seen:]]
-        seen = len(frames)
-        return bool(views) and reached(views[-1])
-
-    try:
-        wait_for(view_reached, timeout=timeout, interval=0.5)
-    finally:
-        command.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
-        _, stderr = command.communicate(timeout=60)
-    assert command.returncode == 0, stderr
-    return json.loads(snapshot.read_text())
-
-
 HF_SECONDS_PER_STEP = 4 * 0.05  # hf_trainer_job.py: BATCH samples of SAMPLE_S each, read by one worker
 
 
@@ -130,7 +95,7 @@ def test_hf_trainer_starved_by_its_dataset_is_data_bound_with_the_pace_of_its_ba
                 and progress.seconds_per_iter is not None
                 and not any(line.startswith(("provisional:", "holding:")) for line in view.verdict.evidence))
 
-    document = watch_until(trainer.pid, tmp_path, data_bound_with_pace)
+    document = watch_until(trainer.pid, tmp_path, data_bound_with_pace).document
     assert document["verdict"]["bottleneck"] == "data_bound", document["verdict"]
     assert document["verdict"]["liveness"] == "progressing"
     progress = document["progress"]

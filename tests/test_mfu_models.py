@@ -102,11 +102,6 @@ def test_model_mistakes_are_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and message in err
 
 
-def test_probe_refuses_a_model_it_cannot_build(capsys):
-    code, _, err = run_cli(["probe", "--model", "mixtral-8x7b"], capsys)
-    assert code == 2 and "gputop probe cannot build a moe model yet" in err
-
-
 # --- the live comparison -----------------------------------------------------------------------------------
 
 

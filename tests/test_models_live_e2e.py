@@ -1,26 +1,27 @@
-"""The live monitor on a real job with a model given as a config.json: a tiny Llama trained by
-tests/targets/hf_llama_job.py from its model folder, watched by `gputop --pid P --model config.json
---tokens-per-iter N --peak-tflops X` until its recording holds timed steps; the snapshot's pace counts the
-Llama family's FLOPs for that config against the peak given, and an implausible MFU comes with its doubts."""
+"""The live monitor on a real job whose model is a Hugging Face config.json: a tiny Llama trained by
+tests/targets/hf_llama_job.py from its model folder, watched by the real `gputop --pid P` command
+(tests/jobwatch.py) until its recording holds timed steps. Given as `--model config.json`, the snapshot's pace
+counts the Llama family's FLOPs for that config against the peak given, and an implausible MFU comes with its
+doubts; not given, the config.json the job's command line names (`--model_name_or_path model`) is read, at the
+sequence its `--block_size` trains, and the pace says where the model came from; an explicit --model wins."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO, wait_for
+from conftest import wait_for
+from jobwatch import watch_until
 
 from probes.models.hf_config import load_config
 from probes.models.llama import flops_per_token
-from probes.recording import load_recording
+from tui.cli import build_parser
+from tui.commands.shared import comparison_inputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-TINY_LLAMA = {
+TINY_LLAMA = {  # grouped-query attention: 4 query heads share 2 K/V heads
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
     "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,
     "max_position_embeddings": 64, "tie_word_embeddings": False,
@@ -29,36 +30,29 @@ BATCH, SEQUENCE = 2, 64
 WAIT_S = 180.0  # a bound for a loaded machine; each wait ends as soon as its state is reached
 
 
-def test_live_pace_counts_a_config_json_model(spawn_target, tmp_path):
+def timed_steps(view) -> bool:
+    progress = view.latest.progress
+    return progress is not None and bool(progress.seconds_per_iter)
+
+
+def write_model_folder(tmp_path, **changes):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     config = model_dir / "config.json"
-    config.write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
+    config.write_text(json.dumps({**TINY_LLAMA, **changes}), encoding="utf-8")
+    return model_dir, config
+
+
+def test_live_pace_counts_a_config_json_model(spawn_target, tmp_path):
+    model_dir, config = write_model_folder(tmp_path)
     log = tmp_path / "train.log"
     with log.open("w") as stdout:
         job = spawn_target("hf_llama_job.py", str(model_dir), str(BATCH), str(SEQUENCE), stdout=stdout)
-    snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
     tokens = BATCH * SEQUENCE
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tui", "--pid", str(job.pid), "--log", str(log), "--model", str(config),
-         "--tokens-per-iter", str(tokens), "--peak-tflops", "1000", "--no-gpu", "--no-stacks",
-         "--snapshot", str(snapshot), "--record", str(recording), "--duration", str(WAIT_S + 60)],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
-
-    def timed_steps_recorded() -> bool:
-        if command.poll() is not None:
-            pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
-        frames = list(load_recording(recording).frames) if recording.exists() else []
-        return any(frame.progress is not None and frame.progress.seconds_per_iter for frame in frames)
-
-    try:
-        wait_for(timed_steps_recorded, timeout=WAIT_S, interval=0.5)
-    finally:
-        command.send_signal(signal.SIGTERM)
-        _, stderr = command.communicate(timeout=60)
-    assert command.returncode == 0, stderr
-    pace = json.loads(snapshot.read_text())["progress"]["baseline"]
+    watched = watch_until(job.pid, tmp_path, timed_steps, timeout=WAIT_S, extra_args=(
+        "--log", str(log), "--model", str(config), "--tokens-per-iter", str(tokens), "--peak-tflops", "1000",
+        "--no-stacks"))
+    pace = watched.document["progress"]["baseline"]
     shape = load_config(str(config))
     assert shape.seq_len == SEQUENCE
     assert pace["model"] == str(config)
@@ -70,3 +64,28 @@ def test_live_pace_counts_a_config_json_model(spawn_target, tmp_path):
     text = "\n".join(pace["lines"])
     assert "is below what a training step on a GPU reaches (1%)" in text
     assert f"The model: {shape.describe()}." in text
+
+
+def test_the_config_json_the_job_names_is_read_without_model(spawn_target, tmp_path):
+    # The config allows 128 positions; the job trains at 64 (--block_size), which the attention term must use.
+    _, config = write_model_folder(tmp_path, max_position_embeddings=2 * SEQUENCE)
+    log = tmp_path / "train.log"
+    with log.open("w") as stdout:  # started in tmp_path: the folder is named relative to the job's cwd
+        job = spawn_target("hf_llama_job.py", "--model_name_or_path", "model", "--per_device_train_batch_size",
+                           str(BATCH), "--block_size", str(SEQUENCE), stdout=stdout, cwd=tmp_path)
+    stated = wait_for(lambda: comparison_inputs(build_parser().parse_args(["--pid", str(job.pid)])))
+    given = comparison_inputs(build_parser().parse_args(["--pid", str(job.pid), "--model", "llama-3-8b"]))
+    assert given.stated_by is None and given.model == "llama-3-8b"  # an explicit --model wins
+    trained = dataclasses.replace(load_config(str(config)), seq_len=SEQUENCE)
+    assert stated.shape == trained and stated.model == str(config)
+
+    tokens = BATCH * SEQUENCE
+    watched = watch_until(job.pid, tmp_path, timed_steps, timeout=WAIT_S, extra_args=(
+        "--log", str(log), "--tokens-per-iter", str(tokens), "--peak-tflops", "1000", "--no-stacks"))
+    pace = watched.document["progress"]["baseline"]
+    assert pace["model"] == str(config)
+    assert pace["flops_per_token"] == flops_per_token(trained) != flops_per_token(load_config(str(config)))
+    assert pace["achieved_flops_per_s"] == pytest.approx(flops_per_token(trained) * pace["observed_tokens_per_s"])
+    assert (f"Model from the Hugging Face config.json its command line names: --model_name_or_path model "
+            f"({config}); sequence {SEQUENCE} from --block_size {SEQUENCE}, not the config's {2 * SEQUENCE}: "
+            f"{trained.describe()}.") in pace["lines"]

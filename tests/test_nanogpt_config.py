@@ -14,7 +14,8 @@ from conftest import wait_for
 from probes.baseline import compare_progress, load_comparison_inputs
 from probes.frame import ProgressReading
 from probes.models.gpt2 import GptShape, count_params
-from probes.models.nanogpt_config import parameters_printed, read_command_line, stated_model
+from probes.models.nanogpt_config import parameters_printed, read_command_line
+from probes.models.stated import stated_model
 
 # The shape of config/train_shakespeare_char.py in nanoGPT, with the issue's --n_layer=4 override.
 CONFIG = """# train a miniature character-level shakespeare model
@@ -113,3 +114,11 @@ def test_attach_without_model_takes_the_shape_the_job_states(nanogpt_folder):
     assert stated.shape == GptShape(2, 4, 128, 1024, 50304)
     assert stated.stated_by.startswith("nanoGPT's command line: --n_layer=2 --n_embd=128 --n_head=4")
     assert given.stated_by is None and given.model == "gpt2"  # --model wins over what the job states
+
+
+def test_configurator_overrides_read_every_key_as_configurator_does():
+    from probes.models.nanogpt_config import configurator_overrides
+
+    argv = ["python", "train.py", "config/x.py", "--n_layer=4", "--dtype=bfloat16", "--compile=False",
+            "--init_from='gpt2'", "--n_layer=6", "--verbose", "--not-a-key=1"]
+    assert configurator_overrides(argv) == {"n_layer": 6, "dtype": "bfloat16", "compile": False, "init_from": "gpt2"}

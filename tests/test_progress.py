@@ -226,8 +226,7 @@ def test_target_writing_to_a_pipe_needs_log(spawn_target):
     probe = LogProgressProbe(proc.pid)
     reading = probe.read()
     assert reading.source is None
-    assert reading.no_pace == (f"no pace: the job writes no step lines to a file gputop can read (the stdout of PID "
-                               f"{proc.pid} is a pipe); --log PATH reads its log")
+    assert reading.no_pace == f"no pace: the stdout of PID {proc.pid} is a pipe: pass --log FILE"
 
 
 # --- whose log: the training process's, whatever gputop is attached to ---------------------------------------

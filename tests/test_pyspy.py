@@ -115,6 +115,8 @@ def test_busy_function_tops_hot_frames_and_idle_threads_are_marked(spawn_target,
     threads = {t.name: t for t in reading.threads}
     assert len(threads) == 9 and threads["MainThread"].tid == target.pid
     assert not threads["MainThread"].idle and threads["idle-0"].idle
+    # each dump says when it was taken, so "now" can show its age: here, within the wait above
+    assert all(t.dumped_at is not None and 0 <= time.time() - t.dumped_at < 60 for t in threads.values())
     assert threads["MainThread"].frames[0].function == "busy_spin_for_gputop"
     assert reading.sampler.startswith("py-spy ") and "nonblocking" in reading.sampler
     assert reading.rate_hz == TEST_RATE_HZ and 0 < reading.achieved_rate_hz <= TEST_RATE_HZ * 1.5

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from probes.frame import StackCount, StackFrame
+from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.pyspy_output import (
     dominant_position,
     main_thread_position,
     main_thread_positions,
+    other_thread_working,
     parse_dump,
     parse_raw,
     samples_in,
@@ -85,3 +86,35 @@ def test_main_thread_positions_of_a_window_and_of_a_dump():
       "frames": [{"name": "tokenize_text", "filename": "/app/data.py", "line": 12}]}]"""
     assert main_thread_position(parse_dump(dump, pid=5), 5) == ("tokenize_text", "/app/data.py")  # tid == PID
     assert main_thread_position(parse_dump(dump, pid=7), 7) is None
+
+
+def test_a_thread_other_than_the_main_one_working_opens_the_gil_windows():
+    pid = 100
+    spin = (StackFrame("aggregate_metrics", "/app/telemetry.py", 41),)
+    waiting = (StackFrame("wait", "/usr/lib/python3.11/threading.py", 320),)
+    main = ThreadStack(pid=pid, tid=pid, name="MainThread", idle=False, frames=spin)
+    assert not other_thread_working(pid, [main])  # one thread alone cannot contend for the GIL
+    assert not other_thread_working(pid, [main, ThreadStack(pid=pid, tid=101, idle=True, frames=spin)])
+    # py-spy may call a thread in a known wait active (caught waking up): still a waiting thread
+    assert not other_thread_working(pid, [main, ThreadStack(pid=pid, tid=102, idle=False, frames=waiting)])
+    assert other_thread_working(pid, [main, ThreadStack(pid=pid, tid=103, idle=False, frames=spin)])
+
+
+def test_windows_that_print_the_same_stack_share_its_parsed_frames():
+    # The History holds 600 frames of windows; a loop prints the same stacks in each: one parse, shared.
+    raw = ("thread (101): MainThread;<module> (train.py:9);step (train.py:4) 7\n"
+           "thread (101): MainThread;<module> (train.py:9);load (data.py:2) 3\n")
+    first, second = parse_raw(raw, pid=101), parse_raw(raw, pid=101)
+    assert [c.frames for c in first] == [c.frames for c in second]
+    assert all(a.frames is b.frames for a, b in zip(first, second, strict=True))
+    assert first[0].frames[0] == StackFrame("step", "train.py", 4)  # innermost first, as before
+    native = parse_raw(raw, pid=101, native=True)  # the same text sampled natively is parsed on its own
+    assert native[0].frames is not first[0].frames
+
+
+def test_the_shared_stacks_are_bounded():
+    import probes.pyspy_output as output
+
+    for i in range(output._STACK_CACHE_MAX + 10):
+        parse_raw(f"thread (1): MainThread;<module> (t.py:1);f{i} (t.py:2) 1\n", pid=1)
+    assert len(output._parsed_stacks) <= output._STACK_CACHE_MAX

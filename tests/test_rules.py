@@ -89,7 +89,7 @@ def test_RULES_keeps_the_order_the_diagnosis_has_always_used():
     # here changes verdicts, so it is made on purpose, with this list and docs/diagnosis.md.
     assert [tuple(f.name for f in rule.concludes) for rule in RULES] == [
         ("compile_warmup",), ("checkpoint_save",), ("comms_bound",), ("gpu_bound", "gpu_throttled"),
-        ("cpu_throttled",), ("io_bound",), ("data_bound",), ("cpu_bound",), ("idle",),
+        ("cpu_throttled",), ("io_bound",), ("data_bound",), ("gil_contention",), ("cpu_bound",), ("idle",),
     ]
 
 
@@ -128,6 +128,7 @@ def docs_rule_rows() -> list[tuple[str, tuple[str, ...]]]:
 def test_the_docs_table_lists_the_rules_in_order_with_every_bottleneck():
     expected = [(f"{rule.evaluate.__module__.rsplit('.', 1)[1]}.py", tuple(f.name for f in rule.concludes))
                 for rule in RULES]
+    expected.append(("cannot_see.py", ("cannot_see",)))  # not rules: they stand where no rule can speak
     expected.append(("unknown.py", ("unknown",)))
     assert docs_rule_rows() == expected
     assert {name for _, names in docs_rule_rows() for name in names} == set(BOTTLENECKS)

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from test_frameworks_e2e import watch_until
+from jobwatch import watch_until
 
 TIMEOUT_S = 150.0
 # pytest's own limit covers the bounded wait for the verdict plus the job's start and the command's stop.
@@ -30,7 +30,7 @@ def test_a_periodic_checkpoint_is_named_beside_the_training_verdict(spawn_target
                 and any(r.phase == "checkpoint" and r.episodes >= 3 for r in shares.recurring)
                 and any(line.startswith("also: saving a checkpoint") for line in view.verdict.evidence))
 
-    document = watch_until(trainer.pid, tmp_path, checkpoint_named_beside_training, timeout=TIMEOUT_S)
+    document = watch_until(trainer.pid, tmp_path, checkpoint_named_beside_training, timeout=TIMEOUT_S).document
     saves = [(float(began_at), float(ended)) for ended, began_at in SAVED.findall(out.read_text())]
     period = (saves[-1][0] - saves[0][0]) / (len(saves) - 1)
     share = sum(end - start for start, end in saves[1:]) / (saves[-1][1] - saves[0][1])

@@ -388,3 +388,52 @@ def test_make_app_wants_exactly_one_source():
         make_app()
     with pytest.raises(ValueError):
         make_app(engine=RecordedEngine(frames_of("hung")), replay_frames=frames_of("hung"))
+
+
+@pilot_test
+async def test_now_view_says_how_old_each_dump_is_and_marks_a_stale_one():
+    # Issue 20: "now" showed each thread's last dumped stack with no age, and it can be seconds old.
+    frames = frames_of("hung")
+    latest = frames[-1]
+    pids = sorted({t.pid for t in latest.stacks.threads})
+    fresh_pid, stale_pid = pids[0], pids[-1]
+    assert fresh_pid != stale_pid, "the recording needs two processes with dumps"
+    aged = tuple(dataclasses.replace(t, dumped_at=latest.time - (1.0 if t.pid == fresh_pid else 12.0))
+                 for t in latest.stacks.threads)
+    frames[-1] = dataclasses.replace(latest, stacks=dataclasses.replace(latest.stacks, threads=aged))
+    app = make_app(replay_frames=frames)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        await pilot.press("i", "d")
+        await pilot.pause()
+        now = app.query_one("#now", StackTree)
+        assert "the oldest dumped 12 s ago (stale: no newer dump)" in now.root.label.plain
+        labels = {p.label.plain.split()[1]: p.label.plain for p in now.root.children}
+        assert labels[str(fresh_pid)].endswith(", dumped 1 s ago")
+        assert labels[str(stale_pid)].endswith(", dumped 12 s ago (stale: no newer dump)")
+
+
+@pilot_test
+async def test_verdict_pane_shows_every_advice_line_and_marks_what_is_below():
+    # Issue 20: the pane cut the specific advice (two lines at most, a generic one first) and said nothing.
+    from probes.frame import Verdict
+    from tui.panes.verdict import MORE_BELOW, VerdictPane
+
+    app = make_app(replay_frames=frames_of("data_bound"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(VerdictPane)
+        view = app.view
+        advice = ("Raise DataLoader num_workers to 4: the workers are the limit.",
+                  "Cache the decoded samples.", "Pin memory.", "The specific fix that was once cut off.")
+        long = dataclasses.replace(view, verdict=Verdict("data_bound", "progressing", 0.9,
+                                                         tuple(f"evidence {i}" for i in range(3)), advice))
+        pane.show(long, view.latest.time)
+        await pilot.pause()
+        shown = text_of(pane.query_one("#verdict-text", Static).content)
+        assert all(line in shown for line in advice)  # every advice line is in the pane, in order
+        assert [shown.index(line) for line in advice] == sorted(shown.index(line) for line in advice)
+        assert pane.max_scroll_y > 0 and MORE_BELOW in pane.border_title  # 80x24: it does not all fit, and says so
+        pane.scroll_end(animate=False)
+        await pilot.pause()
+        assert MORE_BELOW not in pane.border_title

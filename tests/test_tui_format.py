@@ -180,3 +180,17 @@ def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
     assert pace_text(counter).plain == "pace iter 40 · 2 s/iter (step counter; the log prints 0.1 s)"
     derived = Pace(iteration=20, seconds_per_iter=2.0, derived_from="CurrSamplesPerSec ÷ 32 samples per step")
     assert pace_text(derived).plain == "pace iter 20 · 2 s/iter (from CurrSamplesPerSec ÷ 32 samples per step)"
+
+
+def test_the_mfu_the_log_printed_keeps_its_decimals_on_screen():
+    # Issue 20: nanoGPT printed "mfu 0.01%" (a CPU run) and the pace line said "log 0%", which reads as a bug.
+    from probes.baseline import mfu_percent, printed_percent
+    from probes.logformats import parse_line
+    from probes.monitor import Pace
+    from tui.panes.verdict import pace_text
+
+    printed = parse_line("iter 120: loss 4.2113, time 812.35ms, mfu 0.01%").reported_mfu_pct
+    line = pace_text(Pace(iteration=120, seconds_per_iter=0.81235, reported_mfu_pct=printed)).plain
+    assert "(log 0.01%)" in line
+    assert [printed_percent(v) for v in (164.31, 42.57, 3.4, 0.01, 0.0)] == ["164", "43", "3.4", "0.01", "0"]
+    assert [mfu_percent(v) for v in (52.4, 3.456, 0.03, 0.004)] == ["52", "3.46", "0.03", "0.004"]

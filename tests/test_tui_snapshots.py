@@ -32,6 +32,12 @@ def test_replay(snap_compare, recording, size):
     assert snap_compare(replay_app(recording), terminal_size=SIZES[size])
 
 
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_ptrace_denied_says_cannot_see_in_the_header_and_the_verdict(snap_compare, size):
+    # Recorded by gputop without CAP_SYS_PTRACE on a sleeping process of user nobody (tests/test_doctor.py's case).
+    assert snap_compare(replay_app("ptrace_denied"), terminal_size=SIZES[size])
+
+
 def test_call_tree_of_the_hottest_frame(snap_compare):
     assert snap_compare(replay_app("data_bound"), press=["enter"], terminal_size=SIZES["160x48"])
 
@@ -67,3 +73,38 @@ def test_ddp_straggler_all_ranks(snap_compare):
 
 def test_help_with_job_keys(snap_compare):
     assert snap_compare(job_replay_app(), press=["question_mark"], terminal_size=SIZES["80x24"])
+
+
+def picker_app():
+    """The job picker (`gputop` with no PID) over a fixed census: four jobs of the kinds a GPU node runs."""
+    from probes.jobs.census import CensusReading, JobSummary
+    from tui.picker import JobPicker
+
+    now = 1_800_000_000.0
+    venv = "/home/ana/venv/bin/python"
+    jobs = (
+        JobSummary(root_pid=41200, launcher="torchrun", ranks=8, world_size=16, workers=32, processes=41,
+                   gpus=tuple(range(8)), cpu_pct=812.0, started_at=now - 9240, found_by="torchrun launcher",
+                   command=f"{venv} -m torch.distributed.run --nproc_per_node 8 --nnodes 2 train_llama.py "
+                           "--config configs/llama3_8b.yaml"),
+        JobSummary(root_pid=40877, launcher="python", ranks=1, world_size=None, workers=4, processes=5,
+                   gpus=(0,), cpu_pct=97.0, started_at=now - 15_300, found_by="PID 40877 holds a GPU context",
+                   command=f"{venv} train.py config/train_gpt2.py --compile=False"),
+        JobSummary(root_pid=43012, launcher="deepspeed", ranks=2, world_size=2, workers=0, processes=3,
+                   gpus=(0, 1), cpu_pct=180.5, started_at=now - 75, found_by="deepspeed launcher",
+                   command=f"{venv} -u -m deepspeed.launcher.launch --world_info=eyJsb2NhbGhvc3QiOiBbMCwgMV19 "
+                           "finetune.py --deepspeed ds_config.json"),
+        JobSummary(root_pid=39001, launcher="bash", ranks=1, world_size=None, workers=0, processes=2, gpus=(),
+                   cpu_pct=None, started_at=now - 30, found_by="imports torch", command="bash run_eval.sh"),
+    )
+    reading = CensusReading(jobs=jobs, time=now)
+    return JobPicker(lambda: reading, initial=reading, clock=lambda: now, refresh_s=None)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_job_picker(snap_compare, size):
+    assert snap_compare(picker_app(), terminal_size=SIZES[size])
+
+
+def test_job_picker_sorted_by_age_and_filtered(snap_compare):
+    assert snap_compare(picker_app(), press=["a", "slash", "t", "r", "a", "i", "n"], terminal_size=SIZES["160x48"])

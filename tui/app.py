@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
+from probes.doctor import Check
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
 from probes.monitor import Monitor, MonitorView, recording_meta
@@ -134,7 +135,8 @@ class GputopApp(App[None]):
                  record_path: str | Path | None, hang_after_s: float,
                  clock: Callable[[], float] | None, save_dir: str | Path | None,
                  recorder: Recorder | None = None, replay_notice: str | None = None,
-                 comparison: ComparisonInputs | None = None) -> None:
+                 comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
+                 start_notice: str | None = None) -> None:
         super().__init__()
         if (engine is None) == (replay_frames is None):
             raise ValueError("give exactly one of engine (live) or replay_frames (replay)")
@@ -144,8 +146,9 @@ class GputopApp(App[None]):
             recorder = Recorder(record_path, meta=recording_meta(engine.pid if engine else None, hang_after_s,
                                                                  comparison))
         self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
-                               replay=replay_frames is not None)
+                               replay=replay_frames is not None, startup_checks=startup_checks)
         self.replay_notice = replay_notice  # what a replay left out of a damaged recording, shown on start
+        self.start_notice = start_notice  # how the job was chosen when no PID was given, shown on start
         self._record_problem_shown = False
         self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
         self._clock = clock
@@ -197,6 +200,8 @@ class GputopApp(App[None]):
                 pane.show_waiting(waiting if isinstance(pane, VerdictPane) else "waiting for the first reading…")
             self._render_status()
             self._sample()
+            if self.start_notice:
+                self.notify(self.start_notice, timeout=20)
         else:
             self._sampling_done.set()
             view = None
@@ -366,11 +371,26 @@ class GputopApp(App[None]):
 
     def job_note_text(self) -> Text | None:
         """The job's note, on its own line: on the status line it would be the first thing a narrow terminal
-        cuts, and it is what tells a person who named a shell script or one rank what gputop is watching."""
+        cuts, and it is what tells a person who named a shell script or one rank what gputop is watching.
+        What hides the target's stacks (ptrace denied, py-spy missing) comes first on that line: every verdict
+        below it is then "cannot see"."""
+        blind = self.cannot_see_text()
         job = self.view.shown.job if self.view is not None else None
         if job is None or not job.note:
+            return blind
+        note = Text(f" {job.note}", style="bold")
+        return note if blind is None else Text.assemble(blind, "\n", note)
+
+    def cannot_see_text(self) -> Text | None:
+        if self.view is None:
             return None
-        return Text(f" {job.note}", style="bold")
+        hidden = [c for c in self.view.cannot_see if c.sees_process and c.status == "cannot"]
+        if not hidden:
+            return None
+        pid = self.view.latest.target.pid
+        words = "; ".join(dict.fromkeys(c.finding.split(":", 1)[0] for c in hidden))
+        return Text(f" ⚠ cannot see PID {pid}'s stacks: {words} · gputop doctor --pid {pid} says how to fix it",
+                    style="bold white on dark_red")
 
     def status_text(self) -> Text:
         """Most important first, so a narrow terminal cuts the command line, not the state."""
@@ -528,11 +548,15 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              record_path: str | Path | None = None, hang_after_s: float = 5.0,
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
              recorder: Recorder | None = None, replay_notice: str | None = None,
-             comparison: ComparisonInputs | None = None) -> GputopApp:
+             comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
+             start_notice: str | None = None) -> GputopApp:
     """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
     tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
-    (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against."""
+    (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against; `startup_checks` what
+    `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots); `start_notice`, shown on
+    start, says which job `gputop` chose when no PID was given."""
     return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
                      hang_after_s=hang_after_s, clock=clock, save_dir=save_dir, recorder=recorder,
-                     replay_notice=replay_notice, comparison=comparison)
+                     replay_notice=replay_notice, comparison=comparison, startup_checks=startup_checks,
+                     start_notice=start_notice)

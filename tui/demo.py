@@ -4,7 +4,9 @@ stop it on the way out, whatever the way out is (q, Ctrl-C, SIGTERM, a dropped S
 The target runs in its own session (so a Ctrl-C typed before the screen is up does not reach it) and is
 stopped as a process group (its DataLoader workers with it). The kernel also ends it when gputop dies
 (PR_SET_PDEATHSIG), so even a SIGKILL of gputop leaves no training behind. Its log goes to a temporary
-folder, read by the log probe; its checkpoints go to its own temporary folder, removed as it stops.
+folder, read by the log probe; its checkpoints go to a folder inside that one, so removing the one folder on the way
+out (q, Ctrl-C, SIGTERM or SIGHUP at any moment, an exception) leaves nothing behind, even when the target had to be
+killed before it could clean up after itself.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def stop_process_group(process: subprocess.Popen) -> None:
 
 def start_demo_target(workdir: str) -> subprocess.Popen:
     log = open(os.path.join(workdir, "train.log"), "w", encoding="utf-8")
+    checkpoints = os.path.join(workdir, "checkpoints")
+    os.mkdir(checkpoints)
     try:
         return subprocess.Popen(
-            [sys.executable, str(DEMO_TARGET), "--parent-pid", str(os.getpid())],
+            [sys.executable, str(DEMO_TARGET), "--parent-pid", str(os.getpid()), "--checkpoint-dir", checkpoints],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
@@ -61,23 +65,35 @@ def run_demo(interval_s: float) -> int:
     from probes.engine import Engine, EngineConfig
     from tui.app import make_app
 
+    def unwind(signum, _frame) -> None:  # before the screen is up: leave through the `finally` below
+        raise SystemExit(128 + signum)
+
+    # Taken before anything is made, so a signal at any moment reaches the cleanup rather than the default action.
+    previous_handlers = {sig: signal.signal(sig, unwind) for sig in (signal.SIGTERM, signal.SIGHUP)}
     workdir = tempfile.mkdtemp(prefix="gputop-demo-")
-    target = start_demo_target(workdir)
-    previous_handlers = {}
+    target = None
     try:
+        target = start_demo_target(workdir)
         engine = Engine(target.pid, EngineConfig(interval_s=interval_s,
                                                  log_path=os.path.join(workdir, "train.log")))
         try:
             app = make_app(engine=engine)
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                previous_handlers[sig] = signal.signal(sig, lambda *_: app.exit())
+            # From here the app exits and restores the terminal; after the message in hand, so a signal that lands
+            # while the screen is being built does not tear it down under its own on_mount.
+            for sig in previous_handlers:
+                signal.signal(sig, lambda *_: app.call_next(app.exit))
             app.run()
         finally:
             engine.close()
     finally:
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
-        stop_process_group(target)
-        shutil.rmtree(workdir, ignore_errors=True)
+        for sig in previous_handlers:  # a second signal while stopping must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            if target is not None:
+                stop_process_group(target)
+            shutil.rmtree(workdir, ignore_errors=True)
+        finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
     print(f"gputop demo: stopped the demo training process (PID {target.pid}).", file=sys.stderr)
     return 0

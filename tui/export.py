@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probes.frame import Frame
+from probes.private_files import write_private_text
 from probes.snapshot import write_json_atomic
 
 
@@ -38,5 +39,5 @@ def save_snapshot(frames: Sequence[Frame], document: dict, screenshot_svg: str,
     json_path = directory / f"{stem}.json"
     svg_path = directory / f"{stem}.svg"
     write_json_atomic(document, str(json_path))
-    svg_path.write_text(screenshot_svg, encoding="utf-8")
+    write_private_text(svg_path, screenshot_svg)  # the screen shows stacks and command lines: 0600
     return SavedSnapshot(json_path=json_path, svg_path=svg_path)

@@ -10,6 +10,14 @@ from probes.diagnosis.evidence import Evidence
 CONTENTION_MIN_CPUS = 0.5
 CONTENTION_MIN_SHARE = 0.25
 STEAL_NOTABLE_PCT = 10.0
+LINE_PREFIX = "CPUs shared with other work: "
+_ADVICE_PREFIXES = ("The job gets ", "This VM loses CPU time")
+
+
+def is_contention_text(text: str) -> bool:
+    """Whether an evidence line or advice is the one contention() adds: a held verdict drops it from what it
+    keeps, so that the line added afresh each tick does not pile up."""
+    return text.startswith(LINE_PREFIX) or text.startswith(_ADVICE_PREFIXES)
 
 
 def contention(ev: Evidence) -> tuple[str, str] | None:
@@ -30,7 +38,7 @@ def contention(ev: Evidence) -> tuple[str, str] | None:
                      f"the job {job:.1f}")
     if steal >= STEAL_NOTABLE_PCT:
         parts.append(f"the hypervisor took {steal:.0f}% of their time (steal)")
-    line = "CPUs shared with other work: " + "; ".join(parts)
+    line = LINE_PREFIX + "; ".join(parts)
     if shared:
         advice = (f"The job gets {job:.1f} of its {allowed} CPUs: other processes use the rest. Find them "
                   "(top, sorted by CPU) and move them elsewhere, or give the job CPUs of its own (taskset, a "

@@ -28,14 +28,18 @@ from probes.frame import (
     ROLE_DATALOADER_WORKER,
     ROLE_MAIN,
     Frame,
+    GilSamples,
     GpuDevice,
     Liveness,
+    ProcessSample,
     ProgressReading,
     StackCount,
     StackFrame,
     ThreadStack,
 )
 from probes.history import recent_frames
+from probes.jobs.environment import is_python_command
+from probes.pyspy_output import is_worker_stack
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
@@ -56,6 +60,8 @@ TRAIN_FRAME_SHARE = 0.1
 SPIN_UTIL_PCT = 70.0
 SPIN_SM_ACTIVE_PCT = 35.0
 SPIN_POWER_FRACTION = 0.35
+# Who held the GIL: GIL windows last 10 s (probes/pyspy.py), so look back over about three of them.
+GIL_WINDOW_S = 30.0
 # A rank's main thread on a CPU or queued for one less than this share of wall time barely works: its
 # backward samples are waits for the other ranks, whatever py-spy's idle flag caught.
 QUIET_MAIN_THREAD_PCT = 30.0
@@ -154,6 +160,51 @@ class GpuSummary:
 
 
 @dataclass
+class GilHolder:
+    """One thread of the main process that held its GIL at some of py-spy's looks."""
+
+    tid: int
+    name: str | None
+    held: int  # looks at which it held the GIL
+    stack: tuple[StackFrame, ...]  # its commonest stack while it held it, innermost first
+
+
+@dataclass
+class GilSummary:
+    """Who held the main process's GIL over the GIL look-back (GIL_WINDOW_S): py-spy looked ``looks``
+    times; ``holders`` busiest first, the main thread among them when it held it."""
+
+    looks: int
+    holders: list[GilHolder]
+    main_tid: int
+
+    def main_held(self) -> int:
+        return sum(h.held for h in self.holders if h.tid == self.main_tid)
+
+    def busiest_other(self) -> GilHolder | None:
+        return next((h for h in self.holders if h.tid != self.main_tid), None)
+
+
+def gil_summary(frames: Sequence[Frame], main_pid: int) -> GilSummary | None:
+    """The GIL windows of the main process over ``frames`` summed, or None when none finished there."""
+    windows: list[GilSamples] = [g for f in frames for g in f.stacks.gil if g.pid == main_pid]
+    if not windows:
+        return None
+    held: dict[int, int] = {}
+    names: dict[int, str | None] = {}
+    stacks: dict[int, dict[tuple[StackFrame, ...], int]] = {}
+    for window in windows:
+        for count in window.holders:
+            held[count.tid] = held.get(count.tid, 0) + count.count
+            names[count.tid] = count.thread_name or names.get(count.tid)
+            per_stack = stacks.setdefault(count.tid, {})
+            per_stack[count.frames] = per_stack.get(count.frames, 0) + count.count
+    holders = [GilHolder(tid, names.get(tid), n, max(stacks[tid], key=stacks[tid].__getitem__))
+               for tid, n in sorted(held.items(), key=lambda item: -item[1])]
+    return GilSummary(looks=sum(w.samples for w in windows), holders=holders, main_tid=main_pid)
+
+
+@dataclass
 class DeadChild:
     """A child process of the target seen lately that is gone now, or a zombie."""
 
@@ -205,6 +256,8 @@ class Evidence:
     main_thread_runqueue_pct: float | None = None  # of wall time, runnable but not running
     # The main process is a rank: how it waits for the other ranks beyond collective frames (PEER_WAIT_*).
     peer_wait: str | None = None
+    ranks_on_node: int = 1  # the job's live ranks on this node, sharing its CPUs (1 for a lone process)
+    gil: GilSummary | None = None  # who held the main process's GIL (only where another thread worked)
 
     def asleep_pct(self) -> float | None:
         """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
@@ -578,6 +631,8 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
+    if state == "hung" and _only_asleep(latest.process(main_pid), stuck_stack, main.samples):
+        state = "sleeping"
     compiled, recompiles, lookback_compile = _compile_windows(history, main_pid)
     active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
 
@@ -617,7 +672,27 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         main_thread_cpu_pct=_mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in metric_frames),
         main_thread_runqueue_pct=_mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in metric_frames),
         peer_wait=waits_for_peers,
+        ranks_on_node=latest.target.ranks_on_node or 1,
+        gil=gil_summary(_recent(history, GIL_WINDOW_S), main_pid),
     )
+
+
+def _only_asleep(process: ProcessSample | None, stuck_stack: tuple[StackFrame, ...] | None, samples: int) -> bool:
+    """Silent, but nothing of a training step is waiting mid-work: a program that is not Python (`sleep`, a shell, a
+    launcher between jobs) asleep in the kernel, or a DataLoader worker asleep waiting for its next index. Calling
+    those hung (with a confidence) was the wrong word on screen. A Python main thread stuck somewhere stays hung, and
+    so does a Python process whose stacks cannot be read: asleep there may well be stuck."""
+    if not sleeps_in_kernel(process):
+        return False
+    if stuck_stack is None and not samples:
+        return not is_python_command(process.cmdline) and not (process.name or "").startswith("python")
+    return process.name == "pt_data_worker" or (stuck_stack is not None and is_worker_stack(stuck_stack))
+
+
+def sleeps_in_kernel(process: ProcessSample | None) -> bool:
+    """The process sleeps in the kernel (state S, every thread asleep): it waits for something, it is not at work."""
+    return process is not None and process.alive and process.state == "sleeping" and \
+        not process.runnable_threads and not process.disk_wait_threads
 
 
 def _main_field(frame: Frame, main_pid: int, name: str) -> float | None:

@@ -1,6 +1,7 @@
 """The hung verdict's body: nothing has moved for the hang threshold, so say which signals stayed silent, where
 the main thread is stuck, what else waits (threads, a silent peer, dead children, disk waits), and name the
-bottleneck by the activity it is stuck in (HUNG_BOTTLENECK_BY_ACTIVITY, from the rules' facts)."""
+bottleneck by the activity it is stuck in (HUNG_BOTTLENECK_BY_ACTIVITY, from the rules' facts). Also the sleeping
+verdict's body: as silent, but only asleep in the kernel with no Python stack to be stuck in, which is not a hang."""
 
 from __future__ import annotations
 
@@ -66,6 +67,29 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
                   "under the Python line.")
     bottleneck = HUNG_BOTTLENECK_BY_ACTIVITY.get(activity, "unknown") if activity else "unknown"
     return Candidate(bottleneck, 1.0, lines, advice)
+
+
+def sleeping_bottleneck(ev: Evidence) -> Candidate:
+    """The verdict's body when nothing moved but the process only sleeps in the kernel, with no Python stack of its
+    main thread to be stuck in: idle, in words that do not alarm, and where the work is when it is not here."""
+    main = ev.latest.process(ev.main_pid)
+    name = f" ({main.name})" if main is not None and main.name else ""
+    if ev.stuck_stack is not None:  # a DataLoader worker (the only Python process called sleeping)
+        lines = [f"PID {ev.main_pid}{name} is a DataLoader worker asleep in the kernel (state S), waiting for its "
+                 f"next index, for {ev.stuck_for_s:.0f} s: {_quiet_signals(ev)}",
+                 f"main thread waits in {describe(ev.stuck_stack[0])}"]
+        parent = f" (PID {main.ppid})" if main is not None and main.ppid else ""
+        advice = [f"A worker waits while its training process has enough batches: watch that process{parent} "
+                  "to see whether the training moves."]
+        return Candidate("idle", 1.0, lines, advice)
+    lines = [f"PID {ev.main_pid}{name} sleeps in the kernel (state S) and has done nothing for "
+             f"{ev.stuck_for_s:.0f} s: {_quiet_signals(ev)}"]
+    reason = ev.latest.stacks.reason
+    lines.append(f"no Python stack to be stuck in: {reason}" if reason else "no Python stack of its main thread "
+                 "was sampled")
+    advice = ["A sleeping process is waiting, not hung: if the training runs elsewhere, point gputop at its "
+              "Python process (its PID, or the launcher above it)."]
+    return Candidate("idle", 1.0, lines, advice)
 
 
 def _quiet_signals(ev: Evidence) -> str:

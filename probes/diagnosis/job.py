@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
 from probes.diagnosis.stacks import (
     ACTIVITIES,
@@ -89,14 +90,15 @@ def project_rank(frame: Frame, pid: int) -> Frame:
     target = TargetInfo(
         pid=pid, alive=alive, cmdline=sample.cmdline if sample is not None else (), exe=root.exe,
         python_version=root.python_version, exited_at=None if alive else frame.time,
-        exit_reason=None if alive else "the rank's process ended", environment=root.environment)
+        exit_reason=None if alive else "the rank's process ended", environment=root.environment,
+        ranks_on_node=max(1, sum(1 for p in frame.processes if p.role == ROLE_RANK and p.alive)))
     stacks = frame.stacks
     counts = tuple(c for c in stacks.counts if c.pid in members)
     stacks = StacksReading(
         available=stacks.available, reason=stacks.reason, sampler=stacks.sampler, rate_hz=stacks.rate_hz,
         achieved_rate_hz=stacks.achieved_rate_hz, samples=sum(c.count for c in counts), native=stacks.native,
         threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
-        errors=stacks.errors, phase_change=stacks.phase_change)
+        errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked)
     return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
                                gpu=_rank_gpu(frame.gpu, sample), job=None)
 
@@ -565,7 +567,8 @@ _COMPARED: tuple[JobFinding, ...] = ("straggler", "shared", "mixed")  # findings
 def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     """Thin evidence (a rank with fewer than THIN_SAMPLES samples) keeps a finding provisional and never
     overturns one reached on more: the previous finding stands, saying what it holds back."""
-    if found.finding not in _COMPARED or not found.ranks_involved or found.verdict.bottleneck == "unknown":
+    if (found.finding not in _COMPARED or not found.ranks_involved
+            or found.verdict.bottleneck in ("unknown", "cannot_see")):  # no samples is their premise, not thin
         return found
     thinnest = min(found.ranks_involved, key=lambda d: (d.samples, d.rank))
     if thinnest.samples >= THIN_SAMPLES:
@@ -585,6 +588,25 @@ def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     verdict = dataclasses.replace(found.verdict, evidence=tuple(lines),
                                   confidence=min(found.verdict.confidence, PROVISIONAL_CONFIDENCE))
     return dataclasses.replace(found, verdict=verdict)
+
+
+def _with_collectives(found: _Finding, latest: Frame) -> Verdict:
+    """A hung job's verdict with what the ranks' Flight Recorders say: the collective some ranks wait in and
+    the ranks that never entered it, after the headline. Only once hung: a running job shows such a gap for a
+    moment at every step."""
+    verdict = found.verdict
+    if latest.collectives is None or (verdict.liveness != "hung" and found.finding != "hung_rank"):
+        return verdict
+    lines = [gap_line(gap) for gap in collective_gaps(latest.collectives)]
+    advice = list(verdict.advice)
+    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how, never pull it.
+    triggers = [r.trigger for r in latest.collectives.ranks if r.trigger and not r.available]
+    if triggers:
+        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop never writes it itself.")
+    if not lines and not triggers:
+        return verdict
+    evidence = (*verdict.evidence[:1], *lines, *verdict.evidence[1:])
+    return dataclasses.replace(verdict, evidence=evidence, advice=tuple(advice))
 
 
 def _elsewhere(latest: Frame) -> JobVerdict | None:
@@ -627,7 +649,7 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
     found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live) or _hung_rank(history, live)
              or _straggler(live, previous, latest.job.launcher_pid, latest.time) or _shared(live) or _mixed(live))
     found = _settle(found, previous)
-    verdict = found.verdict
+    verdict = _with_collectives(found, latest)
     since = latest.time
     if previous is not None and (previous.verdict.bottleneck, previous.verdict.liveness) == \
             (verdict.bottleneck, verdict.liveness) and previous.verdict.since is not None:

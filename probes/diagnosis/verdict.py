@@ -7,11 +7,13 @@ costs the same after ten minutes as after ten seconds.
 
 Method, in the order an expert would check:
 1. Liveness: any sign of progress (CPU time, I/O bytes, the main thread's stack moving, GPU work, the
-   log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits.
+   log's iteration) within ``hang_after_s``? If none, it is hung, and the evidence says where it waits; unless
+   it sleeps in the kernel with no Python stack to be stuck in (`sleep`, a shell): then it is sleeping.
 2. Bottleneck, by rules in priority order: compiling, checkpointing, collectives (the main thread's
    stacks say so); a busy GPU (clocks, power and SM activity, not util% alone), held down or not; a CPU
    quota that throttles; storage or network reads; the input pipeline; host compute; waiting
-   (probes.diagnosis.rules.RULES; docs/diagnosis.md).
+   (probes.diagnosis.rules.RULES; docs/diagnosis.md). Where no stack can be read at all (ptrace denied,
+   py-spy missing) the verdict is "cannot see" with the fix, not a bottleneck.
 3. Hysteresis: the previous verdict stands while its rule still holds nearly as well as the newcomer.
 """
 
@@ -22,10 +24,11 @@ import math
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
-from probes.diagnosis.contention import contention
+from probes.diagnosis.contention import contention, is_contention_text
 from probes.diagnosis.evidence import Evidence, gather
-from probes.diagnosis.hung import hung_bottleneck
+from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import evaluate_rules
+from probes.diagnosis.rules.cannot_see import blind, cannot_see
 from probes.diagnosis.rules.rule import Candidate
 from probes.frame import Frame, Verdict
 
@@ -70,6 +73,9 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
     if liveness == "hung":
         candidate = hung_bottleneck(evidence, hang_after_s)
         confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+    elif liveness == "sleeping":
+        candidate = sleeping_bottleneck(evidence)
+        confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
     else:
         candidates = evaluate_rules(evidence)
         candidate = _choose(candidates, previous, evidence.main.samples)
@@ -83,6 +89,10 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         candidate = _with_context(candidate, evidence, thin)
         if thin:
             confidence = min(confidence, PROVISIONAL_CONFIDENCE)
+    if blind(evidence):
+        # Without a single stack a bottleneck would be a guess ("idle" for a process it may not read): say
+        # what cannot be seen and the fix instead. The liveness stands: it rests on CPU, I/O and the log.
+        candidate, confidence = cannot_see(evidence, candidate), 0.0
     since = latest.time
     if previous is not None and (previous.bottleneck, previous.liveness) == (candidate.bottleneck, liveness):
         since = previous.since if previous.since is not None else latest.time
@@ -134,10 +144,12 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
             return held
         # The previous verdict's samples have aged out and too few new ones point elsewhere: keep it, and
         # say what is being held back.
-        kept = [line for line in previous.evidence if not line.startswith(("holding:", "provisional:"))]
+        kept = [line for line in previous.evidence
+                if not line.startswith(("holding:", "provisional:")) and not is_contention_text(line)]
         kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
                     f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
-        return Candidate(previous.bottleneck, previous.confidence, kept, list(previous.advice), held_over=True)
+        advice = [line for line in previous.advice if not is_contention_text(line)]
+        return Candidate(previous.bottleneck, previous.confidence, kept, advice, held_over=True)
     if held is None or winner.sustained:
         return winner
     if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
@@ -176,11 +188,10 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
                      f"({THIN_SAMPLES} make a verdict)")
     shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
+        # Never before the rule's own first advice: in the first slot this generic line pushed the specific fix off
+        # the verdict pane (issue 20). Right after it where CPU is what this verdict is short of, else last.
         lines.append(shared[0])
-        if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu:
-            advice.insert(0, shared[1])  # CPU is what this verdict is short of: the shared CPUs come first
-        else:
-            advice.append(shared[1])
+        advice.insert(1 if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu else len(advice), shared[1])
     return dataclasses.replace(candidate, evidence=lines, advice=advice)
 
 

@@ -9,7 +9,8 @@ init) with the Python training process under it. The package owns what a job is,
 * facts.py: the types the launchers decide from and with; layout.py: the watched tree laid out each tick (a pure
   function over LAUNCHERS); root.py: which tree to watch for the PID named; gpus.py: which GPU each rank uses;
 * tracker.py: the engine's JobTracker, which applies all of that to each tick's samples;
-* follow.py: follow mode's census of the training jobs on the node.
+* follow.py: follow mode's census of the training jobs on the node; census.py: the same jobs described for
+  the job picker and `gputop --list` (launcher, ranks, workers, GPUs, CPU%, age, command).
 
 The /proc tree walk stays in probes/proctree.py; this package reads only single files of processes the walk
 found. docs/jobs.md says what users see.

@@ -134,6 +134,26 @@ def is_python_command(cmdline: Sequence[str], exe: str | None = None) -> bool:
     return any(_PYTHON_NAME.match(name) for name in names)
 
 
+def python_writes_unbuffered(cmdline: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether a Python interpreter writes stdout unbuffered: `-u` among its own options (alone or in a cluster,
+    `-uB`), or PYTHONUNBUFFERED set non-empty. Else print() into a file is block-buffered (8 KiB): a log can hold
+    no step line for minutes while the job trains."""
+    if environ.get("PYTHONUNBUFFERED"):
+        return True
+    args = list(cmdline[1:])
+    while args:
+        arg = args.pop(0)
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            if args:
+                args.pop(0)
+            continue
+        if not arg.startswith("-") or arg.startswith("--") or arg[1:2] in ("m", "c", "X", "W"):
+            return False  # the program starts here (or an option whose value follows): -u comes before it
+        if "u" in arg[1:]:
+            return True
+    return False
+
+
 # Interpreter options that take the next argument as their value (python -X dev -W error -m ...).
 _PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 

@@ -2,9 +2,10 @@
 
 A job is found three ways: a launcher's own process (LAUNCHERS recognise it: torchrun's agent, with the ranks
 under it); a Python process whose environment names its rank (RANK, as srun wrappers and custom launchers set
-it) outside any such launcher; a Python process holding a GPU context (NVML lists it). What a job is, and which
-process's tree is its root (a rank's launcher, mp.spawn's parent), probes/jobs/root.py decides, as it does for
-`gputop --pid`; this module only looks for candidates across the machine. A process started by
+it) outside any such launcher; a Python process holding a GPU context (NVML lists it). The job picker
+(probes/jobs/census.py) adds a fourth: a Python process that imports torch, as its caller's predicate says.
+What a job is, and which process's tree is its root (a rank's launcher, mp.spawn's parent), probes/jobs/root.py
+decides, as it does for `gputop --pid`; this module only looks for candidates across the machine. A process started by
 multiprocessing (a DataLoader worker forked from a rank) is followed up to the process that started it, so a
 job is found once, from its top.
 
@@ -14,7 +15,7 @@ job is found once, from its top.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from probes.jobs.environment import is_python_command
@@ -54,14 +55,17 @@ def _rank_variable(pid: int) -> str | None:
 
 
 def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = (),
-                       procs: dict[int, NodeProcess] | None = None) -> list[FoundJob]:
+                       procs: dict[int, NodeProcess] | None = None,
+                       imports_torch: Callable[[int], bool] | None = None) -> list[FoundJob]:
     """The training jobs on this node, by root PID (ascending). `gpu_pids`: processes holding a GPU context
-    (local PIDs, from NVML); `exclude`: PIDs never to report. What the caller started (py-spy) is never a job."""
+    (local PIDs, from NVML); `exclude`: PIDs never to report; `imports_torch`: when given, a Python process
+    (not part of a job found already) for which it says True is a job too. What the caller started (py-spy) is
+    never a job, nor are the caller's ancestors (a tree that holds gputop is never watched, as in root.py)."""
     me = os.getpid()
     procs = dict(node_processes() if procs is None else procs)
     parent_of = {pid: proc.ppid for pid, proc in procs.items()}
     parent_of.setdefault(me, os.getppid())  # gputop itself, whether or not the table holds it
-    excluded = {me, *exclude}
+    excluded = {me, *exclude, *ancestors(me, parent_of)}
     procs = {pid: proc for pid, proc in procs.items() if pid not in excluded and me not in ancestors(pid, parent_of)}
     parent_of = {pid: proc.ppid for pid, proc in procs.items()}
     found: dict[int, FoundJob] = {}
@@ -85,6 +89,8 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
     for pid, proc in sorted(procs.items()):
         if _is_python(proc) and not covered(pid):
             why = _rank_variable(pid)
+            if why is None and imports_torch is not None and imports_torch(pid):
+                why = "imports torch"
             if why is not None:
                 add(pid, why)
     return [found[pid] for pid in sorted(found)]

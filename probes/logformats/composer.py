@@ -13,6 +13,13 @@ counts within the epoch, so the step is ``(E-1)·M + N``). Inside a block, ``tim
 training so far) over two blocks gives it (Δ wall clock / Δ batches), both said to be worked out. Without either,
 the probe times the headers (the step counter).
 
+SpeedMonitor also logs ``throughput/device/mfu`` (a fraction, ``Train throughput/device/mfu: 0.4312``) when the
+model has a ``flops_per_batch``: ``flops_per_batch × batches/s ÷ world size ÷ gpu_flops_available``
+(composer/callbacks/speed_monitor.py). The FLOPs are the model's own count (llm-foundry's MPT counts the full
+attention square), and the peak is Composer's ``GPU_AVAILABLE_FLOPS`` for the device name and the trainer's
+precision: an H100 SXM (its name has HBM3) or any H200 989.5 TFLOP/s in bf16, 1979 in fp8; an H100 PCIe 756.5;
+an A100 312; a GPU not in its table gets no MFU. It is shown as a percentage beside gputop's.
+
 Reading the lines of a block needs the block: a metric line means nothing alone, so the reader keeps where it is
 (``reader``); ``parse`` reads a header alone.
 """
@@ -67,6 +74,8 @@ def reader() -> LineParser:
         if name == "throughput/batches_per_sec" and value > 0:
             return ProgressLine("composer", iteration=step, seconds_per_iter=1.0 / value,
                                 derived_from="throughput/batches_per_sec")
+        if name == "throughput/device/mfu" and value > 0:
+            return ProgressLine("composer", iteration=step, reported_mfu_pct=100.0 * value)
         if name == "wall_clock/train" and step is not None:
             earlier, previous_clock = previous_clock, (step, value)
             if earlier is not None and step > earlier[0] and value > earlier[1]:
@@ -78,4 +87,7 @@ def reader() -> LineParser:
     return read
 
 
-FORMAT = FormatParser(name="composer", parse=parse, reader=reader)
+FORMAT = FormatParser(
+    name="composer", parse=parse, reader=reader,
+    printed_mfu_against="Composer's peak for the device and precision (989.5 TFLOP/s for an H100 SXM or H200 in bf16)",
+)

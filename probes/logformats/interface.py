@@ -26,7 +26,9 @@ class ProgressLine:
     # samples per step").
     derived_from: str | None = None
     loss: float | None = None
-    reported_mfu_pct: float | None = None  # nanoGPT's own figure (it divides by the A100's peak)
+    reported_mfu_pct: float | None = None  # the framework's own MFU figure (nanoGPT divides by the A100's peak)
+    # The framework's own achieved TFLOP/s per GPU, where it prints that rather than an MFU (Megatron-LM).
+    reported_tflops_per_gpu: float | None = None
     epoch: float | None = None
     timestamp: float | None = None  # Unix time printed on the line, if any
 
@@ -59,4 +61,7 @@ class FormatParser:
     # What the MFU this format prints is measured against, where the framework fixes it whatever the GPU
     # ("an A100's 312 TFLOP/s" for nanoGPT): said beside the log's figure so a reader sees why it differs.
     printed_mfu_against: str | None = None
+    # What the achieved TFLOP/s per GPU this format prints counts ("Megatron-LM's num_floating_point_operations
+    # ..."): said where it differs from gputop's achieved FLOP/s.
+    printed_tflops_counts: str | None = None
     reader: Callable[[], LineParser] | None = None

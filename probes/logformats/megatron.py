@@ -1,6 +1,12 @@
 """Megatron-LM's ``training_log`` line (megatron/training/training.py): ``[2025-08-01 07:19:37] iteration 10/ 5000 |
 consumed samples: 1280 | elapsed time per iteration (ms): 12936.1 | ... | lm loss: 1.044E+01 | ...``. An iteration
-is one optimizer step over the global batch; the time is the log interval's wall time divided by its iterations."""
+is one optimizer step over the global batch; the time is the log interval's wall time divided by its iterations.
+
+With ``--log-throughput`` the line also has ``throughput per GPU (TFLOP/s/GPU): 402.1``: achieved TFLOP/s, not an
+MFU. training_log computes it as ``num_floating_point_operations(args, batch_size) / (elapsed_time_per_iteration
+* 10**12 * args.world_size)``: the global batch's model FLOPs (its transformer formula, the causal half of the
+attention square, as gputop's families count; no recomputation) over the iteration time and every GPU of the
+job, tensor and pipeline ranks included. gputop shows it beside its own achieved FLOP/s, not beside an MFU."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from probes.logformats.numbers import NUMBER, number
 _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED_MS = re.compile(r"\belapsed time per iteration \(ms\):\s*(\d+\.?\d*)")
 _LOSS = re.compile(rf"\blm loss:\s*({NUMBER})", re.IGNORECASE)
+_THROUGHPUT = re.compile(rf"\bthroughput per GPU \(TFLOP/s/GPU\):\s*({NUMBER})")
 
 
 def parse(text: str) -> ProgressLine | None:
@@ -20,13 +27,20 @@ def parse(text: str) -> ProgressLine | None:
     if not iteration or not elapsed:
         return None
     loss = _LOSS.search(text)
+    throughput = _THROUGHPUT.search(text)
+    tflops = number(throughput.group(1)) if throughput else None
     return ProgressLine(
         "megatron",
         iteration=int(iteration.group(1)),
         total=int(iteration.group(2)),
         seconds_per_iter=float(elapsed.group(1)) / 1000.0 or None,
         loss=number(loss.group(1)) if loss else None,
+        reported_tflops_per_gpu=tflops if tflops else None,  # 0.0 is no measurement
     )
 
 
-FORMAT = FormatParser(name="megatron", parse=parse)
+FORMAT = FormatParser(
+    name="megatron", parse=parse,
+    printed_tflops_counts=("Megatron-LM's num_floating_point_operations for the global batch (the causal half of "
+                           "attention, as gputop counts) over the iteration time and the world size"),
+)

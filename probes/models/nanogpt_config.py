@@ -12,7 +12,8 @@ else 50304. When the job's log has its parameter count, the vocabulary is solved
 out the position embeddings and counts the tied lm_head once: N = L·(12·d² + 2·d) + V·d + d without biases).
 Tokens per iteration follow train.py: gradient_accumulation_steps × batch_size × block_size (under DDP
 train.py divides the accumulation steps among the ranks, so the job's total stays this). The job may be
-started by torchrun: train.py is looked for anywhere on the command line.
+started by torchrun: train.py is looked for anywhere on the command line. probes/models/stated.py reads the
+command line of a running job and asks this reader first.
 """
 
 from __future__ import annotations
@@ -21,25 +22,15 @@ import ast
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from probes.models.gpt2 import GptShape, count_params
+from probes.models.stated import StatedModel
 
 # nanoGPT train.py's defaults for what the shape and the tokens per iteration depend on.
 TRAIN_PY_DEFAULTS = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "bias": False,
                      "batch_size": 12, "gradient_accumulation_steps": 5 * 8}
 DEFAULT_VOCAB = 50304  # train.py's fallback when data/<dataset>/meta.pkl gives none
 PARAMETERS_LINE = re.compile(r"^number of parameters: (\d+(?:\.\d+)?)M\s*$", re.MULTILINE)
-LOG_HEAD_BYTES = 256 * 1024  # the line is printed when the model is built, before training starts
-
-
-@dataclass(frozen=True)
-class StatedModel:
-    """The shape a nanoGPT job states, its tokens per iteration, and where each came from."""
-
-    shape: GptShape
-    tokens_per_iter: int
-    source: str  # e.g. "nanoGPT's command line: config/x.py --n_layer=4 (vocab from its 'number of parameters' line)"
 
 
 def is_nanogpt_train(argv: Sequence[str], cwd: str) -> int | None:
@@ -62,11 +53,9 @@ def read_command_line(argv: Sequence[str], cwd: str, log_text: str | None = None
         if "=" not in arg:
             settings.update(_config_file_assignments(os.path.join(cwd, arg)))
             stated.append(arg)
-        elif arg.startswith("--"):
-            key, _, text = arg[2:].partition("=")
-            if key in settings:
-                settings[key] = _literal(text)
-                stated.append(arg)
+        elif (override := _override(arg)) is not None and override[0] in settings:
+            settings[override[0]] = override[1]
+            stated.append(arg)
     vocab, vocab_note = DEFAULT_VOCAB, f"vocab {DEFAULT_VOCAB} assumed: data/<dataset>/meta.pkl is not read"
     try:
         shape = GptShape(n_layer=int(settings["n_layer"]), n_head=int(settings["n_head"]),
@@ -84,7 +73,8 @@ def read_command_line(argv: Sequence[str], cwd: str, log_text: str | None = None
     if shape.problem() is not None or tokens < 1:
         return None
     said = " ".join(stated) if stated else "train.py's defaults"
-    return StatedModel(shape, tokens, f"nanoGPT's command line: {said} ({vocab_note})")
+    return StatedModel(shape, "nanoGPT", f"nanoGPT's command line: {said} ({vocab_note})", tokens,
+                       "gradient_accumulation_steps × batch_size × block_size on its command line")
 
 
 def parameters_printed(log_text: str | None) -> int | None:
@@ -117,38 +107,23 @@ def _config_file_assignments(path: str) -> dict[str, object]:
     return found
 
 
+def configurator_overrides(arguments: Sequence[str]) -> dict[str, object]:
+    """Every ``--key=value`` among `arguments` as configurator.py applies it (later ones win), whatever the key:
+    what gputop compare reads from a run's recorded command line, where the files are not at hand."""
+    return dict(override for arg in arguments if (override := _override(arg)) is not None)
+
+
+def _override(arg: str) -> tuple[str, object] | None:
+    """configurator.py's reading of one ``--key=value`` argument, or None for any other argument."""
+    if not arg.startswith("--") or "=" not in arg:
+        return None
+    key, _, text = arg[2:].partition("=")
+    return (key, _literal(text)) if key.isidentifier() else None
+
+
 def _literal(text: str) -> object:
     """configurator.py's reading of an override's value: a Python literal, else the text itself."""
     try:
         return ast.literal_eval(text)
     except (SyntaxError, ValueError):
         return text
-
-
-def stated_model(pid: int, log_path: str | None) -> StatedModel | None:
-    """The model the nanoGPT job `pid` states on its command line (and in its log's head); None when it is
-    not nanoGPT's train.py or cannot be read. Never raises."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = [part.decode("utf-8", "replace") for part in handle.read().split(b"\0") if part]
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-    log = log_path or _stdout_file(pid)
-    return read_command_line(argv, cwd, _head(log) if log else None)
-
-
-def _stdout_file(pid: int) -> str | None:
-    try:
-        path = os.readlink(f"/proc/{pid}/fd/1")
-    except OSError:
-        return None
-    return path if os.path.isfile(path) else None
-
-
-def _head(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(LOG_HEAD_BYTES)
-    except OSError:
-        return None

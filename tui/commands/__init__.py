@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import Protocol
 
+from tui.commands.agent import AgentCommand
 from tui.commands.attach import AttachCommand
 from tui.commands.compare import CompareCommand
 from tui.commands.demo import DemoCommand
+from tui.commands.doctor import DoctorCommand
 from tui.commands.mfu import MfuCommand
 from tui.commands.probe import ProbeCommand
 from tui.commands.replay import ReplayCommand
@@ -46,7 +48,9 @@ COMMANDS: tuple[Command, ...] = (  # in the order `gputop --help` lists them
     ReplayCommand(),  # gputop replay FILE.jsonl: a recording in the TUI, or its snapshot
     DemoCommand(),  # gputop demo: a bundled training process, watched
     ServeCommand(),  # gputop serve: /metrics for Prometheus, one PID or every job on the node
+    AgentCommand(),  # gputop agent: this node's frames on stdout, for a gputop on another node to merge
     ProbeCommand(),  # gputop probe: a reference GPT step timed on this GPU
     MfuCommand(),  # gputop mfu: TFLOP/s and MFU from an iteration time
     CompareCommand(),  # gputop compare A B: two runs side by side, and what made the difference
+    DoctorCommand(),  # gputop doctor: what gputop can and cannot see here, and how to fix each
 )

@@ -1,6 +1,10 @@
 """`gputop --pid PID`, the default command: watch a training job live in the TUI, or headless for --duration
 seconds writing a snapshot (--snapshot) and/or a recording (--record). Its options are gputop's own.
 
+Without a PID it finds the job itself (probes/jobs/census.py): `--list` prints this machine's training jobs
+(`--json` as JSON); in a terminal the job picker (tui/picker.py) opens, or the only job is attached at once
+with a note; without a terminal the list is printed. No job: one line and EXIT_NO_JOB.
+
 Textual is imported only when the TUI starts, so the headless path never loads it.
 """
 
@@ -10,6 +14,7 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
 from tui.commands.shared import (
     UsageError,
@@ -26,7 +31,7 @@ from tui.commands.shared import (
     positive_float,
     resolve_slurm_job,
 )
-from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_NO_JOB, EXIT_OK
 
 DEFAULT_SNAPSHOT_DURATION_S = 10.0
 
@@ -40,6 +45,10 @@ class AttachCommand:
         which = parser.add_mutually_exclusive_group()
         add_pid_argument(which)
         add_slurm_job_argument(which)
+        parser.add_argument("--list", action="store_true",
+                            help="print this machine's training jobs (Python processes that import torch, grouped "
+                                 "by launcher and rank) and exit; what `gputop` with no PID lets you pick from")
+        parser.add_argument("--json", action="store_true", help="with --list: the jobs as JSON")
         add_process_only_argument(parser)
         add_sampling_arguments(parser)
         parser.add_argument("--native", action="store_true",
@@ -50,30 +59,116 @@ class AttachCommand:
         parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
         parser.add_argument("--snapshot", metavar="PATH",
                             help="headless: sample, write one JSON document ('-' = stdout) and exit")
+        parser.add_argument("--flamegraph", metavar="FILE.svg",
+                            help="headless: also have py-spy draw the whole job's stacks over the run, a flame "
+                                 "graph (.svg) or a speedscope file (.json); written 0600")
         parser.add_argument("--duration", type=positive_float, default=None, metavar="S",
                             help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
 
     def run(self, args: argparse.Namespace) -> int:
         resolve_slurm_job(args)
+        if args.json and not args.list:
+            raise UsageError("--json prints the job list: use it with --list (gputop --list --json)")
+        if args.list and args.pid is not None:
+            raise UsageError("--list finds the jobs itself: give --list or --pid, not both")
+        attach_note = None
         if args.pid is None:
-            raise UsageError("say which process to watch: gputop --pid PID, or --slurm-job JOBID (or try: gputop demo)")
+            if any(value is not None for value in (args.snapshot, args.duration, args.record, args.flamegraph)):
+                raise UsageError("say which process to sample: gputop --pid PID (find it with: gputop --list)")
+            chosen = choose_job(args)
+            if not isinstance(chosen, ChosenJob):
+                return chosen  # listed, or nothing to attach to: the exit status
+            args.pid, attach_note = chosen.root_pid, chosen.note
+            if attach_note:  # on the screen too; this copy stays in the terminal after the TUI closes
+                print(f"gputop: {attach_note}", file=sys.stderr)
         check_target(args.pid)
         check_writable(args.snapshot, "snapshot")
         check_writable(args.record, "recording")
+        if args.flamegraph == "-":
+            raise UsageError("--flamegraph needs a file (py-spy writes it): --flamegraph out.svg, or out.json for "
+                             "speedscope")
+        check_writable(args.flamegraph, "flame graph")
         comparison = comparison_inputs(args)
-        if args.snapshot is not None or args.duration is not None:
+        if args.duration is not None and args.snapshot is None and not args.record and args.flamegraph is None:
+            # Sampling for S seconds and keeping nothing would print nothing and exit 0: say what is missing.
+            raise UsageError("--duration needs --snapshot PATH ('-' for stdout), --record FILE.jsonl or --flamegraph "
+                             "FILE: it sets how long a headless run samples before writing them")
+        if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.engine import Engine
         from tui.app import make_app
 
+        startup_checks = attach_checks(args)
         recorder = open_recorder(args, comparison)
         engine = Engine(args.pid, engine_config(args))
-        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args))
+        app = make_app(engine=engine, recorder=recorder, comparison=comparison, hang_after_s=hang_after(args),
+                       startup_checks=startup_checks, start_notice=attach_note)
         try:
             app.run()
         finally:
             engine.close()
         return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ChosenJob:
+    """The job to attach to when no PID was given: its root PID, and the note to show (the only job)."""
+
+    root_pid: int
+    note: str | None = None
+
+
+def choose_job(args: argparse.Namespace) -> ChosenJob | int:
+    """No PID given: print the list (--list, or no terminal) and return the exit status, or return the job to
+    attach: the only one, or the one picked in the picker. No job: one line, EXIT_NO_JOB."""
+    from probes.jobs.census import JobCensus, list_jobs, sort_jobs
+    from tui.joblist import NO_JOB_LINE, json_document, one_job_note, text_table
+
+    interactive = not args.list and sys.stdin.isatty() and sys.stdout.isatty()
+    # In a terminal the first look is at once (the picker's own scans bring CPU%); a list measures CPU% first.
+    reading = list_jobs(JobCensus(read_gpu=not args.no_gpu), cpu_window_s=0.5 if not interactive else 0.0)
+    jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)
+    if not interactive:
+        if args.json:
+            print(json_document(reading, jobs))
+        elif jobs:
+            print(text_table(jobs, reading.time))
+        if reading.gpu_note and not args.json:
+            print(f"gputop: {reading.gpu_note}", file=sys.stderr)
+    if not jobs:
+        print(f"gputop: {NO_JOB_LINE}", file=sys.stderr)
+        return EXIT_NO_JOB
+    if not interactive:
+        if not args.list:
+            print("gputop: no PID given and no terminal to pick in: attach with gputop --pid PID", file=sys.stderr)
+        return EXIT_OK
+    if len(jobs) == 1:
+        return ChosenJob(jobs[0].root_pid, note=one_job_note(jobs[0]))
+    from tui.picker import JobPicker
+
+    census = JobCensus(read_gpu=not args.no_gpu)
+    try:
+        chosen_pid = JobPicker(census.scan, initial=reading).run()
+    finally:
+        census.close()
+    return EXIT_OK if chosen_pid is None else ChosenJob(chosen_pid)
+
+
+def attach_checks(args: argparse.Namespace):
+    """`gputop doctor`'s checks that the frames cannot show (PID namespace, GPM, the job's Flight Recorder
+    variables), asked once on attach; the monitor carries what is not ok into the header and the snapshot."""
+    from probes.doctor import startup_blind_spots
+
+    return startup_blind_spots(args.pid, gpu=not args.no_gpu)
+
+
+def tell_cannot_see(view, told: set[str]) -> None:
+    """On stderr, once each: what gputop cannot see, with the fix (a headless run has no header to say it)."""
+    for check in view.cannot_see:
+        if check.status == "cannot" and check.name not in told:
+            told.add(check.name)
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            print(f"gputop: cannot see ({check.name}): {check.finding}{fix}", file=sys.stderr)
 
 
 def open_recorder(args: argparse.Namespace, comparison=None):
@@ -96,16 +191,29 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     from probes.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
-    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison))
+    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison),
+                      startup_checks=attach_checks(args))
     engine = Engine(args.pid, engine_config(args))
+    profile = None
+    if args.flamegraph is not None:
+        from probes.pyspy import ProfileRecording
+
+        profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()
     interrupted = False
-    previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopped_by: list[str] = []  # the signal that ended the run before --duration, if one did
+
+    def on_sigterm(*_) -> None:
+        stopped_by.append("SIGTERM")
+        stop.set()
+
+    previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
     told_record_problem = False
     told_job_note = False
+    told_cannot_see: set[str] = set()
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
-            monitor.ingest(frame)
+            tell_cannot_see(monitor.ingest(frame), told_cannot_see)
             if frame.job is not None and frame.job.note and not told_job_note:  # what is watched, once
                 print(f"gputop: {frame.job.note}", file=sys.stderr)
                 told_job_note = True
@@ -114,17 +222,30 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
                 told_record_problem = True
     except KeyboardInterrupt:
         interrupted = True
+        stopped_by.append("SIGINT (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         engine.close()
         monitor.close()
+        profile_problem = profile.finish() if profile is not None else None
+    if profile is not None:
+        print(f"gputop: {profile_problem}" if profile_problem else
+              f"gputop: {profile.format} of PID {engine.root_pid} and its children written to {args.flamegraph}",
+              file=sys.stderr)
     if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE
+    partial = None
+    if stopped_by:
+        watched = sum(frame.interval_s for frame in monitor.view.frames)
+        partial = f"stopped by {stopped_by[0]} after {watched:.0f} s of the {duration:g} s asked"
     if args.snapshot is not None:
-        write_json_atomic(monitor.snapshot(), args.snapshot)
-        if args.snapshot != "-":
-            print(f"gputop: snapshot of PID {args.pid} written to {args.snapshot}", file=sys.stderr)
+        write_json_atomic(monitor.snapshot(partial=partial), args.snapshot)
+        where = "" if args.snapshot == "-" else f" written to {args.snapshot}"
+        if partial is not None:  # said on stderr even for stdout: the reader of the JSON may not look at the field
+            print(f"gputop: PARTIAL snapshot of PID {args.pid}{where} ({partial})", file=sys.stderr)
+        elif where:
+            print(f"gputop: snapshot of PID {args.pid}{where}", file=sys.stderr)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK
+    return EXIT_INCOMPLETE if monitor.record_problem or profile_problem else EXIT_OK

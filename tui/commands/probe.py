@@ -132,4 +132,19 @@ def format_probe_report(result) -> list[str]:
         ("peak memory", _gib(result.peak_memory_bytes) if result.peak_memory_bytes is not None else "n/a (CPU)"),
         ("loss", f"{result.losses[0]:.4f} → {result.losses[-1]:.4f} over {len(result.losses)} steps"),
     ]
+    if result.other_load is not None:
+        rows.append(("other load", other_load_words(result.other_load)))
     return [f"{label:<15} {value}" for label, value in rows]
+
+
+def other_load_words(load) -> str:
+    """The machine's other load around the timed steps: "quiet: ..." or "NOT A CLEAN BASELINE: ..."."""
+    figures = ", ".join(f"{name} {value:.1f}" for name, value in (
+        ("before", load.others_cpus_before), ("during", load.others_cpus_during), ("after", load.others_cpus_after))
+        if value is not None)
+    of = f" of {load.allowed_cpus}" if load.allowed_cpus else ""
+    cpus = f"other processes' CPUs{of}: {figures}" if figures else "host CPU not read"
+    if not load.clean:  # the note carries the figures
+        return f"NOT A CLEAN BASELINE: {load.note.removeprefix('not a clean baseline: ')}"
+    gpu = "no other process on its GPU" if load.gpu_reason is None else f"GPU not checked: {load.gpu_reason}"
+    return f"quiet ({cpus}; {gpu})"

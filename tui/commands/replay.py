@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tui.commands.shared import (
     UsageError,
@@ -26,10 +27,14 @@ class ReplayCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("recording", help="a .jsonl file written by --record")
         parser.add_argument("--snapshot", metavar="PATH", help="write the recording's snapshot JSON and exit")
+        parser.add_argument("--speedscope", metavar="FILE.json",
+                            help="write the recording's stack samples as a speedscope file (0600) and exit")
         add_hang_after_argument(parser)
         add_comparison_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.speedscope is not None:
+            return _replay_to_speedscope(args)
         if args.snapshot is not None:
             return _replay_to_snapshot(args)
         from probes.recording import RecordingError, load_recording
@@ -74,4 +79,31 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
     if notice:
         print(f"gputop: {notice}", file=sys.stderr)
     write_json_atomic(monitor.snapshot(), args.snapshot)
+    return EXIT_OK
+
+
+def _replay_to_speedscope(args: argparse.Namespace) -> int:
+    """`gputop replay REC --speedscope OUT`: every stack sample the recording kept, for speedscope.app."""
+    from probes import __version__
+    from probes.recording import RecordingError, load_recording
+    from probes.snapshot import write_json_atomic
+    from probes.speedscope import speedscope_document
+
+    check_writable(args.speedscope, "speedscope file")
+    try:
+        recording = load_recording(args.recording)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    notice = recording.notice()
+    if notice:
+        print(f"gputop: {notice}", file=sys.stderr)
+    document = speedscope_document(recording.frames, name=Path(args.recording).name,
+                                   exporter=f"gputop {__version__}")
+    samples = sum(sum(profile["weights"]) for profile in document["profiles"])
+    if not samples:
+        raise UsageError(f"{args.recording} holds no stack samples (recorded with --no-stacks, or py-spy could not "
+                         "read the target): nothing to draw")
+    write_json_atomic(document, args.speedscope)  # a temporary file renamed into place: 0600
+    print(f"gputop: {samples} stack samples of {len(document['profiles'])} threads written to {args.speedscope} "
+          "(open it at https://www.speedscope.app)", file=sys.stderr)
     return EXIT_OK

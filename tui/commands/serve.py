@@ -11,16 +11,16 @@ import sys
 
 from tui.commands.shared import (
     UsageError,
+    add_follow_argument,
     add_monitoring_arguments,
     add_pid_argument,
     add_process_only_argument,
     add_sampling_arguments,
     add_slurm_job_argument,
-    check_target,
+    check_one_job_or_follow,
     comparison_inputs,
     engine_config,
     hang_after,
-    resolve_slurm_job,
 )
 from tui.exitcodes import EXIT_OK
 from tui.serve import DEFAULT_LISTEN_HOST, DEFAULT_PORT, ListenError, Server, parse_listen
@@ -37,9 +37,7 @@ class ServeCommand:
         which = parser.add_mutually_exclusive_group()
         add_pid_argument(which)
         add_slurm_job_argument(which)
-        which.add_argument("--follow", action="store_true",
-                           help="watch every training job on this node: torchrun launchers, processes with RANK "
-                                "set, Python processes holding a GPU; new ones are picked up, ended ones dropped")
+        add_follow_argument(which)
         parser.add_argument("--listen", default=f"{DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}", metavar="HOST:PORT",
                             help=f"address for /metrics (default {DEFAULT_LISTEN_HOST}:{DEFAULT_PORT}, this machine "
                                  f"only; :{DEFAULT_PORT} or 0.0.0.0:{DEFAULT_PORT} for every interface)")
@@ -53,15 +51,7 @@ class ServeCommand:
         parser.set_defaults(native=False, blocking=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        resolve_slurm_job(args)
-        if args.pid is None and not args.follow:
-            raise UsageError("say what to serve: gputop serve --pid PID, or gputop serve --follow for every job")
-        if args.pid is not None:
-            check_target(args.pid)
-        elif args.log is not None:
-            raise UsageError("--log names one target's log: use it with --pid, not --follow")
-        if args.process_only and args.pid is None:
-            raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
+        check_one_job_or_follow(args, "serve")
         comparison = comparison_inputs(args)
         try:
             host, port = parse_listen(args.listen)

@@ -88,6 +88,13 @@ def add_slurm_job_argument(group: argparse._MutuallyExclusiveGroup) -> None:
                             "from SLURM_PROCID (default step: the job's newest one here)")
 
 
+def add_follow_argument(group: argparse._MutuallyExclusiveGroup) -> None:
+    """--follow, in the group that holds --pid: every training job on this node instead of one."""
+    group.add_argument("--follow", action="store_true",
+                       help="watch every training job on this node: torchrun launchers, processes with RANK "
+                            "set, Python processes holding a GPU; new ones are picked up, ended ones dropped")
+
+
 def add_process_only_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--process-only", action="store_true",
                         help="watch only the --pid process and its workers, not the job around it")
@@ -175,15 +182,15 @@ def hang_after(args: argparse.Namespace) -> float:
 
 def comparison_inputs(args: argparse.Namespace):
     """What the target's progress is compared with (--baseline, --model, --tokens-per-iter, and the peak's
-    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape a nanoGPT job states on its
-    command line), or None."""
+    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape the job states on its command
+    line: nanoGPT's, or a Hugging Face config.json it names), or None."""
     from probes.baseline import BaselineError, PeakOptions, load_comparison_inputs
 
     stated = None
     if args.model is None and args.baseline is None and getattr(args, "pid", None):
-        from probes.models.nanogpt_config import stated_model
+        from probes.models.stated import stated_model
 
-        stated = stated_model(args.pid, getattr(args, "log", None))  # a nanoGPT job names its shape itself
+        stated = stated_model(args.pid, getattr(args, "log", None))  # a job may name its shape itself
     try:
         return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter,
                                       peak=PeakOptions(args.gpu, args.peak_tflops, args.dtype), stated=stated)
@@ -192,6 +199,21 @@ def comparison_inputs(args: argparse.Namespace):
 
 
 # --- checks of what the user named, before anything starts ------------------------------------------------
+
+
+def check_one_job_or_follow(args: argparse.Namespace, command: str) -> None:
+    """For commands that watch one job (--pid, --slurm-job) or every job here (--follow): one of them is named,
+    the PID is alive, and the options that narrow one target are not given with --follow."""
+    resolve_slurm_job(args)
+    if args.pid is None and not args.follow:
+        raise UsageError(f"say what to watch: gputop {command} --pid PID, --slurm-job JOBID, or gputop {command} "
+                         "--follow for every job on this node")
+    if args.pid is not None:
+        check_target(args.pid)
+    elif args.log is not None:
+        raise UsageError("--log names one target's log: use it with --pid, not --follow")
+    if args.process_only and args.pid is None:
+        raise UsageError("--process-only narrows one target: use it with --pid, not --follow")
 
 
 def resolve_slurm_job(args: argparse.Namespace) -> None:

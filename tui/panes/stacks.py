@@ -36,6 +36,8 @@ PERCENT_COLUMN_WIDTH = 6
 TABLE_CHROME = 2 * 4 + 2
 MIN_FUNCTION_WIDTH = 16
 DATA_REDRAW_INTERVAL_S = 2.0
+# A dump older than this (dumps are spaced out, and a failing process keeps its last one) is marked stale in "now".
+STALE_DUMP_S = 5.0
 
 FrameKey = tuple[str, str, int]
 TITLE = "4 Stacks"
@@ -267,7 +269,8 @@ class StacksPane(Vertical):
         cutoff = None if self.window_s is None else latest.time - self.window_s
         with_counts = tuple(f.seq for f in self._frames if f.stacks.counts and (cutoff is None or f.time > cutoff))
         threads = latest.stacks.threads if self.mode == "now" else ()
-        return (with_counts, threads, latest.stacks.available, latest.stacks.reason, latest.stacks.errors)
+        ages = tuple(int(age) for age in dump_ages(latest).values()) if self.mode == "now" else ()  # they grow
+        return (with_counts, threads, ages, latest.stacks.available, latest.stacks.reason, latest.stacks.errors)
 
     def _refresh(self) -> None:
         """Redraw when what the user chose changed, or when the data did and the last redraw is at least
@@ -415,15 +418,23 @@ class StacksPane(Vertical):
         for thread in threads:
             by_pid.setdefault(thread.pid, []).append(thread)
 
+        ages = dump_ages(latest)
+
         def build(root: TreeNode) -> None:
             sampler = f" by {latest.stacks.sampler}" if latest.stacks.sampler else ""
-            root.set_label(Text(f"{len(threads)} threads, as last dumped{sampler} (enter: a thread's hot frames)",
-                                style="bold"))
+            label = Text(f"{len(threads)} threads, as last dumped{sampler}", style="bold")
+            shown = [ages[pid] for pid in by_pid if pid in ages]
+            if shown:
+                label.append_text(_age_text(max(shown), "the oldest "))
+            label.append(" (enter: a thread's hot frames)", style="bold")
+            root.set_label(label)
             for pid, pid_threads in sorted(by_pid.items()):
                 process = latest.process(pid)
                 role = process_role_words(process) if process else "process"
-                process_node = root.add(Text(f"PID {pid} {role}", style="bold"), data=("process", pid),
-                                        expand=True)
+                process_label = Text(f"PID {pid} {role}", style="bold")
+                if pid in ages:
+                    process_label.append_text(_age_text(ages[pid], ""))
+                process_node = root.add(process_label, data=("process", pid), expand=True)
                 for thread in sorted(pid_threads, key=lambda t: (t.idle, t.tid)):
                     state = "idle" if thread.idle else "active"
                     if thread.owns_gil:
@@ -437,6 +448,24 @@ class StacksPane(Vertical):
                         thread_node.add_leaf(Text("(no Python frames)", style="dim"))
 
         _rebuild(self.query_one("#now", StackTree), build)
+
+
+def dump_ages(frame) -> dict[int, float]:
+    """{PID: seconds between its latest dump and the frame}, for the processes whose dumps say when they were taken
+    (frame time, not the clock: a replay shows the ages it was recorded with)."""
+    ages: dict[int, float] = {}
+    for thread in frame.stacks.threads:
+        if thread.dumped_at is not None:
+            ages[thread.pid] = max(ages.get(thread.pid, 0.0), frame.time - thread.dumped_at)
+    return ages
+
+
+def _age_text(age_s: float, prefix: str) -> Text:
+    """", dumped 2 s ago", or, past STALE_DUMP_S, the same in yellow with "stale": no newer dump came."""
+    words = f", {prefix}dumped {duration(max(0.0, age_s))} ago"
+    if age_s >= STALE_DUMP_S:
+        return Text(words + " (stale: no newer dump)", style="bold yellow")
+    return Text(words, style="dim")
 
 
 def _frame_text(frame: StackFrame, highlight: str) -> Text:

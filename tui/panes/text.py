@@ -28,6 +28,7 @@ BOTTLENECK_WORDS = {facts.name: facts.words for facts in BOTTLENECK_FACTS}
 LIVENESS_WORDS = {
     "progressing": "progressing",
     "hung": "HUNG",
+    "sleeping": "sleeping",
     "exited": "exited",
     "unknown": "liveness unknown",
 }

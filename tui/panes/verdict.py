@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from probes.baseline import mfu_percent, printed_percent
 from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
 from probes.monitor import MonitorView, Pace, VerdictChange
@@ -20,7 +21,10 @@ from tui.panes.text import bottleneck_words, duration, liveness_words, offset, s
 
 MAX_EVIDENCE_LINES = 3
 SHORT_SCREEN_EVIDENCE_LINES = 2  # leaves room for the advice on a 24-row terminal
-MAX_ADVICE_LINES = 2
+# Every advice line is shown, the rule's own first: a cap of two once cut the specific fix while a generic line
+# kept its slot. What does not fit the pane scrolls, and MORE_BELOW in its title says so (panes have no bottom border).
+TITLE = "1 Verdict"
+MORE_BELOW = "▼ more below: 1, then j"
 TIMELINE_ENTRIES = 4
 PACE_SPARKLINE_WIDTH = 12
 
@@ -28,6 +32,7 @@ PACE_SPARKLINE_WIDTH = 12
 # limit a healthy run should have (the GPU).
 _LIVENESS_STYLE = {"hung": "bold white on red", "exited": "bold white on grey37"}
 _BOTTLENECK_STYLE = {"gpu_bound": "bold black on green", "unknown": "bold white on grey37",
+                     "cannot_see": "bold white on dark_red",  # not a verdict: what hides one
                      "idle": "bold white on grey37"}
 _DEFAULT_BOTTLENECK_STYLE = "bold black on yellow"
 
@@ -67,7 +72,7 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     lines.add_column(ratio=1)
     for line in verdict.evidence[:max_evidence]:
         lines.add_row(Text("•", style="dim"), Text(line))
-    for line in verdict.advice[:MAX_ADVICE_LINES]:
+    for line in verdict.advice:
         lines.add_row(Text("→", style="bold cyan"), Text(line, style="cyan"))
     if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
         lines.add_row(Text("•", style="dim"),
@@ -138,10 +143,14 @@ def pace_text(pace: Pace) -> Text:
     compared = pace.comparison
     if compared is not None and compared.achieved_flops_per_s:
         text.append(f" · {_flops(compared.achieved_flops_per_s)}")
+    if pace.reported_tflops_per_gpu is not None:  # Megatron-LM prints achieved TFLOP/s per GPU, not an MFU
+        beside = compared is not None and compared.achieved_flops_per_s
+        said = f"log {pace.reported_tflops_per_gpu:g} TFLOP/s/GPU"
+        text.append(f" ({said})" if beside else f" · {said}", style="dim")
     if compared is not None and compared.corrected_mfu_pct is not None:
-        text.append(f" · MFU {compared.corrected_mfu_pct:.0f}%", style="bold")
-    if pace.reported_mfu_pct is not None:  # the evidence says why they differ
-        text.append(f" (log {pace.reported_mfu_pct:.0f}%)", style="dim")
+        text.append(f" · MFU {mfu_percent(compared.corrected_mfu_pct)}%", style="bold")
+    if pace.reported_mfu_pct is not None:  # the evidence says why they differ; with the log's own decimals
+        text.append(f" (log {printed_percent(pace.reported_mfu_pct)}%)", style="dim")
     if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
         reference = _seconds(compared.reference_seconds_per_iter)
         text.append(f" · reference {reference} s: {compared.compute_bound_pct:.0f}% of the compute-bound rate")
@@ -183,14 +192,29 @@ class VerdictPane(VerticalScroll):
 
     def __init__(self) -> None:
         super().__init__(id="verdict", classes="pane")
-        self.border_title = "1 Verdict"
+        self.border_title = TITLE
 
     def compose(self):
         yield Static(id="verdict-text")
 
+    def on_mount(self) -> None:
+        self.watch(self, "scroll_y", lambda _: self.mark_overflow(), init=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.mark_overflow)
+
+    def mark_overflow(self) -> None:
+        """MORE_BELOW in the title while lines are hidden below; gone once scrolled to the end."""
+        more = self.max_scroll_y > 0 and self.scroll_y < self.max_scroll_y
+        title = f"{TITLE} · {MORE_BELOW}" if more else TITLE
+        if self.border_title != title:
+            self.border_title = title
+
     def show_waiting(self, message: str) -> None:
         self.query_one("#verdict-text", Static).update(Text(message, style="dim"))
+        self.call_after_refresh(self.mark_overflow)
 
     def show(self, view: MonitorView, now: float, selected_rank: RankRow | None = None) -> None:
         max_evidence = SHORT_SCREEN_EVIDENCE_LINES if self.screen.has_class("-short") else MAX_EVIDENCE_LINES
         self.query_one("#verdict-text", Static).update(verdict_renderable(view, now, max_evidence, selected_rank))
+        self.call_after_refresh(self.mark_overflow)

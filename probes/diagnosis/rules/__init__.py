@@ -17,6 +17,7 @@ from probes.diagnosis.rules import (
     cpu_bound,
     cpu_throttled,
     data_bound,
+    gil_contention,
     gpu,
     idle,
     io_bound,
@@ -44,6 +45,9 @@ RULES: tuple[Rule, ...] = (
     io_bound.RULE,
     # Before host compute: a loop that waits for batches part of the time is held back by its input.
     data_bound.RULE,
+    # Before host compute: a training thread that waits for another thread's GIL looks like one that computes
+    # (its stack stays on the lines it runs), but the fix is in the other thread.
+    gil_contention.RULE,
     # Before idle: a main thread that computes is CPU-bound even though it also waits now and then.
     cpu_bound.RULE,
     # Last: waiting, with nothing else to blame.

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
-import math
-
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.rules.lines import cpu_amount, gpu_line, main_share_line, percent
+from probes.diagnosis.rules.lines import (
+    cpu_amount,
+    cpu_share_words,
+    gpu_line,
+    main_share_line,
+    percent,
+    threads_per_rank,
+)
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 from probes.diagnosis.rules.signs import (
     LAUNCH_BOUND_POWER_FRACTION,
@@ -91,10 +96,13 @@ def evaluate(ev: Evidence) -> Candidate | None:
                      f"no GPU readings ({g.reason or 'NVML unavailable'}): the work runs on the CPU")
         advice.append("If a GPU should do this work, move the model and each batch to it "
                       "(model.to('cuda'), batch.to('cuda', non_blocking=True)).")
-    if ev.effective_cpus and main_cpu is not None and ev.effective_cpus >= 2 and main_cpu < 100.0 * (
-            ev.effective_cpus - 0.5):
-        advice.append(f"It uses {main_cpu / 100:.1f} of {cpu_amount(ev.effective_cpus)}: torch.set_num_threads("
-                      f"{math.floor(ev.effective_cpus)}) lets CPU ops use them all.")
+    threads = threads_per_rank(ev.effective_cpus, ev) if ev.effective_cpus else 1
+    if threads >= 2 and main_cpu is not None and main_cpu < 100.0 * (threads - 0.5):
+        # Sized to this process's share: the ranks on the node and its DataLoader workers run on the same CPUs.
+        per = " per rank" if ev.ranks_on_node > 1 else ""
+        advice.append(f"It uses {main_cpu / 100:.1f} of the {threads} CPUs that are its share "
+                      f"({cpu_share_words(ev.effective_cpus, ev)}): torch.set_num_threads({threads}){per} lets CPU "
+                      "ops use them.")
     return Candidate("cpu_bound", score, lines, advice)
 
 

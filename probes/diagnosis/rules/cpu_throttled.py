@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.rules.lines import cpu_amount, percent
+from probes.diagnosis.rules.lines import cpu_amount, percent, threads_per_rank
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 
 CPU_THROTTLED = BottleneckFacts(
@@ -37,11 +37,14 @@ def evaluate(ev: Evidence) -> Candidate | None:
         visible = f"the {cpu.affinity_cpus} visible cores" if cpu.affinity_cpus else "the visible cores"
         lines.append(f"OMP_NUM_THREADS={omp}" if omp else
                      f"OMP_NUM_THREADS is not set: torch sizes its thread pool by {visible}, not by the quota")
-    threads = max(1, math.floor(effective)) if effective else 1
-    advice = [(f"Cap threads to the quota: torch.set_num_threads({threads}), or OMP_NUM_THREADS={threads} "
+    # The quota is the job's: its ranks on this node share it, so each rank's pool is its share of it.
+    rank_share = max(1, math.floor(effective / ev.ranks_on_node)) if effective else 1
+    threads = threads_per_rank(effective, ev) if effective else 1
+    per = f" per rank ({ev.ranks_on_node} ranks share it)" if ev.ranks_on_node > 1 else ""
+    advice = [(f"Cap threads to the quota: torch.set_num_threads({threads}){per}, or OMP_NUM_THREADS={threads} "
               f"MKL_NUM_THREADS={threads} before start.")]
     if ev.worker_cpu:
-        advice.append(f"DataLoader num_workers at most {max(0, threads - 1)} under this quota "
+        advice.append(f"DataLoader num_workers at most {max(0, rank_share - 1)} under this quota{per and ' per rank'} "
                       f"(now {len(ev.worker_cpu)}).")
     advice.append("Or raise the quota: cpu.max (v2) / cpu.cfs_quota_us (v1) of that cgroup, "
                   "or the container's --cpus.")

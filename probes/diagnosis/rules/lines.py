@@ -4,6 +4,8 @@ same figure the same way."""
 
 from __future__ import annotations
 
+import math
+
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.stacks import ThreadProfile, format_where
 
@@ -25,6 +27,23 @@ def byte_rate(bytes_per_s: float) -> str:
 
 def cpu_amount(value: float) -> str:
     return f"{value:g} CPU" if value == 1 else f"{value:.3g} CPUs"
+
+
+def threads_per_rank(cpus: float, ev: Evidence) -> int:
+    """The thread pool one process of the job may use on `cpus`: its rank's share of them (the ranks on this node
+    share the CPUs), less one core per DataLoader worker of its own, and at least 1. A 2-rank job on 2 cores gets
+    1 thread per rank, not 2: the advice is followed per rank."""
+    share = cpus / max(1, ev.ranks_on_node)
+    return max(1, math.floor(share) - len(ev.worker_cpu))
+
+
+def cpu_share_words(cpus: float, ev: Evidence) -> str:
+    """How `threads_per_rank` was reached, in words: "2 ranks on 2 CPUs, 2 DataLoader workers"."""
+    parts = [f"{ev.ranks_on_node} ranks on {cpu_amount(cpus)}"] if ev.ranks_on_node > 1 else [cpu_amount(cpus)]
+    if ev.worker_cpu:
+        parts.append(f"{len(ev.worker_cpu)} DataLoader worker{'s' if len(ev.worker_cpu) != 1 else ''}"
+                     + (" each" if ev.ranks_on_node > 1 else ""))
+    return ", ".join(parts)
 
 
 def hot_spot(profile: ThreadProfile, *activities: str) -> str:

@@ -1,0 +1,356 @@
+"""PyTorch's Flight Recorder, read from outside the job: the last collective each rank entered and completed.
+
+This module owns every way into a rank's Flight Recorder (torch.distributed's ring buffer of recent
+collectives, on when the rank's environment sets TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE):
+
+- the worker server (torch.distributed.elastic.control_plane.worker_main() with TORCH_WORKER_SERVER_SOCKET=PATH):
+  an HTTP server on a Unix socket in the rank; POST /handler/fr_trace_json returns the buffer as JSON. Works on
+  gloo and CPU (checked with torch 2.13). gputop asks it only what the job chose to serve: it writes no file.
+- dump files (TORCH_FR_DUMP_TEMP_FILE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE, prefix + rank): the pickle NCCL's
+  watchdog writes on a timeout (the format torch.distributed.flight_recorder's fr_trace reads). gloo writes none
+  (checked: a gloo timeout in torch 2.13 dumps nothing). Unpickled with a loader that builds only plain
+  containers, so a dump cannot run code in gputop.
+- the debug-info pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, NCCL only): writing to it makes the rank dump. gputop
+  never writes it; it says the trigger exists (RankCollectives.trigger).
+
+Not read: torch.distributed.debug.start_debug_server(). Its per-rank worker servers listen on ephemeral TCP
+ports that only the job's TCPStore names (nothing in a rank's environment does; trying a rank's listening
+ports could hit gloo's own listener), and its frontend on rank 0 needs aiohttp or requests and answers HTML.
+
+Never raises: a rank whose recorder cannot be read carries the reason, and a rank whose environment shows no
+recorder is left out.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from probes.frame import (
+    ROLE_MAIN,
+    ROLE_RANK,
+    CollectiveRecord,
+    CollectivesReading,
+    GroupCollectives,
+    ProcessSample,
+    RankCollectives,
+)
+from probes.jobs.environment import int_or_none, read_environ, start_ticks
+from probes.textfiles import read_text
+
+BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # the first set wins, as in torch
+SOCKET_VARIABLE = "TORCH_WORKER_SERVER_SOCKET"
+DUMP_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+PIPE_VARIABLE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+NCCL_DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"  # ProcessGroupNCCL's default TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+
+# A dump costs the rank a serialisation of its buffer: ask each rank at most this often, and keep the last
+# answer in between (its read_at says how old it is).
+READ_INTERVAL_S = 3.0
+SOCKET_TIMEOUT_S = 1.0
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # TORCH_FR_BUFFER_SIZE=20000 entries of JSON fit several times over
+PENDING_KEPT = 4  # entered-not-completed collectives kept per group: the oldest is the one waited in
+
+# Bytes per element of the dtypes the recorder names (c10's ScalarType names).
+DTYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4, "UInt16": 2, "UInt32": 4,
+    "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+}
+
+
+@dataclass(frozen=True)
+class FlightRecorderSource:
+    """What a rank's environment says about its Flight Recorder and the ways to read it."""
+
+    buffer_size: int | None  # entries; None or 0: not recording
+    socket_path: str | None  # the worker server's Unix socket
+    dump_prefix: str | None  # dump files are PREFIX + rank
+    pipe_prefix: str | None  # NCCL's trigger pipe is PREFIX + rank + ".pipe"
+
+    @property
+    def recording(self) -> bool:
+        return bool(self.buffer_size)
+
+
+def find_source(environ: Mapping[str, str]) -> FlightRecorderSource | None:
+    """The recorder a rank's environment shows; None when it shows neither a recorder nor a worker server."""
+    buffer_size = next((int_or_none(environ[name]) for name in BUFFER_VARIABLES if name in environ), None)
+    socket_path = environ.get(SOCKET_VARIABLE) or None
+    dump_prefix = next((environ[name] for name in DUMP_VARIABLES if environ.get(name)), None)
+    pipe_prefix = environ.get(PIPE_VARIABLE) or None
+    if not buffer_size and socket_path is None:
+        return None
+    if dump_prefix is None and buffer_size:
+        dump_prefix = NCCL_DEFAULT_DUMP_PREFIX  # where NCCL's watchdog dumps when the job names no file
+    return FlightRecorderSource(buffer_size, socket_path, dump_prefix, pipe_prefix)
+
+
+# --- the worker server -----------------------------------------------------------------------------------
+
+
+class WorkerServerError(Exception):
+    """The worker server could not be asked, or answered something other than 200; the message says which."""
+
+
+def ask_worker_server(path: str, handler: str, timeout_s: float = SOCKET_TIMEOUT_S) -> str:
+    """POST /handler/HANDLER to torch's worker server on the Unix socket PATH; the answer's body.
+
+    Raises WorkerServerError (the one exception of this module, caught by read_rank)."""
+    request = (f"POST /handler/{handler} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+               "Connection: close\r\n\r\n").encode()
+    chunks, size = [], 0
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(path)
+            conn.sendall(request)
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise WorkerServerError(f"its answer is over {MAX_ANSWER_BYTES // 2**20} MiB")
+    except TimeoutError as exc:
+        raise WorkerServerError(f"no answer within {timeout_s:g} s") from exc
+    except OSError as exc:
+        raise WorkerServerError(exc.strerror or str(exc)) from exc
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+    parts = status.split()
+    if len(parts) < 2 or parts[1] != "200":
+        raise WorkerServerError(f"it answered {status or 'nothing'}: {body[:120].decode('utf-8', 'replace')}")
+    return body.decode("utf-8", "replace")
+
+
+def listening_socket_owner(path: str, pid: int) -> bool | None:
+    """Whether PID holds the listening Unix socket bound at PATH (True/False); None when no listening socket
+    is bound there. Ranks that share one TORCH_WORKER_SERVER_SOCKET path would otherwise be mistaken for
+    each other: the recorder's answer names no rank."""
+    table = read_text("/proc/net/unix") or ""
+    inodes = set()
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        # Num RefCount Protocol Flags Type St Inode Path; flag 0x10000 (__SO_ACCEPTCON): listening
+        if len(fields) >= 8 and fields[7] == path and int(fields[3], 16) & 0x10000:
+            inodes.add(fields[6])
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+        except OSError:  # closed since the listing
+            continue
+    return False
+
+
+# --- the recorder's records --------------------------------------------------------------------------------
+
+
+def _input_bytes(sizes, dtypes) -> int | None:
+    try:
+        total = 0
+        for shape, dtype in zip(sizes, dtypes, strict=True):
+            width = DTYPE_BYTES.get(str(dtype))
+            if width is None:
+                return None
+            total += math.prod(int(n) for n in shape) * width
+        return total
+    except (TypeError, ValueError):
+        return None
+
+
+def _record(entry: Mapping) -> CollectiveRecord:
+    backend, _, op = str(entry.get("profiling_name") or "?").rpartition(":")
+    created = entry.get("time_created_ns")
+    completed = bool(entry.get("retired")) or entry.get("state") == "completed"
+    return CollectiveRecord(
+        seq=int(entry.get("collective_seq_id") or 0), op=op, backend=backend or None,
+        input_bytes=_input_bytes(entry.get("input_sizes") or (), entry.get("input_dtypes") or ()),
+        entered_at=created / 1e9 if isinstance(created, (int, float)) and created > 0 else None,
+        completed=completed)
+
+
+def _status_number(status: Mapping, key: str) -> int | None:
+    number = int_or_none(str(status.get(key))) if status.get(key) is not None else None
+    return number if number is not None and number >= 0 else None
+
+
+def _highest(*numbers: int | None) -> int | None:
+    known = [n for n in numbers if n is not None]
+    return max(known) if known else None
+
+
+def parse_trace(dump: Mapping) -> tuple[GroupCollectives, ...]:
+    """Each process group's position from a Flight Recorder dump (the dict of fr_trace_json or of a pickle
+    dump: entries, pg_status, ...). Point-to-point entries (collective_seq_id 0) are left out.
+
+    A group's last entered/completed collective is the highest of what its entries and pg_status say: on
+    gloo, pg_status's last_completed_collective lags the entries' retired flags (seen: 3 while 4 and 5 were
+    retired)."""
+    groups: dict[str, dict] = {}
+    entries = dump.get("entries") or ()
+    for entry in entries if isinstance(entries, (list, tuple)) else ():
+        if not isinstance(entry, Mapping) or entry.get("is_p2p") or not entry.get("collective_seq_id"):
+            continue
+        process_group = entry.get("process_group") or ()
+        name = str(process_group[0]) if len(process_group) > 0 else str(entry.get("pg_id", "?"))
+        desc = str(process_group[1]) if len(process_group) > 1 else None
+        group = groups.setdefault(name, {"desc": desc, "records": []})
+        group["records"].append(_record(entry))
+    statuses = dump.get("pg_status") or {}
+    statuses = statuses if isinstance(statuses, Mapping) else {}
+    for name in statuses:
+        groups.setdefault(str(name), {"desc": None, "records": []})
+    result = []
+    for name, group in groups.items():
+        records = sorted(group["records"], key=lambda r: r.seq)
+        status = statuses.get(name) if isinstance(statuses.get(name), Mapping) else {}
+        entered = _highest(records[-1].seq if records else None, _status_number(status, "last_enqueued_collective"))
+        completed = _highest(max((r.seq for r in records if r.completed), default=None),
+                             _status_number(status, "last_completed_collective"))
+        pending = tuple(r for r in records if not r.completed and (completed is None or r.seq > completed))
+        result.append(GroupCollectives(pg_id=name, pg_name=group["desc"], last_entered=entered,
+                                       last_completed=completed, pending=pending[:PENDING_KEPT],
+                                       last=records[-1] if records else None))
+    return tuple(sorted(result, key=lambda g: (len(g.pg_id), g.pg_id)))
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, tuples, strings and numbers only: a dump file is the job's, not gputop's to trust."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"a dump may hold only plain values, not {module}.{name}")
+
+
+def load_dump(path: str) -> dict:
+    """A Flight Recorder dump file (pickle, as NCCL's watchdog writes it; JSON when the job chose JSON).
+
+    Raises OSError, ValueError or pickle.UnpicklingError (caught by read_rank)."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        raise ValueError(f"over {MAX_ANSWER_BYTES // 2**20} MiB")
+    if data[:1] in (b"{", b"["):
+        dump = json.loads(data)
+    else:
+        dump = _PlainUnpickler(io.BytesIO(data)).load()
+    if not isinstance(dump, dict):
+        raise ValueError("not a Flight Recorder dump (no dict at its top)")
+    return dump
+
+
+def read_rank(pid: int, rank: int | None, source: FlightRecorderSource, started_at: float | None = None,
+              now: float | None = None, socket_is_its_own: bool = False) -> RankCollectives:
+    """One rank's recorder, through the first way that answers: its worker server, else a dump file it wrote
+    since it started. socket_is_its_own: the socket was found to be this rank's before (skips reading
+    /proc/net/unix again). Never raises."""
+    now = time.time() if now is None else now
+    trigger = (f"write to {source.pipe_prefix}{rank}.pipe (NCCL: the rank then dumps to "
+               f"{source.dump_prefix}{rank})") if source.pipe_prefix and rank is not None else None
+    reasons = []
+    if source.socket_path:
+        owner = True if socket_is_its_own else listening_socket_owner(source.socket_path, pid)
+        if owner is None:
+            reasons.append(f"nothing listens on {source.socket_path} yet (the rank has not entered worker_main())")
+        elif not owner:
+            reasons.append(f"{source.socket_path} is another process's socket (the ranks share one "
+                           f"{SOCKET_VARIABLE} path: give each rank its own)")
+        else:
+            try:
+                body = ask_worker_server(source.socket_path, "fr_trace_json")
+                dump = json.loads(body)
+                if not isinstance(dump, dict):
+                    raise ValueError("not a JSON object")
+                return RankCollectives(rank=rank, pid=pid, source="worker_server", path=source.socket_path,
+                                       available=True, groups=parse_trace(dump), read_at=now, trigger=trigger)
+            except (WorkerServerError, ValueError) as exc:
+                reasons.append(f"the worker server at {source.socket_path}: {exc}")
+    if source.dump_prefix and rank is not None:
+        path = f"{source.dump_prefix}{rank}"
+        try:
+            written = os.stat(path).st_mtime
+        except OSError:
+            written = None
+        if written is not None and (started_at is None or written >= started_at):
+            try:
+                dump = load_dump(path)
+                return RankCollectives(rank=rank, pid=pid, source="dump_file", path=path, available=True,
+                                       groups=parse_trace(dump), read_at=written, trigger=trigger)
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+                reasons.append(f"the dump {path} could not be read: {exc}")
+    if not reasons:
+        if source.recording:
+            reasons.append(f"recording ({source.buffer_size} entries) but not readable from outside: set "
+                           f"{SOCKET_VARIABLE} per rank and wrap its main in worker_main(), or, with NCCL, wait "
+                           "for the dump on timeout")
+        else:
+            reasons.append("the worker server answers, but the Flight Recorder is off: set TORCH_FR_BUFFER_SIZE")
+    return RankCollectives(rank=rank, pid=pid, source="none", available=False, reason="; ".join(reasons),
+                           trigger=trigger)
+
+
+# --- the probe -------------------------------------------------------------------------------------------
+
+
+class FlightRecorderProbe:
+    """Reads the Flight Recorder of each training process (rank, or the main process) whose environment shows
+    one; each rank at most every READ_INTERVAL_S, its last reading kept in between."""
+
+    def __init__(self, read_interval_s: float = READ_INTERVAL_S) -> None:
+        self._read_interval_s = read_interval_s
+        self._sources: dict[int, FlightRecorderSource | None] = {}  # by PID: environments do not change
+        self._last: dict[int, tuple[float, RankCollectives]] = {}  # by PID: monotonic time read, reading
+
+    def read(self, processes: Iterable[ProcessSample]) -> CollectivesReading | None:
+        """None when no training process shows a recorder or a worker server."""
+        ranks = []
+        live = [p for p in processes if p.alive and p.state != "zombie" and p.role in (ROLE_RANK, ROLE_MAIN)]
+        for sample in live:
+            source = self._source(sample.pid)
+            if source is None:
+                continue
+            kept = self._last.get(sample.pid)
+            if kept is not None and time.monotonic() - kept[0] < self._read_interval_s:
+                ranks.append(kept[1])
+                continue
+            own = kept is not None and kept[1].source == "worker_server"  # a socket's owner does not change
+            reading = read_rank(sample.pid, sample.rank, source, _start_time(sample.pid), socket_is_its_own=own)
+            self._last[sample.pid] = (time.monotonic(), reading)
+            ranks.append(reading)
+        alive = {p.pid for p in live}
+        for cache in (self._last, self._sources):
+            for pid in [pid for pid in cache if pid not in alive]:
+                del cache[pid]
+        if not ranks:
+            return None
+        return CollectivesReading(ranks=tuple(sorted(ranks, key=lambda r: (r.rank is None, r.rank, r.pid))))
+
+    def _source(self, pid: int) -> FlightRecorderSource | None:
+        if pid not in self._sources:
+            self._sources[pid] = find_source(read_environ(pid))
+        return self._sources[pid]
+
+
+def _start_time(pid: int) -> float | None:
+    """The process's start, Unix time: a dump file older than it is a previous run's."""
+    ticks = start_ticks(pid)
+    uptime = read_text("/proc/uptime")
+    if ticks is None or not uptime:
+        return None
+    try:
+        return time.time() - float(uptime.split()[0]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return None

@@ -1,0 +1,66 @@
+"""`gputop demo` leaves no temporary folder behind (its log, its checkpoint folder) however it ends: SIGTERM or
+SIGINT with the screen up, SIGTERM before it is. The real demo in a real terminal (tmux), with TMPDIR pointed at a
+folder of the test's own so what is left there is what the demo left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import kill_tree, wait_for
+from test_tui_tmux import Tmux, pytestmark  # noqa: F401  (tmux and py-spy or skip, slow)
+
+
+def _gputop_demo(pane_shell: int) -> psutil.Process | None:
+    for child in psutil.Process(pane_shell).children(recursive=True):
+        try:
+            if child.cmdline()[1:4] == ["-m", "tui", "demo"]:
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def _demo_target(gputop: psutil.Process) -> psutil.Process | None:
+    for child in gputop.children():
+        try:
+            if any(part.endswith("demo_target.py") for part in child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("sig, screen_up", [(signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["sigterm", "sigint", "sigterm-before-the-screen"])
+def test_demo_leaves_no_temporary_folder(tmp_path, sig, screen_up):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    tmux = Tmux(f"demo-cleanup-{sig.name}-{screen_up}")
+    family: list[int] = []
+    try:
+        tmux.start(f"env TMPDIR={tmpdir} {sys.executable} -m tui demo", 160, 48)
+        pane_shell = int(tmux.run("display-message", "-p", "#{pane_pid}").strip())
+        gputop = wait_for(lambda: _gputop_demo(pane_shell), timeout=60)
+        target = wait_for(lambda: _demo_target(gputop), timeout=60)
+        family = [gputop.pid, target.pid]
+        # The demo's folder and its checkpoint folder exist while it runs: the test sees what must go.
+        made = wait_for(lambda: [p for p in tmpdir.iterdir() if p.name.startswith("gputop-demo")], timeout=30)
+        assert any((p / "checkpoints").is_dir() for p in made) or list(tmpdir.glob("gputop-demo-ckpt-*"))
+        if screen_up:
+            tmux.wait_for(lambda s: s.count("DataLoader worker") >= 2, 90, "the demo's DataLoader workers")
+        os.kill(gputop.pid, sig)
+        screen = tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 30, "gputop demo exiting")
+        assert "Traceback" not in screen, screen
+        wait_for(lambda: not target.is_running() or target.status() == psutil.STATUS_ZOMBIE, timeout=15)
+        left = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("gputop-demo"))
+        assert not left, f"left behind in TMPDIR: {left}"
+    finally:
+        tmux.kill()
+        time.sleep(0.2)
+        for pid in family:
+            kill_tree(pid)

@@ -1,0 +1,334 @@
+"""`gputop` with no PID: the job census (probes/jobs/census.py), `--list` / `--list --json`, and the picker.
+
+Real targets, run from a folder of their own (a copy of tests/targets/job_train.py and job_torchrun.py under a
+name no other test uses), so that on a machine shared with other test runs each check can single out its own
+jobs: a plain torch training loop with one DataLoader worker, a torchrun 2-rank gloo job with one worker per
+rank, and a Python process that never imports torch (it must not be listed). GPUs come through the real NVML
+probe driven by tests/fake_pynvml.py (no GPU here), in a census process of its own. The pure parts (sorting,
+filtering, the words of a row) are unit-tested on constructed summaries; the picker's screen is an SVG snapshot
+of a fixed list (tests/test_tui_snapshots.py); the picker in a real terminal is tests/test_job_picker_tmux.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import stop_process_tree
+
+from probes.jobs.census import JobSummary, imports_torch, job_matches, sort_jobs
+from tui.exitcodes import EXIT_NO_JOB, EXIT_OK, EXIT_USAGE
+from tui.joblist import job_cells, job_words
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = REPO / "tests" / "targets"
+START_TIMEOUT_S = 240.0  # torch's import in every rank and worker, and gloo's rendezvous, on a busy 2-core box
+
+
+def gputop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The real command, without a terminal (stdin from /dev/null, output to pipes)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=env, stdin=subprocess.DEVNULL, check=False)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Jobs:
+    """The three targets of one test, started from `folder`; ready() once both trainings printed 'ready'."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        for name in ("job_train.py", "job_torchrun.py"):
+            shutil.copy(TARGETS / name, folder / name)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo")
+        env.pop("RANK", None)
+        self.plain_log = folder / "plain.log"
+        self.torchrun_log = folder / "torchrun.log"
+        self.started: list[subprocess.Popen] = []
+        with open(self.plain_log, "w") as log:
+            self.plain = self._start([str(folder / "job_train.py"), "--workers", "1"], log, env)
+        with open(self.torchrun_log, "w") as log:
+            self.torchrun = self._start([str(folder / "job_torchrun.py"), str(free_port()), "2", "0",
+                                         "--workers", "1"], log, env)
+        self.not_torch = self._start(["-c", "import time\nwhile True: time.sleep(0.05)", str(folder)],
+                                     subprocess.DEVNULL, env)
+
+    def _start(self, args: list[str], log, env) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd=self.folder)
+        self.started.append(proc)
+        return proc
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for proc in self.started:
+                assert proc.poll() is None, f"a target exited early: {proc.args}"
+            if "ready" in self.plain_log.read_text() and self.torchrun_log.read_text().count("ready ") >= 2:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"targets not ready in {START_TIMEOUT_S} s:\n{self.torchrun_log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        for proc in self.started:
+            stop_process_tree(proc)
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    folder = tmp_path / f"picker-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    started = Jobs(folder)
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop()
+
+
+def ours(document: dict, folder: Path) -> dict[int, dict]:
+    """The listed jobs whose command runs from our folder, by root PID."""
+    return {job["root_pid"]: job for job in document["jobs"] if str(folder) in job["command"]}
+
+
+def until_listed(jobs: Jobs, timeout_s: float = 60.0) -> dict:
+    """`gputop --list --json` again until both our trainings are listed with all their workers: the census of a
+    moment, so a worker just starting may be missed once. Returns the last document."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = gputop("--list", "--json")
+        assert result.returncode == EXIT_OK, result.stderr
+        document = json.loads(result.stdout)
+        found = ours(document, jobs.folder)
+        plain, torchrun = found.get(jobs.plain.pid), found.get(jobs.torchrun.pid)
+        if (plain and torchrun and plain["workers"] == 1 and torchrun["workers"] == 2 and torchrun["ranks"] == 2) \
+                or time.monotonic() > deadline:
+            return document
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(int(START_TIMEOUT_S) + 200)
+def test_list_groups_the_jobs_by_launcher_and_rank_and_leaves_out_a_process_without_torch(jobs):
+    document = until_listed(jobs)
+    assert document["schema"] == "gputop.jobs/1"
+    found = ours(document, jobs.folder)
+    # Exactly two jobs from our folder: each rank and each worker is part of its job, never a job of its own, and
+    # the Python process that never imported torch is not one.
+    assert set(found) == {jobs.plain.pid, jobs.torchrun.pid}, found
+    assert jobs.not_torch.pid not in {job["root_pid"] for job in document["jobs"]}
+    plain, torchrun = found[jobs.plain.pid], found[jobs.torchrun.pid]
+    assert (plain["launcher"], plain["ranks"], plain["workers"], plain["found_by"]) == ("python", 1, 1,
+                                                                                         "imports torch")
+    assert (torchrun["launcher"], torchrun["ranks"], torchrun["world_size"], torchrun["workers"]) == (
+        "torchrun", 2, 2, 2)
+    assert torchrun["processes"] == 5  # the agent, 2 ranks, a worker each
+    for job in (plain, torchrun):
+        assert job["cpu_pct"] is not None and job["cpu_pct"] >= 0
+        assert 0 < job["age_s"] < START_TIMEOUT_S + 120
+    assert "job_train.py" in plain["command"] and "torch.distributed.run" in torchrun["command"]
+
+    text = gputop("--list")
+    assert text.returncode == EXIT_OK, text.stderr
+    lines = {int(line.split()[0]): line for line in text.stdout.splitlines()[1:]}
+    assert text.stdout.splitlines()[0].split() == ["PID", "JOB", "GPU", "CPU%", "AGE", "COMMAND"]
+    assert "torchrun 2 ranks +2 workers" in lines[jobs.torchrun.pid]
+    assert "python +1 worker " in lines[jobs.plain.pid]
+    assert jobs.not_torch.pid not in lines
+    assert "Traceback" not in text.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(int(START_TIMEOUT_S) + 200)
+def test_without_a_terminal_and_without_a_pid_the_list_is_printed(jobs):
+    until_listed(jobs)
+    result = gputop()
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout.splitlines()[0].split()[:2] == ["PID", "JOB"]
+    assert any(line.split()[0] == str(jobs.torchrun.pid) for line in result.stdout.splitlines()[1:])
+    assert "no terminal to pick in: attach with gputop --pid PID" in result.stderr
+
+
+def test_a_process_that_imported_torch_is_told_from_one_that_did_not(tmp_path):
+    ready = tmp_path / "ready"
+    code = "import sys, time, pathlib\n{}\npathlib.Path(sys.argv[1]).write_text('x')\nwhile True: time.sleep(0.05)"
+    with_torch = subprocess.Popen([sys.executable, "-c", code.format("import torch"), str(ready) + ".torch"],
+                                  start_new_session=True)
+    without = subprocess.Popen([sys.executable, "-c", code.format("import json"), str(ready) + ".plain"],
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (Path(str(ready) + ".torch").exists() and Path(str(ready) + ".plain").exists()):
+            assert time.monotonic() < deadline, "the two processes did not start"
+            time.sleep(0.1)
+        assert imports_torch(with_torch.pid)
+        assert not imports_torch(without.pid)
+    finally:
+        stop_process_tree(with_torch)
+        stop_process_tree(without)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare for a PID namespace with nothing in it")
+def test_no_job_is_one_line_and_its_own_exit_status():
+    # A fresh PID namespace with its own /proc: nothing in it but gputop, so no job whatever else this machine runs.
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for args in (["--list"], ["--list", "--json"], []):
+        result = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "tui", *args],
+                                capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+                                stdin=subprocess.DEVNULL, check=False)
+        assert result.returncode == EXIT_NO_JOB, (args, result.stderr)
+        said = [line for line in result.stderr.splitlines() if not line.startswith("gputop: GPUs not shown")]
+        assert said == ["gputop: no training job found on this machine (no Python process that imports torch, "
+                        "no launcher, no rank): start one, or try gputop demo"], result.stderr
+        if args == ["--list", "--json"]:
+            assert json.loads(result.stdout)["jobs"] == []
+        else:
+            assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--json"], "--json prints the job list: use it with --list"),
+    (["--list", "--pid", "1"], "give --list or --pid, not both"),
+    (["--snapshot", "-"], "say which process to sample: gputop --pid PID (find it with: gputop --list)"),
+])
+def test_what_does_not_go_together_is_one_line(args, words):
+    result = gputop(*args)
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr.count("\n") == 1 and words in result.stderr and "Traceback" not in result.stderr
+
+
+# --- the pure parts ---------------------------------------------------------------------------------------
+
+NOW = 10_000.0
+
+
+def summary(pid: int, *, cpu: float | None = 10.0, started: float | None = NOW - 60, command: str = "python x.py",
+            launcher: str = "python", ranks: int = 1, world: int | None = None, workers: int = 0) -> JobSummary:
+    return JobSummary(root_pid=pid, launcher=launcher, ranks=ranks, world_size=world, workers=workers,
+                      processes=1 + workers, gpus=(), cpu_pct=cpu, started_at=started, command=command,
+                      found_by="imports torch")
+
+
+def test_sorting_is_htops():
+    busy = summary(1, cpu=90.0, started=NOW - 3600, command="python b.py")
+    young = summary(2, cpu=5.0, started=NOW - 10, command="python a.py")
+    unknown = summary(3, cpu=None, started=None, command="python c.py")
+    assert [j.root_pid for j in sort_jobs([young, unknown, busy], "cpu", NOW)] == [1, 2, 3]
+    assert [j.root_pid for j in sort_jobs([busy, unknown, young], "age", NOW)] == [2, 1, 3]
+    assert [j.root_pid for j in sort_jobs([busy, unknown, young], "command", NOW)] == [2, 1, 3]
+    assert [j.root_pid for j in sort_jobs([busy, unknown, young], "command", NOW, reverse=True)] == [3, 1, 2]
+    # By the command as shown, the interpreter's folder left out: what the user reads.
+    shown_a, shown_b = summary(5, command="/zzz/bin/python a.py"), summary(6, command="/aaa/bin/python b.py")
+    assert [j.root_pid for j in sort_jobs([shown_b, shown_a], "command", NOW)] == [5, 6]
+
+
+def test_a_filter_matches_command_launcher_or_pid():
+    job = summary(4242, command="/opt/venv/bin/python train.py --lr 3e-4", launcher="torchrun", ranks=2, world=2)
+    assert job_matches(job, "TRAIN") and job_matches(job, "torchrun") and job_matches(job, "4242")
+    assert job_matches(job, "  ") and not job_matches(job, "deepspeed")
+
+
+def test_the_words_of_a_row():
+    assert job_words(summary(1, workers=1)) == "python +1 worker"
+    assert job_words(summary(1, launcher="torchrun", ranks=2, world=2, workers=4)) == "torchrun 2 ranks +4 workers"
+    assert job_words(summary(1, launcher="torchrun", ranks=1, world=4)) == "torchrun 1/4 ranks"
+    cells = job_cells(summary(7, cpu=None, started=NOW - 125, command="/opt/venv/bin/python train.py"), NOW)
+    assert cells == ("7", "python", "-", "-", "2m05s", "python train.py")
+
+
+def test_gpus_read_as_runs():
+    from tui.joblist import gpu_words
+
+    assert [gpu_words(g) for g in ((), (0,), (0, 1), (0, 1, 2, 3, 4, 5, 6, 7), (1, 2, 3, 6))] == [
+        "-", "0", "0,1", "0-7", "1-3,6"]
+    assert job_words(summary(1, launcher="bash")) == "bash"
+
+
+def test_the_census_adds_torch_processes_once_each_and_never_gputops_own_ancestors():
+    from probes.jobs.follow import find_training_jobs
+    from probes.proctree import NodeProcess
+
+    # PIDs far above any real one (resolve_root finds nothing there and keeps each as named), and gputop (this
+    # process) placed in the table under a Python shell that imported torch: a tree that holds gputop is no job.
+    base = 4_000_000_000
+    shell, trainer, its_worker, plain, our_parent = (base + i for i in range(5))
+    me = os.getpid()
+    procs = {
+        shell: NodeProcess(shell, 1, "bash", ("bash",)),
+        trainer: NodeProcess(trainer, shell, "python", ("python", "train.py")),
+        its_worker: NodeProcess(its_worker, trainer, "pt_data_worker", ("python", "train.py")),
+        plain: NodeProcess(plain, shell, "python", ("python", "serve.py")),
+        our_parent: NodeProcess(our_parent, shell, "python", ("python", "-m", "pytest")),
+        me: NodeProcess(me, our_parent, "python", ("python", "-m", "tui")),
+    }
+    torch_users = {trainer, its_worker, our_parent, me}
+    asked = []
+
+    def imports(pid: int) -> bool:
+        asked.append(pid)
+        return pid in torch_users
+
+    found = find_training_jobs(procs=procs, imports_torch=imports)
+    assert [(job.root_pid, job.why) for job in found] == [(trainer, "imports torch")]
+    assert its_worker not in asked  # covered by its trainer: its maps are never read
+    assert find_training_jobs(procs=procs) == []  # serve --follow's census, without the predicate, as before
+
+
+CENSUS_WITH_FAKE_NVML = """
+import json, sys
+sys.path.insert(0, "tests")
+import pynvml
+from fake_pynvml import GIB, FakeGpu, FakeNvml
+from probes.jobs.census import JobCensus
+from probes.nvml import NvmlGpuProbe
+
+holder = int(sys.argv[1])
+out = {}
+for case, nvml in (("gpus", FakeNvml([FakeGpu(), FakeGpu(processes=[(holder, 2 * GIB)])])),
+                   ("no_driver", FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))):
+    census = JobCensus(gpu_probe=NvmlGpuProbe(nvml))
+    reading = census.scan()
+    census.close()
+    out[case] = {"note": reading.gpu_note, "jobs": [job.to_json(reading.time) for job in reading.jobs]}
+print(json.dumps(out))
+"""
+
+
+def test_a_gpu_context_makes_a_job_and_its_gpu_is_shown_through_nvml(tmp_path):
+    # The census runs in a process of its own (what the caller started is never a job), with the fake NVML
+    # (tests/fake_pynvml.py) listing a Python process that never imported torch on GPU 1.
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib\npathlib.Path(sys.argv[1]).touch()\n"
+                               "while True: time.sleep(0.05)", str(ready)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the GPU holder did not start"
+            time.sleep(0.05)
+        result = subprocess.run([sys.executable, "-c", CENSUS_WITH_FAKE_NVML, str(holder.pid)], cwd=REPO,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        (row,) = [job for job in out["gpus"]["jobs"] if job["root_pid"] == holder.pid]
+        assert row["gpus"] == [1] and row["found_by"] == f"PID {holder.pid} holds a GPU context"
+        assert out["gpus"]["note"] is None
+        assert holder.pid not in {job["root_pid"] for job in out["no_driver"]["jobs"]}  # no NVML, no torch: none
+        assert out["no_driver"]["note"].startswith("GPUs not shown: NVML library not found")
+    finally:
+        stop_process_tree(holder)

@@ -1,0 +1,141 @@
+"""`gputop agent`: this node's part of a job, as frames on stdout, for a gputop elsewhere to merge.
+
+Headless and without a screen: it watches one job (--pid, --slurm-job) or every training job on this node
+(--follow) and writes what `--record` writes, to stdout: a header line, then one JSON frame a tick per watched
+target, each marked with this node's name (SLURMD_NODENAME under Slurm, else the hostname; the PIDs in a
+frame are this node's own). A gputop on another node starts one agent per node (through `srun --overlap`, or
+ssh) and reads the streams; `gputop replay` reads a saved stream as it reads any recording.
+
+It stops when the job ends (--pid, --slurm-job), when its reader goes away (stdout closed: the merging
+gputop quit or lost the node), or on SIGTERM / SIGHUP / Ctrl-C, and always stops its py-spy children. It
+imports no Textual: an agent starts on every node of a job, and must start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+
+from tui.commands.shared import (
+    add_follow_argument,
+    add_monitoring_arguments,
+    add_pid_argument,
+    add_process_only_argument,
+    add_sampling_arguments,
+    add_slurm_job_argument,
+    check_one_job_or_follow,
+    engine_config,
+    hang_after,
+)
+from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
+
+
+def node_name() -> str:
+    """The name this node goes by in its job: Slurm's (the one squeue and scontrol show), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+class AgentCommand:
+    name = "agent"
+    help = "headless: this node's part of a job as JSON frames on stdout, for a gputop on another node to merge"
+    description = ("Watch one job (--pid, --slurm-job) or every training job on this node (--follow) and write "
+                   "one JSON frame a tick per target to stdout, in the recording format (a header line first), "
+                   "each frame marked with this node's name. Stops when the job ends, when stdout is closed, or "
+                   "on SIGTERM.")
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        which = parser.add_mutually_exclusive_group()
+        add_pid_argument(which)
+        add_slurm_job_argument(which)
+        add_follow_argument(which)
+        add_sampling_arguments(parser)
+        add_process_only_argument(parser)
+        add_monitoring_arguments(parser)
+        # An agent runs beside a job for as long as it is asked to: never pause the target (no --native,
+        # --blocking), as `gputop serve` does not.
+        parser.set_defaults(native=False, blocking=False)
+
+    def run(self, args: argparse.Namespace) -> int:
+        check_one_job_or_follow(args, "agent")
+        return stream_frames(args, sys.stdout)
+
+
+def stream_frames(args: argparse.Namespace, out) -> int:
+    """Write the header, then every tick's frames, to `out` until the job ends, `out` closes or a signal."""
+    from probes.frame import to_jsonable
+    from probes.monitor import recording_meta
+    from probes.node_watch import NodeWatch
+    from probes.recording import json_line, recording_header
+
+    node = node_name()
+    meta = recording_meta(args.pid, hang_after(args))
+    meta.update(node=node, written_by="gputop agent", follow=args.follow,
+                slurm_job=str(args.slurm_job) if getattr(args, "slurm_job", None) is not None else None)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    watch = NodeWatch(engine_config(args), pid=args.pid, follow=args.follow)
+    reader_gone = _ReaderGone(out)
+    interval = watch.config.interval_s
+    try:
+        out.write(json_line(recording_header(meta)))
+        out.flush()
+        next_tick = time.monotonic() + interval
+        while not stop.wait(max(0.0, next_tick - time.monotonic())):
+            if reader_gone():
+                return EXIT_OK
+            ticked = watch.tick()
+            for each in ticked:
+                out.write(json_line(to_jsonable(dataclasses.replace(each.frame, node=node))))
+            out.flush()
+            if not args.follow and ticked and not any(each.frame.target.alive for each in ticked):
+                print(f"gputop agent: PID {args.pid} has ended on {node}", file=sys.stderr, flush=True)
+                return EXIT_OK
+            next_tick += interval
+            if next_tick < time.monotonic():  # fell behind: start afresh rather than firing a burst
+                next_tick = time.monotonic() + interval
+        return EXIT_OK
+    except BrokenPipeError:  # the reader went away mid-write: that is how a merging gputop says "enough"
+        _silence(out)
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        watch.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _ReaderGone:
+    """Whether the reading end of stdout has closed, asked without writing: with --follow on a node with no job
+    nothing is written for a long time, and the agent must not outlive the gputop that started it."""
+
+    def __init__(self, out) -> None:
+        self._poll = None
+        try:
+            fd = out.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (a test's buffer): never "gone"
+            return
+        self._poll = select.poll()
+        self._poll.register(fd, 0)  # no events asked: POLLERR / POLLHUP come anyway when the reader closes
+
+    def __call__(self) -> bool:
+        if self._poll is None:
+            return False
+        return any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, events in self._poll.poll(0))
+
+
+def _silence(out) -> None:
+    """After a broken pipe, point stdout at /dev/null so Python's flush at exit does not print a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
