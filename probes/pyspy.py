@@ -761,11 +761,13 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
+             timeout: float, record: bool = False,
+             dump: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
         """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
         that killed it when that was not gputop's doing, the child when a wake ended it early and it is still
         finishing). ``record``: the process's record window, which a wake may end early; such a child is
-        returned running, for _finish_cut to wait for, so that the next window need not."""
+        returned running, for _finish_cut to wait for, so that the next window need not. ``dump``: a dump, whose
+        CPU time is remembered (how often the stacks can be checked)."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
             return None, child, None, None
@@ -801,7 +803,7 @@ class StackSampler:
                 if child.running:
                     child.kill_and_reap()
                 self._finish(child)
-                if not record and child.cpu_seconds > 0:
+                if dump and child.cpu_seconds > 0:  # what a stack check costs (stack_check_interval_s)
                     before = sampler.dump_cpu_s
                     sampler.dump_cpu_s = child.cpu_seconds if before is None else 0.7 * before + 0.3 * child.cpu_seconds
         return child.returncode, None, child.killed_by, (child if child.cut else None)
@@ -984,7 +986,7 @@ class StackSampler:
         while not sampler.stop.is_set():
             started = time.monotonic()
             returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
-                                                              timeout=DUMP_TIMEOUT_S)
+                                                              timeout=DUMP_TIMEOUT_S, dump=True)
             if sampler.stop.is_set():
                 return
             if killed_by is not None:
