@@ -36,7 +36,11 @@ core at 5 Hz.
 
 A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
 with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
-SIGTERM or SIGKILL would lose it.
+SIGTERM or SIGKILL would lose it. Once two windows since the last wake are in, a process's dumps come every
+second or two and double as stack checks: when three in a row catch the main thread in a function its recent
+windows never saw it in (the policy's ``stack_check``), that process alone is woken the same way, for changes
+of phase that only the stacks show. Each dump's CPU time (wait4) sets how often: all checks together stay
+within STACK_CHECK_CPU_BUDGET.
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff
@@ -71,6 +75,8 @@ from probes.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
     is_worker_stack,
+    main_thread_position,
+    main_thread_positions,
     other_thread_working,
     parse_dump,
     parse_raw,
@@ -81,9 +87,11 @@ from probes.sampling_policy import (
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
     MAX_WINDOW_S,
+    STACK_CHECK_EVERY_S,
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    stack_check_interval_s,
 )
 from probes.stacks import frame_matches, merge_counts
 from probes.textfiles import read_text
@@ -397,6 +405,8 @@ class _ProcessSampler:
     # A wake writes a byte here so that the record loop stops waiting for the window it ended: py-spy only
     # notices SIGINT at its next sample (a second or two at 1 Hz), and the next window should not wait for it.
     wake_pipe: tuple[int, int] = field(default_factory=lambda: os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
+    # CPU seconds a dump of this process costs (smoothed): how often its stacks can be checked within budget.
+    dump_cpu_s: float | None = None
 
 
 class StackSampler:
@@ -425,8 +435,10 @@ class StackSampler:
         first_window_s: float = FIRST_WINDOW_S,
         max_window_s: float = MAX_WINDOW_S,
         settled_rate_hz: float | None = None,
+        stack_check_every_s: float | None = STACK_CHECK_EVERY_S,
     ) -> None:
-        """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz)."""
+        """settled_rate_hz: sample at this rate while the picture holds still (None: always rate_hz).
+        stack_check_every_s: dump at most this often to check the main thread's stack (None: never)."""
         self.rate_hz = float(rate_hz)
         self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
         self.native = native
@@ -434,6 +446,7 @@ class StackSampler:
         self.dump_every_s = dump_every_s
         self.first_window_s = first_window_s
         self.max_window_s = max(max_window_s, first_window_s)
+        self.stack_check_every_s = stack_check_every_s
         self.pyspy_path = pyspy_path or find_pyspy()
         self.version: str | None = None
         self._unavailable_reason: str | None = None
@@ -468,7 +481,8 @@ class StackSampler:
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
-                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s)
+                              max_window_s=self.max_window_s, dump_every_s=self.dump_every_s,
+                              stack_check_every_s=self.stack_check_every_s)
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -542,21 +556,25 @@ class StackSampler:
             self.wake(reason)
         return reason
 
-    def wake(self, reason: str) -> None:
-        """Look closely again at once: every process goes back to the fast rate, and its running record window
-        is ended with SIGINT, on which py-spy writes the samples it has, so they arrive now rather than at
-        the window's end. The reading that carries them is marked with ``reason`` (phase_change): stack
-        counts up to it describe the phase before."""
+    def wake(self, reason: str, pids: Sequence[int] | None = None, wait_for_cut: bool = True) -> None:
+        """Look closely again at once: every process (or those of ``pids``) goes back to the fast rate, and its
+        running record window is ended with SIGINT, on which py-spy writes the samples it has, so they arrive
+        now rather than at the window's end. The reading that carries them is marked with ``reason``
+        (phase_change): stack counts up to it describe the phase before. ``wait_for_cut`` False: the mark does
+        not wait for those samples (the next reading carries it; they come late and are dropped)."""
         to_cut = []
         with self._lock:
             if self._closed:
                 return
             for pid, sampler in self._samplers.items():
+                if pids is not None and pid not in pids:
+                    continue
                 sampler.policy.wake()
                 self._mark_epochs[pid] = sampler.policy.epoch
                 if sampler.window_epoch is None:
                     continue
-                self._awaiting_cut.add(pid)
+                if wait_for_cut:
+                    self._awaiting_cut.add(pid)
                 if sampler.record_child is not None:
                     sampler.record_child.cut = True
                     to_cut.append(sampler.record_child)
@@ -743,11 +761,13 @@ class StackSampler:
             self._finished_cpu_seconds += child.cpu_seconds
 
     def _run(self, sampler: _ProcessSampler, argv: list[str], stdout_path: str, stderr_path: str | None,
-             timeout: float, record: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
+             timeout: float, record: bool = False,
+             dump: bool = False) -> tuple[int | None, str | None, str | None, _PyspyRun | None]:
         """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
         that killed it when that was not gputop's doing, the child when a wake ended it early and it is still
         finishing). ``record``: the process's record window, which a wake may end early; such a child is
-        returned running, for _finish_cut to wait for, so that the next window need not."""
+        returned running, for _finish_cut to wait for, so that the next window need not. ``dump``: a dump, whose
+        CPU time is remembered (how often the stacks can be checked)."""
         child = self._spawn(sampler.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
             return None, child, None, None
@@ -783,6 +803,9 @@ class StackSampler:
                 if child.running:
                     child.kill_and_reap()
                 self._finish(child)
+                if dump and child.cpu_seconds > 0:  # what a stack check costs (stack_check_interval_s)
+                    before = sampler.dump_cpu_s
+                    sampler.dump_cpu_s = child.cpu_seconds if before is None else 0.7 * before + 0.3 * child.cpu_seconds
         return child.returncode, None, child.killed_by, (child if child.cut else None)
 
     # --- the two loops ----------------------------------------------------------------------------
@@ -895,7 +918,8 @@ class StackSampler:
                 self._note_success(sampler, behind="behind in sampling" in log)
                 picture = dominant_position(counts)
                 with self._lock:
-                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch)
+                    sampler.policy.window_finished(picture, samples_in(counts), plan.epoch,
+                                                   main_thread_positions(counts, pid))
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
@@ -960,8 +984,9 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
+            started = time.monotonic()
             returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
-                                                              timeout=DUMP_TIMEOUT_S)
+                                                              timeout=DUMP_TIMEOUT_S, dump=True)
             if sampler.stop.is_set():
                 return
             if killed_by is not None:
@@ -979,8 +1004,21 @@ class StackSampler:
                 failures = 0
                 self._deliver_dump(sampler, threads)
                 with self._lock:
+                    state = self._current_state(sampler)
+                    if state is not None and state.is_worker:  # its parent's main thread shows its changes
+                        sampler.policy.check_stacks = False
+                    moved = sampler.policy.stack_check(main_thread_position(threads, pid))
+                    if self.stack_check_every_s is not None:  # within the checks' CPU budget, shared by all
+                        checked = sum(1 for s in self._samplers.values() if s.policy.checking_stacks)
+                        sampler.policy.stack_check_every_s = stack_check_interval_s(
+                            sampler.dump_cpu_s, checked, self.stack_check_every_s)
                     wait_s = sampler.policy.dump_wait_s()
-                sampler.stop.wait(wait_s)
+                if moved is not None and not sampler.stop.is_set():
+                    # The dumps saw the new phase: the ended window's samples (a second or more of the old
+                    # phase, and py-spy at 1 Hz may take that long to write them) would only delay the mark.
+                    self.wake(f"PID {pid}: {moved}", pids=[pid], wait_for_cut=False)
+                # From this dump's start: on a crowded machine a dump can take a good part of a second.
+                sampler.stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
                 continue
             if spawn_error:
                 kind, reason = _FAILURE_OTHER, spawn_error

@@ -4,7 +4,8 @@ Pure functions of text (no processes, no files, no clock), so py-spy's formats a
 py-spy: the stack sampler (probes/pyspy.py) runs the binary and hands its output to these parsers (a
 ``record --gil`` window is the same raw format, holding the GIL holder's stacks only), asks
 ``other_thread_working`` of a dump whether a GIL window is worth running, and the sampling policy
-(probes/sampling_policy.py) compares the ``dominant_position`` of successive windows.
+(probes/sampling_policy.py) compares the ``dominant_position`` of successive windows, and a dump's
+``main_thread_position`` with the ``main_thread_positions`` its windows saw.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.stacks import frame_matches
 
@@ -147,6 +149,21 @@ def dominant_position(counts: Sequence[StackCount]) -> tuple[str, str] | None:
         key = (inner.function, inner.file)
         totals[key] = totals.get(key, 0) + count.count
     return max(totals, key=totals.__getitem__) if totals else None
+
+
+def main_thread_positions(counts: Sequence[StackCount], pid: int) -> frozenset[tuple[str, str]]:
+    """Every (function, file) on the stacks a window's samples caught ``pid``'s main thread in, innermost or
+    not, waits included."""
+    return frozenset((f.function, f.file) for c in counts
+                     if c.frames and is_main_thread(c.pid, c.tid, c.thread_name, c.frames, pid) for f in c.frames)
+
+
+def main_thread_position(threads: Sequence[ThreadStack], pid: int) -> tuple[str, str] | None:
+    """The innermost (function, file) a dump caught ``pid``'s main thread at; None when it has no frames."""
+    for thread in threads:
+        if thread.frames and is_main_thread(thread.pid, thread.tid, thread.name, thread.frames, pid):
+            return thread.frames[0].function, thread.frames[0].file
+    return None
 
 
 def is_worker_stack(frames: Sequence[StackFrame]) -> bool:

@@ -19,12 +19,24 @@ The policy, per process:
   lag a change of phase by over 6 s. The per-tick readings the engine takes anyway (CPU%, the main thread's
   CPU and wake-ups, I/O rates, the process set) move at once when the phase does: the
   :class:`PhaseChangeDetector` watches them, and when they move the sampler calls :meth:`SamplingPolicy.wake`,
-  which goes back to the fast rate at once, looks again at twice that rate until ``look_again_samples``
+  which goes back to the fast rate at once, looks again at four times that rate until ``look_again_samples``
   samples are in (enough for a verdict, diagnose's THIN_SAMPLES), and starts a new epoch: the running window,
   ended early by the sampler, mixes both phases and is not compared with what follows.
 
+* Check the stacks: a change of phase that moves none of those readings (a main thread at 100% CPU that leaves a
+  pure-Python tokenizer for torch ops on the same thread) would still wait for the settled window's end. So,
+  with ``stack_check_every_s`` set, a process is dumped that often once two windows since the last wake are in,
+  settled or not (the dump the sampler takes anyway for idle flags, only more often), and
+  :meth:`SamplingPolicy.stack_check` compares where the dump caught the
+  main thread (its innermost (function, file)) with every function the main thread's sampled stacks passed
+  through in the last ``SEEN_WINDOWS`` windows since the last wake (callers too: a steady loop's dumps often
+  catch it between calls, in a caller such as ``Tensor.backward`` that samples only saw further out; and many
+  windows, since a settled one holds ten samples and a training step has rare leaves such as
+  ``cross_entropy``). A function never seen there, ``STACK_CHECK_CONFIRMATIONS`` dumps in a row (each
+  ``CONFIRM_AFTER_S`` after the one before), means the phase moved: the sampler wakes that process.
+
 With ``settled_rate_hz`` None (a rate the user fixed) it never settles and a wake keeps the rate, only the
-windows shorten.
+windows shorten; nor are the stacks checked, since the windows stay short.
 """
 
 from __future__ import annotations
@@ -46,9 +58,40 @@ SETTLED_WINDOW_S = 10.0
 SETTLED_DUMP_EVERY_S = 15.0
 # After a wake: this many samples at LOOK_AGAIN_RATE_FACTOR x the fast rate, in first-length windows, so that
 # a verdict on the new phase does not wait for 10 samples at 5 Hz (2 s on average, 3 s one time in ten:
-# py-spy spaces samples at random). About 0.1 core-second per wake on a 100-thread target.
+# py-spy spaces samples at random). 4x (20 Hz in a 1 s window) rather than 2x: at 10 Hz a 1 s window often
+# brought 9 samples (seen on a crowded machine), one short of a verdict, and the verdict waited a second window;
+# the number in a window is about Poisson, below 10 about half the time at 10 Hz and 1 time in 200 at 20 Hz.
+# About 0.25 core-second per wake on a 100-thread target.
 LOOK_AGAIN_SAMPLES = 10
-LOOK_AGAIN_RATE_FACTOR = 2.0
+LOOK_AGAIN_RATE_FACTOR = 4.0
+# A dump of each process at most this often checks its main thread is still where the windows
+# saw it (see the module docstring), within STACK_CHECK_CPU_BUDGET (stack_check_interval_s).
+STACK_CHECK_EVERY_S = 1.0
+# The CPU all stack checks of a sampler may cost together, in cores. A dump's cost grows with the target's
+# threads: measured here ~0.01 core-seconds on a one-thread loop, ~0.04 beside 100 idle threads. So a
+# one-thread process is checked every second, the 100-thread one every 2 s, and eight such ranks every 16 s
+# each (a node's worth of checks stays at 0.02 core; a rank's change then waits for its window as before).
+STACK_CHECK_CPU_BUDGET = 0.02
+# A dump at a function the recent windows never saw is confirmed by more this soon after it, before the
+# process is woken: a wake costs ~0.25 core-second on a 100-thread target, a confirmation dump a sixth of that.
+CONFIRM_AFTER_S = 0.2
+# Dumps in a row at unseen functions. With two, a steady MLP loop beside 100 threads still woke about once a
+# minute (its windows had seen 17 functions; a dump caught an unseen one 4 times in 31); each more costs
+# CONFIRM_AFTER_S of latency and multiplies the false rate by that chance again.
+STACK_CHECK_CONFIRMATIONS = 3
+# The windows whose main-thread functions a dump is compared with: about two minutes of settled windows; and
+# the fewest since a wake before dumps are compared with them (the look-again window and one more).
+SEEN_WINDOWS = 12
+MIN_CHECKED_WINDOWS = 2
+
+
+def stack_check_interval_s(dump_cpu_s: float | None, checked_processes: int, every_s: float = STACK_CHECK_EVERY_S,
+                           budget_cores: float = STACK_CHECK_CPU_BUDGET) -> float:
+    """Seconds between one process's stack checks so that ``checked_processes`` of them, each dump costing
+    ``dump_cpu_s`` (None: not measured yet), cost at most ``budget_cores`` together; never under ``every_s``."""
+    if not dump_cpu_s or dump_cpu_s <= 0:
+        return every_s
+    return max(every_s, max(1, checked_processes) * dump_cpu_s / budget_cores)
 
 
 @dataclass(frozen=True)
@@ -58,6 +101,9 @@ class WindowPlan:
     rate_hz: float
     seconds: float
     epoch: int
+
+
+Position = tuple[str, str]  # (function, file) of a frame
 
 
 class SamplingPolicy:
@@ -77,6 +123,7 @@ class SamplingPolicy:
         dump_every_s: float = DEFAULT_DUMP_EVERY_S,
         settled_dump_every_s: float = SETTLED_DUMP_EVERY_S,
         look_again_samples: int = LOOK_AGAIN_SAMPLES,
+        stack_check_every_s: float | None = None,
     ) -> None:
         self.fast_rate_hz = float(rate_hz)
         self.settled_rate_hz = float(settled_rate_hz) if settled_rate_hz is not None else None
@@ -91,6 +138,14 @@ class SamplingPolicy:
         self.epoch = 0  # bumped by every wake: windows started before it describe the earlier phase
         self._look_again_left = 0  # samples still wanted at the boosted rate since the last wake
         self._previous_picture: Hashable | None = None
+        # Checking the stacks: the dump cadence (None: no checks), whether this process is
+        # checked (the sampler turns it off for DataLoader workers: the parent's main thread shows their
+        # changes), the functions on the main thread's stacks per recent window since the last wake, and unseen
+        # dumps in a row.
+        self.stack_check_every_s = stack_check_every_s
+        self.check_stacks = True
+        self._recent_positions: deque[frozenset[Position]] = deque(maxlen=SEEN_WINDOWS)
+        self._unseen_in_a_row = 0
 
     @property
     def settled(self) -> bool:
@@ -115,12 +170,19 @@ class SamplingPolicy:
         self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
         self._previous_picture = None  # settling again takes two agreeing windows of the new phase
         self._look_again_left = self.look_again_samples
+        self._recent_positions.clear()  # the functions of the phase before say nothing of the next one
+        self._unseen_in_a_row = 0
 
-    def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None) -> None:
+    def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
+                        main_positions: frozenset[Position] = frozenset()) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
-        (probes.pyspy_output.dominant_position), ``epoch`` its plan's. Decides the next window's rate and length."""
+        (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
+        file) on the main thread's sampled stacks (probes.pyspy_output.main_thread_positions). Decides the
+        next window's rate and length."""
         if epoch is not None and epoch != self.epoch:
             return  # started before a wake: it straddles the change, so it says nothing about the new phase
+        if main_positions:
+            self._recent_positions.append(main_positions)
         if self.looking_again:
             self._look_again_left = max(0, self._look_again_left - samples)
             self._previous_picture = picture
@@ -134,11 +196,47 @@ class SamplingPolicy:
             self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
         self._previous_picture = picture
 
+    @property
+    def checking_stacks(self) -> bool:
+        """Dumps check the main thread's position: checks on, an adaptive rate, not looking again after a wake,
+        and at least MIN_CHECKED_WINDOWS windows since it to compare with. Not only while settled: a wake just
+        before a stack-only change (a neighbour's load lifting) leaves fast windows whose verdict would mix the
+        phases for up to 10 s; a check's wake cuts them at the change."""
+        return (self.stack_check_every_s is not None and self.check_stacks and self.settled_rate_hz is not None
+                and not self.looking_again and len(self._recent_positions) >= MIN_CHECKED_WINDOWS)
+
+    def stack_check(self, main_position: Position | None) -> str | None:
+        """A dump caught the main thread at ``main_position`` (innermost). When it and the dumps just before it
+        (STACK_CHECK_CONFIRMATIONS in all) lie in functions no recent window saw on the main thread's stack,
+        the phase moved: say how (one line; the sampler wakes the process). None otherwise, and when not
+        checking."""
+        if not self.checking_stacks or main_position is None or \
+                any(main_position in seen for seen in self._recent_positions):
+            self._unseen_in_a_row = 0
+            return None
+        self._unseen_in_a_row += 1
+        if self._unseen_in_a_row < STACK_CHECK_CONFIRMATIONS:
+            return None
+        self._unseen_in_a_row = 0
+        before = _describe_position(self._previous_picture)
+        return (f"main thread's stack moved ({before} → {_describe_position(main_position)}, "
+                f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")
+
     def dump_wait_s(self) -> float:
         """Seconds to wait after a dump before the next one."""
+        if self.checking_stacks:
+            return CONFIRM_AFTER_S if self._unseen_in_a_row else float(self.stack_check_every_s or 0.0)
         if self.settled:
             return max(self.dump_every_s, self.settled_dump_every_s)
         return self.dump_every_s
+
+
+def _describe_position(position: Hashable | None) -> str:
+    """'tokenize_text (phase_switch.py)' for a (function, file) position."""
+    if isinstance(position, tuple) and len(position) == 2:
+        function, file = position
+        return f"{function} ({str(file).rsplit('/', 1)[-1]})"
+    return "waits only" if position is None else str(position)
 
 
 # --- when the picture may have moved -----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for py-spy that samples nothing: ``record`` sleeps its --duration (or until SIGINT, as py-spy 0.4
 does) and then writes one raw line counting rate x elapsed samples of ``work (/app/fake.py:1)``; ``dump`` prints
-one busy thread. Every start and every SIGINT is appended to $FAKE_PYSPY_LOG as a line of JSON."""
+one busy thread, in ``work (/app/fake.py:1)`` or, when the file $FAKE_PYSPY_DUMP_AT exists, at the "function file"
+it holds. Every start and every SIGINT is appended to $FAKE_PYSPY_LOG as a line of JSON."""
 
 from __future__ import annotations
 
@@ -41,8 +42,14 @@ def record(argv: list[str]) -> None:
 
 def dump(argv: list[str]) -> None:
     pid = int(option(argv, "--pid"))
+    function, filename = "work", "/app/fake.py"
+    at = os.environ.get("FAKE_PYSPY_DUMP_AT")
+    if at and os.path.exists(at):
+        with open(at, encoding="utf-8") as handle:
+            function, filename = handle.read().split()
+    log(mode="dump", function=function)
     print(json.dumps([{"thread_id": pid, "os_thread_id": pid, "thread_name": "MainThread", "active": True,
-                       "owns_gil": False, "frames": [{"name": "work", "filename": "/app/fake.py", "line": 1}]}]))
+                       "owns_gil": False, "frames": [{"name": function, "filename": filename, "line": 1}]}]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from conftest import TARGETS, wait_for
 
 from probes.pyspy import StackSampler, explain_failure, find_pyspy
+from probes.sampling_policy import LOOK_AGAIN_RATE_FACTOR
 from probes.stacks import frame_matches, hot_frames
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
@@ -286,7 +287,7 @@ def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler
     assert wait_for(lambda: (settled_window_age() or 0.0) >= 2.0, timeout=40)
     sampler.collect()  # what the fast windows took
 
-    # The look-again window (10 samples at twice the fast rate) lasts about a second and may be over by the
+    # The look-again window (10 samples at a boosted rate) lasts about a second and may be over by the
     # time the busy function shows, so the rates of py-spy's children are watched from the wake on.
     rates_seen: set[str] = set()
     watching = threading.Event()
@@ -310,8 +311,8 @@ def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler
             return any(frame_matches(f, "busy_spin_for_gputop") for c in counts for f in c.frames)
 
         wait_for(busy_function_sampled, timeout=15, interval=0.1)
-        # and it looked again fast: a window at twice the fast rate
-        assert wait_for(lambda: "20" in rates_seen, timeout=5)
+        # and it looked again fast: a window at LOOK_AGAIN_RATE_FACTOR x the fast rate
+        assert wait_for(lambda: f"{10 * LOOK_AGAIN_RATE_FACTOR:g}" in rates_seen, timeout=5)
     finally:
         watching.clear()
         watcher.join()

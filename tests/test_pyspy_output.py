@@ -5,6 +5,8 @@ from __future__ import annotations
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.pyspy_output import (
     dominant_position,
+    main_thread_position,
+    main_thread_positions,
     other_thread_working,
     parse_dump,
     parse_raw,
@@ -67,6 +69,23 @@ def test_dominant_position_skips_idle_waits():
     waiting = StackCount(1, 2, "feeder", False, (StackFrame("Condition.wait", f"{TPY}", 327),), 50)
     assert dominant_position([busy, waiting]) == ("step", "/app/train.py")
     assert dominant_position([waiting]) is None
+
+
+def test_main_thread_positions_of_a_window_and_of_a_dump():
+    counts = parse_raw(RAW, pid=4535)
+    # Every frame of MainThread's stacks, and of a nameless thread's whose outermost frame is <module>; named
+    # threads other than MainThread left out (as probes.diagnosis.stacks.is_main_thread decides)
+    assert main_thread_positions(counts, 4535) == {
+        ("busy", "/app/loop.py"), ("<module>", "/app/loop.py"), ("<module>", "<string>"),
+        ("sock_connect", "/tmp/build/Modules/socketmodule.c"), ("thread_run", "/usr/lib/libpython3.11.so.1.0"),
+        ("0x7facd504524a", "/usr/lib/x86_64-linux-gnu/libc.so.6")}
+    assert main_thread_positions(counts, 1) == frozenset()
+    dump = """[{"thread_id": 140, "thread_name": "Thread-2", "os_thread_id": 6, "active": true, "owns_gil": true,
+      "frames": [{"name": "spin", "filename": "/app/t.py", "line": 3}]},
+      {"thread_id": 139, "thread_name": null, "os_thread_id": 5, "active": true, "owns_gil": false,
+      "frames": [{"name": "tokenize_text", "filename": "/app/data.py", "line": 12}]}]"""
+    assert main_thread_position(parse_dump(dump, pid=5), 5) == ("tokenize_text", "/app/data.py")  # tid == PID
+    assert main_thread_position(parse_dump(dump, pid=7), 7) is None
 
 
 def test_a_thread_other_than_the_main_one_working_opens_the_gil_windows():

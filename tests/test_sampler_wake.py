@@ -1,9 +1,11 @@
 """StackSampler.wake against a stand-in py-spy (tests/fake_pyspy.py): a settled window is ended with SIGINT,
 its samples arrive at once on a reading marked with the phase change, and the next windows look again, fast.
-The real py-spy's side of it (writing its samples on SIGINT) is checked in test_pyspy.py."""
+The real py-spy's side of it (writing its samples on SIGINT) is checked in test_pyspy.py. Also the stack check
+(issue 19): settled dumps that catch the main thread somewhere new wake that process the same way."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -13,7 +15,13 @@ import pytest
 from conftest import wait_for
 
 from probes.pyspy import StackSampler
-from probes.sampling_policy import LOOK_AGAIN_RATE_FACTOR, SETTLED_WINDOW_S, PhaseSignals
+from probes.sampling_policy import (
+    LOOK_AGAIN_RATE_FACTOR,
+    SETTLED_WINDOW_S,
+    STACK_CHECK_CONFIRMATIONS,
+    STACK_CHECK_EVERY_S,
+    PhaseSignals,
+)
 
 FAKE = Path(__file__).parent / "fake_pyspy.py"
 FAST_HZ, SETTLED_HZ = 5.0, 1.0
@@ -26,6 +34,7 @@ def fake_sampler(tmp_path, monkeypatch):
     wrapper.chmod(0o755)
     log = tmp_path / "pyspy.log"
     monkeypatch.setenv("FAKE_PYSPY_LOG", str(log))  # inherited by the children the sampler spawns
+    monkeypatch.setenv("FAKE_PYSPY_DUMP_AT", str(tmp_path / "dump_at"))
     sampler = StackSampler(rate_hz=FAST_HZ, settled_rate_hz=SETTLED_HZ, pyspy_path=str(wrapper),
                            first_window_s=1, max_window_s=1)
     try:
@@ -54,7 +63,7 @@ def test_wake_ends_the_settled_window_now_and_marks_the_reading_that_carries_it(
 
     assert wait_for(marked, timeout=5, interval=0.05) == "PID 1: CPU moved (100% → 190%)"
     assert readings[-1].samples >= 1  # the settled window's samples so far, now rather than in 10 s
-    # then it looks again: a short window at twice the fast rate, whose samples come on a later reading
+    # then it looks again: a short window at a boosted rate, whose samples come on a later reading
     # (the next window starts once the ended one has been read: on a crowded machine, a moment after the mark)
     after = wait_for(lambda: [e for e in entries(log) if e["time"] > cut["time"] and e["mode"] == "record"],
                      timeout=5, interval=0.05)
@@ -69,3 +78,29 @@ def test_steady_signals_do_not_wake_it_and_a_move_does(fake_sampler):
     assert all(sampler.observe(float(t), steady) is None for t in range(6))
     moved = {os.getpid(): PhaseSignals(cpu_pct=190.0, main_thread_cpu_pct=99.0, wakeups_per_s=2.0)}
     assert sampler.observe(6.0, moved) == f"PID {os.getpid()}: CPU moved (100% → 190%)"
+
+
+def test_settled_dumps_check_the_main_thread_and_a_new_position_ends_the_window(fake_sampler, tmp_path):
+    sampler, log = fake_sampler
+    sampler.set_targets([os.getpid()])
+    wait_for(lambda: any(e["mode"] == "record" and e["rate"] == SETTLED_HZ for e in entries(log)), timeout=20)
+    settled_at = next(e["time"] for e in entries(log) if e["mode"] == "record" and e["rate"] == SETTLED_HZ)
+    # settled: a dump every STACK_CHECK_EVERY_S, each at the position the windows saw, and no wake
+    checks = wait_for(lambda: [e for e in entries(log) if e["mode"] == "dump" and e["time"] > settled_at][2:] or None,
+                      timeout=20, interval=0.1)
+    assert all(e["function"] == "work" for e in checks) and not any(e["mode"] == "sigint" for e in entries(log))
+    readings = [sampler.collect()]
+    (tmp_path / "dump_at").write_text("Linear.forward /torch/nn/modules/linear.py")  # the phase moves
+    cut = wait_for(lambda: next((e for e in entries(log) if e["mode"] == "sigint"), None), timeout=20, interval=0.05)
+    assert (cut["rate"], cut["duration"]) == (SETTLED_HZ, SETTLED_WINDOW_S)  # the settled window, ended early
+    moved = [e["time"] for e in entries(log) if e["mode"] == "dump" and e["function"] == "Linear.forward"]
+    assert len(moved) == STACK_CHECK_CONFIRMATIONS  # confirmed, each soon after the one before
+    assert all(later - earlier < STACK_CHECK_EVERY_S for earlier, later in itertools.pairwise(moved))
+
+    def marked():
+        readings.append(sampler.collect())
+        return readings[-1].phase_change
+
+    assert wait_for(marked, timeout=5, interval=0.05) == (
+        f"PID {os.getpid()}: main thread's stack moved (work (fake.py) → Linear.forward (linear.py), "
+        f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")

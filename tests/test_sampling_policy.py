@@ -6,18 +6,24 @@ import math
 import random
 
 from probes.sampling_policy import (
+    CONFIRM_AFTER_S,
     DEFAULT_DUMP_EVERY_S,
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
     LOOK_AGAIN_RATE_FACTOR,
     LOOK_AGAIN_SAMPLES,
     MAX_WINDOW_S,
+    SEEN_WINDOWS,
     SETTLED_DUMP_EVERY_S,
     SETTLED_RATE_HZ,
     SETTLED_WINDOW_S,
+    STACK_CHECK_CONFIRMATIONS,
+    STACK_CHECK_CPU_BUDGET,
+    STACK_CHECK_EVERY_S,
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    stack_check_interval_s,
 )
 
 STEP = ("step", "/app/train.py")
@@ -126,7 +132,7 @@ def test_window_lengths_follow_the_sampler_settings():
 # --- waking on a change of phase -------------------------------------------------------------------------
 
 
-def test_wake_goes_back_to_the_fast_rate_at_once_and_looks_again_at_twice_it():
+def test_wake_goes_back_to_the_fast_rate_at_once_and_looks_again_faster():
     policy = adaptive()
     settle(policy, TOKENIZE)
     running = policy.next_window()
@@ -160,7 +166,7 @@ def test_after_a_wake_it_settles_again_on_the_new_picture():
         if policy.settled:
             break
     assert policy.settled and plan(policy) == (SETTLED_RATE_HZ, SETTLED_WINDOW_S)
-    assert plans == [(10.0, 1.0), (5.0, 1.0), (5.0, 2.0), (5.0, 4.0)]
+    assert plans == [(20.0, 1.0), (5.0, 1.0), (5.0, 2.0), (5.0, 4.0)]
 
 
 def test_wake_while_fast_starts_short_windows_again_and_a_fixed_rate_stays_fixed():
@@ -174,9 +180,122 @@ def test_wake_while_fast_starts_short_windows_again_and_a_fixed_rate_stays_fixed
         fixed.window_finished(STEP)
     fixed.wake()
     window = fixed.next_window()
-    assert window.seconds == FIRST_WINDOW_S and window.rate_hz == 14.0  # looks again, then 7 Hz
+    assert window.seconds == FIRST_WINDOW_S and window.rate_hz == 28.0  # looks again, then 7 Hz
     fixed.window_finished(STEP, 20, window.epoch)
     assert fixed.next_window().rate_hz == 7.0 and not fixed.settled
+
+
+# --- checking the stacks while settled (issue 19: a change of phase only the stacks show) ---------------------
+
+PREPARE = ("prepare_dataset", "/app/data.py")
+FORWARD = ("Linear.forward", "/torch/nn/modules/linear.py")
+
+
+def checked(picture=TOKENIZE, positions=frozenset({TOKENIZE, PREPARE})) -> SamplingPolicy:
+    """A policy with stack checks on, settled on windows whose main thread sat at ``positions``."""
+    policy = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ, stack_check_every_s=STACK_CHECK_EVERY_S)
+    for _ in range(10):
+        policy.window_finished(picture, main_positions=positions)
+        if policy.settled:
+            return policy
+    raise AssertionError("never settled")
+
+
+def test_dumps_come_every_check_interval_once_two_windows_are_in_and_not_while_looking_again():
+    policy = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ, stack_check_every_s=STACK_CHECK_EVERY_S)
+    assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+    assert policy.stack_check(FORWARD) is None  # no window yet: nothing to compare with
+    settle(policy)  # windows that say nothing of the main thread: nothing to compare with either
+    assert not policy.checking_stacks and policy.dump_wait_s() == SETTLED_DUMP_EVERY_S
+    policy = checked()
+    assert policy.checking_stacks and policy.dump_wait_s() == STACK_CHECK_EVERY_S
+    policy.wake()
+    assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+    looking = policy.next_window()
+    policy.window_finished(FORWARD, LOOK_AGAIN_SAMPLES, looking.epoch, frozenset({FORWARD}))
+    assert not policy.looking_again and not policy.checking_stacks  # one window since the wake
+    policy.window_finished(FORWARD, 5, policy.next_window().epoch, frozenset({FORWARD}))
+    assert not policy.settled and policy.checking_stacks  # fast, and checked: a change now is cut at once
+    assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+    assert unseen_in_a_row(policy, TOKENIZE) is not None
+
+
+def test_a_dump_where_the_windows_saw_the_main_thread_holds():
+    policy = checked()
+    for position in [TOKENIZE, PREPARE, TOKENIZE, None] * 5:  # None: the main thread had no frames
+        assert policy.stack_check(position) is None
+        assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+
+
+def test_unseen_dumps_in_a_row_say_the_stack_moved_and_each_is_confirmed_soon():
+    policy = checked()
+    for _ in range(STACK_CHECK_CONFIRMATIONS - 1):  # one unseen dump may be a rare leaf of the same loop
+        assert policy.stack_check(FORWARD) is None
+        assert policy.dump_wait_s() == CONFIRM_AFTER_S  # so the next dump comes soon, to confirm
+    moved = policy.stack_check(("_engine_run_backward", "/torch/autograd/graph.py"))
+    assert moved == "main thread's stack moved (tokenize_text (data.py) → _engine_run_backward (graph.py), " \
+                    f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)"
+    assert policy.dump_wait_s() == STACK_CHECK_EVERY_S  # the sampler wakes it; until then the usual cadence
+
+
+def test_an_unseen_dump_followed_by_a_seen_one_is_forgotten():
+    policy = checked()
+    for _ in range(5):
+        for _ in range(STACK_CHECK_CONFIRMATIONS - 1):
+            assert policy.stack_check(FORWARD) is None
+        assert policy.stack_check(TOKENIZE) is None
+        assert policy.dump_wait_s() == STACK_CHECK_EVERY_S
+
+
+def unseen_in_a_row(policy: SamplingPolicy, position) -> str | None:
+    return [policy.stack_check(position) for _ in range(STACK_CHECK_CONFIRMATIONS)][-1]
+
+
+def test_functions_of_recent_windows_count_until_they_age_out_or_a_wake_forgets_them():
+    policy = checked(positions=frozenset({TOKENIZE}))
+    policy.window_finished(TOKENIZE, 10, main_positions=frozenset({TOKENIZE, PREPARE}))
+    assert unseen_in_a_row(policy, PREPARE) is None
+    # a window whose picture moved sends it back to the fast rate, still checked; its functions join the recent ones
+    policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
+    assert not policy.settled and policy.checking_stacks
+    assert unseen_in_a_row(policy, FORWARD) is None and unseen_in_a_row(policy, PREPARE) is None
+    for _ in range(SEEN_WINDOWS):  # settled again on FORWARD, and long enough for the older windows to age out
+        policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
+    assert policy.checking_stacks
+    assert unseen_in_a_row(policy, FORWARD) is None
+    assert unseen_in_a_row(policy, PREPARE) is not None
+    policy = checked()
+    policy.wake()  # a wake forgets them: the phase before says nothing of the next one
+    for _ in range(4):
+        policy.window_finished(FORWARD, 10, main_positions=frozenset({FORWARD}))
+    assert policy.checking_stacks and unseen_in_a_row(policy, TOKENIZE) is not None
+
+
+def test_no_checks_for_a_fixed_rate_for_workers_or_when_turned_off():
+    fixed = SamplingPolicy(5.0, stack_check_every_s=STACK_CHECK_EVERY_S)  # --rate 5: never settles
+    for _ in range(10):
+        fixed.window_finished(TOKENIZE, main_positions=frozenset({TOKENIZE}))
+    assert not fixed.checking_stacks
+    worker = checked()
+    worker.check_stacks = False  # the sampler found it is a DataLoader worker
+    assert unseen_in_a_row(worker, FORWARD) is None
+    assert worker.dump_wait_s() == SETTLED_DUMP_EVERY_S
+    off = SamplingPolicy(DEFAULT_RATE_HZ, SETTLED_RATE_HZ)  # stack_check_every_s None
+    for _ in range(5):
+        off.window_finished(TOKENIZE, main_positions=frozenset({TOKENIZE}))
+    assert off.settled and not off.checking_stacks
+
+
+def test_stack_checks_stay_within_their_cpu_budget_however_many_processes():
+    assert stack_check_interval_s(None, 1) == STACK_CHECK_EVERY_S  # no dump measured yet
+    assert stack_check_interval_s(0.01, 1) == STACK_CHECK_EVERY_S  # a one-thread loop: every second
+    assert stack_check_interval_s(0.04, 1) == 2.0  # beside 100 idle threads
+    assert stack_check_interval_s(0.04, 8) == 16.0  # eight such ranks share the budget
+    assert stack_check_interval_s(0.01, 0, every_s=3.0) == 3.0
+    for dump_cpu_s in (0.005, 0.02, 0.04, 0.3):
+        for processes in (1, 4, 73):
+            cores = processes * dump_cpu_s / stack_check_interval_s(dump_cpu_s, processes)
+            assert cores <= STACK_CHECK_CPU_BUDGET + 1e-9 or stack_check_interval_s(dump_cpu_s, processes) == 1.0
 
 
 def signals(cpu=100.0, main=98.0, wakeups=3.0, io=0.0) -> PhaseSignals:

@@ -1,10 +1,12 @@
 """Target: prepares data on the main thread (a tokenize-like pure-Python loop) until SIGUSR1, then trains.
 
-Usage: phase_switch.py [--seconds S]. Prints "ready" once the data preparation runs, and on SIGUSR1
-"switched UNIX_TIME" (the moment the loop left data preparation) before the first compute step. The compute
+Usage: phase_switch.py [--seconds S] [--torch-threads N]. Prints "ready" once the data preparation runs, and on SIGUSR1
+"switched UNIX_TIME compute" (the moment the loop left data preparation) before the first compute step; a
+further SIGUSR1 switches back ("switched UNIX_TIME data"), and so on. The compute
 phase is a CPU MLP training loop on torch's intra-op threads (as many as CPUs, torch's own default), built and
 warmed up before the data phase so that its threads already exist: the switch is a change of what the same
-threads do, not new threads appearing.
+threads do, not new threads appearing. ``--torch-threads 1`` keeps the compute on the main thread: it runs at
+100% CPU in both phases and only its stack changes (issue 19: no CPU, I/O or wake-up signal moves).
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ def tokenize_text(text: str, vocab: dict[str, int]) -> list[int]:
     return ids
 
 
-def prepare_dataset(documents: list[str], vocab: dict[str, int], deadline: float) -> int:
+def prepare_dataset(documents: list[str], vocab: dict[str, int], deadline: float, first: bool) -> int:
     """Tokenize documents over and over until asked to switch; the number of documents done."""
     done = 0
     while not switch_requested and time.monotonic() < deadline:
         tokenize_text(documents[done % len(documents)], vocab)
         done += 1
-        if done == 1:
+        if done == 1 and first:
             print("ready", flush=True)
     return done
 
@@ -51,8 +53,11 @@ def train_step(model, optimizer, batch: torch.Tensor) -> float:
 
 
 def main() -> None:
+    global switch_requested
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--torch-threads", type=int, default=max(2, os.cpu_count() or 2),
+                        help="torch's intra-op threads (default: as many as CPUs, at least 2)")
     args = parser.parse_args()
 
     def request_switch(*_) -> None:
@@ -60,7 +65,7 @@ def main() -> None:
         switch_requested = True
 
     signal.signal(signal.SIGUSR1, request_switch)
-    torch.set_num_threads(max(2, os.cpu_count() or 2))
+    torch.set_num_threads(args.torch_threads)
     model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = torch.randn(256, 512)
@@ -69,12 +74,21 @@ def main() -> None:
     rng = random.Random(0)
     documents = [" ".join(rng.choice(WORDS) for _ in range(2000)) for _ in range(32)]
     end = time.monotonic() + args.seconds
-    prepare_dataset(documents, {}, end)
-    if not switch_requested:
-        sys.exit(3)
-    print(f"switched {time.time():.3f}", flush=True)
+    vocab: dict[str, int] = {}
+    switches = 0
     while time.monotonic() < end:
-        train_step(model, optimizer, batch)
+        if switches % 2 == 0:
+            prepare_dataset(documents, vocab, end, first=switches == 0)
+        else:
+            while not switch_requested and time.monotonic() < end:
+                train_step(model, optimizer, batch)
+        if not switch_requested:
+            break
+        switch_requested = False
+        switches += 1
+        print(f"switched {time.time():.3f} {'compute' if switches % 2 else 'data'}", flush=True)
+    if not switches:
+        sys.exit(3)
 
 
 if __name__ == "__main__":
