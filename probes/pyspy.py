@@ -2,7 +2,9 @@
 
 It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
 samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
-each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys.
+each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys; who of
+a many-process tree samples at all (alike DataLoader workers in turns, agreeing ranks half the time) by one
+probes/tree_sampling.TreeSamplingPolicy over the tree, which each record window and dump waits for.
 
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
 
@@ -66,7 +68,7 @@ from pathlib import Path
 
 import psutil
 
-from probes.frame import GilSamples, StackCount, StackFrame, StacksReading, ThreadStack
+from probes.frame import GilSamples, SampledWindow, StackCount, StackFrame, StacksReading, ThreadStack
 from probes.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
@@ -87,6 +89,7 @@ from probes.sampling_policy import (
 )
 from probes.stacks import frame_matches, merge_counts
 from probes.textfiles import read_text
+from probes.tree_sampling import TreeSamplingPolicy
 
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
@@ -368,6 +371,7 @@ class _Window:
     samples: int
     wall_seconds: float
     epoch: int = 0  # the process's policy epoch when the window started
+    started: float = 0.0  # time.time() when it started
 
 
 @dataclass
@@ -465,6 +469,8 @@ class StackSampler:
         self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
         self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
         self._marked_epochs: dict[int, int] = {}  # per pid, the epoch the latest mark put on a reading began
+        # Over the whole tree: who may sample now (probes/tree_sampling.py); everyone, until set_roles says more.
+        self._tree = TreeSamplingPolicy()
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
@@ -533,16 +539,27 @@ class StackSampler:
         self.set_targets([pid for pid in current if pid not in restarted])
         self.set_targets(current)
 
+    def set_roles(self, roles: dict[int, tuple[str, int | None] | None]) -> None:
+        """Each sampled process's part in the tree, for the tree's policy: ("worker", its training process),
+        ("rank", None), or None (samples on its own). See probes/tree_sampling.py."""
+        with self._lock:
+            self._tree.set_roles(roles)
+
     def observe(self, now: float, signals: dict[int, PhaseSignals]) -> str | None:
         """This tick's cheap signals per process (``now``: time.monotonic()); when they say the picture may have
-        moved, wake() and return why."""
+        moved, wake() and return why. The processes that moved are called up at once (the tree's policy); the
+        wake spares what the tree's policy says did not move (workers that did not, and everyone else when only
+        workers did): on a node's 73 processes a wake of all of them every few seconds cost more than the rest."""
         with self._lock:
             reason = self._detector.observe(now, signals)
+            moved = self._detector.moved_pids
+            self._tree.called_up(moved, time.monotonic())
+            spared = self._tree.spared_by_wake(moved)
         if reason is not None:
-            self.wake(reason)
+            self.wake(reason, spared=spared)
         return reason
 
-    def wake(self, reason: str) -> None:
+    def wake(self, reason: str, spared: set[int] | frozenset[int] = frozenset()) -> None:
         """Look closely again at once: every process goes back to the fast rate, and its running record window
         is ended with SIGINT, on which py-spy writes the samples it has, so they arrive now rather than at
         the window's end. The reading that carries them is marked with ``reason`` (phase_change): stack
@@ -552,6 +569,8 @@ class StackSampler:
             if self._closed:
                 return
             for pid, sampler in self._samplers.items():
+                if pid in spared:
+                    continue
                 sampler.policy.wake()
                 self._mark_epochs[pid] = sampler.policy.epoch
                 if sampler.window_epoch is None:
@@ -618,6 +637,8 @@ class StackSampler:
             errors=tuple(dict.fromkeys(events + failing)),
             phase_change=phase_change,
             gil=tuple(gil),
+            windows=tuple(SampledWindow(pid=w.pid, started=round(w.started, 3), seconds=round(w.wall_seconds, 3),
+                                        samples=w.samples) for w in windows),
         )
 
     def worker_pids(self) -> set[int]:
@@ -803,6 +824,17 @@ class StackSampler:
             argv.append("--nonblocking")
         return argv
 
+    def _wait_turn(self, sampler: _ProcessSampler, dump: bool = False) -> bool:
+        """Wait until the tree's policy lets this process start a record window (or, ``dump``, a dump); False
+        when its sampler was stopped meanwhile."""
+        while not sampler.stop.is_set():
+            with self._lock:
+                wait_s = self._tree.wait_s(sampler.pid, time.monotonic(), dump=dump)
+            if wait_s <= 0:
+                return True
+            sampler.stop.wait(wait_s)
+        return False
+
     def _record_loop(self, sampler: _ProcessSampler) -> None:
         try:
             self._record_windows(sampler)
@@ -828,8 +860,9 @@ class StackSampler:
         _remove(log_path)
         if raw and not sampler.stop.is_set():
             counts = parse_raw(raw, sampler.pid, native=self.native)
-            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts),
-                                                  time.monotonic() - started, epoch))
+            wall_seconds = time.monotonic() - started
+            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts), wall_seconds, epoch,
+                                                  time.time() - wall_seconds))
         else:
             self._window_gone(sampler, epoch)
 
@@ -842,9 +875,15 @@ class StackSampler:
             window_number += 1
             out_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.txt")
             log_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.log")
+            if not self._wait_turn(sampler):
+                return
             with self._lock:
                 plan = sampler.policy.next_window()
+                cap = self._tree.window_cap_s(pid)
+                if cap is not None and plan.seconds > cap:  # a worker's turn: short, so its siblings come round
+                    plan = dataclasses.replace(plan, seconds=cap)
                 sampler.window_epoch = plan.epoch
+                self._tree.window_started(pid, time.monotonic())
             started = time.monotonic()
             returncode, spawn_error, killed_by, cut_child = self._run(
                 sampler, self._record_argv(pid, plan.seconds, out_path, plan.rate_hz), log_path, None,
@@ -853,6 +892,7 @@ class StackSampler:
             wall_seconds = time.monotonic() - started
             with self._lock:
                 sampler.window_epoch = None
+                self._tree.window_dropped(pid)  # a window with samples says what it showed below
             if cut_child is not None and returncode is None:  # handed off, maybe still running
                 if sampler.stop.is_set():
                     cut_child.kill_and_reap()
@@ -878,7 +918,8 @@ class StackSampler:
             _remove(log_path)
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
-                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch))
+                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch,
+                                                      time.time() - wall_seconds))
             else:
                 self._window_gone(sampler, plan.epoch)
             if returncode == 0 and "process exited" in log:
@@ -896,6 +937,7 @@ class StackSampler:
                 picture = dominant_position(counts)
                 with self._lock:
                     sampler.policy.window_finished(picture, samples_in(counts), plan.epoch)
+                    self._tree.window_finished(pid, picture, sampler.policy.settled, time.monotonic())
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
@@ -960,6 +1002,8 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
+            if not self._wait_turn(sampler, dump=True):
+                return
             returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
                                                               timeout=DUMP_TIMEOUT_S)
             if sampler.stop.is_set():
@@ -979,7 +1023,7 @@ class StackSampler:
                 failures = 0
                 self._deliver_dump(sampler, threads)
                 with self._lock:
-                    wait_s = sampler.policy.dump_wait_s()
+                    wait_s = self._tree.dump_wait_s(pid, sampler.policy.dump_wait_s())
                 sampler.stop.wait(wait_s)
                 continue
             if spawn_error:
