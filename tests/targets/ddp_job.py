@@ -7,7 +7,8 @@ Run it under torchrun (``ddp_job.py --launch MODE`` execs ``python -m torch.dist
   gradient all-reduce inside backward.
 - deadlock: after a few steps rank 1 takes its metrics lock twice in flush_metrics and never returns; rank 0
   goes on to the explicit all_reduce of the step's loss and waits there for it.
-- data_starved: both ranks read batches from a DataLoader whose one worker is slow; both wait for data.
+- data_starved: both ranks read batches from a DataLoader whose one worker (--workers N: N alike workers) is
+  slow; both wait for data.
 
 Rank 0 prints "ready" once both ranks have finished a step together.
 """
@@ -28,10 +29,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(mode: str) -> None:
+def launch(mode: str, workers: int) -> None:
     port = free_port()
     os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                              "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, mode])
+                              "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, mode,
+                              "--workers", str(workers)])
 
 
 metrics_lock = threading.Lock()
@@ -53,7 +55,7 @@ def flush_metrics(step: int) -> None:
             metrics_lock.acquire()
 
 
-def train(mode: str) -> None:
+def train(mode: str, workers: int = 1) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -75,7 +77,7 @@ def train(mode: str) -> None:
             return torch.randn(32), torch.randn(1)
 
     if mode == "data_starved":
-        loader = iter(DataLoader(SlowDataset(), batch_size=8, num_workers=1))
+        loader = iter(DataLoader(SlowDataset(), batch_size=8, num_workers=workers))
 
         def next_batch():
             return next(loader)
@@ -105,10 +107,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("straggler", "deadlock", "data_starved"))
     parser.add_argument("--launch", action="store_true", help="exec torchrun with 2 ranks of this script")
+    parser.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank (data_starved)")
     args = parser.parse_args()
     if args.launch:
-        launch(args.mode)
-    train(args.mode)
+        launch(args.mode, args.workers)
+    train(args.mode, args.workers)
 
 
 if __name__ == "__main__":
