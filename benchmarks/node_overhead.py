@@ -35,20 +35,20 @@ def read_progress(path: Path) -> tuple[int, float]:
     return int(steps), float(when)
 
 
-def tree_cpu_seconds(proc: psutil.Process) -> float:
-    """CPU of a process, its reaped children and its running children (py-spy windows in flight)."""
+def tree_cpu_seconds(proc: psutil.Process) -> tuple[float, float]:
+    """(CPU of the process itself, of its children: reaped ones and those running, py-spy windows in flight)."""
     try:
         times = proc.cpu_times()
-        total = times.user + times.system + times.children_user + times.children_system
+        children = times.children_user + times.children_system
         for child in proc.children(recursive=True):
             try:
                 child_times = child.cpu_times()
-                total += child_times.user + child_times.system
+                children += child_times.user + child_times.system
             except psutil.Error:
                 pass
-        return total
+        return times.user + times.system, children
     except psutil.Error:
-        return 0.0
+        return 0.0, 0.0
 
 
 def load_average() -> str:
@@ -69,10 +69,10 @@ def run_phase(arm: str, repo: Path | None, job_pid: int, settle_s: float, second
             stderr=subprocess.DEVNULL)
     watched = psutil.Process(monitor.pid) if monitor is not None else None
     time.sleep(settle_s)
-    settle_cpu = tree_cpu_seconds(watched) if watched else 0.0
+    settle_own, settle_children = tree_cpu_seconds(watched) if watched else (0.0, 0.0)
     start_steps, start_t = read_progress(progress)
     time.sleep(seconds)
-    end_cpu = tree_cpu_seconds(watched) if watched else 0.0
+    end_own, end_children = tree_cpu_seconds(watched) if watched else (0.0, 0.0)
     end_steps, end_t = read_progress(progress)
     if monitor is not None:
         monitor.send_signal(signal.SIGTERM)
@@ -83,7 +83,9 @@ def run_phase(arm: str, repo: Path | None, job_pid: int, settle_s: float, second
             monitor.wait()
     wall = end_t - start_t
     return {"arm": arm, "steps_per_s": (end_steps - start_steps) / wall if wall > 0 else 0.0,
-            "cores": (end_cpu - settle_cpu) / seconds, "settle_cores": settle_cpu / max(settle_s, 1e-9),
+            "cores": (end_own + end_children - settle_own - settle_children) / seconds,
+            "own_cores": (end_own - settle_own) / seconds,
+            "settle_cores": (settle_own + settle_children) / max(settle_s, 1e-9),
             "load": load_average(), "elapsed": time.monotonic() - started}
 
 
@@ -151,14 +153,17 @@ def main() -> None:
                     result = run_phase(arm, repo, job.pid, args.settle_seconds, args.phase_seconds, progress)
                     results[arm].append(result)
                     print(f"round {round_number} {arm:>6}: {result['steps_per_s']:6.2f} steps/s, "
-                          f"{result['cores']:.3f} cores steady ({result['settle_cores']:.3f} while settling), "
+                          f"{result['cores']:.3f} cores steady, {result['own_cores']:.3f} of them gputop's own "
+                          f"({result['settle_cores']:.3f} while settling), "
                           f"load {result['load']}", flush=True)
             base = statistics.median(r["steps_per_s"] for r in results["none"])
-            print(f"{'arm':>6} {'steps/s':>8} {'slowdown':>9} {'cores':>7}")
+            print(f"{'arm':>6} {'steps/s':>8} {'slowdown':>9} {'cores':>7} {'own':>7} {'py-spy':>7}  (medians)")
             for arm, _ in arms:
                 speed = statistics.median(r["steps_per_s"] for r in results[arm])
                 cores = statistics.median(r["cores"] for r in results[arm])
-                print(f"{arm:>6} {speed:>8.2f} {100.0 * (1.0 - speed / base):>8.1f}% {cores:>7.3f}")
+                own = statistics.median(r["own_cores"] for r in results[arm])
+                print(f"{arm:>6} {speed:>8.2f} {100.0 * (1.0 - speed / base):>8.1f}% {cores:>7.3f} {own:>7.3f} "
+                      f"{cores - own:>7.3f}")
         finally:
             stop_job(job)
 
