@@ -17,7 +17,7 @@ import psutil
 
 from probes.cgroup import CgroupCpuProbe
 from probes.flight_recorder import FlightRecorderProbe
-from probes.frame import Frame, GpuReading, MonitorOverhead, StacksReading
+from probes.frame import ROLE_DATALOADER_WORKER, ROLE_RANK, Frame, GpuReading, MonitorOverhead, StacksReading
 from probes.hostcpu import HostCpuProbe
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.tracker import JobTracker
@@ -59,6 +59,22 @@ def phase_signals(processes) -> dict[int, PhaseSignals]:
                                       wakeups_per_s=p.main_thread_wakeups_per_s,
                                       io_bytes_per_s=sum(known) if known else None)
     return signals
+
+
+def sampling_roles(processes) -> dict[int, tuple[str, int | None] | None]:
+    """Each live process's part for the sampler's policy over the tree (probes/tree_sampling.py): a DataLoader
+    worker of a known training process, a rank, or neither (it samples on its own)."""
+    roles: dict[int, tuple[str, int | None] | None] = {}
+    for p in processes:
+        if not p.alive:
+            continue
+        if p.role == ROLE_DATALOADER_WORKER and p.owner_pid is not None:
+            roles[p.pid] = ("worker", p.owner_pid)
+        elif p.role == ROLE_RANK:
+            roles[p.pid] = ("rank", None)
+        else:
+            roles[p.pid] = None
+    return roles
 
 
 class Engine:
@@ -109,6 +125,7 @@ class Engine:
         if self._sampler is not None:
             self._resample_new_programs(processes)
             self._sampler.set_targets(live_pids)
+            self._sampler.set_roles(sampling_roles(processes))
             # Before collecting: when the cheap signals moved, the sampler ends its record windows now.
             self._sampler.observe(time.monotonic(), phase_signals(processes))
             stacks = self._sampler.collect()

@@ -234,6 +234,17 @@ class GilSamples:
 
 
 @dataclass(frozen=True)
+class SampledWindow:
+    """One py-spy record window that finished this tick: whose, when, how long, how many samples. Shows who of a
+    many-process tree was sampled when (probes/tree_sampling.py: alike workers take turns)."""
+
+    pid: int
+    started: float  # wall-clock time (time.time()) the window started
+    seconds: float
+    samples: int
+
+
+@dataclass(frozen=True)
 class StacksReading:
     available: bool
     reason: str | None = None  # why not available, with the fix
@@ -254,6 +265,8 @@ class StacksReading:
     # Who held the GIL, per process, from the GIL windows that finished this tick (run only where a thread
     # other than the main one was seen working: see probes/pyspy.py).
     gil: tuple[GilSamples, ...] = ()
+    # The record windows whose samples this tick carries, one per window (who got samples, when).
+    windows: tuple[SampledWindow, ...] = ()
 
 
 @dataclass(frozen=True)

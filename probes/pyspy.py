@@ -2,7 +2,9 @@
 
 It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
 samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
-each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys.
+each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys; who of
+a many-process tree samples at all (alike DataLoader workers in turns, agreeing ranks half the time) by one
+probes/tree_sampling.TreeSamplingPolicy over the tree, which each record window and dump waits for.
 
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
 
@@ -70,7 +72,7 @@ from pathlib import Path
 
 import psutil
 
-from probes.frame import GilSamples, StackCount, StackFrame, StacksReading, ThreadStack
+from probes.frame import GilSamples, SampledWindow, StackCount, StackFrame, StacksReading, ThreadStack
 from probes.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
@@ -95,6 +97,7 @@ from probes.sampling_policy import (
 )
 from probes.stacks import frame_matches, merge_counts
 from probes.textfiles import read_text
+from probes.tree_sampling import TreeSamplingPolicy
 
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
@@ -376,6 +379,7 @@ class _Window:
     samples: int
     wall_seconds: float
     epoch: int = 0  # the process's policy epoch when the window started
+    started: float = 0.0  # time.time() when it started
 
 
 @dataclass
@@ -478,6 +482,8 @@ class StackSampler:
         self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
         self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
         self._marked_epochs: dict[int, int] = {}  # per pid, the epoch the latest mark put on a reading began
+        # Over the whole tree: who may sample now (probes/tree_sampling.py); everyone, until set_roles says more.
+        self._tree = TreeSamplingPolicy()
 
     def _new_policy(self) -> SamplingPolicy:
         return SamplingPolicy(self.rate_hz, self.settled_rate_hz, first_window_s=self.first_window_s,
@@ -547,27 +553,42 @@ class StackSampler:
         self.set_targets([pid for pid in current if pid not in restarted])
         self.set_targets(current)
 
+    def set_roles(self, roles: dict[int, tuple[str, int | None] | None]) -> None:
+        """Each sampled process's part in the tree, for the tree's policy: ("worker", its training process),
+        ("rank", None), or None (samples on its own). See probes/tree_sampling.py."""
+        with self._lock:
+            self._tree.set_roles(roles)
+
     def observe(self, now: float, signals: dict[int, PhaseSignals]) -> str | None:
         """This tick's cheap signals per process (``now``: time.monotonic()); when they say the picture may have
-        moved, wake() and return why."""
+        moved, wake() and return why. The processes that moved are called up at once (the tree's policy); the
+        wake spares what the tree's policy says did not move (workers that did not, and everyone else when only
+        workers did): on a node's 73 processes a wake of all of them every few seconds cost more than the rest."""
         with self._lock:
             reason = self._detector.observe(now, signals)
+            moved = self._detector.moved_pids
+            self._tree.called_up(moved, time.monotonic())
+            spared = self._tree.spared_by_wake(moved)
         if reason is not None:
-            self.wake(reason)
+            self.wake(reason, spared=spared)
         return reason
 
-    def wake(self, reason: str, pids: Sequence[int] | None = None, wait_for_cut: bool = True) -> None:
-        """Look closely again at once: every process (or those of ``pids``) goes back to the fast rate, and its
-        running record window is ended with SIGINT, on which py-spy writes the samples it has, so they arrive
-        now rather than at the window's end. The reading that carries them is marked with ``reason``
-        (phase_change): stack counts up to it describe the phase before. ``wait_for_cut`` False: the mark does
-        not wait for those samples (the next reading carries it; they come late and are dropped)."""
+    def wake(self, reason: str, pids: Sequence[int] | None = None, wait_for_cut: bool = True,
+             spared: set[int] | frozenset[int] = frozenset()) -> None:
+        """Look closely again at once: every process (or those of ``pids``, less those ``spared``) goes back to
+        the fast rate, and its running record window is ended with SIGINT, on which py-spy writes the samples
+        it has, so they arrive now rather than at the window's end. The reading that carries them is marked
+        with ``reason`` (phase_change): stack counts up to it describe the phase before. ``wait_for_cut``
+        False: the mark does not wait for those samples (the next reading carries it; they come late and are
+        dropped). ``spared``: what the tree's policy says did not move (probes/tree_sampling.py)."""
         to_cut = []
         with self._lock:
             if self._closed:
                 return
+            if pids is not None:  # a stack check saw these move: the tree's policy calls them up, as observe() does
+                self._tree.called_up(pids, time.monotonic())
             for pid, sampler in self._samplers.items():
-                if pids is not None and pid not in pids:
+                if (pids is not None and pid not in pids) or pid in spared:
                     continue
                 sampler.policy.wake()
                 self._mark_epochs[pid] = sampler.policy.epoch
@@ -636,6 +657,8 @@ class StackSampler:
             errors=tuple(dict.fromkeys(events + failing)),
             phase_change=phase_change,
             gil=tuple(gil),
+            windows=tuple(SampledWindow(pid=w.pid, started=round(w.started, 3), seconds=round(w.wall_seconds, 3),
+                                        samples=w.samples) for w in windows),
         )
 
     def worker_pids(self) -> set[int]:
@@ -826,6 +849,17 @@ class StackSampler:
             argv.append("--nonblocking")
         return argv
 
+    def _wait_turn(self, sampler: _ProcessSampler, dump: bool = False) -> bool:
+        """Wait until the tree's policy lets this process start a record window (or, ``dump``, a dump); False
+        when its sampler was stopped meanwhile."""
+        while not sampler.stop.is_set():
+            with self._lock:
+                wait_s = self._tree.wait_s(sampler.pid, time.monotonic(), dump=dump)
+            if wait_s <= 0:
+                return True
+            sampler.stop.wait(wait_s)
+        return False
+
     def _record_loop(self, sampler: _ProcessSampler) -> None:
         try:
             self._record_windows(sampler)
@@ -851,8 +885,9 @@ class StackSampler:
         _remove(log_path)
         if raw and not sampler.stop.is_set():
             counts = parse_raw(raw, sampler.pid, native=self.native)
-            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts),
-                                                  time.monotonic() - started, epoch))
+            wall_seconds = time.monotonic() - started
+            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts), wall_seconds, epoch,
+                                                  time.time() - wall_seconds))
         else:
             self._window_gone(sampler, epoch)
 
@@ -865,9 +900,15 @@ class StackSampler:
             window_number += 1
             out_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.txt")
             log_path = os.path.join(self._workdir, f"record-{pid}-{window_number}.log")
+            if not self._wait_turn(sampler):
+                return
             with self._lock:
                 plan = sampler.policy.next_window()
+                cap = self._tree.window_cap_s(pid)
+                if cap is not None and plan.seconds > cap:  # a worker's turn: short, so its siblings come round
+                    plan = dataclasses.replace(plan, seconds=cap)
                 sampler.window_epoch = plan.epoch
+                self._tree.window_started(pid, time.monotonic())
             started = time.monotonic()
             returncode, spawn_error, killed_by, cut_child = self._run(
                 sampler, self._record_argv(pid, plan.seconds, out_path, plan.rate_hz), log_path, None,
@@ -876,6 +917,7 @@ class StackSampler:
             wall_seconds = time.monotonic() - started
             with self._lock:
                 sampler.window_epoch = None
+                self._tree.window_dropped(pid)  # a window with samples says what it showed below
             if cut_child is not None and returncode is None:  # handed off, maybe still running
                 if sampler.stop.is_set():
                     cut_child.kill_and_reap()
@@ -901,7 +943,8 @@ class StackSampler:
             _remove(log_path)
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
-                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch))
+                self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch,
+                                                      time.time() - wall_seconds))
             else:
                 self._window_gone(sampler, plan.epoch)
             if returncode == 0 and "process exited" in log:
@@ -920,6 +963,7 @@ class StackSampler:
                 with self._lock:
                     sampler.policy.window_finished(picture, samples_in(counts), plan.epoch,
                                                    main_thread_positions(counts, pid))
+                    self._tree.window_finished(pid, picture, sampler.policy.settled, time.monotonic())
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
@@ -984,6 +1028,8 @@ class StackSampler:
         err_path = os.path.join(self._workdir, f"dump-{pid}.err")
         failures = 0
         while not sampler.stop.is_set():
+            if not self._wait_turn(sampler, dump=True):
+                return
             started = time.monotonic()
             returncode, spawn_error, killed_by, _ = self._run(sampler, self._dump_argv(pid), out_path, err_path,
                                                               timeout=DUMP_TIMEOUT_S, dump=True)
@@ -1012,7 +1058,7 @@ class StackSampler:
                         checked = sum(1 for s in self._samplers.values() if s.policy.checking_stacks)
                         sampler.policy.stack_check_every_s = stack_check_interval_s(
                             sampler.dump_cpu_s, checked, self.stack_check_every_s)
-                    wait_s = sampler.policy.dump_wait_s()
+                    wait_s = self._tree.dump_wait_s(pid, sampler.policy.dump_wait_s())
                 if moved is not None and not sampler.stop.is_set():
                     # The dumps saw the new phase: the ended window's samples (a second or more of the old
                     # phase, and py-spy at 1 Hz may take that long to write them) would only delay the mark.

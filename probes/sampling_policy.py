@@ -341,16 +341,22 @@ class PhaseChangeDetector:
         self._history: dict[int, dict[str, deque[float]]] = {}
         self._pids: frozenset[int] | None = None
         self._last_now: float | None = None
+        self.moved_pids: frozenset[int] = frozenset()  # after observe(): the processes that moved or started
 
     def observe(self, now: float, signals: Mapping[int, PhaseSignals]) -> str | None:
         """Take one tick's signals; why the picture may have moved (one line), or None when it holds."""
         if self._last_now is not None and now < self._last_now:
+            self.moved_pids = frozenset()
             return None  # out of order: ignore
         self._last_now = now
         pids = frozenset(signals)
         reason = self._process_set_moved(pids)
-        if reason is None:
-            reason = next((r for pid in sorted(signals) if (r := self._moved(pid, signals[pid])) is not None), None)
+        # Every process that moved, not only the first: over a node's tree only they are called up at once
+        # (probes/tree_sampling.py), so each must be named.
+        moved = {pid: r for pid in sorted(signals) if (r := self._moved(pid, signals[pid])) is not None}
+        if reason is None and moved:
+            reason = next(iter(moved.values()))
+        self.moved_pids = frozenset(moved) | (pids - self._pids if self._pids is not None else frozenset())
         self._pids = pids
         if reason is not None:
             self._history.clear()

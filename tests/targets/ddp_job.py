@@ -7,7 +7,8 @@ Run it under torchrun (``ddp_job.py --launch MODE`` execs ``python -m torch.dist
   gradient all-reduce inside backward.
 - deadlock: after a few steps rank 1 takes its metrics lock twice in flush_metrics and never returns; rank 0
   goes on to the explicit all_reduce of the step's loss and waits there for it.
-- data_starved: both ranks read batches from a DataLoader whose one worker is slow; both wait for data.
+- data_starved: both ranks read batches from a DataLoader whose one worker (--workers N: N alike workers) is
+  slow; both wait for data.
 
 Rank 0 prints "ready" once both ranks have finished a step together.
 
@@ -32,11 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(mode: str, slow_rank: int, node_rank: int | None = None, nnodes: int = 1, port: int | None = None) -> None:
+def launch(mode: str, slow_rank: int, workers: int = 1, node_rank: int | None = None, nnodes: int = 1,
+           port: int | None = None) -> None:
     nodes = ["--nnodes", str(nnodes), "--node_rank", str(node_rank)] if node_rank is not None else []
     os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", "2",
                               "--master_addr", "127.0.0.1", "--master_port", str(port or free_port()), __file__,
-                              mode, "--slow-rank", str(slow_rank)])
+                              mode, "--slow-rank", str(slow_rank), "--workers", str(workers)])
 
 
 metrics_lock = threading.Lock()
@@ -58,7 +60,7 @@ def flush_metrics(step: int) -> None:
             metrics_lock.acquire()
 
 
-def train(mode: str, slow_rank: int = 1) -> None:
+def train(mode: str, slow_rank: int = 1, workers: int = 1) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -80,7 +82,7 @@ def train(mode: str, slow_rank: int = 1) -> None:
             return torch.randn(32), torch.randn(1)
 
     if mode == "data_starved":
-        loader = iter(DataLoader(SlowDataset(), batch_size=8, num_workers=1))
+        loader = iter(DataLoader(SlowDataset(), batch_size=8, num_workers=workers))
 
         def next_batch():
             return next(loader)
@@ -114,13 +116,14 @@ def main() -> None:
     parser.add_argument("--launch-node", type=int, default=None, metavar="K",
                         help="exec torchrun as node K of --nnodes (2 ranks each) at 127.0.0.1:--master-port")
     parser.add_argument("--nnodes", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank (data_starved)")
     parser.add_argument("--master-port", type=int, default=None)
     args = parser.parse_args()
     if args.launch:
-        launch(args.mode, args.slow_rank)
+        launch(args.mode, args.slow_rank, args.workers)
     if args.launch_node is not None:
-        launch(args.mode, args.slow_rank, args.launch_node, args.nnodes, args.master_port)
-    train(args.mode, args.slow_rank)
+        launch(args.mode, args.slow_rank, args.workers, args.launch_node, args.nnodes, args.master_port)
+    train(args.mode, args.slow_rank, args.workers)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ With RANK in its environment (torchrun sets it) or under --spawn, each rank trai
 DataLoader workers (fork). Trains until killed, sleeping --step-ms per step so a 2-core machine keeps up. With
 --fail-rank R, rank R exits with status 3 on torchrun's first attempt (TORCHELASTIC_RESTART_COUNT 0) once
 the file --fail-when exists (the test creates it when it has seen that attempt), so torchrun --max-restarts 1
-restarts the ranks. Prints "ready RANK PID" after its first step.
+restarts the ranks. Prints "ready RANK PID" after its first step. With --progress PATH, rank 0 (or the one process)
+writes "STEPS TIME" there after each step (benchmarks/node_overhead.py reads the job's pace from it).
 """
 
 from __future__ import annotations
@@ -71,7 +72,16 @@ def train(rank: int | None, world_size: int, args: argparse.Namespace, init_meth
         if failing and os.path.exists(args.fail_when):
             print(f"rank {rank} fails on purpose (first attempt)", file=sys.stderr, flush=True)
             os._exit(3)
+        if args.progress and not rank:
+            _write_progress(args.progress, step)
         time.sleep(args.step_ms / 1000)
+
+
+def _write_progress(path: str, step: int) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        handle.write(f"{step} {time.time()}")
+    os.replace(tmp, path)  # a reader never sees half a line
 
 
 def spawned_rank(index: int, world_size: int, args: argparse.Namespace) -> None:
@@ -86,6 +96,7 @@ def main() -> None:
     parser.add_argument("--fail-when", default="", metavar="PATH")
     parser.add_argument("--spawn", type=int, default=0, metavar="N")
     parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--progress", default="", metavar="PATH")
     args = parser.parse_args()
     if args.spawn:
         import torch.multiprocessing as mp

@@ -1,0 +1,181 @@
+"""Sampling a whole tree at the cost of a few processes: which process may start a py-spy window now.
+
+Pure: no processes, no files, no clock of its own (``now`` is any monotonic time). probes/sampling_policy.py
+decides each process's own rate and window length; this decides, over the set of processes, who samples at all,
+so that a node's job (8 ranks x 8 DataLoader workers: 73 processes) costs about what a dozen would. The stack
+sampler (probes/pyspy.py) asks :meth:`TreeSamplingPolicy.wait_s` before each record window and each dump of a
+process, and tells it when a window starts and ends and what it showed; the engine says each tick which
+process plays which part (:meth:`set_roles`) and which ones' cheap signals moved (:meth:`called_up`).
+
+* DataLoader workers of one training process that look alike (their latest windows agree on the dominant
+  position: the same innermost busy frame, or all waiting) take turns: one at a time per training process, the
+  one left longest without a window goes next, and its window is at most ``turn_window_s`` long. So every alike
+  worker gets a window at least once per ``rotation_bound_s`` (its alike siblings x (turn_window_s +
+  TURN_START_SLACK_S)); off turn it gets neither windows nor dumps. A worker not seen yet, or whose picture
+  differs from its siblings', is sampled on its own, as if alone.
+* Ranks that agree (settled, and their latest picture is another rank's too) rest one window length between
+  windows: they sample half the time. A rank that differs from every other rank does not rest.
+* A process whose cheap per-tick signals moved (CPU%, wake-ups, I/O: probes/sampling_policy.PhaseChangeDetector)
+  is called up: it samples at once, as if alone, until one window of its own after the call has finished.
+
+With no roles set (one process, or a caller that does not say) everyone samples at once, as before.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+
+# A worker's turn: one window of at most this length (at its own rate, settled 1 Hz: a handful of samples). Short
+# enough that eight alike workers all come round within a minute, long enough that py-spy's start (~0.03 core-s on
+# a torch process) does not dominate.
+TURN_WINDOW_S = 5.0
+# Time for a window's py-spy to start and write, on top of its length, when bounding the rotation.
+TURN_START_SLACK_S = 2.0
+# A process waiting for its turn asks again this often: a call-up is acted on within it.
+POLL_S = 1.0
+# A worker taking turns dumps (py-spy dump, ~0.035 core-s: more than its turn's samples) at most this often: its
+# windows say what it runs, and the dump's idle flags matter little where the queue's wait is a known wait.
+ROTATING_DUMP_EVERY_S = 60.0
+
+
+@dataclass
+class _Member:
+    role: str | None = None  # "worker" or "rank"; None: samples on its own
+    owner: int | None = None  # a worker's training process
+    picture: Hashable | None = None  # the dominant position of its latest finished window
+    seen: bool = False  # a window of it has finished
+    settled: bool = False
+    in_window: bool = False
+    started_at: float | None = None  # when its latest window started
+    rest_s: float = 0.0  # an agreeing rank's rest after a window: that window's length
+    last_end: float | None = None  # when its latest window (or turn) ended
+    called_at: float | None = None  # its signals moved: on its own until a window started after this ends
+
+
+class TreeSamplingPolicy:
+    """Who of a process tree may start a record window or a dump now; see the module docstring.
+
+    Not thread-safe: the sampler calls it under its own lock.
+    """
+
+    def __init__(self, turn_window_s: float = TURN_WINDOW_S) -> None:
+        self.turn_window_s = turn_window_s
+        self._members: dict[int, _Member] = {}
+
+    # --- what the engine says -----------------------------------------------------------------------------
+
+    def set_roles(self, roles: Mapping[int, tuple[str, int | None] | None]) -> None:
+        """Each process's part: ("worker", its training process's pid), ("rank", None), or None (on its own).
+        Processes not named are forgotten."""
+        for pid in [p for p in self._members if p not in roles]:
+            del self._members[pid]
+        for pid, role in roles.items():
+            member = self._members.setdefault(pid, _Member())
+            member.role, member.owner = (role[0], role[1]) if role is not None else (None, None)
+
+    def called_up(self, pids: Iterable[int], now: float) -> None:
+        """These processes' cheap signals moved: they sample at once, on their own, until one window of theirs
+        that started after now has finished."""
+        for pid in pids:
+            member = self._members.get(pid)
+            if member is not None:
+                member.called_at = now
+
+    # --- what the sampler says ------------------------------------------------------------------------------
+
+    def window_started(self, pid: int, now: float) -> None:
+        member = self._members.setdefault(pid, _Member())
+        member.in_window, member.started_at = True, now
+
+    def window_finished(self, pid: int, picture: Hashable | None, settled: bool, now: float) -> None:
+        """A window of ``pid`` ended with samples; ``picture`` is its dominant position, ``settled`` whether the
+        process's own policy has settled."""
+        member = self._members.setdefault(pid, _Member())
+        started = member.started_at
+        member.in_window, member.last_end = False, now
+        member.rest_s = now - started if started is not None else 0.0
+        member.picture, member.seen, member.settled = picture, True, settled
+        if member.called_at is not None and started is not None and started >= member.called_at:
+            member.called_at = None  # it has had its own look since the call
+
+    # --- the decision --------------------------------------------------------------------------------------
+
+    def wait_s(self, pid: int, now: float, dump: bool = False) -> float:
+        """0 when ``pid`` may start a window (``dump``: a dump) now, else how long to wait before asking again.
+        A resting rank still dumps: a dump is its current stack, which a hang verdict reads."""
+        member = self._members.get(pid)
+        if member is None or member.called_at is not None or not member.seen:
+            return 0.0
+        if member.role == "worker" and member.owner is not None:
+            return self._worker_wait_s(pid, member, now)
+        if member.role == "rank" and not dump:
+            return self._rank_wait_s(pid, member, now)
+        return 0.0
+
+    def dump_wait_s(self, pid: int, own_wait_s: float) -> float:
+        """Seconds between a process's dumps: its own policy's, longer for a worker taking turns."""
+        member = self._members.get(pid)
+        if member is not None and pid in self.rotating(member.owner):
+            return max(own_wait_s, ROTATING_DUMP_EVERY_S)
+        return own_wait_s
+
+    def spared_by_wake(self, moved: Iterable[int]) -> set[int]:
+        """The processes a wake for ``moved`` need not wake: every worker that did not move (its own signals say
+        its picture holds), and when only workers moved, everyone else too (a worker's new phase is its own; the
+        training process it feeds moves by itself if it is affected). Ranks, launchers and lone processes are
+        woken together whenever one of them moved, as before: ranks in step move together."""
+        moved = set(moved)
+        workers = {p for p, m in self._members.items() if m.role == "worker"}
+        spared = workers - moved
+        if moved and moved <= workers:
+            spared |= set(self._members) - moved
+        return spared
+
+    def window_cap_s(self, pid: int) -> float | None:
+        """The longest window ``pid`` may take now: a rotating worker's turn is short; None: no cap."""
+        member = self._members.get(pid)
+        if member is not None and pid in self.rotating(member.owner) and member.called_at is None:
+            return self.turn_window_s
+        return None
+
+    def rotating(self, owner: int | None) -> set[int]:
+        """The workers of ``owner`` that take turns: seen, not called up, and showing their siblings' most common
+        picture (a worker that differs is sampled on its own). Fewer than two alike: nobody rotates."""
+        siblings = {p: m for p, m in self._members.items() if m.role == "worker" and m.owner == owner and owner}
+        if len(siblings) < 2 or not all(m.seen for m in siblings.values()):
+            return set()
+        common, _ = Counter(m.picture for m in siblings.values()).most_common(1)[0]
+        alike = {p for p, m in siblings.items() if m.picture == common and m.called_at is None}
+        return alike if len(alike) >= 2 else set()
+
+    def rotation_bound_s(self, owner: int | None) -> float:
+        """The longest an alike worker of ``owner`` goes without a window: each sibling's turn, once round."""
+        return len(self.rotating(owner)) * (self.turn_window_s + TURN_START_SLACK_S)
+
+    def _worker_wait_s(self, pid: int, member: _Member, now: float) -> float:
+        rotating = self.rotating(member.owner)
+        if pid not in rotating:
+            return 0.0
+        if any(self._members[p].in_window for p in rotating if p != pid):
+            return POLL_S  # a sibling has the turn
+        # The turn goes to the sibling left longest without a window (pid order breaks ties: deterministic).
+        next_up = min(rotating, key=lambda p: (self._members[p].last_end or 0.0, p))
+        return 0.0 if next_up == pid else POLL_S
+
+    def _rank_wait_s(self, pid: int, member: _Member, now: float) -> float:
+        if not member.settled or member.last_end is None or member.picture is None:
+            return 0.0
+        agreeing = any(m.role == "rank" and m.seen and m.picture == member.picture
+                       for p, m in self._members.items() if p != pid)
+        if not agreeing:
+            return 0.0  # it differs from every other rank: where the question is
+        remaining = member.last_end + member.rest_s - now
+        return max(0.0, min(remaining, POLL_S))
+
+    def window_dropped(self, pid: int) -> None:
+        """A window of ``pid`` ended with nothing to show (it failed, or was ended before its first sample)."""
+        member = self._members.get(pid)
+        if member is not None:
+            member.in_window = False

@@ -1,0 +1,166 @@
+"""The policy over a tree's processes (probes/tree_sampling.py), driven on constructed windows and signals with a
+simulated clock: alike workers take turns and each comes round within the bound, a worker or rank whose signals
+move samples at once, agreeing ranks rest half the time and one that differs does not."""
+
+from __future__ import annotations
+
+import itertools
+
+from probes.sampling_policy import PhaseChangeDetector, PhaseSignals
+from probes.tree_sampling import POLL_S, TURN_START_SLACK_S, TURN_WINDOW_S, TreeSamplingPolicy
+
+RANK_A, RANK_B = 100, 200
+WAITING = ("Queue.get", "queues.py")  # what idle workers show
+SETTLED_WINDOW_S = 10.0
+
+
+def simulate(policy: TreeSamplingPolicy, pids, seconds: float, *, picture=lambda pid, t: WAITING, step: float = 0.25,
+             window_s=lambda pid: SETTLED_WINDOW_S, start_at: float = 0.0, on_tick=None):
+    """Run each pid's record loop on a simulated clock: a window starts when wait_s says 0 and lasts its own
+    length (capped by the policy); returns [(pid, start, end)] of every window."""
+    windows, running = [], {}  # pid -> (start, end)
+    now = start_at
+    while now < start_at + seconds:
+        if on_tick is not None:
+            on_tick(now)
+        for pid in pids:
+            if pid in running and running[pid][1] <= now:
+                start, end = running.pop(pid)
+                windows.append((pid, start, end))
+                policy.window_finished(pid, picture(pid, now), settled=True, now=now)
+        for pid in pids:
+            if pid not in running and policy.wait_s(pid, now) <= 0:
+                cap = policy.window_cap_s(pid)
+                length = window_s(pid) if cap is None else min(cap, window_s(pid))
+                running[pid] = (now, now + length)
+                policy.window_started(pid, now)
+        now += step
+    return windows
+
+
+def workers_of(owner: int, n: int) -> list[int]:
+    return [owner + 1 + i for i in range(n)]
+
+
+def test_alike_workers_take_turns_and_each_comes_round_within_the_bound():
+    workers = workers_of(RANK_A, 8)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({RANK_A: ("rank", None), **{w: ("worker", RANK_A) for w in workers}})
+    windows = simulate(policy, workers, 300.0)
+    # First each worker is seen on its own (all at once), then they rotate.
+    assert {pid for pid, start, _ in windows if start == 0.0} == set(workers)
+    rotation = [(pid, start, end) for pid, start, end in windows if start > 0.0]
+    assert rotation, "no window after the first look"
+    # One at a time, each at most a turn long.
+    for i, (_, start, end) in enumerate(rotation):
+        assert end - start <= TURN_WINDOW_S
+        assert all(not (s < end and start < e) for _, s, e in rotation[:i]), "two alike workers sampled at once"
+    bound = policy.rotation_bound_s(RANK_A)
+    assert bound == 8 * (TURN_WINDOW_S + TURN_START_SLACK_S)
+    for worker in workers:
+        ends = [SETTLED_WINDOW_S] + [end for pid, _, end in rotation if pid == worker]
+        starts = [start for pid, start, _ in rotation if pid == worker]
+        assert len(starts) >= 5, worker
+        # never longer than the bound between one window's end and the next one's start
+        assert max(s - e for s, e in zip(starts, ends, strict=False)) <= bound, worker
+    # the cost: about one worker's sampling instead of eight
+    sampled = sum(end - start for _, start, end in rotation)
+    assert sampled <= 1.05 * (300.0 - SETTLED_WINDOW_S)
+
+
+def test_each_rank_rotates_its_own_workers():
+    a, b = workers_of(RANK_A, 3), workers_of(RANK_B, 3)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({**{w: ("worker", RANK_A) for w in a}, **{w: ("worker", RANK_B) for w in b}})
+    windows = simulate(policy, a + b, 60.0)
+    for group in (a, b):
+        late = [(p, s, e) for p, s, e in windows if p in group and s > 0]
+        assert {p for p, _, _ in late} == set(group)
+        for i, (_, s, e) in enumerate(late):
+            assert all(not (s2 < e and s < e2) for _, s2, e2 in late[:i])
+    # the two ranks' turns overlap: one worker per rank at a time, not one per tree
+    assert any(sa < eb and sb < ea for pa, sa, ea in windows if pa in a and sa > 0
+               for pb, sb, eb in windows if pb in b and sb > 0)
+
+
+def test_a_worker_that_differs_is_sampled_on_its_own():
+    workers = workers_of(RANK_A, 4)
+    odd = workers[2]
+    policy = TreeSamplingPolicy()
+    policy.set_roles({w: ("worker", RANK_A) for w in workers})
+    picture = lambda pid, t: ("slow_augment", "dataset.py") if pid == odd else WAITING  # noqa: E731
+    windows = simulate(policy, workers, 120.0, picture=picture)
+    assert policy.rotating(RANK_A) == set(workers) - {odd}
+    odd_windows = [(s, e) for p, s, e in windows if p == odd]
+    # back to back, full length: never waits for a turn
+    assert all(e - s == SETTLED_WINDOW_S for s, e in odd_windows)
+    assert all(later[0] - earlier[1] <= 0.25 for earlier, later in itertools.pairwise(odd_windows))
+
+
+def test_a_worker_whose_signals_move_is_sampled_at_once():
+    workers = workers_of(RANK_A, 8)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({w: ("worker", RANK_A) for w in workers})
+    simulate(policy, workers, 40.0)  # rotating by now
+    assert policy.rotating(RANK_A) == set(workers)
+    waiting = next(w for w in workers if policy.wait_s(w, 40.0) > 0)
+    policy.called_up([waiting], 40.0)
+    assert policy.wait_s(waiting, 40.0) == 0 and policy.window_cap_s(waiting) is None
+    assert waiting not in policy.rotating(RANK_A)
+    # Until a window of its own started after the call has finished; then it rejoins the rotation.
+    policy.window_started(waiting, 40.0)
+    policy.window_finished(waiting, WAITING, settled=True, now=50.0)
+    assert waiting in policy.rotating(RANK_A)
+
+
+def test_agreeing_ranks_rest_half_the_time_and_one_that_differs_does_not():
+    ranks = [RANK_A, RANK_B, 300, 400]
+    policy = TreeSamplingPolicy()
+    policy.set_roles({r: ("rank", None) for r in ranks})
+    straggler = 400
+    picture = lambda pid, t: ("slow_augment", "train.py") if pid == straggler else ("all_reduce", "c10d.py")  # noqa: E731
+    windows = simulate(policy, ranks, 200.0, picture=picture)
+    for rank in ranks:
+        sampled = sum(e - s for p, s, e in windows if p == rank)
+        if rank == straggler:
+            assert sampled >= 0.95 * 200.0 - SETTLED_WINDOW_S, sampled
+        else:
+            assert 0.4 * 200.0 <= sampled <= 0.6 * 200.0, (rank, sampled)
+            starts = [s for p, s, _ in windows if p == rank]
+            # never unsampled longer than one window's rest (plus a poll)
+            assert max(b - a for a, b in itertools.pairwise(starts)) <= 2 * SETTLED_WINDOW_S + POLL_S
+
+
+def test_a_resting_rank_whose_signals_move_samples_at_once_and_still_dumps():
+    policy = TreeSamplingPolicy()
+    policy.set_roles({RANK_A: ("rank", None), RANK_B: ("rank", None)})
+    for rank in (RANK_A, RANK_B):
+        policy.window_started(rank, 0.0)
+        policy.window_finished(rank, ("all_reduce", "c10d.py"), settled=True, now=10.0)
+    assert policy.wait_s(RANK_A, 12.0) > 0  # resting: it agrees with rank B
+    assert policy.wait_s(RANK_A, 12.0, dump=True) == 0  # a dump (its current stack) is not held back
+    policy.called_up([RANK_A], 12.0)
+    assert policy.wait_s(RANK_A, 12.0) == 0
+
+
+def test_without_roles_everyone_samples_as_before():
+    policy = TreeSamplingPolicy()
+    policy.set_roles({1: None, 2: None})
+    windows = simulate(policy, [1, 2], 50.0)
+    for pid in (1, 2):
+        assert sum(e - s for p, s, e in windows if p == pid) >= 40.0
+        assert policy.window_cap_s(pid) is None
+
+
+def test_the_detector_names_every_process_that_moved():
+    detector = PhaseChangeDetector()
+    steady = {pid: PhaseSignals(cpu_pct=90.0, main_thread_cpu_pct=90.0) for pid in (1, 2, 3)}
+    for t in range(8):
+        assert detector.observe(float(t), steady) is None
+        assert detector.moved_pids == frozenset()
+    moved = dict(steady)
+    moved[1] = moved[3] = PhaseSignals(cpu_pct=5.0, main_thread_cpu_pct=5.0)
+    assert detector.observe(8.0, moved).startswith("PID 1:")
+    assert detector.moved_pids == {1, 3}
+    assert detector.observe(9.0, {**moved, 4: PhaseSignals(cpu_pct=1.0)}) is not None
+    assert detector.moved_pids == {4}  # a process that started is called up too

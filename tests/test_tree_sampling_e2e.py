@@ -1,0 +1,92 @@
+"""The tree's sampling policy on a real job: torchrun with 2 ranks x 2 DataLoader workers (tests/targets/ddp_job.py
+data_starved --workers 2: gloo, CPU), watched by the real command with real py-spy. The recording's record windows
+(StacksReading.windows: whose, when, how long) show each rank's alike workers taking turns, every worker coming
+round, while the job verdict stays right (both ranks data-starved, said once)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from jobwatch import TIMEOUT_S, settled, watch_until
+
+from probes.frame import ROLE_DATALOADER_WORKER
+from probes.tree_sampling import TURN_START_SLACK_S, TURN_WINDOW_S
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
+
+TURNS_WANTED = 4  # per rank, after each worker's first look
+# Windows of two alike siblings may overlap when one was called up (its CPU or wake-ups moved): allowed, but rare.
+MAX_OVERLAPPING_SHARE = 0.34
+OVERLAP_TOLERANCE_S = 0.5  # the policy decides before py-spy starts; the window's own times are py-spy's
+
+
+def worker_windows(frames) -> dict[int, list[tuple[int, float, float]]]:
+    """{owner pid: [(worker pid, start, end)]} of every record window of a DataLoader worker, in start order."""
+    owners = {}
+    for frame in frames:
+        for p in frame.processes:
+            if p.role == ROLE_DATALOADER_WORKER and p.owner_pid is not None:
+                owners[p.pid] = p.owner_pid
+    by_owner = defaultdict(list)
+    for frame in frames:
+        for w in frame.stacks.windows:
+            if w.pid in owners:
+                by_owner[owners[w.pid]].append((w.pid, w.started, w.started + w.seconds))
+    return {owner: sorted(ws, key=lambda w: w[1]) for owner, ws in by_owner.items()}
+
+
+def turns(windows: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """The windows after every worker of the rank has had its first look (from then on they may rotate)."""
+    first = {}
+    for pid, _start, end in windows:
+        first.setdefault(pid, end)
+    begun = max(first.values())
+    return [w for w in windows if w[1] >= begun - OVERLAP_TOLERANCE_S]
+
+
+def overlapping(windows) -> int:
+    return sum(1 for i, (p, s, e) in enumerate(windows) for q, s2, e2 in windows[i + 1:]
+               if p != q and s < e2 - OVERLAP_TOLERANCE_S and s2 < e - OVERLAP_TOLERANCE_S)
+
+
+def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_path: Path):
+    out = tmp_path / "job.out"
+    with out.open("w") as handle:
+        target = spawn_target("ddp_job.py", "data_starved", "--launch", "--workers", "2", stdout=handle,
+                     stderr=subprocess.STDOUT, timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+    frames_seen = []
+
+    def reached(view) -> bool:
+        frames_seen.append(view.latest)
+        job = view.job
+        if job is None or job.finding != "shared" or job.verdict.bottleneck != "data_bound" or not settled(job):
+            return False
+        by_owner = worker_windows(frames_seen)
+        return len(by_owner) == 2 and all(
+            len({p for p, _, _ in ws}) == 2 and len(turns(ws)) >= TURNS_WANTED for ws in by_owner.values())
+
+    document, frames, jobs, _ = watch_until(target.pid, tmp_path, reached, timeout=3 * TIMEOUT_S)
+    verdict = document["verdict"]
+    assert document["job"]["finding"] == "shared" and verdict["bottleneck"] == "data_bound", verdict
+    assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung"
+    by_owner = worker_windows(frames)
+    for owner, windows in by_owner.items():
+        rotation = turns(windows)
+        print(f"rank PID {owner}: " + ", ".join(f"{pid}@{start - frames[0].time:.1f}+{end - start:.1f}s"
+                                                for pid, start, end in rotation))
+        assert {pid for pid, _, _ in rotation} == {pid for pid, _, _ in windows}, "a worker never came round"
+        # one at a time: the alike siblings' windows do not overlap (but for a call-up now and then)
+        pairs = len(rotation) - 1
+        assert overlapping(rotation) <= max(1, MAX_OVERLAPPING_SHARE * pairs), rotation
+        # each a turn long at most, unless it was called up and looked on its own
+        assert sum(end - start <= TURN_WINDOW_S + 1.5 for _, start, end in rotation) >= len(rotation) / 2, rotation
+        # every worker comes round: the gap between its windows stays within the bound (x3: a busy machine)
+        bound = 2 * (TURN_WINDOW_S + TURN_START_SLACK_S)
+        for pid in {p for p, _, _ in rotation}:
+            own = [(s, e) for p, s, e in rotation if p == pid]
+            gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(own)]
+            assert all(gap <= 3 * bound for gap in gaps), (pid, gaps)
