@@ -32,11 +32,18 @@ def test_duration_without_snapshot_or_record_is_one_line_and_exit_2():
     assert result.stdout == ""
 
 
+def _as_from_a_terminal() -> None:
+    """The child's start as a shell in a terminal gives it: umask 022, as on most machines (the files must
+    still come out 0600), and Ctrl-C not ignored. A test run started in the background of a script (CI's
+    runner may be one) inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt."""
+    os.umask(0o022)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _headless(target_pid: int, *args: str) -> subprocess.Popen:
-    # umask 022, as on most machines: the files must still come out 0600
     return subprocess.Popen([sys.executable, "-m", "tui", "--pid", str(target_pid), *args],
                             env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o022))
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
 
 
 @pytest.mark.slow
