@@ -289,6 +289,25 @@ def test_the_census_adds_torch_processes_once_each_and_never_gputops_own_ancesto
     assert find_training_jobs(procs=procs) == []  # serve --follow's census, without the predicate, as before
 
 
+def test_a_training_process_started_by_a_torch_importing_python_is_its_own_job():
+    # A notebook kernel, a sweep driver or a test runner imports torch and starts `python train.py` with
+    # subprocess: the trainer is a job of its own, not part of its parent's (seen in CI, where pytest had
+    # imported torch and hid the test's training job). Its DataLoader worker (forked: the same command line)
+    # stays part of the trainer's job.
+    from probes.jobs.follow import find_training_jobs
+    from probes.proctree import NodeProcess
+
+    base = 4_000_000_000
+    driver, trainer, its_worker = (base + i for i in range(3))
+    procs = {
+        driver: NodeProcess(driver, 1, "python", ("python", "sweep.py")),
+        trainer: NodeProcess(trainer, driver, "python", ("python", "train.py", "--lr", "3e-4")),
+        its_worker: NodeProcess(its_worker, trainer, "pt_data_worker", ("python", "train.py", "--lr", "3e-4")),
+    }
+    found = find_training_jobs(procs=procs, imports_torch=lambda pid: True)
+    assert [job.root_pid for job in found] == [driver, trainer]
+
+
 CENSUS_WITH_FAKE_NVML = """
 import json, sys
 sys.path.insert(0, "tests")

@@ -49,6 +49,9 @@ def _top(pid: int, procs: dict[int, NodeProcess]) -> int:
         pid = parent.pid
 
 
+IMPORTS_TORCH = "imports torch"
+
+
 def _rank_variable(pid: int) -> str | None:
     env = read_dist_env(pid)
     return None if env.rank is None else f"RANK={env.rank} in its environment"
@@ -75,13 +78,25 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
         if not launchers.keys() & set(ancestors(pid, parent_of)):  # an agent under torchrun is part of its job
             found[pid] = FoundJob(pid, f"{launchers[pid].kind} launcher")
 
+    # Jobs found only because they import torch: a Python process that does (a notebook kernel, a sweep driver,
+    # a test runner) may start a training process of its own with subprocess; that one is a job in its own right,
+    # not part of the parent's, unless multiprocessing started it (a DataLoader worker, a spawned rank).
+    found_by_import: set[int] = set()
+
     def covered(pid: int) -> bool:
-        return pid in found or bool(found.keys() & set(ancestors(pid, parent_of)))
+        if pid in found:
+            return True
+        above = found.keys() & set(ancestors(pid, parent_of))
+        if _top(pid, procs) == pid:  # started by something other than multiprocessing
+            above -= found_by_import
+        return bool(above)
 
     def add(pid: int, why: str) -> None:
         root = resolve_root(_top(pid, procs)).root_pid
         if not covered(root):
             found.setdefault(root, FoundJob(root, why))
+            if why == IMPORTS_TORCH:
+                found_by_import.add(root)
 
     for pid in sorted(set(gpu_pids)):
         if pid in procs and _is_python(procs[pid]) and not covered(pid):
@@ -90,7 +105,7 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
         if _is_python(proc) and not covered(pid):
             why = _rank_variable(pid)
             if why is None and imports_torch is not None and imports_torch(pid):
-                why = "imports torch"
+                why = IMPORTS_TORCH
             if why is not None:
                 add(pid, why)
     return [found[pid] for pid in sorted(found)]
