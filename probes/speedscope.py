@@ -13,27 +13,28 @@ The format, as speedscope documents it: src/lib/file-format-spec.ts in jlfwong/s
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from probes.frame import Frame, StackFrame
+from probes.frame import Frame, StackCount, StackFrame
+from probes.stacks import merge_counts
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
 
 def speedscope_document(frames: Iterable[Frame], name: str, exporter: str) -> dict[str, Any]:
     """The speedscope file for every stack sample the frames hold."""
-    per_thread: dict[tuple[int, int], Counter[tuple[StackFrame, ...]]] = {}
-    thread_names: dict[tuple[int, int], str | None] = {}
+    frames = list(frames)
+    thread_names: dict[tuple[int, int], str] = {}
     for frame in frames:
         for thread in frame.stacks.threads:  # a dump names its threads; py-spy's raw windows may not
             if thread.name:
                 thread_names[(thread.pid, thread.tid)] = thread.name
-        for count in frame.stacks.counts:
-            key = (count.pid, count.tid)
-            per_thread.setdefault(key, Counter())[count.frames] += count.count
-            thread_names[key] = count.thread_name or thread_names.get(key)
+    per_thread: dict[tuple[int, int], list[StackCount]] = {}
+    for count in merge_counts(c for frame in frames for c in frame.stacks.counts):  # largest first
+        per_thread.setdefault((count.pid, count.tid), []).append(count)
+        if count.thread_name:
+            thread_names.setdefault((count.pid, count.tid), count.thread_name)
     shared: list[dict[str, Any]] = []
     index_of: dict[StackFrame, int] = {}
 
@@ -45,14 +46,11 @@ def speedscope_document(frames: Iterable[Frame], name: str, exporter: str) -> di
         return found
 
     profiles = []
-    for (pid, tid), stacks in sorted(per_thread.items(), key=lambda item: -sum(item[1].values())):
-        samples, weights = [], []
-        for stack, count in stacks.most_common():
-            samples.append([index(f) for f in reversed(stack)])  # recorded innermost first; speedscope: root first
-            weights.append(count)
-        total = sum(weights)
+    for (pid, tid), counts in sorted(per_thread.items(), key=lambda item: -sum(c.count for c in item[1])):
+        samples = [[index(f) for f in reversed(c.frames)] for c in counts]  # innermost first; speedscope: root first
+        weights = [c.count for c in counts]
         thread = thread_names.get((pid, tid)) or ("main thread" if tid == pid else f"thread {tid}")
         profiles.append({"type": "sampled", "name": f"PID {pid} · {thread}", "unit": "none", "startValue": 0,
-                         "endValue": total, "samples": samples, "weights": weights})
+                         "endValue": sum(weights), "samples": samples, "weights": weights})
     return {"$schema": SPEEDSCOPE_SCHEMA, "shared": {"frames": shared}, "profiles": profiles, "name": name,
             "activeProfileIndex": 0, "exporter": exporter}
