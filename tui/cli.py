@@ -8,13 +8,12 @@ through _Parser.error, a command's through UsageError.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 from probes import __version__
 from tui.commands import COMMANDS
-from tui.commands.shared import UsageError
+from tui.commands.shared import UsageError, silence_stdout
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
@@ -61,9 +60,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader stopped reading (`gputop mfu | head -1`): not a failure to report. Point stdout at /dev/null
-        # so the interpreter's final flush does not raise again (as Python's signal docs advise).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()  # the reader stopped reading (`gputop mfu | head -1`): not a failure to report
         return EXIT_INCOMPLETE
 
 

@@ -33,6 +33,7 @@ from tui.commands.shared import (
     check_one_job_or_follow,
     engine_config,
     hang_after,
+    silence_stdout,
 )
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 
@@ -102,7 +103,7 @@ def stream_frames(args: argparse.Namespace, out) -> int:
                 next_tick = time.monotonic() + interval
         return EXIT_OK
     except BrokenPipeError:  # the reader went away mid-write: that is how a merging gputop says "enough"
-        _silence(out)
+        silence_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -130,12 +131,3 @@ class _ReaderGone:
             return False
         return any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, events in self._poll.poll(0))
 
-
-def _silence(out) -> None:
-    """After a broken pipe, point stdout at /dev/null so Python's flush at exit does not print a traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-        os.close(devnull)
-    except (AttributeError, OSError, ValueError):
-        pass

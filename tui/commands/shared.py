@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
@@ -244,3 +245,14 @@ def check_writable(path: str | None, what: str) -> None:
         raise UsageError(f"cannot write the {what} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"cannot write the {what} {path}: no write permission in {folder}")
+
+
+def silence_stdout() -> None:
+    """After a broken pipe (the reader went away), point stdout at /dev/null so the interpreter's final flush
+    does not raise again and print a traceback (as Python's signal docs advise)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # stdout is no real file (a test's buffer)
+        pass
