@@ -285,25 +285,26 @@ def check_nvml(caps: NvmlCapabilities) -> list[Check]:
     names = ", ".join(f"{g.index}: {g.name or '?'}" for g in caps.gpus)
     checks = [Check("nvml", "ok", f"driver {caps.driver_version or '?'}, {len(caps.gpus)} GPU(s) ({names})",
                     details={"driver_version": caps.driver_version, "gpus": gpus})]
-    no_gpm = [g for g in caps.gpus if not g.gpm_supported]
-    if no_gpm:
-        checks.append(Check(
-            "gpm", "limited",
-            f"GPM unsupported on GPU {', '.join(str(g.index) for g in no_gpm)}: SM activity and tensor use are "
-            "judged from clocks and power, not measured",
-            "GPM needs a Hopper or newer GPU with MIG off; nothing to change on older GPUs"))
-    else:
-        checks.append(Check("gpm", "ok", "GPM on every GPU: SM active, occupancy, tensor and DRAM use measured"))
-    no_reasons = [g for g in caps.gpus if not g.clock_event_reasons_supported]
-    if no_reasons:
-        checks.append(Check(
-            "clock_events", "limited",
-            f"clock event reasons unavailable on GPU {', '.join(str(g.index) for g in no_reasons)}: a throttled "
-            "GPU is told from its clocks alone, without the cause (power cap, thermal)",
-            "a driver from 535 on reports them: update the NVIDIA driver and nvidia-ml-py"))
-    else:
-        checks.append(Check("clock_events", "ok", "clock event reasons readable: throttling comes with its cause"))
+    checks.append(_per_gpu_check(
+        "gpm", [g.index for g in caps.gpus if not g.gpm_supported],
+        ok="GPM on every GPU: SM active, occupancy, tensor and DRAM use measured",
+        missing="GPM unsupported on GPU {gpus}: SM activity and tensor use are judged from clocks and power, not "
+                "measured",
+        fix="GPM needs a Hopper or newer GPU with MIG off; nothing to change on older GPUs"))
+    checks.append(_per_gpu_check(
+        "clock_events", [g.index for g in caps.gpus if not g.clock_event_reasons_supported],
+        ok="clock event reasons readable: throttling comes with its cause",
+        missing="clock event reasons unavailable on GPU {gpus}: a throttled GPU is told from its clocks alone, "
+                "without the cause (power cap, thermal)",
+        fix="a driver from 535 on reports them: update the NVIDIA driver and nvidia-ml-py"))
     return checks
+
+
+def _per_gpu_check(name: str, lacking: list[int], *, ok: str, missing: str, fix: str) -> Check:
+    """A capability every GPU should have: ok, or limited on the GPUs (by index) that lack it."""
+    if not lacking:
+        return Check(name, "ok", ok)
+    return Check(name, "limited", missing.format(gpus=", ".join(str(i) for i in lacking)), fix)
 
 
 # --- cgroup --------------------------------------------------------------------------------------------------
