@@ -400,6 +400,9 @@ class _AwaitedDump:
     path: str  # the dump file it will write
     asked_at: float  # Unix time
     deadline: float  # monotonic
+    # The dump file's mtime when asked (None: none yet): a newer one is the answer. Compared with itself, not
+    # with asked_at: file times come from the kernel's coarse clock, a few ms behind time.time().
+    mtime_before: float | None
 
 
 # --- the probe -------------------------------------------------------------------------------------------
@@ -499,12 +502,14 @@ class FlightRecorderProbe:
             why = ("its rank is unknown, so its pipe cannot be named" if source.pipe_prefix else
                    f"its job enabled no dump on demand; {NO_TRIGGER_FIX}")
             return FlightRecorderAsk(rank, pid, "not_asked", f"asked {who} nothing: {tried}{why}", at=now), None
+        dump = f"{source.dump_prefix or NCCL_DEFAULT_DUMP_PREFIX}{rank}"
+        mtime_before = _mtime(dump)  # before the write: the rank may dump at once
         problem = write_dump_pipe(pipe)
         if problem is not None:
             return FlightRecorderAsk(rank, pid, "not_asked", f"could not ask {who} for a Flight Recorder dump: "
                                      f"{tried}{problem}", path=pipe, at=now), None
-        dump = f"{source.dump_prefix or NCCL_DEFAULT_DUMP_PREFIX}{rank}"
-        self._awaited[pid] = _AwaitedDump(rank, dump, now, time.monotonic() + source.pipe_poll_s + self._dump_wait_s)
+        self._awaited[pid] = _AwaitedDump(rank, dump, now, time.monotonic() + source.pipe_poll_s + self._dump_wait_s,
+                                          mtime_before)
         return FlightRecorderAsk(rank, pid, "pipe_written", f"asked {who} to dump its Flight Recorder through "
                                  f"{pipe} (it reads the pipe every {source.pipe_poll_s:g} s and writes {dump})",
                                  path=pipe, at=now), None
@@ -515,11 +520,8 @@ class FlightRecorderProbe:
         read); a line when none came in time; None while it may still come."""
         awaited = self._awaited[sample.pid]
         who = _who(awaited.rank, sample.pid)
-        try:
-            written = os.stat(awaited.path).st_mtime
-        except OSError:
-            written = None
-        if written is not None and written >= awaited.asked_at:
+        written = _mtime(awaited.path)
+        if written is not None and (awaited.mtime_before is None or written > awaited.mtime_before):
             try:
                 dump = load_dump(awaited.path)
             except (OSError, ValueError, EOFError, pickle.UnpicklingError):
@@ -529,8 +531,8 @@ class FlightRecorderProbe:
                 reading = RankCollectives(rank=awaited.rank, pid=sample.pid, source="dump_file", path=awaited.path,
                                           available=True, groups=parse_trace(dump), read_at=written,
                                           trigger=trigger_text(source, awaited.rank))
-                line = (f"{who} dumped its Flight Recorder to {awaited.path} {written - awaited.asked_at:.1f} s "
-                        "after it was asked; read")
+                after = max(0.0, written - awaited.asked_at)
+                line = f"{who} dumped its Flight Recorder to {awaited.path} {after:.1f} s after it was asked; read"
                 return FlightRecorderAsk(awaited.rank, sample.pid, "dumped", line, path=awaited.path,
                                          at=time.time()), reading
         if time.monotonic() < awaited.deadline:
@@ -547,6 +549,13 @@ class FlightRecorderProbe:
             self._sources[pid] = find_source(environ)
             self._env_ranks[pid] = int_or_none(environ.get("RANK"))
         return self._sources[pid]
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _start_time(pid: int) -> float | None:

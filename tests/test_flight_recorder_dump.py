@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from targets.nccl_dumps import nccl_dump
 from test_tui_app import capture_notes, pilot_test, wait_until
 
 from probes.flight_recorder import (
@@ -114,6 +115,9 @@ def test_the_pipe_alone_enables_the_trigger_with_torchs_default_buffer():
 
 def test_asked_once_the_rank_dumps_and_the_dump_is_read_at_once(spawn_target, tmp_path):
     proc, out = start_rank(spawn_target, tmp_path, rank=1)
+    stale = tmp_path / "fr_1"  # a previous run's dump: not the answer
+    stale.write_bytes(pickle.dumps(nccl_dump(5, 4, first=1)))
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
     probe = FlightRecorderProbe(read_interval_s=3600)  # no scheduled read in the way: only the request reads
     samples = [rank_sample(proc.pid, 1)]
     before = probe.read(samples).ranks[0]
