@@ -403,7 +403,23 @@ class RankCollectives:
     reason: str | None = None  # why not available, or what the job would need to expose it
     groups: tuple[GroupCollectives, ...] = ()
     read_at: float | None = None  # Unix time of the dump (a dump file's mtime; the tick's time for a live read)
-    trigger: str | None = None  # a way to make the job dump that the job enabled, said, never used by gputop
+    trigger: str | None = None  # a way to make the job dump that the job enabled; used only when the user asks
+
+
+@dataclass(frozen=True)
+class FlightRecorderAsk:
+    """What gputop did about one training process when the user asked for a Flight Recorder dump (--fr-dump, or
+    `f` in the TUI), or what came of it later; `line` is said on screen or stderr as it happens."""
+
+    rank: int | None
+    pid: int | None
+    # "pipe_written": asked the rank to dump through NCCL's debug-info pipe; "dumped": the dump it wrote was read;
+    # "no_dump": none came within the wait; "read_now": its worker server was read at once (read-only);
+    # "not_asked": no trigger (the line says what to set) or the pipe could not be written (the line says why)
+    action: str
+    line: str
+    path: str | None = None  # the pipe written, the dump read or the socket asked
+    at: float | None = None  # Unix time
 
 
 @dataclass(frozen=True)
@@ -411,6 +427,8 @@ class CollectivesReading:
     """The Flight Recorders of the job's ranks that opted in; ranks that did not are absent."""
 
     ranks: tuple[RankCollectives, ...] = ()
+    # What this tick did on the user's request for a dump, and dumps asked for that arrived: empty on other ticks.
+    asks: tuple[FlightRecorderAsk, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,14 @@ class SamplingStopped(Message):
         self.error = error
 
 
+class FlightRecorderAsked(Message):
+    """What a request for a Flight Recorder dump (`f`, --fr-dump) did, rank by rank, or a dump that came of it."""
+
+    def __init__(self, lines: list[tuple[str, bool]]) -> None:
+        super().__init__()
+        self.lines = lines  # (line, whether it is a problem)
+
+
 class StatusBar(Static):
     """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
 
@@ -129,6 +137,9 @@ class GputopApp(App[None]):
         Binding("l", "toggle_lines", "Lines", show=False,
                 tooltip="Hot frames per function, or per line (file:line)"),
         Binding("n", "native", "Native", tooltip="Native (C/C++) frames: needs a restart with --native"),
+        Binding("f", "flight_recorder_dump", "FR dump", show=False,
+                # NCCL's debug-info pipe written once per rank, a worker server read now (probes/flight_recorder.py)
+                tooltip="Flight Recorder dump: ask the ranks whose job enabled one"),
     ]
 
     def __init__(self, *, engine: Engine | None, replay_frames: Sequence[Frame] | None,
@@ -283,6 +294,9 @@ class GputopApp(App[None]):
     def _deliver(self, frame: Frame) -> None:
         view = self.monitor.ingest(frame)
         self._newest_view = view  # one reference, assigned atomically: the UI thread reads it
+        if frame.collectives is not None and frame.collectives.asks:  # its own message: frames may merge
+            self.post_message(FlightRecorderAsked([(ask.line, ask.action in ("not_asked", "no_dump"))
+                                                   for ask in frame.collectives.asks]))
         self.post_message(FrameArrived(view))
 
     async def on_unmount(self) -> None:
@@ -305,6 +319,11 @@ class GputopApp(App[None]):
             self._render_status()
             return
         self._render_all()
+
+    @on(FlightRecorderAsked)
+    def _on_flight_recorder_asked(self, message: FlightRecorderAsked) -> None:
+        for line, problem in message.lines:
+            self.notify(line, severity="warning" if problem else "information", timeout=15)
 
     @on(SamplingStopped)
     def _on_sampling_stopped(self, message: SamplingStopped) -> None:
@@ -577,6 +596,18 @@ class GputopApp(App[None]):
 
     def action_toggle_now(self) -> None:
         self.query_one(StacksPane).toggle_now()
+
+    def action_flight_recorder_dump(self) -> None:
+        if self.engine is None:
+            where = "a replay asks nothing of a job" if self.cluster is None else \
+                "merged across nodes, ask on the node where the ranks run: gputop --pid PID --fr-dump"
+            self.notify(f"no Flight Recorder dump asked: {where}", severity="warning", timeout=6)
+            return
+        if self._sampling_done.is_set():
+            self.notify("no Flight Recorder dump asked: sampling has stopped", severity="warning", timeout=6)
+            return
+        self.engine.request_flight_recorder_dump()
+        self.notify("asking the ranks for a Flight Recorder dump at the next reading…", timeout=4)
 
     def action_native(self) -> None:
         if self.view is not None and self.view.replay:

@@ -618,10 +618,11 @@ def _with_collectives(found: _Finding, latest: Frame) -> Verdict:
         return verdict
     lines = [gap_line(gap) for gap in collective_gaps(latest.collectives)]
     advice = list(verdict.advice)
-    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how, never pull it.
+    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how; pulled only when the user asks.
     triggers = [r.trigger for r in latest.collectives.ranks if r.trigger and not r.available]
     if triggers:
-        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop never writes it itself.")
+        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop writes it only when asked "
+                      "(--fr-dump, or f in the TUI).")
     if not lines and not triggers:
         return verdict
     evidence = (*verdict.evidence[:1], *lines, *verdict.evidence[1:])

@@ -174,6 +174,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         log_path=args.log,
         tokens_per_iter=args.tokens_per_iter,
         process_only=args.process_only,
+        fr_dump=getattr(args, "fr_dump", False),
     )
 
 
