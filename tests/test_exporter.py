@@ -464,12 +464,18 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported():
 
     names = exported_names() | {"gputop_gpu_sm_occupancy_ratio"}  # GPM occupancy: not in the fixtures' readings
     dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     rules = (RULES / "gputop-rules.yml").read_text()
     docs = (REPO / "docs" / "exporter.md").read_text()
     for where, text in (("dashboard", "\n".join(exprs)), ("rules", rules), ("docs", docs)):
         used = set(re.findall(r"\bgputop_[a-z_]+", text)) - {"gputop_rules", "gputop_job"}
         assert used and used <= names, (where, sorted(used - names))
+    # The recording rules' names the dashboard and the docs use are the rules' own.
+    recorded = set(re.findall(r"record: (gputop:[a-z_:]+)", rules))
+    assert {"gputop:job_straggler_rank", "gputop:job_collective_wait_ratio:median"} <= recorded
+    for where, text in (("dashboard", "\n".join(exprs)), ("docs", docs)):
+        used = set(re.findall(r"\bgputop:[a-z_:]*[a-z]", text))
+        assert used <= recorded, (where, sorted(used - recorded))
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,
@@ -478,10 +484,10 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
     import json
 
     dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     lines = ["groups:", "  - name: dashboard", "    rules:"]
     for i, expr in enumerate(exprs):
-        expr = expr.replace("$training_job", "run-42").replace("$host", ".*")
+        expr = expr.replace("$training_job", "run-42").replace("$host", ".*").replace("$job_id", "4242.0")
         lines += [f"      - record: dashboard_query_{i}", f"        expr: {json.dumps(expr)}"]
     (tmp_path / "dashboard.yml").write_text("\n".join(lines) + "\n")
     result = subprocess.run(["promtool", "check", "rules", str(tmp_path / "dashboard.yml")], capture_output=True,
