@@ -358,6 +358,9 @@ class JobInfo:
     # One line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it".
     note: str | None = None
     slurm_step: str | None = None  # the Slurm job step whose tasks are watched, JOBID.STEP ("12.0")
+    # The Slurm job the ranks run in, whatever launched them (torchrun under srun too): JOBID.STEP, or JOBID in a
+    # batch script. The same on every node of the job, where launcher PIDs and hostnames differ (/metrics job_id).
+    slurm_job: str | None = None
     # The watched tree is a client (srun, salloc) of a job whose training processes are not in it: nothing there
     # to judge, so the job's liveness is unknown, never hung.
     training_elsewhere: bool = False
