@@ -187,8 +187,9 @@ class ClusterMonitor:
         pair = (verdict.bottleneck, verdict.liveness)
         if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
             self._timeline.append(VerdictChange(verdict.since if verdict.since is not None else now, *pair))
+        node_frames = {name: node.monitor.view.frames for name, node in answering.items()}
         self._view = dataclasses.replace(base, verdict=verdict, job=self._job, timeline=tuple(self._timeline),
-                                         replay=self.replay, nodes=self._statuses)
+                                         replay=self.replay, nodes=self._statuses, node_frames=node_frames)
         return self._view
 
     def snapshot(self) -> dict[str, Any]:
@@ -201,6 +202,8 @@ class ClusterMonitor:
         document = build_snapshot(view.frames, view.verdict, self.comparison, pace=view.pace, job=view.job,
                                   shares=view.shares, cannot_see=view.cannot_see)
         document["nodes"] = [node_document(s) for s in self._statuses]
+        # target, processes, cpu, host, gpus and stacks are one node's (PIDs are each node's own): say whose.
+        document["frames_node"] = view.latest.node
         return document
 
     def close(self) -> None:

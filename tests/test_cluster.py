@@ -81,6 +81,7 @@ def test_the_same_judgement_as_one_node_names_the_hung_rank_and_its_node():
     assert (job.finding, job.responsible_rank, job.verdict.liveness) == ("hung_rank", 1, "hung")
     assert job.verdict.evidence[0].startswith("rank 1 on n2 stuck in flush_metrics (train.py:12) for ")
     assert job.verdict.evidence[0].endswith("; rank 0 waits for it in all_reduce")
+    assert any(f"(py-spy dump --pid {PID} on n2)" in line for line in job.verdict.advice), job.verdict.advice
 
 
 def test_a_node_whose_stream_ends_is_lost_with_its_time_and_the_other_goes_on():
@@ -128,6 +129,14 @@ def test_snapshot_lists_each_rank_with_its_node_and_the_nodes():
     assert [n["name"] for n in document["nodes"]] == ["n1", "n2"]
     assert document["nodes"][1]["state"] == "lost" and document["nodes"][1]["lost_at"] == T0 + 6.5
     assert [(r["rank"], r["node"]) for r in document["job"]["ranks"]] == [(0, "n1")]
+
+
+def test_the_snapshot_says_whose_processes_and_stacks_it_holds_when_two_nodes_share_a_pid():
+    document = fold_rounds([straggler_round(i) for i in range(6)]).snapshot()
+    assert [(r["rank"], r["node"], r["pid"]) for r in document["job"]["ranks"]] == [(0, "n1", PID), (1, "n2", PID)]
+    assert document["frames_node"] == "n1"  # PID 501 in `processes` and `stacks` is n1's rank 0, not n2's rank 1
+    assert [p["pid"] for p in document["stacks"]["by_process"]] == [PID]
+    assert not any("slow_augment" in h["function"] for h in document["stacks"]["by_process"][0]["hot_frames"])
 
 
 def test_a_recording_of_the_merged_job_replays_to_the_same_verdict(tmp_path):

@@ -57,8 +57,17 @@ class RankRow:
 
     @property
     def key(self) -> str:
-        """The row's key: its PID, with its node where PIDs of several nodes share the table."""
-        return str(self.pid) if self.node is None else f"{self.pid}@{self.node}"
+        """What names this rank in the table and in the selection: its PID, with its node where PIDs of several
+        nodes share the table (each node is its own PID namespace: two nodes' ranks may have one PID)."""
+        return rank_key(self.pid, self.node)
+
+
+def rank_key(pid: int, node: str | None = None) -> str:
+    return str(pid) if node is None else f"{pid}@{node}"
+
+
+def pid_of_key(key: str) -> int:
+    return int(key.split("@")[0])
 
 
 def rank_rows(view: MonitorView) -> list[RankRow]:
@@ -132,8 +141,11 @@ def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     return short_bottleneck_words(verdict.bottleneck)
 
 
-def rank_label(row: RankRow) -> str:
-    return f"rank {row.rank} (PID {row.pid})" if row.rank is not None else f"PID {row.pid}"
+def rank_label(row: RankRow, with_node: bool = True) -> str:
+    """'rank 1 (PID 12)', or 'rank 1 on n2 (PID 12)' in a job merged across nodes (with_node False: a pane
+    whose title names the node already)."""
+    where = f" on {row.node}" if row.node is not None and with_node else ""
+    return f"rank {row.rank}{where} (PID {row.pid})" if row.rank is not None else f"PID {row.pid}{where}"
 
 
 def rank_group(frames: Sequence[Frame], rank_pid: int) -> frozenset[int]:
@@ -197,11 +209,11 @@ class RanksPane(Vertical):
     """Hidden unless the view has ranks; remembers nothing itself: the app owns the selection."""
 
     class RankChosen(Message):
-        """Enter (or a click) on a rank's row: select it."""
+        """Enter (or a click) on a rank's row: select it, by its RankRow.key."""
 
-        def __init__(self, pid: int) -> None:
+        def __init__(self, key: str) -> None:
             super().__init__()
-            self.pid = pid
+            self.key = key
 
     def __init__(self) -> None:
         super().__init__(id="ranks", classes="pane")
@@ -217,13 +229,13 @@ class RanksPane(Vertical):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_pid: int | None,
+    def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_key: str | None,
              kind: str | None = None, absent: Sequence[tuple[str, str]] = ()) -> None:
-        self._shown = (rows, job, selected_pid, kind, absent)
+        self._shown = (rows, job, selected_key, kind, absent)
         self.display = bool(rows)
         if not rows:
             return
-        selected = next((row for row in rows if row.pid == selected_pid), None)
+        selected = next((row for row in rows if row.key == selected_key), None)
         scope = f"{rank_label(selected)} selected ([ ] other ranks)" if selected else \
             f"{len(rows)} ranks, all shown ([ ] selects one)"
         self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
@@ -235,7 +247,7 @@ class RanksPane(Vertical):
             table._columns_shown, table._last_room = columns, None  # the node column comes or goes: rebuild
         table.fit_columns(columns, "verdict", room)
         finding = job.finding if job is not None else None
-        cells = [(row.key, rank_cells(row, finding, row.pid == selected_pid, room, nodes)) for row in rows]
+        cells = [(row.key, rank_cells(row, finding, row.key == selected_key, room, nodes)) for row in rows]
         cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room, nodes)) for rank, words in absent]
         sync_rows(table, cells, follow_key=False)
         if selected is not None and not table.has_focus:
@@ -244,4 +256,4 @@ class RanksPane(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value is not None and not event.row_key.value.startswith(ABSENT_KEY):
-            self.post_message(self.RankChosen(int(event.row_key.value.split("@")[0])))
+            self.post_message(self.RankChosen(event.row_key.value))
