@@ -208,3 +208,38 @@ def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
     assert "Traceback" not in done.stderr
     for host in ("gputop-a.invalid", "gputop-b.invalid"):
         assert f"{host}: lost at" in done.stderr and f"Could not resolve hostname {host}" in done.stderr, done.stderr
+
+
+def many_ranks_round(i: int, nodes: int = 20, slow: int = 7):
+    """One rank a node on `nodes` nodes, all with PID 501: rank `slow` augments its batch, the others wait."""
+    return [node_frame(f"n{k + 1}", i, k, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),
+                                           count(PID, DDP_WAIT, n=1, idle=True)] if k == slow else
+                       [count(PID, DDP_WAIT, n=8 + k % 2, idle=True), count(PID, FORWARD, n=2 - k % 2)],
+                       cpu=100.0 if k == slow else 15.0) for k in range(nodes)]
+
+
+def test_ranks_that_agree_are_one_group_like_their_first_and_the_straggler_stays_apart():
+    from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
+
+    monitor = fold_rounds([many_ranks_round(i) for i in range(8)])
+    job = monitor.view.job
+    assert (job.finding, job.responsible_rank, len(job.ranks)) == ("straggler", 7, 20) and 20 > SUMMARY_MIN_RANKS
+    (group,) = agreeing_ranks(job)
+    assert group.like.rank == 0 and [r.rank for r in group.others] == [*range(1, 7), *range(8, 20)]
+    assert group.nodes_text == "n2..n20"  # natural order: n2 before n10
+    low, high = group.waits
+    assert group.line() == f"ranks 1–6, 8–19 on n2..n20: {group.like.verdict.bottleneck}, waits {100 * low:.0f}%–" \
+                           f"{100 * high:.0f}%, like rank 0"
+    # The rank a person selected is never folded away: (node, pid), since every node's rank has PID 501.
+    (kept,) = agreeing_ranks(job, keep=[("n4", PID)])
+    assert 3 not in [r.rank for r in kept.others] and len(kept.others) == 17
+
+    document = monitor.snapshot()
+    assert len(document["job"]["ranks"]) == 20  # every rank stays in the snapshot; the groups are beside them
+    (summary,) = document["job"]["rank_groups"]
+    assert (summary["like_rank"], summary["ranks"], summary["count"]) == (0, [[1, 6], [8, 19]], 18)
+    assert summary["nodes"][:3] == ["n2", "n3", "n4"] and summary["line"] == group.line()
+
+
+def test_a_few_ranks_get_no_groups_in_the_snapshot():
+    assert "rank_groups" not in fold_rounds([straggler_round(i) for i in range(6)]).snapshot()["job"]

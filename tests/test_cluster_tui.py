@@ -116,3 +116,24 @@ async def test_live_the_app_reads_the_agents_streams_and_merges_them(tmp_path):
             assert "2 nodes merged" in app.status_text().plain
     finally:
         streams.close()
+
+
+@pilot_test
+async def test_beyond_sixteen_ranks_those_that_agree_are_one_row_under_their_first():
+    from tests.test_cluster import many_ranks_round
+
+    frames = [f for i in range(8) for f in many_ranks_round(i)]
+    app = make_app(replay_frames=frames, clock=lambda: T0 + 9)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        rows = table_rows(app, "ranks-table")
+        assert [(row[0], row[1]) for row in rows] == [("0", "n1"), ("+18", "n2..n20"), ("7", "n8")]
+        assert rows[1][-1].startswith("like rank 0: 1–6,")  # the rest clipped in a narrow column
+        assert rows[2][-1].startswith("straggler")
+        assert "20 ranks, agreeing ranks summarised" in title_of(app, "ranks")
+        for _ in range(4):  # rank 0, 1, 2, 3: a selected rank is shown on its own row, out of its group
+            await pilot.press("right_square_bracket")
+        assert app.selected_rank_key == f"{PID}@n4"
+        rows = table_rows(app, "ranks-table")
+        assert [row[0] for row in rows] == ["0", "+17", "▶ 3", "7"]
+        assert pane_node(app) == ("n4", "n4", "n4")

@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
+from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
 from probes.doctor import Check
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
@@ -367,8 +368,11 @@ class GputopApp(App[None]):
         group = rank_group(shown, selected.pid) if selected is not None else None
         scope_words = rank_scope_words(selected, group) if selected is not None else None
         job_info = view.shown.job
+        groups = ()
+        if view.nodes and len(rows) > SUMMARY_MIN_RANKS:  # many ranks across nodes: those that agree as one row
+            groups = agreeing_ranks(view.job, keep=[(selected.node, selected.pid)] if selected is not None else ())
         self.query_one(RanksPane).show(rows, view.job, self.selected_rank_key, job_info.kind if job_info else None,
-                                       () if view.nodes else absent_ranks(job_info))
+                                       () if view.nodes else absent_ranks(job_info), groups)
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)
