@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
+from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
 from probes.doctor import Check
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
@@ -40,7 +41,7 @@ from probes.recording import Recorder
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
-from tui.panes.ranks import RankRow, RanksPane, absent_ranks, rank_group, rank_label, rank_rows
+from tui.panes.ranks import RankRow, RanksPane, absent_ranks, pid_of_key, rank_group, rank_key, rank_label, rank_rows
 from tui.panes.stacks import HotTable, StacksPane
 from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
@@ -97,9 +98,9 @@ def job_words(job: JobInfo) -> str:
 
 
 def rank_scope_words(row: RankRow, group: frozenset[int]) -> str:
-    """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers"."""
+    """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers" (their titles name the node)."""
     workers = len(group) - 1
-    return rank_label(row) + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "")
+    return rank_label(row, with_node=False) + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "")
 
 
 class GputopApp(App[None]):
@@ -182,10 +183,17 @@ class GputopApp(App[None]):
         self._sampling_error: str | None = None
         self._last_saved: str | None = None
         self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
-        self.selected_rank_pid: int | None = None  # the distributed job's rank the panes are scoped to
+        # The distributed job's rank the panes are scoped to, by RankRow.key: its PID, and its node in a job merged
+        # across nodes (two nodes may each have a rank with the same PID).
+        self.selected_rank_key: str | None = None
         self._rank_selection_started = False  # JobInfo.selected_pid is applied once, when ranks first show
         self._selected_rank_number: int | None = None  # followed when the selected rank restarts
         self._ranks_shown = False
+
+    @property
+    def selected_rank_pid(self) -> int | None:
+        """The selected rank's PID (its node's own, in a job merged across nodes)."""
+        return pid_of_key(self.selected_rank_key) if self.selected_rank_key is not None else None
 
     # --- time -----------------------------------------------------------------------------------
 
@@ -352,7 +360,7 @@ class GputopApp(App[None]):
 
     @on(RanksPane.RankChosen)
     def _on_rank_chosen(self, message: RanksPane.RankChosen) -> None:
-        self._select_rank(message.pid)
+        self._select_rank(message.key)
 
     @on(CpuPane.ProcessChosen)
     def _on_process_chosen(self, message: CpuPane.ProcessChosen) -> None:
@@ -371,15 +379,19 @@ class GputopApp(App[None]):
     def _draw(self, view: MonitorView) -> None:
         self._drawn_view = view
         now = self.now()
-        shown = view.shown_frames
         rows = rank_rows(view)
         self._follow_rank_selection(view, rows)
-        selected = next((row for row in rows if row.pid == self.selected_rank_pid), None)
+        selected = next((row for row in rows if row.key == self.selected_rank_key), None)
+        # Across nodes the GPU, CPU and Stacks panes show the selected rank's node (the lead node's otherwise).
+        shown = view.shown_frames_on(selected.node if selected is not None else None)
         group = rank_group(shown, selected.pid) if selected is not None else None
         scope_words = rank_scope_words(selected, group) if selected is not None else None
         job_info = view.shown.job
-        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None,
-                                       () if view.nodes else absent_ranks(job_info))
+        groups = ()
+        if view.nodes and len(rows) > SUMMARY_MIN_RANKS:  # many ranks across nodes: those that agree as one row
+            groups = agreeing_ranks(view.job, keep=[(selected.node, selected.pid)] if selected is not None else ())
+        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_key, job_info.kind if job_info else None,
+                                       () if view.nodes else absent_ranks(job_info), groups)
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)
@@ -391,27 +403,29 @@ class GputopApp(App[None]):
         """The rank the user attached to is selected when ranks first show. A selected rank that torchrun
         restarted under a new PID stays selected by its number; one that is gone altogether lets go. Showing
         or hiding the rank table switches the keys that work on it."""
-        pids = [row.pid for row in rows]
+        keys = [row.key for row in rows]
         if rows and not self._rank_selection_started:
             self._rank_selection_started = True
             job_info = view.shown.job
-            if job_info is not None and job_info.selected_pid in pids:
-                self.selected_rank_pid = job_info.selected_pid
-        if self.selected_rank_pid is not None and self.selected_rank_pid not in pids:
-            same_rank = next((row.pid for row in rows if row.rank is not None
+            attached = rank_key(job_info.selected_pid, view.shown.node) \
+                if job_info is not None and job_info.selected_pid is not None else None
+            if attached in keys:
+                self.selected_rank_key = attached
+        if self.selected_rank_key is not None and self.selected_rank_key not in keys:
+            same_rank = next((row.key for row in rows if row.rank is not None
                               and row.rank == self._selected_rank_number), None)
-            self.selected_rank_pid = same_rank
-        self._selected_rank_number = next((row.rank for row in rows if row.pid == self.selected_rank_pid), None)
+            self.selected_rank_key = same_rank
+        self._selected_rank_number = next((row.rank for row in rows if row.key == self.selected_rank_key), None)
         if bool(rows) != self._ranks_shown:
             self._ranks_shown = bool(rows)
             self.screen.set_class(self._ranks_shown, "-job")
             self.refresh_bindings()
 
     def _selected_rank_row(self, view: MonitorView) -> RankRow | None:
-        return next((row for row in rank_rows(view) if row.pid == self.selected_rank_pid), None)
+        return next((row for row in rank_rows(view) if row.key == self.selected_rank_key), None)
 
-    def _select_rank(self, pid: int | None) -> None:
-        self.selected_rank_pid = pid
+    def _select_rank(self, key: str | None) -> None:
+        self.selected_rank_key = key
         if self._drawn_view is not None:  # paused: the frozen view, scoped to the new rank
             self._draw(self._drawn_view)
 
@@ -537,8 +551,8 @@ class GputopApp(App[None]):
         """All ranks, rank 0, rank 1, ..., all ranks again."""
         if self._drawn_view is None:
             return
-        choices: list[int | None] = [None, *(row.pid for row in rank_rows(self._drawn_view))]
-        index = choices.index(self.selected_rank_pid) if self.selected_rank_pid in choices else 0
+        choices: list[str | None] = [None, *(row.key for row in rank_rows(self._drawn_view))]
+        index = choices.index(self.selected_rank_key) if self.selected_rank_key in choices else 0
         self._select_rank(choices[(index + step) % len(choices)])
 
     def action_pause(self) -> None:

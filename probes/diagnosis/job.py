@@ -499,7 +499,8 @@ def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | N
     advice = list(culprit.verdict.advice)
     if waiting:
         advice.insert(0, (f"The other ranks wait in a collective until {_timeout_text(backend, why)}: find what "
-                          f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}), not them."))
+                          f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}"
+                          f"{f' on {culprit.member.node}' if culprit.member.node else ''}), not them."))
     verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice))
     return _Finding("hung_rank", verdict, culprit.rank)
 
