@@ -109,6 +109,22 @@ def node_processes() -> dict[int, NodeProcess]:
     return found
 
 
+def _nspid_depth(pid: int | str) -> int | None:
+    status = read_text(f"/proc/{pid}/status")
+    if status is None:
+        return None
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), None)
+    return len(nspid) if nspid else None
+
+
+def in_nested_pid_namespace(pid: int) -> bool:
+    """Whether `pid` lives in a PID namespace below this process's own: a container's or a namespaced node's
+    process that this machine's /proc shows but that is not this node's. Its status's NSpid lists one PID per
+    namespace level from the procfs's down to its own; more levels than ours means nested. False when unknown."""
+    theirs, ours = _nspid_depth(pid), _nspid_depth("self")
+    return theirs is not None and ours is not None and theirs > ours
+
+
 @dataclass(frozen=True)
 class _MainThreadCounters:
     """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.

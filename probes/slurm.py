@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from probes.cgroup import parse_proc_cgroup
-from probes.proctree import node_processes
+from probes.proctree import in_nested_pid_namespace, node_processes
 from probes.textfiles import read_text
 
 STEPD_COMM = "slurmstepd"
@@ -127,13 +127,15 @@ def process_cgroup_step(pid: int) -> tuple[SlurmStep, int | None] | None:
 
 
 def stepd_pids(step: SlurmStep | None = None) -> dict[int, SlurmStep]:
-    """{pid: step} of the slurmstepd processes on this node (of one job or step when given)."""
+    """{pid: step} of the slurmstepd processes on this node (of one job or step when given). A slurmstepd in a
+    PID namespace below ours is another node's sharing this kernel (a node in a container or namespace, as the
+    test cluster's are): this machine's /proc shows it, but a step there is not on this node."""
     found = {}
     for pid, proc in node_processes().items():
         if proc.name != STEPD_COMM:
             continue
         served = stepd_title_step(proc.cmdline)
-        if served is None:
+        if served is None or in_nested_pid_namespace(pid):
             continue
         if step is None or (served.job_id == step.job_id and step.step in (None, served.step)):
             found[pid] = served

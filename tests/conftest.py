@@ -139,3 +139,20 @@ def slurm_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm_two_nodes(tmp_path_factory):
+    """A real two-node Slurm cluster (tests/slurm_cluster.py's start_namespaced_cluster): slurmctld here, a
+    slurmd in each of two namespaced nodes n1, n2 (tests/ns_nodes.py), up once sinfo shows both idle; for one
+    test module, torn down at its end (nodes, bridge and daemons). Skips with the reason where it cannot run."""
+    from slurm_cluster import ClusterUnavailable, start_namespaced_cluster
+
+    try:
+        cluster = start_namespaced_cluster(tmp_path_factory.mktemp("slurm2"))
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

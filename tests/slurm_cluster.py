@@ -1,5 +1,7 @@
-"""A real one-node Slurm cluster for the tests: Debian's slurmctld and slurmd started as plain daemons on a
-configuration written into a temporary folder, and stopped again.
+"""A real Slurm cluster for the tests: Debian's slurmctld and slurmd started as plain daemons on a configuration
+written into a temporary folder, and stopped again. One node (this machine) by :func:`start_cluster`; two
+namespaced nodes, each with its own slurmd and seeing only its own processes, by
+:func:`start_namespaced_cluster` (the `slurm_two_nodes` fixture; tests/ns_nodes.py makes the nodes).
 
 :func:`start_cluster` writes slurm.conf (no munge: auth/none and cred/none; proctrack/linuxproc and task/none,
 so no cgroup is touched; state, spool, logs and PID files in the folder; ports picked free; the node as
@@ -13,6 +15,7 @@ processes they left behind.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -20,8 +23,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from ns_nodes import NodeSet
 
 DAEMONS = ("slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "squeue", "sinfo")
@@ -38,8 +45,13 @@ class ClusterUnavailable(Exception):
 class SlurmCluster:
     folder: Path
     conf: Path
-    node: str
-    daemons: list[subprocess.Popen] = field(default_factory=list)
+    node: str  # the first node
+    daemons: list[subprocess.Popen] = field(default_factory=list)  # on this machine: both, or slurmctld alone
+    node_set: NodeSet | None = None  # the namespaced nodes, each running its own slurmd
+
+    @property
+    def nodes(self) -> list[str]:
+        return [node.name for node in self.node_set.nodes] if self.node_set is not None else [self.node]
 
     @property
     def env(self) -> dict[str, str]:
@@ -47,9 +59,12 @@ class SlurmCluster:
         return dict(os.environ, SLURM_CONF=str(self.conf))
 
     def stop(self) -> None:
-        """Kill both daemons and every slurmstepd of this cluster (they outlive slurmd, with PID 1 as parent)."""
+        """Kill the daemons and every slurmstepd of this cluster (they outlive slurmd, with PID 1 as parent); the
+        namespaced nodes with all their processes."""
         for proc in self.daemons:
             _kill_group(proc)
+        if self.node_set is not None:
+            self.node_set.teardown()
         for pid in _stepd_pids(self.folder):
             _kill_tree(pid)
 
@@ -63,7 +78,8 @@ class SlurmCluster:
             _kill_tree(pid)
 
     def log_tail(self) -> str:
-        return "; ".join(f"{name}: {_last_lines(self.folder / f'{name}.log')}" for name in DAEMONS)
+        logs = ["slurmctld", *(f"slurmd-{n}" for n in self.nodes)] if self.node_set is not None else DAEMONS
+        return "; ".join(f"{name}: {_last_lines(self.folder / f'{name}.log')}" for name in logs)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -137,16 +153,29 @@ def _node_line() -> str:
     return line
 
 
-def write_conf(folder: Path) -> tuple[Path, str]:
+def write_conf(folder: Path, *, controller: str | None = None, nodes: dict[str, str] | None = None) -> tuple[Path, str]:
+    """slurm.conf in `folder`, and the first node's name. By default one node, this machine as `slurmd -C` sees
+    it, with the controller on it. `controller` (``name(address)``) and `nodes` ({name: address}) make a cluster
+    of several nodes of this machine's size, each reached at its own address (tests/ns_nodes.py); their
+    slurmd's spool, PID and log files are kept apart by Slurm's %n (the node's name)."""
     node_line = _node_line()
-    node = node_line.split()[0].split("=", 1)[1]
+    if nodes is None:
+        node = node_line.split()[0].split("=", 1)[1]
+        node_lines = [f"{node_line.split(' UpTime=')[0]} State=UNKNOWN"]
+        names = [node]
+    else:
+        hardware = " ".join(node_line.split(" UpTime=")[0].split()[1:])  # CPUs=2 Boards=1 ... RealMemory=...
+        node_lines = [f"NodeName={name} NodeAddr={address} {hardware} State=UNKNOWN"
+                      for name, address in nodes.items()]
+        names = list(nodes)
+    per_node = "-%n" if nodes is not None else ""
     ctld_port, slurmd_port = _free_ports(2)
     for sub in ("state", "spool"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     conf = folder / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=gputoptest",
-        f"SlurmctldHost={node}",
+        f"SlurmctldHost={controller or names[0]}",
         f"SlurmctldPort={ctld_port}",
         f"SlurmdPort={slurmd_port}",
         "AuthType=auth/none",
@@ -157,11 +186,11 @@ def write_conf(folder: Path) -> tuple[Path, str]:
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={folder / 'state'}",
-        f"SlurmdSpoolDir={folder / 'spool'}",
+        f"SlurmdSpoolDir={folder / 'spool'}{'/%n' if nodes is not None else ''}",
         f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-        f"SlurmdPidFile={folder / 'slurmd.pid'}",
+        f"SlurmdPidFile={folder / f'slurmd{per_node}.pid'}",
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
-        f"SlurmdLogFile={folder / 'slurmd.log'}",
+        f"SlurmdLogFile={folder / f'slurmd{per_node}.log'}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "ReturnToService=2",
@@ -175,49 +204,105 @@ def write_conf(folder: Path) -> tuple[Path, str]:
         "KillWait=5",
         "MinJobAge=300",
         # Jobs of several tests share one small node: each may take its CPUs again.
-        f"{node_line.split(' UpTime=')[0]} State=UNKNOWN",
-        f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
+        *node_lines,
+        f"PartitionName={PARTITION} Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+        "OverSubscribe=FORCE:4",
         "",
     ]))
-    return conf, node
+    return conf, names[0]
 
 
-def _node_state(env: dict[str, str], node: str) -> str:
+def _node_states(env: dict[str, str], nodes: list[str]) -> dict[str, str]:
+    """{node: state} as sinfo says it (idle, down, unknown, ...); empty when sinfo does not answer."""
     try:
-        out = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, env=env,
-                             timeout=10)
+        out = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N %T"], capture_output=True,
+                             text=True, env=env, timeout=10)
     except subprocess.TimeoutExpired:
-        return ""
-    return out.stdout.strip()
+        return {}
+    return dict(line.split(None, 1) for line in out.stdout.splitlines() if len(line.split()) == 2)
 
 
-def start_cluster(folder: Path) -> SlurmCluster:
-    """Start a one-node cluster in `folder`; ClusterUnavailable when it cannot run here."""
+def _check_installed() -> None:
     missing = [name for name in (*DAEMONS, *CLIENTS) if shutil.which(name) is None]
     if missing:
         raise ClusterUnavailable(f"Slurm is not installed ({', '.join(missing)} missing): "
                                  "apt-get install slurmd slurmctld slurm-client")
     if os.geteuid() != 0:
         raise ClusterUnavailable("the test cluster runs slurmd as root (SlurmdUser=root): not root here")
+
+
+def _start_daemon(cluster: SlurmCluster, daemon: str) -> subprocess.Popen:
+    # -D: stay in the foreground, so the Popen is the daemon; -i (slurmctld): ignore state from a past run.
+    extra = ["-i"] if daemon == "slurmctld" else []
+    proc = subprocess.Popen(
+        [daemon, "-D", *extra, "-f", str(cluster.conf)], env=cluster.env, cwd=cluster.folder,
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=(cluster.folder / f"{daemon}.stderr").open("w"))
+    cluster.daemons.append(proc)
+    return proc
+
+
+def _wait_idle(cluster: SlurmCluster, exited) -> None:
+    """Until sinfo shows every node of the cluster idle; ClusterUnavailable when a daemon exits (`exited()`
+    names those that did) or after START_TIMEOUT_S."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while set((states := _node_states(cluster.env, cluster.nodes)).values()) != {"idle"} or \
+            len(states) != len(cluster.nodes):
+        gone = exited()
+        if gone or time.monotonic() > deadline:
+            why = ", ".join(gone) or f"nodes not idle after {START_TIMEOUT_S:g} s (states {states})"
+            raise ClusterUnavailable(f"the test Slurm cluster did not start: {why}; {cluster.log_tail()}")
+        time.sleep(0.2)
+
+
+def start_cluster(folder: Path) -> SlurmCluster:
+    """Start a one-node cluster in `folder`; ClusterUnavailable when it cannot run here."""
+    _check_installed()
     conf, node = write_conf(folder)
     cluster = SlurmCluster(folder=folder, conf=conf, node=node)
-    env = cluster.env
     try:
         for daemon in DAEMONS:
-            # -D: stay in the foreground, so the Popen is the daemon; -i (slurmctld): ignore state from a past run.
-            extra = ["-i"] if daemon == "slurmctld" else []
-            cluster.daemons.append(subprocess.Popen(
-                [daemon, "-D", *extra, "-f", str(conf)], env=env, cwd=folder, start_new_session=True,
-                stdout=subprocess.DEVNULL, stderr=(folder / f"{daemon}.stderr").open("w")))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while (state := _node_state(env, node)) != "idle":
-            exited = [f"{d} exited with {p.returncode}" for d, p in zip(DAEMONS, cluster.daemons, strict=True)
-                      if p.poll() is not None]
-            if exited or time.monotonic() > deadline:
-                why = ", ".join(exited) or f"node {node} not idle after {START_TIMEOUT_S:g} s (state {state!r})"
-                raise ClusterUnavailable(f"the test Slurm cluster did not start: {why}; {cluster.log_tail()}")
-            time.sleep(0.2)
+            _start_daemon(cluster, daemon)
+        _wait_idle(cluster, lambda: [f"{d} exited with {p.returncode}"
+                                     for d, p in zip(DAEMONS, cluster.daemons, strict=True) if p.poll() is not None])
     except BaseException:
         cluster.stop()
+        raise
+    return cluster
+
+
+def start_namespaced_cluster(folder: Path, count: int = 2) -> SlurmCluster:
+    """A cluster of `count` namespaced nodes n1..nCOUNT (tests/ns_nodes.py): slurmctld on this machine,
+    listening on the nodes' bridge, and in each node its own slurmd (`slurmd -D -f CONF -N nX` as the child of
+    the node's PID 1), which sees only that node's processes. ClusterUnavailable when Slurm or the namespaces
+    cannot run here."""
+    from ns_nodes import NodesUnavailable, make_nodes
+
+    _check_installed()
+    try:
+        node_set = make_nodes(count)
+    except NodesUnavailable as exc:
+        raise ClusterUnavailable(f"no namespaced nodes here: {exc}") from None
+    cluster = None
+    try:
+        conf, first = write_conf(folder, controller=f"{socket.gethostname().split('.')[0]}({node_set.bridge_address})",
+                                 nodes={node.name: node.address for node in node_set.nodes})
+        cluster = SlurmCluster(folder=folder, conf=conf, node=first, node_set=node_set)
+        _start_daemon(cluster, "slurmctld")
+        for node in node_set.nodes:
+            with (folder / f"slurmd-{node.name}.stderr").open("w") as stderr:
+                node.start(f"slurmd -D -f {shlex.quote(str(conf))} -N {node.name}", env=cluster.env, cwd=folder,
+                           stderr=stderr)
+
+        def exited() -> list[str]:
+            gone = [f"slurmctld exited with {p.returncode}" for p in cluster.daemons if p.poll() is not None]
+            return gone + [f"slurmd of {node.name} exited" for node in node_set.nodes
+                           if node.init is not None and node.init.poll() is not None]
+
+        _wait_idle(cluster, exited)
+    except BaseException:
+        if cluster is not None:
+            cluster.stop()
+        else:
+            node_set.teardown()
         raise
     return cluster

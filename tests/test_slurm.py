@@ -5,6 +5,7 @@ commands against the test cluster (tests/slurm_cluster.py), with `gputop --slurm
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -25,6 +26,7 @@ from probes.slurm import (
     show_steps,
     step_of_srun,
     step_root,
+    stepd_pids,
     stepd_title_step,
     tasks_on_node,
 )
@@ -77,6 +79,48 @@ def _srun_tree() -> WatchedTree:
         ProcessFacts(pid=10, ppid=1, role="main", name="srun", cmdline=("srun", "-n", "2", "python", "t.py")),
         ProcessFacts(pid=11, ppid=10, role="other", name="srun", cmdline=("srun", "-n", "2", "python", "t.py")),
     ])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (unshare --pid) needs root")
+def test_a_slurmstepd_in_a_nested_pid_namespace_is_another_nodes(tmp_path):
+    """Two real processes titled as the slurmstepd of step 4242.0: one beside this test, one in a PID namespace
+    of its own (as a namespaced or containerised node's on the same kernel). This machine's /proc shows both;
+    only the first is on this node."""
+    # cat under the name slurmstepd (its comm, as the real daemon's), with the title as its only argument (as
+    # the daemon's rewritten one), reading a pipe this test holds open: it runs until killed.
+    stepd = tmp_path / "slurmstepd"
+    shutil.copy("/bin/cat", stepd)
+    title = "exec -a 'slurmstepd: [4242.0]' " + str(stepd)
+    here = subprocess.Popen(["bash", "-c", title], start_new_session=True, stdin=subprocess.PIPE)
+    nested = subprocess.Popen(["unshare", "--pid", "--fork", "bash", "-c", title], start_new_session=True,
+                              stdin=subprocess.PIPE)
+    try:
+        def both_titled():
+            found = [p for p in (here.pid, *_children(nested.pid)) if "4242" in _cmdline(p)]
+            return found if len(found) == 2 else None
+
+        here_pid, nested_pid = wait_for(both_titled, timeout=30)
+        assert here_pid == here.pid
+        assert stepd_pids(SlurmStep("4242")) == {here.pid: SlurmStep("4242", "0")}
+        assert nested_pid not in stepd_pids()
+    finally:
+        for proc in (here, nested):
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        return ""
 
 
 def test_an_srun_whose_tasks_are_elsewhere_is_never_judged_hung():
