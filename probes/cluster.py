@@ -160,6 +160,13 @@ class ClusterMonitor:
             self.merge(now=frame.time)
         return self._view
 
+    def renamed(self, started_as: str, name: str) -> None:
+        """The agent started for `started_as` calls its node `name` (ssh to an address or a full name, the node's
+        hostname in its frames): the node waited for under the first name is that one, not one more."""
+        node = self.nodes.get(started_as)
+        if node is not None and started_as != name and node.last_frame_time is None and node.lost_at is None:
+            del self.nodes[started_as]
+
     def node_ended(self, name: str, reason: str, at: float | None = None) -> None:
         """A node's stream ended (its agent, or the srun or ssh that ran it, exited): lost from now on."""
         node = self._node(name)
@@ -361,6 +368,7 @@ class StreamEvent:
     frame: Frame | None = None
     ended: str | None = None
     heard_at: float = 0.0
+    started_as: str | None = None  # the name the agent was started for (AgentSpec.node), where `node` differs
 
 
 class AgentStreams:
@@ -403,7 +411,8 @@ class AgentStreams:
                     frame = dataclasses.replace(frame, node=node)
                 node = frame.node  # the agent's own name for its node wins over the one it was started for
                 frames += 1
-                self._events.put(StreamEvent(node, frame=frame, heard_at=time.time()))
+                self._events.put(StreamEvent(node, frame=frame, heard_at=time.time(),
+                                             started_as=spec.node if node != spec.node else None))
         status = process.wait()
         stderr.join(timeout=5.0)  # its last words say why it ended: read them all first
         said = "; ".join(self._stderr.get(spec.node, ()))
@@ -482,6 +491,8 @@ def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Ev
             return
         for event in streams.events(timeout=max(0.0, next_merge - time.monotonic())):
             if event.frame is not None:
+                if event.started_as is not None:
+                    monitor.renamed(event.started_as, event.node)
                 monitor.add(event.frame, heard_at=event.heard_at)
             elif event.ended is not None:
                 ended.add(event.node)

@@ -210,6 +210,50 @@ def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
         assert f"{host}: lost at" in done.stderr and f"Could not resolve hostname {host}" in done.stderr, done.stderr
 
 
+def test_gputop_ssh_command_replaces_ssh_and_batch_mode_is_still_added(monkeypatch):
+    from tui.across_nodes import ssh_agent_command
+
+    argv = ["/opt/venv/bin/python", "-m", "tui", "agent", "--follow"]
+    monkeypatch.delenv("GPUTOP_SSH_COMMAND", raising=False)
+    assert ssh_agent_command("n7", argv)[:2] == ("ssh", "-o")
+    monkeypatch.setenv("GPUTOP_SSH_COMMAND", "/usr/bin/ssh -i '/tmp/my key' -F /dev/null -o IdentitiesOnly=yes")
+    command = ssh_agent_command("n7", argv)
+    assert command[:10] == ("/usr/bin/ssh", "-i", "/tmp/my key", "-F", "/dev/null", "-o", "IdentitiesOnly=yes",
+                            "-o", "BatchMode=yes", "-o")
+    assert command[11:13] == ("n7", "--") and command[-1].endswith("/opt/venv/bin/python -m tui agent --follow")
+    monkeypatch.setenv("GPUTOP_SSH_COMMAND", "   ")  # set but empty: plain ssh, as when unset
+    assert ssh_agent_command("n7", argv)[0] == "ssh"
+
+
+def test_a_gputop_ssh_command_that_does_not_split_is_one_line_and_nothing_starts():
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "tui", "--hosts", "a,b", "--snapshot", os.devnull],
+                          cwd=repo, env=dict(os.environ, PYTHONPATH=repo, GPUTOP_SSH_COMMAND="ssh -i 'unclosed"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "gputop: GPUTOP_SSH_COMMAND: cannot split \"ssh -i 'unclosed\" as a shell would: No closing quotation"]
+
+
+def test_a_host_whose_agent_names_its_node_otherwise_is_one_node_not_two():
+    """--hosts 10.99.0.11,n2: the first agent's frames say n1 (its hostname); n1 takes the waited-for name's place."""
+    monitor = ClusterMonitor(expected_nodes=["10.99.0.11", "n2"])
+    for i in range(4):
+        for frame in straggler_round(i):
+            if frame.node == "n1":
+                monitor.renamed("10.99.0.11", "n1")
+            monitor.add(frame)
+        monitor.merge(now=frame.time)
+    assert [(s.name, s.state) for s in monitor.statuses] == [("n1", "live"), ("n2", "live")]
+    assert monitor.view.job.responsible_rank == 1
+    monitor.renamed("n2", "n2-again")  # a node that already sent frames under its name keeps it
+    assert "n2" in monitor.nodes
+
+
 def many_ranks_round(i: int, nodes: int = 20, slow: int = 7):
     """One rank a node on `nodes` nodes, all with PID 501: rank `slow` augments its batch, the others wait."""
     return [node_frame(f"n{k + 1}", i, k, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),

@@ -24,6 +24,8 @@ DEFAULT_DURATION_S = 10.0
 
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")  # never a password prompt: a host refuses, or not
+# The ssh command and its own options for --hosts, as git's GIT_SSH_COMMAND: a key, a config file, a jump host.
+SSH_COMMAND_VARIABLE = "GPUTOP_SSH_COMMAND"
 
 
 def agent_argv(args: argparse.Namespace, target: list[str] | None = None) -> list[str]:
@@ -68,13 +70,27 @@ def hosts(text: str) -> list[str]:
     return names
 
 
+def ssh_command() -> tuple[str, ...]:
+    """The ssh program and options: $GPUTOP_SSH_COMMAND split as a shell would (`ssh -i KEY -F CONFIG`), else
+    `ssh`. OpenSSH reads ~/.ssh from the passwd entry's home, not $HOME: this is how a key or a config of one's
+    own reaches it."""
+    text = os.environ.get(SSH_COMMAND_VARIABLE, "")
+    if not text.strip():
+        return ("ssh",)
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{SSH_COMMAND_VARIABLE}: cannot split {text!r} as a shell would: {exc}") from None
+
+
 def ssh_agent_command(host: str, argv: list[str]) -> tuple[str, ...]:
     """ssh to `host` running the agent: the remote shell gets one quoted command line, with this PYTHONPATH
-    (the installation is expected at the same path there, as on a shared filesystem)."""
+    (the installation is expected at the same path there, as on a shared filesystem). BatchMode=yes comes after
+    the options of $GPUTOP_SSH_COMMAND: ssh keeps an option's first value, so one given there on purpose wins."""
     path = os.environ.get("PYTHONPATH")
     path = os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep) if p) if path else None
     remote = (["env", f"PYTHONPATH={path}"] if path else []) + argv
-    return ("ssh", *SSH_OPTIONS, host, "--", shlex.join(remote))
+    return (*ssh_command(), *SSH_OPTIONS, host, "--", shlex.join(remote))
 
 
 def run_across_nodes(args: argparse.Namespace) -> int:

@@ -76,7 +76,9 @@ class AttachCommand:
                                  "runs none, as on a login node)")
         parser.add_argument("--hosts", metavar="A,B,...",
                             help="without Slurm: start `gputop agent --follow` on each host over ssh (your ssh "
-                                 "config, BatchMode=yes) and merge their training jobs into one")
+                                 "config, BatchMode=yes) and merge their training jobs into one; "
+                                 "$GPUTOP_SSH_COMMAND replaces `ssh` with a command and options of your own "
+                                 "(\"ssh -i KEY -F CONFIG\"), as git's GIT_SSH_COMMAND")
         # Test-only: the agents' commands, one per node, instead of srun's (tests/test_cluster_e2e.py).
         parser.add_argument("--agent-command", action="append", default=None, help=argparse.SUPPRESS)
 
