@@ -358,6 +358,9 @@ class AgentSpec:
 
     node: str
     argv: tuple[str, ...]
+    # The exit status with which the command says it never reached the node (ssh: 255): then no frame came
+    # because the node refused or was unreachable, not because it lacks this installation.
+    unreachable_status: int | None = None
 
 
 @dataclass(frozen=True)
@@ -417,7 +420,10 @@ class AgentStreams:
         stderr.join(timeout=5.0)  # its last words say why it ended: read them all first
         said = "; ".join(self._stderr.get(spec.node, ()))
         why = f"its agent's stream ended (exit status {status})" + (f": {said}" if said else "")
-        if not frames:  # it never ran: the host refused, or the node lacks this installation at the same path
+        if not frames and spec.unreachable_status is not None and status == spec.unreachable_status:
+            why = (f"no frame came: {spec.argv[0]} did not connect or was refused (exit status {status})" +
+                   (f": {said}" if said else ""))
+        elif not frames:  # it never ran: the host refused, or the node lacks this installation at the same path
             why = (f"no frame came (exit status {status})" + (f": {said}" if said else "") +
                    f"; it ran `{' '.join(spec.argv[-8:])}`: every node needs this gputop's Python and PYTHONPATH "
                    "at the same path")

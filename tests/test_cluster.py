@@ -208,6 +208,7 @@ def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
     assert "Traceback" not in done.stderr
     for host in ("gputop-a.invalid", "gputop-b.invalid"):
         assert f"{host}: lost at" in done.stderr and f"Could not resolve hostname {host}" in done.stderr, done.stderr
+    assert done.stderr.count("ssh did not connect or was refused (exit status 255)") == 2, done.stderr
 
 
 def test_gputop_ssh_command_replaces_ssh_and_batch_mode_is_still_added(monkeypatch):

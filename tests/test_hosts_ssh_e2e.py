@@ -191,7 +191,9 @@ def test_a_host_that_refuses_the_key_is_one_line_and_the_other_works(ssh_job, tm
     assert merge.returncode == 0, stderr
     lines = [line for line in stderr.splitlines() if job.n2.address in line and "starting an agent" not in line]
     assert len(lines) == 1 and lines[0].startswith(refused), stderr
+    assert "no frame came: ssh did not connect or was refused (exit status 255): " in lines[0], lines[0]
     assert "Permission denied (publickey)" in lines[0] and "Traceback" not in stderr, stderr
+    assert "same path" not in lines[0]  # not the hint for a node that lacks the installation: ssh was refused
     document = json.loads(snapshot.read_text())
     nodes = {n["name"]: n for n in document["nodes"]}
     assert nodes["n1"]["state"] == "live" and nodes[job.n2.address]["state"] == "lost", nodes

@@ -26,6 +26,7 @@ DEFAULT_DURATION_S = 10.0
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")  # never a password prompt: a host refuses, or not
 # The ssh command and its own options for --hosts, as git's GIT_SSH_COMMAND: a key, a config file, a jump host.
 SSH_COMMAND_VARIABLE = "GPUTOP_SSH_COMMAND"
+SSH_FAILED = 255  # ssh's exit status for its own failure (no connection, refused), not the remote command's
 
 
 def agent_argv(args: argparse.Namespace, target: list[str] | None = None) -> list[str]:
@@ -52,7 +53,8 @@ def agent_specs(args: argparse.Namespace):
         return [AgentSpec(f"agent-{i + 1}", tuple(shlex.split(command)))
                 for i, command in enumerate(args.agent_command)]
     if args.hosts:
-        return [AgentSpec(host, ssh_agent_command(host, agent_argv(args, ["--follow"]))) for host in hosts(args.hosts)]
+        return [AgentSpec(host, ssh_agent_command(host, agent_argv(args, ["--follow"])), unreachable_status=SSH_FAILED)
+                for host in hosts(args.hosts)]
     nodes = job_nodes(args.slurm_job)
     if isinstance(nodes, SlurmError):
         raise UsageError(f"--slurm-job {args.slurm_job}: {nodes.reason}")
