@@ -176,6 +176,7 @@ def test_from_the_host_the_hung_rank_and_its_node_are_named(slurm_two_nodes, tmp
         verdict = wait_job_verdict(merge, record, 5.0,
                                    lambda j: j.finding == "hung_rank" and j.verdict.liveness == "hung")
         stderr = stop_merge(merge)
+        pids_seen = {node.name: node_pids(node, "slurm_ddp_job.py") for node in cluster.node_set.nodes}
     finally:
         if merge is not None and merge.poll() is None:
             stop_merge(merge)
@@ -189,3 +190,6 @@ def test_from_the_host_the_hung_rank_and_its_node_are_named(slurm_two_nodes, tmp
     assert document["job"]["finding"] == "hung_rank" and document["job"]["responsible_rank"] == 1, document["job"]
     assert {(r["rank"], r["node"]) for r in document["job"]["ranks"]} == {(0, "n1"), (1, "n2")}
     assert {n["name"]: n["state"] for n in document["nodes"]} == {"n1": "live", "n2": "live"}
+    # The snapshot's PIDs are each node's own, as its agent read them there.
+    for rank in document["job"]["ranks"]:
+        assert rank["pid"] in pids_seen[rank["node"]], (rank["pid"], pids_seen)
