@@ -96,8 +96,11 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for arm in args.arms:
                         for kind in ("none", arm):
-                            results[kind].append(run_phase(kind, target.pid, rate, args.phase_seconds,
-                                                           progress, monitor_cpu))
+                            phase = run_phase(kind, target.pid, rate, args.phase_seconds, progress, monitor_cpu)
+                            results[kind].append(phase)
+                            # Each phase as it ends: on a noisy machine the spread says more than the median.
+                            print(f"  phase {kind}: {phase['steps_per_s']:.1f} steps/s, "
+                                  f"{phase['cpu_s'] / phase['wall_s']:.3f} cores", flush=True)
                 base = statistics.median(r["steps_per_s"] for r in results["none"])
                 for kind in results:
                     speed = statistics.median(r["steps_per_s"] for r in results[kind])

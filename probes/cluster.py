@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -29,7 +30,8 @@ from typing import Any, Literal
 
 from probes.diagnosis.job import diagnose_job_across_nodes, reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
-from probes.frame import Frame, JobVerdict, from_jsonable
+from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable
+from probes.jobs.world import ranges_text, rank_ranges
 from probes.monitor import Monitor, MonitorView, VerdictChange
 from probes.recording import RECORDING_SCHEMA, Recorder
 
@@ -38,6 +40,11 @@ MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login no
 SLOWER_CLOCK_SHARE = 0.85  # a node whose GPUs clock below this share of the fastest node's is named
 BUSY_CPU_SHARE = 0.9  # a node whose CPUs are this busy (by anyone) is named as taken
 STDERR_LINES_KEPT = 5
+# Past this many ranks the rank table and the snapshot summarise ranks that agree (agreeing_ranks): 512 rows
+# say less than "ranks 2–511 on n1..n256: waits 80–90% for the others, like rank 1".
+SUMMARY_MIN_RANKS = 16
+MIN_GROUP = 3  # fewer agreeing ranks than this are shown one by one
+WAITING_SHARE = 0.5  # ranks on either side of this wait share never agree
 
 NodeState = Literal["waiting", "live", "lost"]
 
@@ -187,8 +194,9 @@ class ClusterMonitor:
         pair = (verdict.bottleneck, verdict.liveness)
         if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
             self._timeline.append(VerdictChange(verdict.since if verdict.since is not None else now, *pair))
+        node_frames = {name: node.monitor.view.frames for name, node in answering.items()}
         self._view = dataclasses.replace(base, verdict=verdict, job=self._job, timeline=tuple(self._timeline),
-                                         replay=self.replay, nodes=self._statuses)
+                                         replay=self.replay, nodes=self._statuses, node_frames=node_frames)
         return self._view
 
     def snapshot(self) -> dict[str, Any]:
@@ -201,6 +209,10 @@ class ClusterMonitor:
         document = build_snapshot(view.frames, view.verdict, self.comparison, pace=view.pace, job=view.job,
                                   shares=view.shares, cannot_see=view.cannot_see)
         document["nodes"] = [node_document(s) for s in self._statuses]
+        # target, processes, cpu, host, gpus and stacks are one node's (PIDs are each node's own): say whose.
+        document["frames_node"] = view.latest.node
+        if document.get("job") is not None and view.job is not None and len(view.job.ranks) > SUMMARY_MIN_RANKS:
+            document["job"]["rank_groups"] = [rank_group_document(g) for g in agreeing_ranks(view.job)]
         return document
 
     def close(self) -> None:
@@ -235,6 +247,74 @@ class ClusterMonitor:
             gpu_clock_mhz=round(sum(clocks) / len(clocks), 1) if clocks else None,
             busy_cpu_share=round(busy, 3) if busy is not None else None,
             bottleneck=view.verdict.bottleneck)
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """Ranks that agree (the same bottleneck and liveness, on the same side of half their time waiting), shown
+    as their lowest rank (`like`) and one line for the rest."""
+
+    like: RankVerdict
+    others: tuple[RankVerdict, ...]
+
+    @property
+    def ranks_text(self) -> str:
+        return ranges_text(rank_ranges(r.rank for r in self.others))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({r.node for r in self.others if r.node is not None}, key=_natural))
+
+    @property
+    def nodes_text(self) -> str:
+        """'n2', 'n2, n3', 'n2..n8' (first..last of more than two, in natural order)."""
+        nodes = self.nodes
+        return ", ".join(nodes) if len(nodes) <= 2 else f"{nodes[0]}..{nodes[-1]}"
+
+    @property
+    def waits(self) -> tuple[float, float] | None:
+        shares = [r.collective_wait_ratio for r in self.others if r.collective_wait_ratio is not None]
+        return (min(shares), max(shares)) if shares else None
+
+    def line(self) -> str:
+        """'ranks 2–511 on n1..n256: comms_bound, waits 80–90%, like rank 1'."""
+        waits = self.waits
+        said = self.like.verdict.bottleneck if self.like.verdict.liveness != "hung" else "hung"
+        if waits is not None:
+            said += f", waits {100 * waits[0]:.0f}%" + (f"–{100 * waits[1]:.0f}%" if waits[1] > waits[0] else "")
+        where = f" on {self.nodes_text}" if self.nodes else ""
+        return f"ranks {self.ranks_text}{where}: {said}, like rank {self.like.rank}"
+
+
+def agreeing_ranks(job: JobVerdict | None, keep: Sequence[tuple[str | None, int]] = ()) -> tuple[RankGroup, ...]:
+    """The job's ranks that agree, grouped (a pure function of the verdict, for the rank table and the snapshot
+    of a job of many ranks): the rank the verdict names and the ranks in `keep` ((node, pid): the one a person
+    selected) are never folded into a group; groups of fewer than MIN_GROUP ranks are not made."""
+    if job is None:
+        return ()
+    kept = set(keep)
+    by_key: dict[tuple, list[RankVerdict]] = {}
+    for rank in sorted(job.ranks, key=lambda r: r.rank):
+        if rank.rank == job.responsible_rank or (rank.node, rank.pid) in kept:
+            continue
+        waits = rank.collective_wait_ratio
+        key = (rank.verdict.bottleneck, rank.verdict.liveness, None if waits is None else waits >= WAITING_SHARE)
+        by_key.setdefault(key, []).append(rank)
+    groups = [RankGroup(ranks[0], tuple(ranks[1:])) for ranks in by_key.values() if len(ranks) >= MIN_GROUP]
+    return tuple(sorted(groups, key=lambda g: g.like.rank))
+
+
+def rank_group_document(group: RankGroup) -> dict[str, Any]:
+    """A group in the snapshot's `job.rank_groups`."""
+    return {"like_rank": group.like.rank, "ranks": [list(span) for span in rank_ranges(r.rank for r in group.others)],
+            "count": len(group.others), "nodes": list(group.nodes), "bottleneck": group.like.verdict.bottleneck,
+            "liveness": group.like.verdict.liveness,
+            "collective_wait_ratio": list(group.waits) if group.waits is not None else None, "line": group.line()}
+
+
+def _natural(name: str) -> tuple:
+    """n2 before n10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def _lost_lines(statuses: Sequence[NodeStatus]) -> list[str]:

@@ -44,6 +44,8 @@ class EngineConfig:
     tokens_per_iter: int | None = None
     # Watch only the named process and its workers, not the job around it (its launcher and the other ranks).
     process_only: bool = False
+    # Ask the ranks for a Flight Recorder dump once, at the first reading (--fr-dump): gputop is read-only otherwise.
+    fr_dump: bool = False
 
 
 def phase_signals(processes) -> dict[int, PhaseSignals]:
@@ -97,6 +99,8 @@ class Engine:
         self._gpu = (gpu if gpu is not None else NvmlGpuProbe(nvml)) if config.read_gpu else None
         self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
         self._collectives = FlightRecorderProbe()  # reads only ranks whose environment shows a recorder
+        if config.fr_dump:
+            self._collectives.request_dump()
         self._last_stacks: StacksReading | None = None  # the job layout reads the parents' stacks of last tick
         self._sampler: StackSampler | None = None
         if config.sample_stacks:
@@ -163,6 +167,15 @@ class Engine:
             job=job,
             collectives=collectives,
         )
+
+    def request_flight_recorder_dump(self) -> None:
+        """The user asked for a Flight Recorder dump (`f` in the TUI): done at the next tick, said in its frame
+        (Frame.collectives.asks). Safe to call from another thread than the one that ticks."""
+        self._collectives.request_dump()
+
+    def awaited_dumps(self) -> list[str]:
+        """Dumps asked for that have not come yet, one line each."""
+        return self._collectives.awaited_lines()
 
     def _resample_new_programs(self, processes) -> None:
         """A process whose command line changed ran a new program (exec keeps the PID): sample it afresh,

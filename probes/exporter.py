@@ -4,8 +4,9 @@ metric families on every scrape.
 Nothing here samples or folds frames: a scrape reads the views the sampling loop last published (one
 immutable MonitorView per watched target) and describes them, so a target that ended and was dropped has no
 series left (no stale values, no timestamps: Prometheus stamps the scrape). What a series may carry is fixed
-by its labels: host, training_job, rank, pid, gpu, uuid, and for the one info series per job the responsible
-frame (function, file, line). Never an environment value, a command line or a stack.
+by its labels: host, training_job, job_id, rank, pid, gpu, uuid, and for the one info series per job the
+responsible frame (function, file, line). Never an environment value (job_id is a scheduler's job id read from
+one, nothing else of it), a command line or a stack.
 
 The label is ``training_job``, not ``job``: Prometheus gives every scraped series its own ``job`` label (the
 scrape job's name) and would rename ours to ``exported_job``.
@@ -42,7 +43,8 @@ CLOCK_EVENT_REASONS = (
 ANONYMOUS_RUN_IDS = ("", "none")
 
 TARGET_LABELS = ("host", "training_job", "pid")
-RANK_LABELS = ("host", "training_job", "rank", "pid", "gpu", "uuid")
+RANK_LABELS = ("host", "training_job", "job_id", "rank", "pid", "gpu", "uuid")
+JOB_LABELS = ("host", "training_job", "job_id")
 GPU_LABELS = ("host", "gpu", "uuid")
 
 
@@ -63,6 +65,21 @@ def training_job_label(frame: Frame) -> str:
     if job.run_id and job.run_id.strip().lower() not in ANONYMOUS_RUN_IDS:
         return job.run_id
     return f"{job.kind}-{job.launcher_pid or job.root_pid}"
+
+
+def job_id_label(frame: Frame) -> str:
+    """The job's id that every node of it agrees on, for joining its ranks across instances: Slurm's job
+    (JOBID.STEP, from the ranks' environment, whatever launcher started them), else torchrun's run id when one
+    was given; "" when there is none (a node-local name such as a launcher's PID would join nothing, or join
+    two jobs by chance). One value per job, so it adds no series."""
+    job = frame.job
+    if job is None:
+        return ""
+    if job.slurm_job:
+        return job.slurm_job
+    if job.run_id and job.run_id.strip().lower() not in ANONYMOUS_RUN_IDS:
+        return job.run_id
+    return ""
 
 
 def _ratio(pct: float | None) -> float | None:
@@ -122,13 +139,14 @@ def build_metrics(watched: Iterable[WatchedView], host: str) -> list[Metric]:
         frame = view.latest
         job_label = training_job_label(frame)
         target = (host, job_label, str(frame.target.pid))
+        job_values = (host, job_label, job_id_label(frame))
         _verdict_metrics(families, "gputop", "The verdict on the watched target", TARGET_LABELS, target,
                          _with_job_silence(view))
         _pace_metrics(families, view, item.mfu_floor, target)
         _cpu_metrics(families, frame, target)
         if view.job is not None:
-            _job_metrics(families, view.job, frame, host, job_label)
-        _responsible_frame(families, view, frame, host, job_label)
+            _job_metrics(families, view.job, frame, job_values)
+        _responsible_frame(families, view, frame, job_values)
         shown = view.shown
         for device in shown.gpu.devices:
             key = device.uuid or f"{host}/{device.index}"
@@ -196,15 +214,15 @@ def _cpu_metrics(families: _Families, frame: Frame, target: Sequence[str]) -> No
                  target, _ratio(overhead.sampler_cpu_pct))
 
 
-def _job_metrics(families: _Families, job: JobVerdict, frame: Frame, host: str, job_label: str) -> None:
+def _job_metrics(families: _Families, job: JobVerdict, frame: Frame, job_values: Sequence[str]) -> None:
+    """The job's finding and its ranks' series; job_values are JOB_LABELS' values."""
     families.state_set("gputop_job_finding", "How the job's ranks compare: straggler, hung_rank, rank_exited, "
                        "shared (all limited alike), mixed, single, elsewhere (its processes are not watched)",
-                       ("host", "training_job")).add_metric(
-        [host, job_label], {state: job.finding == state for state in JOB_FINDINGS})
+                       JOB_LABELS).add_metric(list(job_values), {state: job.finding == state for state in JOB_FINDINGS})
     uuids = {device.index: device.uuid or "" for device in frame.gpu.devices}
     for rank in job.ranks:
         gpu = "" if rank.gpu_index is None else str(rank.gpu_index)
-        values = (host, job_label, str(rank.rank), str(rank.pid), gpu, uuids.get(rank.gpu_index, ""))
+        values = (*job_values, str(rank.rank), str(rank.pid), gpu, uuids.get(rank.gpu_index, ""))
         _verdict_metrics(families, "gputop_rank", "One rank's own verdict", RANK_LABELS, values, rank.verdict)
         families.set("gputop_rank_collective_wait_ratio", "Share of the rank's main-thread samples spent waiting "
                      "in a collective, 0-1: the slowest rank waits least", RANK_LABELS, values,
@@ -214,7 +232,7 @@ def _job_metrics(families: _Families, job: JobVerdict, frame: Frame, host: str, 
                      "the exited rank), else 0", RANK_LABELS, values, float(rank.rank == job.responsible_rank))
 
 
-def _responsible_frame(families: _Families, view: MonitorView, frame: Frame, host: str, job_label: str) -> None:
+def _responsible_frame(families: _Families, view: MonitorView, frame: Frame, job_values: Sequence[str]) -> None:
     """One info series per job: where the process the verdict blames spends its time (its main thread's latest
     sampled stack, reduced to the one frame that explains it), never the stack itself."""
     if view.verdict.liveness == "exited":
@@ -237,8 +255,8 @@ def _responsible_frame(families: _Families, view: MonitorView, frame: Frame, hos
     where = activity.responsible or activity.user_frame or stack.frames[0]
     caller = activity.user_frame if activity.user_frame not in (None, where) else None
     families.info("gputop_responsible_frame", "Where the process the verdict blames is: the stack frame that "
-                  "explains it and the user's own frame that called it", ("host", "training_job", "rank", "pid")
-                  ).add_metric([host, job_label, rank, str(pid)],
+                  "explains it and the user's own frame that called it", (*JOB_LABELS, "rank", "pid")
+                  ).add_metric([*job_values, rank, str(pid)],
                                {"function": where.function, "file": short_path(where.file), "line": str(where.line),
                                 "called_from": describe(caller) if caller is not None else ""})
 

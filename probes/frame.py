@@ -358,6 +358,9 @@ class JobInfo:
     # One line for the user, e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it".
     note: str | None = None
     slurm_step: str | None = None  # the Slurm job step whose tasks are watched, JOBID.STEP ("12.0")
+    # The Slurm job the ranks run in, whatever launched them (torchrun under srun too): JOBID.STEP, or JOBID in a
+    # batch script. The same on every node of the job, where launcher PIDs and hostnames differ (/metrics job_id).
+    slurm_job: str | None = None
     # The watched tree is a client (srun, salloc) of a job whose training processes are not in it: nothing there
     # to judge, so the job's liveness is unknown, never hung.
     training_elsewhere: bool = False
@@ -403,7 +406,23 @@ class RankCollectives:
     reason: str | None = None  # why not available, or what the job would need to expose it
     groups: tuple[GroupCollectives, ...] = ()
     read_at: float | None = None  # Unix time of the dump (a dump file's mtime; the tick's time for a live read)
-    trigger: str | None = None  # a way to make the job dump that the job enabled, said, never used by gputop
+    trigger: str | None = None  # a way to make the job dump that the job enabled; used only when the user asks
+
+
+@dataclass(frozen=True)
+class FlightRecorderAsk:
+    """What gputop did about one training process when the user asked for a Flight Recorder dump (--fr-dump, or
+    `f` in the TUI), or what came of it later; `line` is said on screen or stderr as it happens."""
+
+    rank: int | None
+    pid: int | None
+    # "pipe_written": asked the rank to dump through NCCL's debug-info pipe; "dumped": the dump it wrote was read;
+    # "no_dump": none came within the wait; "read_now": its worker server was read at once (read-only);
+    # "not_asked": no trigger (the line says what to set) or the pipe could not be written (the line says why)
+    action: str
+    line: str
+    path: str | None = None  # the pipe written, the dump read or the socket asked
+    at: float | None = None  # Unix time
 
 
 @dataclass(frozen=True)
@@ -411,6 +430,8 @@ class CollectivesReading:
     """The Flight Recorders of the job's ranks that opted in; ranks that did not are absent."""
 
     ranks: tuple[RankCollectives, ...] = ()
+    # What this tick did on the user's request for a dump, and dumps asked for that arrived: empty on other ticks.
+    asks: tuple[FlightRecorderAsk, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -284,6 +284,10 @@ MODEL_BUILDERS: dict[str, ModelBuilder] = {  # one per family of probes.models.F
 }
 
 
+# Steps a batch size must survive to count as fitting (see _search_largest_batch).
+FIT_CHECK_STEPS = 2
+
+
 def largest_fitting_batch(fits: Callable[[int], bool], failed_batch: int) -> int:
     """Largest batch in [1, failed_batch) for which fits() is True (binary search; memory is monotone
     in batch size); 0 when even 1 does not fit."""
@@ -618,7 +622,12 @@ def _search_largest_batch(config: ProbeConfig, plan: _Plan, torch) -> int:
 
     def one_step(batch_size: int) -> None:
         trainer = _Trainer(config, plan, batch_size, False, torch)
-        trainer.step()
+        # Two steps, not one: AdamW allocates its two moments at the end of the first step, so only the
+        # second step's forward and backward hold activations, gradients and optimizer state at once. A
+        # one-step check passed llama-3-8b (2 layers, block 8192) at batch 4 on an H100, and the probe then
+        # ran out of memory at batch 4.
+        for _ in range(FIT_CHECK_STEPS):
+            trainer.step()
         trainer.synchronize()
 
     def fits(batch_size: int) -> bool:

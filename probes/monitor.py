@@ -92,6 +92,10 @@ class MonitorView:
     # A job merged across nodes (probes/cluster.py): each node's probes.cluster.NodeStatus, lost ones included;
     # () on a one-node run.
     nodes: tuple[Any, ...] = ()
+    # A job merged across nodes: each answering node's own frames by node name ({} on a one-node run). `frames`
+    # are the lead node's; a front end that shows another node's rank shows that node's frames (PIDs are each
+    # node's own, so one node's PID means nothing in another's frames).
+    node_frames: dict[str, tuple[Frame, ...]] = field(default_factory=dict)
 
     @property
     def latest(self) -> Frame:
@@ -101,14 +105,24 @@ class MonitorView:
     def shown_frames(self) -> tuple[Frame, ...]:
         """Frames up to the last one taken while the target lived: after it exits, the panes keep
         showing what it was doing rather than an empty tree."""
-        for index in range(len(self.frames) - 1, -1, -1):
-            if self.frames[index].target.alive:
-                return self.frames[: index + 1]
-        return self.frames
+        return _up_to_last_alive(self.frames)
+
+    def shown_frames_on(self, node: str | None) -> tuple[Frame, ...]:
+        """shown_frames of one node of a job merged across nodes; the lead node's for None or a node that
+        sends no frames now (lost)."""
+        frames = self.node_frames.get(node) if node is not None else None
+        return _up_to_last_alive(frames) if frames else self.shown_frames
 
     @property
     def shown(self) -> Frame:
         return self.shown_frames[-1]
+
+
+def _up_to_last_alive(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    for index in range(len(frames) - 1, -1, -1):
+        if frames[index].target.alive:
+            return frames[: index + 1]
+    return frames
 
 
 def recording_meta(pid: int | None, hang_after_s: float, comparison: ComparisonInputs | None = None) -> dict[str, Any]:

@@ -32,6 +32,9 @@ _STEP_ID = re.compile(r"^(\d+)(?:\.(\w+))?$")
 _CGROUP_STEP = re.compile(r"/job_(\d+)/step_(\w+)(?:/(?:.*/)?task_(\d+))?")
 # Asked each tick (the note of an srun whose tasks are elsewhere): scontrol is asked at most this often.
 _SRUN_LOOKUP_TTL_S = 10.0
+# The name of the step a merging gputop starts its agent in on each node (agent_step_command): a step of the
+# job to Slurm, never one of its task steps to gputop.
+AGENT_STEP_NAME = "gputop-agent"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,56 @@ def stepd_pids(step: SlurmStep | None = None) -> dict[int, SlurmStep]:
     return found
 
 
+def is_agent_command(cmdline: tuple[str, ...] | list[str]) -> bool:
+    """A `gputop agent` process (`python -m tui agent ...`, or the `gputop agent` entry point): another merge's
+    agent, whose step, py-spy and all are never part of the job it watches."""
+    words = list(cmdline)
+    for index in range(1, len(words)):
+        if words[index] != "agent":
+            continue
+        before = words[index - 1]
+        if os.path.basename(before) == "gputop" or (before == "tui" and index >= 2 and words[index - 2] == "-m"):
+            return True
+    return False
+
+
+def agent_steps(step: SlurmStep, stepds: dict[int, SlurmStep]) -> set[SlurmStep]:
+    """The steps among `stepds` ({pid: step} on this node) that run a gputop agent, not the job's tasks: those
+    whose tasks are `gputop agent` processes, and those Slurm names AGENT_STEP_NAME (which also covers an agent
+    step whose task is not started yet). Two merges of one job each start agent steps: neither may take the
+    other's for the job, whose newest task step it would be."""
+    children: dict[int, list] = {}
+    for proc in node_processes().values():
+        children.setdefault(proc.ppid, []).append(proc)
+    found = {served for pid, served in stepds.items()
+             if any(is_agent_command(child.cmdline) for child in children.get(pid, ()))}
+    named = show_steps(SlurmStep(step.job_id))
+    if not isinstance(named, SlurmError):  # Slurm unreachable: the processes alone say it
+        found |= {s.step for s in named if s.name == AGENT_STEP_NAME}
+    return found
+
+
+def agent_processes(procs) -> set[int]:
+    """Of a process table ({pid: probes.proctree.NodeProcess}): the gputop agents, the slurmstepd of each one's
+    step, and what the agents started (their py-spy). None of them is ever a training job: a census (follow
+    mode, the picker) leaves them out."""
+    agents = {pid for pid, proc in procs.items() if is_agent_command(proc.cmdline)}
+    found = set(agents)
+    for pid in agents:
+        parent = procs.get(procs[pid].ppid)
+        if parent is not None and parent.name == STEPD_COMM:
+            found.add(parent.pid)
+    for pid, proc in procs.items():  # their descendants
+        seen, current = set(), proc.ppid
+        while current in procs and current not in seen:
+            if current in agents:
+                found.add(pid)
+                break
+            seen.add(current)
+            current = procs[current].ppid
+    return found
+
+
 def own_step() -> SlurmStep | None:
     """The step this process itself runs in (a `gputop agent` started by srun), from Slurm's variables."""
     job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
@@ -148,10 +201,14 @@ def own_step() -> SlurmStep | None:
 def task_stepd(step: SlurmStep) -> tuple[int, SlurmStep] | None:
     """The slurmstepd on this node of a task step, or, for a whole job, of its newest task step (the one with
     the highest number: the step running now, when a batch script runs its steps one after another). Never the
-    step this process runs in: an agent started as a step of the job (srun --overlap) is the newest one."""
+    step this process runs in, nor any step that runs a gputop agent (agent_steps): an agent started as a step of
+    the job (srun --overlap), this gputop's or another's, is the newest one."""
     mine = own_step()
     candidates = [(pid, served) for pid, served in stepd_pids(step).items()
                   if served.is_task_step and served != mine]
+    if candidates:
+        agents = agent_steps(step, dict(candidates))
+        candidates = [(pid, served) for pid, served in candidates if served not in agents]
     if not candidates:
         return None
     return max(candidates, key=lambda item: (int(item[1].step) if item[1].step.isdigit() else -1, item[0]))
@@ -315,4 +372,4 @@ def agent_step_command(job: SlurmStep, node: str, agent_argv: list[str] | tuple[
     none of their CPUs or GPUs from them). One srun per node, so each node's frames come through a pipe of their
     own: no label to strip, long lines of two nodes never interleave, and a node's srun ending is that node lost."""
     return ("srun", "--jobid", job.job_id, "--overlap", "--nodes", "1", "--ntasks", "1", "--nodelist", node,
-            "--job-name", "gputop-agent", "--quiet", *agent_argv)
+            "--job-name", AGENT_STEP_NAME, "--quiet", *agent_argv)

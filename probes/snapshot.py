@@ -115,7 +115,7 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "max_speedup": verdict.max_speedup,
         },
         "job": job_document(latest, job),
-        "collectives": collectives_document(latest),
+        "collectives": collectives_document(latest, frames),
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
@@ -179,14 +179,18 @@ def job_document(latest: Frame, job: JobVerdict | None) -> dict[str, Any] | None
     }
 
 
-def collectives_document(latest: Frame) -> dict[str, Any] | None:
-    """The ranks' Flight Recorders (null when no rank shows one): where each rank stands per process group,
-    and the collectives some ranks wait in that others never entered."""
-    if latest.collectives is None:
+def collectives_document(latest: Frame, frames=()) -> dict[str, Any] | None:
+    """The ranks' Flight Recorders (null when no rank shows one and no dump was asked): where each rank stands
+    per process group, the collectives some ranks wait in that others never entered, and what gputop asked of
+    which rank when the user asked for a dump (over the frames kept)."""
+    asks = [ask for frame in frames if frame.collectives is not None for ask in frame.collectives.asks]
+    if latest.collectives is None and not asks:
         return None
+    reading = latest.collectives
     return {
-        "ranks": to_jsonable(latest.collectives.ranks),
-        "gaps": [{**to_jsonable(gap), "line": gap_line(gap)} for gap in collective_gaps(latest.collectives)],
+        "ranks": to_jsonable(reading.ranks) if reading is not None else [],
+        "gaps": [{**to_jsonable(gap), "line": gap_line(gap)} for gap in collective_gaps(reading)],
+        "asks": to_jsonable(tuple(asks)),
     }
 
 

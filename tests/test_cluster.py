@@ -81,6 +81,7 @@ def test_the_same_judgement_as_one_node_names_the_hung_rank_and_its_node():
     assert (job.finding, job.responsible_rank, job.verdict.liveness) == ("hung_rank", 1, "hung")
     assert job.verdict.evidence[0].startswith("rank 1 on n2 stuck in flush_metrics (train.py:12) for ")
     assert job.verdict.evidence[0].endswith("; rank 0 waits for it in all_reduce")
+    assert any(f"(py-spy dump --pid {PID} on n2)" in line for line in job.verdict.advice), job.verdict.advice
 
 
 def test_a_node_whose_stream_ends_is_lost_with_its_time_and_the_other_goes_on():
@@ -128,6 +129,14 @@ def test_snapshot_lists_each_rank_with_its_node_and_the_nodes():
     assert [n["name"] for n in document["nodes"]] == ["n1", "n2"]
     assert document["nodes"][1]["state"] == "lost" and document["nodes"][1]["lost_at"] == T0 + 6.5
     assert [(r["rank"], r["node"]) for r in document["job"]["ranks"]] == [(0, "n1")]
+
+
+def test_the_snapshot_says_whose_processes_and_stacks_it_holds_when_two_nodes_share_a_pid():
+    document = fold_rounds([straggler_round(i) for i in range(6)]).snapshot()
+    assert [(r["rank"], r["node"], r["pid"]) for r in document["job"]["ranks"]] == [(0, "n1", PID), (1, "n2", PID)]
+    assert document["frames_node"] == "n1"  # PID 501 in `processes` and `stacks` is n1's rank 0, not n2's rank 1
+    assert [p["pid"] for p in document["stacks"]["by_process"]] == [PID]
+    assert not any("slow_augment" in h["function"] for h in document["stacks"]["by_process"][0]["hot_frames"])
 
 
 def test_a_recording_of_the_merged_job_replays_to_the_same_verdict(tmp_path):
@@ -199,3 +208,38 @@ def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
     assert "Traceback" not in done.stderr
     for host in ("gputop-a.invalid", "gputop-b.invalid"):
         assert f"{host}: lost at" in done.stderr and f"Could not resolve hostname {host}" in done.stderr, done.stderr
+
+
+def many_ranks_round(i: int, nodes: int = 20, slow: int = 7):
+    """One rank a node on `nodes` nodes, all with PID 501: rank `slow` augments its batch, the others wait."""
+    return [node_frame(f"n{k + 1}", i, k, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),
+                                           count(PID, DDP_WAIT, n=1, idle=True)] if k == slow else
+                       [count(PID, DDP_WAIT, n=8 + k % 2, idle=True), count(PID, FORWARD, n=2 - k % 2)],
+                       cpu=100.0 if k == slow else 15.0) for k in range(nodes)]
+
+
+def test_ranks_that_agree_are_one_group_like_their_first_and_the_straggler_stays_apart():
+    from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
+
+    monitor = fold_rounds([many_ranks_round(i) for i in range(8)])
+    job = monitor.view.job
+    assert (job.finding, job.responsible_rank, len(job.ranks)) == ("straggler", 7, 20) and 20 > SUMMARY_MIN_RANKS
+    (group,) = agreeing_ranks(job)
+    assert group.like.rank == 0 and [r.rank for r in group.others] == [*range(1, 7), *range(8, 20)]
+    assert group.nodes_text == "n2..n20"  # natural order: n2 before n10
+    low, high = group.waits
+    assert group.line() == f"ranks 1–6, 8–19 on n2..n20: {group.like.verdict.bottleneck}, waits {100 * low:.0f}%–" \
+                           f"{100 * high:.0f}%, like rank 0"
+    # The rank a person selected is never folded away: (node, pid), since every node's rank has PID 501.
+    (kept,) = agreeing_ranks(job, keep=[("n4", PID)])
+    assert 3 not in [r.rank for r in kept.others] and len(kept.others) == 17
+
+    document = monitor.snapshot()
+    assert len(document["job"]["ranks"]) == 20  # every rank stays in the snapshot; the groups are beside them
+    (summary,) = document["job"]["rank_groups"]
+    assert (summary["like_rank"], summary["ranks"], summary["count"]) == (0, [[1, 6], [8, 19]], 18)
+    assert summary["nodes"][:3] == ["n2", "n3", "n4"] and summary["line"] == group.line()
+
+
+def test_a_few_ranks_get_no_groups_in_the_snapshot():
+    assert "rank_groups" not in fold_rounds([straggler_round(i) for i in range(6)]).snapshot()["job"]

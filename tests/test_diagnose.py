@@ -826,6 +826,11 @@ FIXTURES = Path(__file__).parent / "fixtures" / "frames"
     ("real_dataloader.jsonl", 5.0, "data_bound", "progressing", "SlowTransformDataset.__getitem__"),
     ("real_compile.jsonl", 5.0, "compile_warmup", "progressing", "recompilation storm"),
     ("real_checkpoint.jsonl", 5.0, "checkpoint_save", "progressing", "save (torch/serialization.py"),
+    # Real runs on an H100 (tests/fixtures/frames/record_gpu_runs.py): real NVML and GPM beside the stacks. The
+    # bf16 matmul stack drew 697 of 700 W, so the power cap held the SM clock at 1464 of 1980 MHz.
+    ("real_gpu_gpu_bound.jsonl", 5.0, "gpu_throttled", "progressing", "held at 74% of max by: software power cap"),
+    ("real_gpu_data_starved.jsonl", 5.0, "data_bound", "progressing", "augment_in_python (gpu_train.py"),
+    ("real_gpu_compile.jsonl", 5.0, "compile_warmup", "progressing", "recompilation storm"),
 ])
 def test_recorded_real_runs_replay_to_the_same_verdict(recording, hang_after_s, bottleneck, liveness, phrase):
     """Recordings of the e2e targets (made with GPUTOP_DIAG_SAVE_RECORDINGS): real py-spy stacks and /proc

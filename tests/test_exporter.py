@@ -28,7 +28,7 @@ from test_diagnose import (
 from test_monitor import gpu_bound_frames
 
 from probes.baseline import load_comparison_inputs
-from probes.exporter import GputopCollector, WatchedView, build_metrics, training_job_label
+from probes.exporter import GputopCollector, WatchedView, build_metrics, job_id_label, training_job_label
 from probes.frame import (
     CpuReading,
     GpuDevice,
@@ -117,7 +117,7 @@ def test_hung_target_states_its_silence_and_one_responsible_frame_never_a_stack_
     assert value(found, "gputop_last_progress_age_seconds") >= 5.0
     infos = [dict(ls) for (n, ls), _ in found.items() if n == "gputop_responsible_frame_info"]
     # Where the verdict's evidence says it is stuck: "stuck in rotate_logs (train.py:27)".
-    assert infos == [{"host": "node1", "training_job": f"pid-{PID}", "rank": "", "pid": str(PID),
+    assert infos == [{"host": "node1", "training_job": f"pid-{PID}", "job_id": "", "rank": "", "pid": str(PID),
                       "function": "rotate_logs", "file": "train.py", "line": "27", "called_from": ""}], infos
     assert SECRET not in text and "WANDB" not in text and "CUDA_VISIBLE_DEVICES" not in text
     assert "PEER" not in text and "flush_metrics" not in text  # one frame of one thread, not the stacks
@@ -133,7 +133,7 @@ def test_exited_target_has_no_progress_age_and_no_responsible_frame():
     assert not [n for n, _ in found if n == "gputop_responsible_frame_info"]
 
 
-def job_view(run_id: str | None = "run-42") -> MonitorView:
+def job_view(run_id: str | None = "run-42", slurm_job: str | None = None) -> MonitorView:
     """A torchrun job of two ranks on GPUs 0 and 1; rank 1 is the straggler, rank 0 waits for it."""
     devices = tuple(GpuDevice(index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}aaa", sm_clock_mhz=1400,
                               max_sm_clock_mhz=1980, power_w=500.0, power_limit_w=700.0,
@@ -150,7 +150,7 @@ def job_view(run_id: str | None = "run-42") -> MonitorView:
     frame = dataclasses.replace(frame, **{"target": TargetInfo(pid=launcher, alive=True),
                                "job": JobInfo(kind="torchrun", attached_pid=launcher, root_pid=launcher,
                                               launcher_pid=launcher, run_id=run_id, world_size=2,
-                                              rank_pids=(rank0, rank1)),
+                                              rank_pids=(rank0, rank1), slurm_job=slurm_job),
                                "overhead": MonitorOverhead(monitor_cpu_pct=3.0, sampler_cpu_pct=12.0)})
     ranks = (RankVerdict(rank=0, pid=rank0, gpu_index=0, cpu_pct=30.0, collective_wait_ratio=0.7, samples=40,
                          verdict=Verdict("comms_bound", "progressing", 0.8, stalled_s=0.4)),
@@ -200,6 +200,22 @@ def test_job_label_is_the_run_id_else_the_launcher_else_the_pid():
     assert training_job_label(job_view("none").latest) == "torchrun-500"  # torchrun's default, not a name
     assert training_job_label(job_view(None).latest) == "torchrun-500"
     assert training_job_label(make_frame(0)) == f"pid-{PID}"
+
+
+def test_job_id_is_what_every_node_agrees_on_slurms_job_else_the_run_id_else_none():
+    assert job_id_label(job_view("run-42", slurm_job="4242.0").latest) == "4242.0"
+    assert job_id_label(job_view("run-42").latest) == "run-42"
+    assert job_id_label(job_view("none").latest) == "", "torchrun's default run id names no job"
+    assert job_id_label(job_view(None).latest) == ""
+    assert job_id_label(make_frame(0)) == ""
+    # On the rank series, the finding and the responsible frame; the target's own series keep their labels.
+    found = samples(exposition(WatchedView(job_view("none", slurm_job="4242.0"))))
+    job = {"host": "node1", "training_job": "torchrun-500", "job_id": "4242.0"}
+    assert value(found, "gputop_rank_collective_wait_ratio", rank="1", pid="502", **job) == 0.05
+    assert value(found, "gputop_rank_responsible", rank="1", **job) == 1.0
+    assert value(found, "gputop_job_finding", gputop_job_finding="straggler", **job) == 1.0
+    assert value(found, "gputop_responsible_frame_info", rank="1", function="Linear.forward", **job) == 1.0
+    assert "job_id" not in dict(next(ls for (n, ls) in found if n == "gputop_liveness"))
 
 
 def test_a_gpu_seen_by_two_targets_is_exposed_once():
@@ -448,12 +464,18 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported():
 
     names = exported_names() | {"gputop_gpu_sm_occupancy_ratio"}  # GPM occupancy: not in the fixtures' readings
     dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     rules = (RULES / "gputop-rules.yml").read_text()
     docs = (REPO / "docs" / "exporter.md").read_text()
     for where, text in (("dashboard", "\n".join(exprs)), ("rules", rules), ("docs", docs)):
         used = set(re.findall(r"\bgputop_[a-z_]+", text)) - {"gputop_rules", "gputop_job"}
         assert used and used <= names, (where, sorted(used - names))
+    # The recording rules' names the dashboard and the docs use are the rules' own.
+    recorded = set(re.findall(r"record: (gputop:[a-z_:]+)", rules))
+    assert {"gputop:job_straggler_rank", "gputop:job_collective_wait_ratio:median"} <= recorded
+    for where, text in (("dashboard", "\n".join(exprs)), ("docs", docs)):
+        used = set(re.findall(r"\bgputop:[a-z_:]*[a-z]", text))
+        assert used <= recorded, (where, sorted(used - recorded))
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,
@@ -462,10 +484,10 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
     import json
 
     dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     lines = ["groups:", "  - name: dashboard", "    rules:"]
     for i, expr in enumerate(exprs):
-        expr = expr.replace("$training_job", "run-42").replace("$host", ".*")
+        expr = expr.replace("$training_job", "run-42").replace("$host", ".*").replace("$job_id", "4242.0")
         lines += [f"      - record: dashboard_query_{i}", f"        expr: {json.dumps(expr)}"]
     (tmp_path / "dashboard.yml").write_text("\n".join(lines) + "\n")
     result = subprocess.run(["promtool", "check", "rules", str(tmp_path / "dashboard.yml")], capture_output=True,

@@ -42,8 +42,8 @@ def free_port() -> int:
 class Served:
     """A running `gputop serve`: its URL, and its stderr as it comes."""
 
-    def __init__(self, *args: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
         self.proc = subprocess.Popen([sys.executable, "-m", "tui", "serve", "--listen", "127.0.0.1:0", *args],
                                      cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
@@ -78,8 +78,8 @@ class Served:
 def serve():
     started: list[Served] = []
 
-    def run(*args: str) -> Served:
-        served = Served(*args)
+    def run(*args: str, env: dict[str, str] | None = None) -> Served:
+        served = Served(*args, env=env)
         started.append(served)
         return served
 
@@ -100,19 +100,28 @@ class Prometheus:
         assert answer["status"] == "success", answer
         return answer["data"]["result"]
 
+    def alerts(self) -> list[dict]:
+        """The alerts Prometheus holds now, pending ones included, with their annotations."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=10) as response:
+            answer = json.load(response)
+        assert answer["status"] == "success", answer
+        return answer["data"]["alerts"]
+
 
 @pytest.fixture
 def prometheus(tmp_path):
-    """prometheus(metrics_url) -> Prometheus scraping it every second; stopped after the test."""
+    """prometheus(metrics_url, ..., rule_files=[...]) -> Prometheus scraping them every second, evaluating the
+    rules every second; stopped after the test."""
     started: list[subprocess.Popen] = []
 
-    def run(metrics_url: str) -> Prometheus:
-        parsed = urllib.parse.urlparse(metrics_url)
+    def run(*metrics_urls: str, rule_files: tuple[str, ...] = ()) -> Prometheus:
+        targets = ", ".join(f"'{urllib.parse.urlparse(url).netloc}'" for url in metrics_urls)
         config = tmp_path / "prometheus.yml"
+        rules = "rule_files:\n" + "".join(f"  - {path}\n" for path in rule_files) if rule_files else ""
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rules +
             "scrape_configs:\n  - job_name: gputop\n    static_configs:\n"
-            f"      - targets: ['{parsed.netloc}']\n")
+            f"      - targets: [{targets}]\n")
         port = free_port()
         log = (tmp_path / "prometheus.log").open("w")
         proc = subprocess.Popen(
@@ -240,3 +249,64 @@ def test_follow_census_finds_a_rank_and_a_gpu_holder_on_the_real_process_table(s
     from probes.jobs.follow import find_training_jobs
 
     assert not {job.root_pid for job in find_training_jobs(gpu_pids=[gpu_user.pid])} & {ranked.pid, gpu_user.pid}
+
+
+@needs_prometheus
+@pytest.mark.timeout(600)
+def test_prometheus_names_the_straggler_rank_and_its_host_across_two_serve_instances(spawn_target, tmp_path, serve,
+                                                                                       prometheus):
+    """A real 4-rank gloo job over two "nodes" as `srun torchrun` runs it (each node's torchrun a task of Slurm
+    job step 4242.0, --nnodes 2, two ranks each, rank 3 slow in slow_augment), one `gputop serve --pid
+    <launcher>` per node (SLURMD_NODENAME n1 / n2), a real Prometheus scraping both with the shipped rules: the
+    recording rule and the alert name rank 3 on n2. The nodes' training_job differ (no --rdzv-id: each launcher's
+    PID); job_id joins them."""
+    job_id = f"{os.getpid()}.0"
+    port, outs, launchers = str(free_port()), [tmp_path / f"node{k}.out" for k in (0, 1)], []
+    for k, out in enumerate(outs):
+        slurm = {"SLURM_JOB_ID": str(os.getpid()), "SLURM_STEP_ID": "0", "SLURM_PROCID": str(k),
+                 "SLURMD_NODENAME": f"n{k + 1}"}
+        with out.open("w") as handle:
+            launchers.append(spawn_target("ddp_job.py", "straggler", "--launch-node", str(k), "--nnodes", "2",
+                                          "--master-port", port, "--slow-rank", "3", env=slurm, stdout=handle,
+                                          stderr=subprocess.STDOUT))
+    wait_for(lambda: "ready" in outs[0].read_text() or any(p.poll() is not None for p in launchers), timeout=180,
+             interval=0.5)
+    assert all(p.poll() is None for p in launchers), [o.read_text()[-2000:] for o in outs]
+    nodes = [serve("--pid", str(launcher.pid), "--no-gpu", "--hang-after", "30", env={"SLURMD_NODENAME": f"n{k + 1}"})
+             for k, launcher in enumerate(launchers)]
+    server = prometheus(*(node.url for node in nodes),
+                        rule_files=(str(REPO / "deploy" / "prometheus" / "gputop-rules.yml"),))
+
+    # Both instances' ranks under the one job id, each node with its own training_job.
+    def every_rank() -> dict[str, set[str]] | None:
+        found = server.query(f'gputop_rank_collective_wait_ratio{{job_id="{job_id}"}}')
+        by_host: dict[str, set[str]] = {}
+        for series in found:
+            by_host.setdefault(series["metric"]["host"], set()).add(series["metric"]["rank"])
+        return found if by_host == {"n1": {"0", "1"}, "n2": {"2", "3"}} else None
+
+    ranks = wait_for(every_rank, timeout=180, interval=1.0)
+    training_jobs = {s["metric"]["host"]: s["metric"]["training_job"] for s in ranks}
+    assert training_jobs == {"n1": f"torchrun-{launchers[0].pid}", "n2": f"torchrun-{launchers[1].pid}"}
+
+    def straggler() -> dict | None:
+        found = server.query(f'gputop:job_straggler_rank{{job_id="{job_id}"}}')
+        return found[0] if [(s["metric"]["rank"], s["metric"]["host"]) for s in found] == [("3", "n2")] else None
+
+    named = wait_for(straggler, timeout=240, interval=1.0)
+    rank3 = next(c.pid for c in psutil.Process(launchers[1].pid).children() if c.environ().get("RANK") == "3")
+    assert named["metric"]["pid"] == str(rank3)
+
+    def alerting() -> dict | None:
+        return next((a for a in server.alerts() if a["labels"]["alertname"] == "GputopStragglerAcrossNodes"
+                     and a["labels"].get("job_id") == job_id), None)
+
+    alert = wait_for(alerting, timeout=60, interval=1.0)
+    waits = {s["metric"]["rank"]: round(float(s["value"][1]), 3)
+             for s in server.query(f'gputop_rank_collective_wait_ratio{{job_id="{job_id}"}}')}
+    print(f"\ngputop:job_straggler_rank: {named['metric']} = {named['value'][1]}; waits by rank: {waits}; "
+          f"alert {alert['state']}: {alert['annotations']['summary']}")
+    assert (alert["labels"]["rank"], alert["labels"]["host"], alert["state"]) == ("3", "n2", "pending")  # for: 10m
+    assert alert["annotations"]["summary"] == f"rank 3 on n2 holds job {job_id} back"
+    for launcher in launchers:
+        assert launcher.poll() is None  # serving never touched the job

@@ -105,6 +105,27 @@ def test_out_of_memory_reports_the_largest_batch(monkeypatch):
     assert "\n" not in str(caught.value)
 
 
+def test_a_batch_fits_only_if_its_second_step_fits(monkeypatch):
+    """AdamW's state appears at the end of the first step: a batch whose second step runs out of memory
+    (as llama-3-8b's did on an H100) must not be offered as the one that fits."""
+    import torch
+
+    real_step = gpt_probe._Trainer.step
+    steps_taken: dict[int, int] = {}
+
+    def step(self, marks=None):
+        batch = self.inputs.shape[0]
+        steps_taken[id(self)] = steps_taken.get(id(self), 0) + 1
+        if batch > 5 or (batch > 3 and steps_taken[id(self)] >= 2):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_step(self, marks)
+
+    monkeypatch.setattr(gpt_probe._Trainer, "step", step)
+    with pytest.raises(ProbeOutOfMemory) as caught:
+        run_probe(ProbeConfig(TINY, "tiny", batch_size=16, steps=1, warmup=1, device="cpu"))
+    assert caught.value.largest_fitting_batch == 3
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

@@ -46,6 +46,7 @@ from probes.jobs.environment import (
     is_python_command,
     parse_environ,
     short_command,
+    slurm_job_of,
     start_ticks,
 )
 from probes.jobs.facts import ProcessFacts, RootChoice
@@ -86,6 +87,17 @@ def test_parse_dist_env_malformed_numbers_read_as_unset():
     assert env.rank is None and env.world_size == 4 and env.master_port is None
     assert env.cuda_visible_devices == "", "an empty CUDA_VISIBLE_DEVICES hides every GPU: it is not unset"
     assert parse_dist_env({}) == NO_ENV and not NO_ENV.torchelastic
+
+
+def test_the_slurm_job_rides_along_whichever_launcher_reads_the_ranks():
+    """torchrun under srun: the ranks are torchrun's, the job id every node shares is Slurm's (JOBID.STEP)."""
+    under_srun = {**TORCHRUN_ENV, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1"}
+    env = parse_dist_env(under_srun)
+    assert (env.rank, env.run_id, env.slurm_job) == (1, "none", "4242.0")
+    assert slurm_job_of({"SLURM_JOB_ID": "4242"}) == "4242", "a batch script: no step"
+    assert slurm_job_of({"SLURM_JOB_ID": " ", "SLURM_STEP_ID": "0"}) is None
+    assert parse_dist_env(TORCHRUN_ENV).slurm_job is None
+    assert parse_dist_env({"SLURM_JOB_ID": "7"}) == DistEnv(slurm_job="7"), "no rank: still the job it runs in"
 
 
 def test_start_ticks_names_a_process():
@@ -424,6 +436,18 @@ def test_tracker_follows_a_restart_and_ends_with_its_launcher(monkeypatch):
     assert job.kind == "torchrun" and job.rank_pids == () and job.selected_pid is None
     assert [(s.role, s.rank, s.alive) for s in samples] == [
         (ROLE_LAUNCHER, None, False), (ROLE_RANK, 0, False), (ROLE_RANK, 1, False)]
+
+
+def test_tracker_names_the_slurm_job_of_the_ranks(monkeypatch):
+    proc = FakeProc(monkeypatch, RootChoice(10))
+    proc.envs = {11: dataclasses.replace(rank_env(0), slurm_job="4242.0"),
+                 12: dataclasses.replace(rank_env(1), slurm_job="4242.0")}
+    agent = sample(10, 1, ROLE_MAIN, name="pt_elastic", cmdline=("python3", "-m", "torch.distributed.run"))
+    job, _ = JobTracker(10).update([agent, sample(11, 10), sample(12, 10)])
+    assert (job.kind, job.run_id, job.slurm_job) == ("torchrun", "job1", "4242.0")
+    proc.envs = {11: rank_env(0), 12: rank_env(1)}
+    job, _ = JobTracker(10).update([agent, sample(11, 10), sample(12, 10)])
+    assert job.slurm_job is None
 
 
 def test_tracker_python_that_ran_a_python_child_is_lone_again(monkeypatch):

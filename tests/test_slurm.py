@@ -196,3 +196,70 @@ def _children(pid: int) -> set[int]:
     import psutil
 
     return {c.pid for c in psutil.Process(pid).children()}
+
+
+# --- two merges of one job: another gputop's agent step is never the job ----------------------------------------
+
+AGENT_BASE = 4_000_000_000  # PIDs far above any real one: environment reads find nothing there
+PYTHON_TASK = ("python", "train.py")
+OTHER_AGENT = ("/opt/venv/bin/python", "-m", "tui", "agent", "--slurm-job", "12", "--interval", "1")
+
+
+def two_merges_table():
+    """Job 12 on one node: step 0 runs two tasks; step 1 is a first merge's agent (with its py-spy); step 2 is
+    this agent's own; step 3 is a second merge's agent whose task is not started yet (Slurm names it)."""
+    from probes.proctree import NodeProcess
+
+    b = AGENT_BASE
+    rows = [
+        (b + 1, 1, "slurmstepd", ("slurmstepd: [12.0]",)),
+        (b + 2, b + 1, "python", PYTHON_TASK), (b + 3, b + 1, "python", PYTHON_TASK),
+        (b + 10, 1, "slurmstepd", ("slurmstepd: [12.1]",)),
+        (b + 11, b + 10, "python", OTHER_AGENT),
+        (b + 12, b + 11, "py-spy", ("py-spy", "record", "--pid", str(b + 2))),
+        (b + 20, 1, "slurmstepd", ("slurmstepd: [12.2]",)),
+        (b + 21, b + 20, "gputop", ("/opt/venv/bin/gputop", "agent", "--slurm-job", "12")),
+        (b + 30, 1, "slurmstepd", ("slurmstepd: [12.3]",)),
+    ]
+    return {pid: NodeProcess(pid, ppid, name, cmdline) for pid, ppid, name, cmdline in rows}
+
+
+def test_an_agent_command_is_told_from_a_training_command():
+    from probes.slurm import is_agent_command
+
+    assert is_agent_command(OTHER_AGENT) and is_agent_command(("/usr/bin/gputop", "agent", "--follow"))
+    assert is_agent_command(("python3", "-X", "utf8", "-m", "tui", "agent", "--pid", "3"))
+    assert not is_agent_command(PYTHON_TASK) and not is_agent_command(("python", "-m", "tui", "--pid", "3"))
+    assert not is_agent_command(("python", "agent.py")) and not is_agent_command(("python", "tui", "agent"))
+
+
+def test_the_jobs_newest_task_step_is_never_another_merges_agent_step(monkeypatch):
+    """The defect: a second merge's agent took the first merge's agent step (the newest step not its own) for
+    the job, and watched that agent and its py-spy instead of the tasks."""
+    import probes.slurm as slurm
+    from probes.slurm import AGENT_STEP_NAME, StepInfo, task_stepd
+
+    table = two_merges_table()
+    monkeypatch.setattr(slurm, "node_processes", lambda: table)
+    monkeypatch.setattr(slurm, "show_steps", lambda job=None: (
+        StepInfo(SlurmStep("12", "3"), AGENT_STEP_NAME, "n1", 1, None, None),
+        StepInfo(SlurmStep("12", "0"), "train", "n1", 2, None, None)))
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    monkeypatch.setenv("SLURM_STEP_ID", "2")  # this agent's own step
+    assert task_stepd(SlurmStep("12")) == (AGENT_BASE + 1, SlurmStep("12", "0"))
+    # Slurm unreachable: the agents' processes alone say it; the not-yet-started agent step (3) is then the
+    # newest, but a step of tasks that run no agent (0) is what a real job's step looks like once started.
+    monkeypatch.setattr(slurm, "show_steps", lambda job=None: SlurmError("scontrol is not installed"))
+    table.pop(AGENT_BASE + 30)
+    assert task_stepd(SlurmStep("12")) == (AGENT_BASE + 1, SlurmStep("12", "0"))
+
+
+def test_a_census_leaves_out_other_gputop_agents_their_steps_and_their_py_spy():
+    from probes.jobs.follow import find_training_jobs
+    from probes.slurm import agent_processes
+
+    table = two_merges_table()
+    b = AGENT_BASE
+    assert agent_processes(table) == {b + 10, b + 11, b + 12, b + 20, b + 21}
+    table.pop(b + 30)
+    assert [job.root_pid for job in find_training_jobs(procs=table)] == [b + 1]  # step 0's slurmstepd alone

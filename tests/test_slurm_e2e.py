@@ -214,3 +214,74 @@ def test_across_nodes_starts_the_agents_through_srun_and_lists_each_rank_with_it
     assert [(r["rank"], r["node"]) for r in document["job"]["ranks"]] == [(0, node), (1, node)]
     assert [(n["name"], n["state"]) for n in document["nodes"]] == [(node, "live")]
     assert f"starting an agent on 1 node ({node})" in stderr, stderr
+
+
+@pytest.mark.timeout(4 * TIMEOUT_S + 60)  # the job's start, the first merge's agent, the second's verdict
+def test_a_second_merge_of_the_same_job_never_takes_the_first_merges_agent_step_for_the_job(srun_job, tmp_path):
+    """Two `gputop --slurm-job J --across-nodes` at once: each starts its agent as a step of job J, so for the
+    second one's agent the job's newest task step other than its own is the first one's agent step. It must
+    watch the job's tasks (step 0) all the same, and no frame of it may hold the first merge's agent or py-spy."""
+    import os
+    import signal
+
+    from probes.cluster import ClusterMonitor
+    from probes.recording import read_recording
+    from probes.slurm import is_agent_command
+
+    job = srun_job("straggler")
+    env = {**os.environ, **job.cluster.env, "PYTHONPATH": str(REPO)}
+
+    def start_merge(name: str) -> tuple[subprocess.Popen, Path]:
+        record = tmp_path / f"{name}.jsonl"
+        merge = subprocess.Popen(
+            [sys.executable, "-m", "tui", "--slurm-job", job.step.job_id, "--across-nodes", "--record", str(record),
+             "--snapshot", str(tmp_path / f"{name}.json"), "--duration", str(4 * TIMEOUT_S)],
+            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return merge, record
+
+    def agent_steps() -> list:
+        steps = show_steps(SlurmStep(job.step.job_id))
+        return [] if isinstance(steps, SlurmError) else [s for s in steps if s.name == "gputop-agent"]
+
+    def frames(record: Path) -> list:
+        return list(read_recording(record)) if record.exists() and record.stat().st_size else []
+
+    merges = []
+    try:
+        first, first_record = start_merge("first")
+        merges.append(first)
+        wait_for(lambda: len(agent_steps()) == 1 and frames(first_record), timeout=TIMEOUT_S, interval=1.0)
+        second, second_record = start_merge("second")
+        merges.append(second)
+        seen = []
+
+        def merged():
+            for merge in merges:
+                assert merge.poll() is None, merge.stderr.read()
+            monitor = ClusterMonitor(replay=True)
+            for frame in frames(second_record):
+                monitor.ingest(frame)
+            found = monitor.view.job if monitor.view is not None else None
+            seen[:] = [found.verdict.evidence[:1] if found else None, monitor.view.latest.job if found else None]
+            return found if found is not None and len(found.ranks) == 2 and straggler_named(found) else None
+
+        try:
+            found = wait_for(merged, timeout=TIMEOUT_S, interval=2.0)
+        except BaseException:
+            pytest.fail(f"the second merge's last view: {seen}")
+        assert len(agent_steps()) == 2, "each merge runs its own agent step"
+        frames_seen = frames(second_record)
+        assert {f.job.slurm_step for f in frames_seen if f.job is not None} == {str(job.step)}
+        agents_watched = [p.pid for f in frames_seen for p in f.processes if is_agent_command(p.cmdline)
+                          or p.name == "py-spy"]
+        assert not agents_watched, f"the second merge watched the first one's agent or py-spy: {agents_watched}"
+        assert found.verdict.evidence[0].startswith(f"rank 1 on {found.ranks[1].node} is the straggler: ")
+    finally:
+        for merge in merges:
+            if merge.poll() is None:
+                merge.send_signal(signal.SIGTERM)
+        for merge in merges:
+            try:
+                merge.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                stop_process_tree(merge)

@@ -108,3 +108,24 @@ def test_job_picker(snap_compare, size):
 
 def test_job_picker_sorted_by_age_and_filtered(snap_compare):
     assert snap_compare(picker_app(), press=["a", "slash", "t", "r", "a", "i", "n"], terminal_size=SIZES["160x48"])
+
+
+def merged_replay_app():
+    """A 2-node job merged across nodes (tests/test_cluster.py's constructed frames; both nodes' ranks have one
+    PID, n2's GPU clocks lower): the panes follow the selected rank's node and say which it is."""
+    from probes.frame import GpuDevice, GpuReading
+    from tests.test_cluster import straggler_round
+
+    def gpu(clock: int) -> GpuReading:
+        return GpuReading(available=True, devices=(GpuDevice(index=0, name="NVIDIA H200", sm_clock_mhz=clock,
+                                                             max_sm_clock_mhz=1980, in_target=True),))
+
+    frames = [f for i in range(8) for f in straggler_round(i, gpu(1980), gpu(1200))]
+    frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
+    return make_app(replay_frames=frames, clock=lambda: frozen)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_merged_job_with_rank_1_on_n2_selected(snap_compare, size):
+    # `[` from "all ranks" selects the last rank: rank 1 on n2 (PID 501, as rank 0 on n1).
+    assert snap_compare(merged_replay_app(), press=["left_square_bracket"], terminal_size=SIZES[size])

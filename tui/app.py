@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from probes.baseline import ComparisonInputs
+from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
 from probes.doctor import Check
 from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
@@ -40,7 +41,7 @@ from probes.recording import Recorder
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
-from tui.panes.ranks import RankRow, RanksPane, absent_ranks, rank_group, rank_label, rank_rows
+from tui.panes.ranks import RankRow, RanksPane, absent_ranks, pid_of_key, rank_group, rank_key, rank_label, rank_rows
 from tui.panes.stacks import HotTable, StacksPane
 from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
@@ -67,6 +68,14 @@ class SamplingStopped(Message):
         self.error = error
 
 
+class FlightRecorderAsked(Message):
+    """What a request for a Flight Recorder dump (`f`, --fr-dump) did, rank by rank, or a dump that came of it."""
+
+    def __init__(self, lines: list[tuple[str, bool]]) -> None:
+        super().__init__()
+        self.lines = lines  # (line, whether it is a problem)
+
+
 class StatusBar(Static):
     """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
 
@@ -89,9 +98,9 @@ def job_words(job: JobInfo) -> str:
 
 
 def rank_scope_words(row: RankRow, group: frozenset[int]) -> str:
-    """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers"."""
+    """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers" (their titles name the node)."""
     workers = len(group) - 1
-    return rank_label(row) + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "")
+    return rank_label(row, with_node=False) + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "")
 
 
 class GputopApp(App[None]):
@@ -129,6 +138,9 @@ class GputopApp(App[None]):
         Binding("l", "toggle_lines", "Lines", show=False,
                 tooltip="Hot frames per function, or per line (file:line)"),
         Binding("n", "native", "Native", tooltip="Native (C/C++) frames: needs a restart with --native"),
+        Binding("f", "flight_recorder_dump", "FR dump", show=False,
+                # NCCL's debug-info pipe written once per rank, a worker server read now (probes/flight_recorder.py)
+                tooltip="Flight Recorder dump: ask the ranks whose job enabled one"),
     ]
 
     def __init__(self, *, engine: Engine | None, replay_frames: Sequence[Frame] | None,
@@ -171,10 +183,17 @@ class GputopApp(App[None]):
         self._sampling_error: str | None = None
         self._last_saved: str | None = None
         self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
-        self.selected_rank_pid: int | None = None  # the distributed job's rank the panes are scoped to
+        # The distributed job's rank the panes are scoped to, by RankRow.key: its PID, and its node in a job merged
+        # across nodes (two nodes may each have a rank with the same PID).
+        self.selected_rank_key: str | None = None
         self._rank_selection_started = False  # JobInfo.selected_pid is applied once, when ranks first show
         self._selected_rank_number: int | None = None  # followed when the selected rank restarts
         self._ranks_shown = False
+
+    @property
+    def selected_rank_pid(self) -> int | None:
+        """The selected rank's PID (its node's own, in a job merged across nodes)."""
+        return pid_of_key(self.selected_rank_key) if self.selected_rank_key is not None else None
 
     # --- time -----------------------------------------------------------------------------------
 
@@ -283,6 +302,9 @@ class GputopApp(App[None]):
     def _deliver(self, frame: Frame) -> None:
         view = self.monitor.ingest(frame)
         self._newest_view = view  # one reference, assigned atomically: the UI thread reads it
+        if frame.collectives is not None and frame.collectives.asks:  # its own message: frames may merge
+            self.post_message(FlightRecorderAsked([(ask.line, ask.action in ("not_asked", "no_dump"))
+                                                   for ask in frame.collectives.asks]))
         self.post_message(FrameArrived(view))
 
     async def on_unmount(self) -> None:
@@ -305,6 +327,11 @@ class GputopApp(App[None]):
             self._render_status()
             return
         self._render_all()
+
+    @on(FlightRecorderAsked)
+    def _on_flight_recorder_asked(self, message: FlightRecorderAsked) -> None:
+        for line, problem in message.lines:
+            self.notify(line, severity="warning" if problem else "information", timeout=15)
 
     @on(SamplingStopped)
     def _on_sampling_stopped(self, message: SamplingStopped) -> None:
@@ -333,7 +360,7 @@ class GputopApp(App[None]):
 
     @on(RanksPane.RankChosen)
     def _on_rank_chosen(self, message: RanksPane.RankChosen) -> None:
-        self._select_rank(message.pid)
+        self._select_rank(message.key)
 
     @on(CpuPane.ProcessChosen)
     def _on_process_chosen(self, message: CpuPane.ProcessChosen) -> None:
@@ -352,15 +379,19 @@ class GputopApp(App[None]):
     def _draw(self, view: MonitorView) -> None:
         self._drawn_view = view
         now = self.now()
-        shown = view.shown_frames
         rows = rank_rows(view)
         self._follow_rank_selection(view, rows)
-        selected = next((row for row in rows if row.pid == self.selected_rank_pid), None)
+        selected = next((row for row in rows if row.key == self.selected_rank_key), None)
+        # Across nodes the GPU, CPU and Stacks panes show the selected rank's node (the lead node's otherwise).
+        shown = view.shown_frames_on(selected.node if selected is not None else None)
         group = rank_group(shown, selected.pid) if selected is not None else None
         scope_words = rank_scope_words(selected, group) if selected is not None else None
         job_info = view.shown.job
-        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_pid, job_info.kind if job_info else None,
-                                       () if view.nodes else absent_ranks(job_info))
+        groups = ()
+        if view.nodes and len(rows) > SUMMARY_MIN_RANKS:  # many ranks across nodes: those that agree as one row
+            groups = agreeing_ranks(view.job, keep=[(selected.node, selected.pid)] if selected is not None else ())
+        self.query_one(RanksPane).show(rows, view.job, self.selected_rank_key, job_info.kind if job_info else None,
+                                       () if view.nodes else absent_ranks(job_info), groups)
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)
@@ -372,27 +403,29 @@ class GputopApp(App[None]):
         """The rank the user attached to is selected when ranks first show. A selected rank that torchrun
         restarted under a new PID stays selected by its number; one that is gone altogether lets go. Showing
         or hiding the rank table switches the keys that work on it."""
-        pids = [row.pid for row in rows]
+        keys = [row.key for row in rows]
         if rows and not self._rank_selection_started:
             self._rank_selection_started = True
             job_info = view.shown.job
-            if job_info is not None and job_info.selected_pid in pids:
-                self.selected_rank_pid = job_info.selected_pid
-        if self.selected_rank_pid is not None and self.selected_rank_pid not in pids:
-            same_rank = next((row.pid for row in rows if row.rank is not None
+            attached = rank_key(job_info.selected_pid, view.shown.node) \
+                if job_info is not None and job_info.selected_pid is not None else None
+            if attached in keys:
+                self.selected_rank_key = attached
+        if self.selected_rank_key is not None and self.selected_rank_key not in keys:
+            same_rank = next((row.key for row in rows if row.rank is not None
                               and row.rank == self._selected_rank_number), None)
-            self.selected_rank_pid = same_rank
-        self._selected_rank_number = next((row.rank for row in rows if row.pid == self.selected_rank_pid), None)
+            self.selected_rank_key = same_rank
+        self._selected_rank_number = next((row.rank for row in rows if row.key == self.selected_rank_key), None)
         if bool(rows) != self._ranks_shown:
             self._ranks_shown = bool(rows)
             self.screen.set_class(self._ranks_shown, "-job")
             self.refresh_bindings()
 
     def _selected_rank_row(self, view: MonitorView) -> RankRow | None:
-        return next((row for row in rank_rows(view) if row.pid == self.selected_rank_pid), None)
+        return next((row for row in rank_rows(view) if row.key == self.selected_rank_key), None)
 
-    def _select_rank(self, pid: int | None) -> None:
-        self.selected_rank_pid = pid
+    def _select_rank(self, key: str | None) -> None:
+        self.selected_rank_key = key
         if self._drawn_view is not None:  # paused: the frozen view, scoped to the new rank
             self._draw(self._drawn_view)
 
@@ -518,8 +551,8 @@ class GputopApp(App[None]):
         """All ranks, rank 0, rank 1, ..., all ranks again."""
         if self._drawn_view is None:
             return
-        choices: list[int | None] = [None, *(row.pid for row in rank_rows(self._drawn_view))]
-        index = choices.index(self.selected_rank_pid) if self.selected_rank_pid in choices else 0
+        choices: list[str | None] = [None, *(row.key for row in rank_rows(self._drawn_view))]
+        index = choices.index(self.selected_rank_key) if self.selected_rank_key in choices else 0
         self._select_rank(choices[(index + step) % len(choices)])
 
     def action_pause(self) -> None:
@@ -577,6 +610,18 @@ class GputopApp(App[None]):
 
     def action_toggle_now(self) -> None:
         self.query_one(StacksPane).toggle_now()
+
+    def action_flight_recorder_dump(self) -> None:
+        if self.engine is None:
+            where = "a replay asks nothing of a job" if self.cluster is None else \
+                "merged across nodes, ask on the node where the ranks run: gputop --pid PID --fr-dump"
+            self.notify(f"no Flight Recorder dump asked: {where}", severity="warning", timeout=6)
+            return
+        if self._sampling_done.is_set():
+            self.notify("no Flight Recorder dump asked: sampling has stopped", severity="warning", timeout=6)
+            return
+        self.engine.request_flight_recorder_dump()
+        self.notify("asking the ranks for a Flight Recorder dump at the next reading…", timeout=4)
 
     def action_native(self) -> None:
         if self.view is not None and self.view.replay:

@@ -499,7 +499,8 @@ def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | N
     advice = list(culprit.verdict.advice)
     if waiting:
         advice.insert(0, (f"The other ranks wait in a collective until {_timeout_text(backend, why)}: find what "
-                          f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}), not them."))
+                          f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}"
+                          f"{f' on {culprit.member.node}' if culprit.member.node else ''}), not them."))
     verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice))
     return _Finding("hung_rank", verdict, culprit.rank)
 
@@ -618,10 +619,11 @@ def _with_collectives(found: _Finding, latest: Frame) -> Verdict:
         return verdict
     lines = [gap_line(gap) for gap in collective_gaps(latest.collectives)]
     advice = list(verdict.advice)
-    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how, never pull it.
+    # A rank not read whose job enabled a dump on demand (NCCL's pipe): say how; pulled only when the user asks.
     triggers = [r.trigger for r in latest.collectives.ranks if r.trigger and not r.available]
     if triggers:
-        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop never writes it itself.")
+        advice.append(f"The job enabled a dump on demand: {triggers[0]}; gputop writes it only when asked "
+                      "(--fr-dump, or f in the TUI).")
     if not lines and not triggers:
         return verdict
     evidence = (*verdict.evidence[:1], *lines, *verdict.evidence[1:])

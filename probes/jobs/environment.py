@@ -37,6 +37,9 @@ class DistEnv:
     master_port: int | None = None
     cuda_visible_devices: str | None = None
     slurm_step: str | None = None  # a Slurm task's JOBID.STEP (SLURM_JOB_ID, SLURM_STEP_ID)
+    # The Slurm job (and step) the process runs in, whichever launcher started it (torchrun under srun, ...):
+    # the one name of the job that every node's processes carry (slurm_job_of).
+    slurm_job: str | None = None
 
     @property
     def torchelastic(self) -> bool:
@@ -87,6 +90,17 @@ def torch_distributed_env(environ: Mapping[str, str]) -> DistEnv:
         master_port=int_or_none(environ.get("MASTER_PORT")),
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
     )
+
+
+def slurm_job_of(environ: Mapping[str, str]) -> str | None:
+    """The Slurm job a process runs in, as every node of it names it: JOBID.STEP for a process of a job step
+    (`srun torchrun ...` on each node: one step, the same id everywhere; two steps of one allocation are two
+    jobs), JOBID in the batch script (no SLURM_STEP_ID there); None outside Slurm."""
+    job = (environ.get("SLURM_JOB_ID") or "").strip()
+    if not job:
+        return None
+    step = (environ.get("SLURM_STEP_ID") or "").strip()
+    return f"{job}.{step}" if step else job
 
 
 def read_environ(pid: int) -> dict[str, str]:

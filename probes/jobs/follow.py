@@ -24,6 +24,7 @@ from probes.jobs.launchers import launcher_of_process, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.root import resolve_root
 from probes.proctree import NodeProcess, node_processes
+from probes.slurm import agent_processes
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,13 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
     """The training jobs on this node, by root PID (ascending). `gpu_pids`: processes holding a GPU context
     (local PIDs, from NVML); `exclude`: PIDs never to report; `imports_torch`: when given, a Python process
     (not part of a job found already) for which it says True is a job too. What the caller started (py-spy) is
-    never a job, nor are the caller's ancestors (a tree that holds gputop is never watched, as in root.py)."""
+    never a job, nor are the caller's ancestors (a tree that holds gputop is never watched, as in root.py), nor
+    other gputops' agents with their Slurm steps and py-spy (probes.slurm.agent_processes)."""
     me = os.getpid()
     procs = dict(node_processes() if procs is None else procs)
     parent_of = {pid: proc.ppid for pid, proc in procs.items()}
     parent_of.setdefault(me, os.getppid())  # gputop itself, whether or not the table holds it
-    excluded = {me, *exclude, *ancestors(me, parent_of)}
+    excluded = {me, *exclude, *ancestors(me, parent_of), *agent_processes(procs)}
     procs = {pid: proc for pid, proc in procs.items() if pid not in excluded and me not in ancestors(pid, parent_of)}
     parent_of = {pid: proc.ppid for pid, proc in procs.items()}
     found: dict[int, FoundJob] = {}

@@ -147,6 +147,8 @@ class JobTracker:
             selected_pid=selected,
             note=self._note(layout, by_pid, len(rank_pids)),
             slurm_step=layout.slurm_step,
+            slurm_job=next((by_pid[pid].env.slurm_job for pid in layout.training_pids
+                            if pid in by_pid and by_pid[pid].env.slurm_job), None),
             training_elsewhere=layout.training_elsewhere,
             missing_ranks=world.missing,
             ranks_elsewhere=world.elsewhere,

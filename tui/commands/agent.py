@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import select
 import signal
-import socket
 import sys
 import threading
 import time
@@ -33,14 +31,10 @@ from tui.commands.shared import (
     check_one_job_or_follow,
     engine_config,
     hang_after,
+    node_name,
     silence_stdout,
 )
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
-
-
-def node_name() -> str:
-    """The name this node goes by in its job: Slurm's (the one squeue and scontrol show), else the hostname."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class AgentCommand:

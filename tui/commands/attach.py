@@ -56,6 +56,12 @@ class AttachCommand:
         parser.add_argument("--blocking", action="store_true",
                             help="pause the target for each stack sample (py-spy's default; can slow torch 5-15x)")
         add_monitoring_arguments(parser)
+        parser.add_argument("--fr-dump", action="store_true",
+                            help="ask each rank for a PyTorch Flight Recorder dump once, at start, where its job "
+                                 "enabled one: write NCCL's debug-info pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and "
+                                 "read the dump it writes, or read its worker server (TORCH_WORKER_SERVER_SOCKET) "
+                                 "at once; says what it asked of which rank, and what a rank without a trigger "
+                                 "must set. Without it gputop only reads what the job exposes (in the TUI: f)")
         parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
         parser.add_argument("--snapshot", metavar="PATH",
                             help="headless: sample, write one JSON document ('-' = stdout) and exit")
@@ -77,6 +83,9 @@ class AttachCommand:
     def run(self, args: argparse.Namespace) -> int:
         across = args.slurm_job is not None and (args.across_nodes or not runs_here(args.slurm_job))
         if args.agent_command or args.hosts or across:
+            if args.fr_dump:
+                raise UsageError("--fr-dump asks the ranks of this node: run gputop --pid PID --fr-dump on the node "
+                                 "where the ranks run")
             from tui.across_nodes import run_across_nodes
 
             return run_across_nodes(args)
@@ -198,6 +207,12 @@ def tell_cannot_see(view, told: set[str]) -> None:
             print(f"gputop: cannot see ({check.name}): {check.finding}{fix}", file=sys.stderr)
 
 
+def tell_flight_recorder_asks(frame) -> None:
+    """On stderr, as it happens: what --fr-dump asked of which rank, and the dumps that came of it."""
+    for ask in frame.collectives.asks if frame.collectives is not None else ():
+        print(f"gputop: {ask.line}", file=sys.stderr)
+
+
 def open_recorder(args: argparse.Namespace, comparison=None):
     """The Recorder for --record (None without it); a file that cannot be opened is a usage error."""
     from probes.monitor import recording_meta
@@ -241,6 +256,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     try:
         for frame in run_ticks(engine, stop, duration_s=duration):
             tell_cannot_see(monitor.ingest(frame), told_cannot_see)
+            tell_flight_recorder_asks(frame)
             if frame.job is not None and frame.job.note and not told_job_note:  # what is watched, once
                 print(f"gputop: {frame.job.note}", file=sys.stderr)
                 told_job_note = True
@@ -252,6 +268,8 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
         stopped_by.append("SIGINT (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        for line in engine.awaited_dumps():  # asked with --fr-dump, not come before --duration ended
+            print(f"gputop: {line} when the run ended", file=sys.stderr)
         engine.close()
         monitor.close()
         profile_problem = profile.finish() if profile is not None else None

@@ -21,6 +21,7 @@ from tui.commands.shared import (
     comparison_inputs,
     engine_config,
     hang_after,
+    node_name,
 )
 from tui.exitcodes import EXIT_OK
 from tui.serve import DEFAULT_LISTEN_HOST, DEFAULT_PORT, ListenError, Server, parse_listen
@@ -81,7 +82,7 @@ def _serve_metrics(server: Server, host: str, port: int, what: str) -> int:
     from probes.exporter import GputopCollector
 
     registry = CollectorRegistry()
-    registry.register(GputopCollector(server.views))
+    registry.register(GputopCollector(server.views, host=node_name()))
     ProcessCollector(registry=registry)  # gputop's own CPU and memory: process_cpu_seconds_total, ...
     try:
         httpd, _ = start_http_server(port, addr=host, registry=registry)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from collections.abc import Callable
 
@@ -20,6 +21,12 @@ from probes.models.peaks import DTYPES as PEAK_DTYPES
 
 class UsageError(Exception):
     """A mistake in what the user asked for; the message is the one line they will see."""
+
+
+def node_name() -> str:
+    """The name this node goes by in its job: Slurm's (the one squeue and scontrol show), else the hostname. The
+    agent marks its frames with it and `serve` its series (the host label)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 # --- argument types: each mistake reads the same in every command ----------------------------------------
@@ -174,6 +181,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         log_path=args.log,
         tokens_per_iter=args.tokens_per_iter,
         process_only=args.process_only,
+        fr_dump=getattr(args, "fr_dump", False),
     )
 
 

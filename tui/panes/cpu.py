@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 from probes.diagnosis.evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
 from tui.panes.tables import FittedTable, sync_rows
-from tui.panes.text import clip, percent, process_role_words, size
+from tui.panes.text import clip, node_title, percent, process_role_words, size
 
 # (heading, width, right-aligned); the command column takes whatever room is left.
 PROCESS_COLUMNS = (("PID", 7, False), ("role", 19, False), ("CPU%", 5, True), ("run/thr", 7, True),
@@ -163,7 +163,7 @@ class CpuPane(Vertical):
         `group_root` down, and `group_words` in the title saying so."""
         self._group = (group, group_root, group_words)
         scope = f" · {group_words}" if group_words else ""
-        self.border_title = Text.assemble(TITLE, scope, " · ", cpu_summary(frame.cpu))
+        self.border_title = Text.assemble(node_title(TITLE, frame), scope, " · ", cpu_summary(frame.cpu))
         notes = cpu_notes(frame)
         if notes != self._shown_notes:
             self._shown_notes = notes

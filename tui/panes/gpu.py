@@ -13,8 +13,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Frame, GpuDevice
-from tui.panes.text import bar, percent, size, sparkline
+from tui.panes.text import bar, node_title, percent, size, sparkline
 
+TITLE = "2 GPU"
 SPARKLINE_WINDOW_S = 60.0
 SPARKLINE_WIDTH = 15
 BAR_WIDTH = 12
@@ -148,7 +149,7 @@ class GpuPane(VerticalScroll):
 
     def __init__(self) -> None:
         super().__init__(id="gpu", classes="pane")
-        self.border_title = "2 GPU"
+        self.border_title = TITLE
         self._shown: Text | None = None
 
     def compose(self):
@@ -159,6 +160,7 @@ class GpuPane(VerticalScroll):
 
     def show(self, frames: Sequence[Frame]) -> None:
         available = frames[-1].gpu.available and bool(frames[-1].gpu.devices)
+        self.border_title = node_title(TITLE, frames[-1])
         # Without a GPU the pane is one line and cannot take focus, so its room goes to CPU and stacks.
         self.set_class(not available, "-no-gpu")
         self.can_focus = available

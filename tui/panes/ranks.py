@@ -36,6 +36,8 @@ WAITING_RATIO = 0.5
 SELECTED_MARK = "▶"
 # Rows of ranks with no process here (the job knows its world size): keyed apart from the PIDs of real rows.
 ABSENT_KEY = "absent:"
+# The row that stands for a group of agreeing ranks (probes.cluster.agreeing_ranks), under the group's first rank.
+GROUP_KEY = "group:"
 MISSING_WORDS = "gone (exited before attach)"
 ELSEWHERE_WORDS = "not on this node"
 
@@ -57,8 +59,17 @@ class RankRow:
 
     @property
     def key(self) -> str:
-        """The row's key: its PID, with its node where PIDs of several nodes share the table."""
-        return str(self.pid) if self.node is None else f"{self.pid}@{self.node}"
+        """What names this rank in the table and in the selection: its PID, with its node where PIDs of several
+        nodes share the table (each node is its own PID namespace: two nodes' ranks may have one PID)."""
+        return rank_key(self.pid, self.node)
+
+
+def rank_key(pid: int, node: str | None = None) -> str:
+    return str(pid) if node is None else f"{pid}@{node}"
+
+
+def pid_of_key(key: str) -> int:
+    return int(key.split("@")[0])
 
 
 def rank_rows(view: MonitorView) -> list[RankRow]:
@@ -106,6 +117,22 @@ def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False) 
             Text(clip(words, verdict_room), style=style))
 
 
+def group_cells(group, verdict_room: int) -> tuple[Text, ...]:
+    """The row of a probes.cluster.RankGroup: how many ranks, their nodes, and which rank they are like."""
+    dash = Text("-", style="dim", justify="right")
+    cpus = [r.cpu_pct for r in group.others if r.cpu_pct is not None]
+    waits = group.waits
+    # The rank column says how many (+18); the rank they are like first, where the column is narrow.
+    words = f"like rank {group.like.rank}: {group.ranks_text}"
+    if waits is not None:
+        words += f", waits {waits[0]:.0%}" + (f"–{waits[1]:.0%}" if waits[1] > waits[0] else "")
+    return (Text(f"+{len(group.others)}", style="dim", justify="right"),
+            Text(clip(group.nodes_text or "-", NODE_COLUMN[1]), style="dim"), dash, dash, dash,
+            Text(percent(sum(cpus) / len(cpus)) if cpus else "-", style="dim", justify="right"),
+            Text(f"{waits[1]:.0%}" if waits is not None else "-", style="dim", justify="right"),
+            Text(clip(words, verdict_room), style="dim"))
+
+
 def short_bottleneck_words(bottleneck: str) -> str:
     """The bottleneck's words without their parenthesis ("compiling", not "compiling (warm-up)"):
     a rank's row has a few columns of room, and the verdict pane above says it in full."""
@@ -132,8 +159,11 @@ def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     return short_bottleneck_words(verdict.bottleneck)
 
 
-def rank_label(row: RankRow) -> str:
-    return f"rank {row.rank} (PID {row.pid})" if row.rank is not None else f"PID {row.pid}"
+def rank_label(row: RankRow, with_node: bool = True) -> str:
+    """'rank 1 (PID 12)', or 'rank 1 on n2 (PID 12)' in a job merged across nodes (with_node False: a pane
+    whose title names the node already)."""
+    where = f" on {row.node}" if row.node is not None and with_node else ""
+    return f"rank {row.rank}{where} (PID {row.pid})" if row.rank is not None else f"PID {row.pid}{where}"
 
 
 def rank_group(frames: Sequence[Frame], rank_pid: int) -> frozenset[int]:
@@ -197,11 +227,11 @@ class RanksPane(Vertical):
     """Hidden unless the view has ranks; remembers nothing itself: the app owns the selection."""
 
     class RankChosen(Message):
-        """Enter (or a click) on a rank's row: select it."""
+        """Enter (or a click) on a rank's row: select it, by its RankRow.key."""
 
-        def __init__(self, pid: int) -> None:
+        def __init__(self, key: str) -> None:
             super().__init__()
-            self.pid = pid
+            self.key = key
 
     def __init__(self) -> None:
         super().__init__(id="ranks", classes="pane")
@@ -217,15 +247,18 @@ class RanksPane(Vertical):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_pid: int | None,
-             kind: str | None = None, absent: Sequence[tuple[str, str]] = ()) -> None:
-        self._shown = (rows, job, selected_pid, kind, absent)
+    def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_key: str | None,
+             kind: str | None = None, absent: Sequence[tuple[str, str]] = (), groups: Sequence = ()) -> None:
+        """groups: probes.cluster.RankGroup of a job of many ranks: each group's other ranks are one row, under
+        its first rank's."""
+        self._shown = (rows, job, selected_key, kind, absent, groups)
         self.display = bool(rows)
         if not rows:
             return
-        selected = next((row for row in rows if row.pid == selected_pid), None)
+        selected = next((row for row in rows if row.key == selected_key), None)
+        every = "agreeing ranks summarised" if groups else "all shown"
         scope = f"{rank_label(selected)} selected ([ ] other ranks)" if selected else \
-            f"{len(rows)} ranks, all shown ([ ] selects one)"
+            f"{len(rows)} ranks, {every} ([ ] selects one)"
         self.border_title = Text.assemble(TITLE, f" · {kind or 'job'} · {scope}")
         table = self.query_one(RankTable)
         nodes = any(row.node is not None for row in rows)
@@ -235,13 +268,21 @@ class RanksPane(Vertical):
             table._columns_shown, table._last_room = columns, None  # the node column comes or goes: rebuild
         table.fit_columns(columns, "verdict", room)
         finding = job.finding if job is not None else None
-        cells = [(row.key, rank_cells(row, finding, row.pid == selected_pid, room, nodes)) for row in rows]
+        folded = {rank_key(r.pid, r.node) for group in groups for r in group.others}
+        under = {rank_key(group.like.pid, group.like.node): group for group in groups}
+        cells = []
+        for row in rows:
+            if row.key in folded:
+                continue
+            cells.append((row.key, rank_cells(row, finding, row.key == selected_key, room, nodes)))
+            if row.key in under:
+                cells.append((f"{GROUP_KEY}{row.key}", group_cells(under[row.key], room)))
         cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room, nodes)) for rank, words in absent]
         sync_rows(table, cells, follow_key=False)
         if selected is not None and not table.has_focus:
-            table.move_cursor(row=list(rows).index(selected), animate=False, scroll=True)
+            table.move_cursor(row=[key for key, _ in cells].index(selected.key), animate=False, scroll=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        if event.row_key.value is not None and not event.row_key.value.startswith(ABSENT_KEY):
-            self.post_message(self.RankChosen(int(event.row_key.value.split("@")[0])))
+        if event.row_key.value is not None and not event.row_key.value.startswith((ABSENT_KEY, GROUP_KEY)):
+            self.post_message(self.RankChosen(event.row_key.value))

@@ -25,7 +25,7 @@ from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.history import recent_frames
 from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import forget_rows, sync_rows
-from tui.panes.text import clip, clip_left, duration, process_role_words
+from tui.panes.text import clip, clip_left, duration, node_title, process_role_words
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
 DEFAULT_WINDOW_INDEX = 1
@@ -254,13 +254,18 @@ class StacksPane(Vertical):
         self.query_one("#stacks-header", Static).update(Text(message, style="dim"))
 
     def show(self, frames: Sequence[Frame]) -> None:
+        if self._frames and frames and frames[-1].node != self._frames[-1].node:
+            self.scope_pid = self.scope_tid = None  # a PID chosen on one node names nothing on another
         self._frames = tuple(frames)
         self._refresh()
 
     def _view_inputs(self) -> tuple:
         """What the user chose: a change shows at once."""
+        # The node shown is chosen too (the selected rank's, across nodes), and two nodes' frames may carry the
+        # same numbers.
+        node = self._frames[-1].node if self._frames else None
         return (self.mode, self.window_index, self.include_idle, self.by_line, self.filter_text, self.scope_pid,
-                self.scope_tid, self.drill_key, self.size, self.group)
+                self.scope_tid, self.drill_key, self.size, self.group, node)
 
     def _data_inputs(self) -> tuple:
         """Which data the content comes from: the frames in the window that carry stack counts, and the
@@ -314,7 +319,8 @@ class StacksPane(Vertical):
 
     def _title(self, counts: Sequence[StackCount]) -> Text:
         """The pane's title line: which view, over what, of whom."""
-        parts = [TITLE, {"hot": "hot frames", "tree": "call tree", "now": "now"}[self.mode]]
+        parts = [node_title(TITLE, self._frames[-1]),
+                 {"hot": "hot frames", "tree": "call tree", "now": "now"}[self.mode]]
         if self.mode != "now":
             parts.append(("all history" if self.window_s is None else duration(self.window_s)) + " (w)")
         parts.append(self._scope_words())

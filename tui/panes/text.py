@@ -17,6 +17,7 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RANK,
     ROLE_RESOURCE_TRACKER,
+    Frame,
     ProcessSample,
 )
 
@@ -146,3 +147,9 @@ def clip_left(text: str, width: int) -> str:
     if width <= 0:
         return ""
     return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+
+
+def node_title(title: str, frame: Frame) -> str:
+    """A pane's title with the node its frame was read on ("2 GPU · n2"), in a job merged across nodes, where
+    the panes follow the selected rank's node; the title alone on a one-node run."""
+    return title if frame.node is None else f"{title} · {frame.node}"

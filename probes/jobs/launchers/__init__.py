@@ -9,10 +9,11 @@ find_layout (probes/jobs/layout.py), resolve_root (probes/jobs/root.py) and foll
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from probes.frame import JobKind
-from probes.jobs.environment import DistEnv, gpu_environment, read_environ
+from probes.jobs.environment import DistEnv, gpu_environment, read_environ, slurm_job_of
 from probes.jobs.launchers.accelerate import Accelerate
 from probes.jobs.launchers.base import Launcher
 from probes.jobs.launchers.deepspeed import DeepSpeed
@@ -80,11 +81,11 @@ def launcher_label(name: str, cmdline: Sequence[str]) -> str:
 def parse_dist_env(environ: Mapping[str, str]) -> DistEnv:
     """The distributed variables of an environment, as the first launcher whose variables it carries reads
     them (a malformed number reads as unset); else only its CUDA_VISIBLE_DEVICES."""
-    for launcher in LAUNCHERS:
-        env = launcher.rank_variables(environ)
-        if env is not None:
-            return env
-    return gpu_environment(environ)
+    env = next((found for found in (launcher.rank_variables(environ) for launcher in LAUNCHERS)
+                if found is not None), None) or gpu_environment(environ)
+    # Slurm wraps any launcher (torchrun under srun): its job id rides along whichever launcher read the ranks.
+    slurm_job = slurm_job_of(environ)
+    return dataclasses.replace(env, slurm_job=slurm_job) if slurm_job is not None else env
 
 
 def read_dist_env(pid: int) -> DistEnv:
