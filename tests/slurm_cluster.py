@@ -15,6 +15,7 @@ processes they left behind.
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -175,6 +176,9 @@ def write_conf(folder: Path, *, controller: str | None = None, nodes: dict[str, 
     conf = folder / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=gputoptest",
+        # Job ids of its own: two test clusters on one machine (two test runs at once) never both run a job 1,
+        # whose slurmstepd gputop would take for its own job's. Above 999999, which the tests use as no job.
+        f"FirstJobId={random.randrange(1_000_000, 60_000_000)}",
         f"SlurmctldHost={controller or names[0]}",
         f"SlurmctldPort={ctld_port}",
         f"SlurmdPort={slurmd_port}",

@@ -33,6 +33,7 @@ while True:
         time.sleep(0.1)
 """
 PORT = "7777"
+pytestmark = pytest.mark.slow  # real namespaces and processes, several seconds
 
 
 @pytest.fixture
