@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
@@ -41,21 +41,36 @@ KNOWN_WAITS = (
 # History keeps 600 frames of them. Parsing each window afresh held 27,000 StackFrame objects and their
 # strings (2.7 MB of an 18 MB heap) where a few hundred distinct ones do; one tuple per distinct stack text
 # serves every window that saw it. Bounded: cleared when full (a job whose stacks never repeat only pays the
-# parsing again), so the cache never outgrows what the History could hold.
+# parsing again), so the cache never outgrows what the History could hold. Dumps share theirs the same way:
+# each dump's JSON made fresh strings and StackFrames for every thread, and the History's dumps grew the
+# traced heap by 0.36 MB over 7 minutes of an hour's soak after it had filled (benchmarks/heap_soak.py).
 _STACK_CACHE_MAX = 4096
-_parsed_stacks: dict[tuple[str, bool], tuple[StackFrame, ...]] = {}
+_shared_stacks: dict[object, tuple[StackFrame, ...]] = {}
+
+
+def _shared_stack(key: object, build: Callable[[], tuple[StackFrame, ...]]) -> tuple[StackFrame, ...]:
+    """The one tuple of frames for this stack, built on first sight."""
+    frames = _shared_stacks.get(key)
+    if frames is None:
+        if len(_shared_stacks) >= _STACK_CACHE_MAX:
+            _shared_stacks.clear()
+        frames = _shared_stacks[key] = build()
+    return frames
 
 
 def _parse_stack(parts: list[str], native_sampling: bool) -> tuple[StackFrame, ...]:
     """The frames of one raw stack (its ';'-separated parts, outermost first), innermost first, shared with
     every earlier window that printed the same stack."""
-    key = (";".join(parts), native_sampling)
-    frames = _parsed_stacks.get(key)
-    if frames is None:
-        if len(_parsed_stacks) >= _STACK_CACHE_MAX:
-            _parsed_stacks.clear()
-        frames = _parsed_stacks[key] = tuple(_parse_frame(part, native_sampling) for part in reversed(parts))
-    return frames
+    return _shared_stack((";".join(parts), native_sampling),
+                         lambda: tuple(_parse_frame(part, native_sampling) for part in reversed(parts)))
+
+
+def _dump_stack(frames: Sequence[dict]) -> tuple[StackFrame, ...]:
+    """The frames of one thread of a ``py-spy dump --json``, innermost first as py-spy lists them, shared with
+    every earlier dump and window that saw the same stack."""
+    places = tuple((f.get("name", ""), f.get("filename", ""), int(f.get("line") or 0)) for f in frames)
+    return _shared_stack(("dump", places), lambda: tuple(
+        StackFrame(function=function, file=file, line=line) for function, file, line in places))
 
 
 def _parse_frame(text: str, native_sampling: bool) -> StackFrame:
@@ -110,10 +125,7 @@ def parse_dump(text: str, pid: int) -> list[ThreadStack]:
     threads = []
     for trace in json.loads(text):
         tid = trace.get("os_thread_id") or trace.get("thread_id") or 0
-        frames = tuple(
-            StackFrame(function=f.get("name", ""), file=f.get("filename", ""), line=int(f.get("line") or 0))
-            for f in trace.get("frames", ())
-        )
+        frames = _dump_stack(trace.get("frames", ()))
         threads.append(
             ThreadStack(
                 pid=pid,

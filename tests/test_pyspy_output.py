@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.pyspy_output import (
     dominant_position,
@@ -112,9 +114,21 @@ def test_windows_that_print_the_same_stack_share_its_parsed_frames():
     assert native[0].frames is not first[0].frames
 
 
+def test_dumps_that_show_the_same_stack_share_its_frames():
+    # Each dump is fresh JSON; the History holds hundreds of them: the frames of a stack seen before are shared.
+    dump = json.dumps([{"os_thread_id": 7, "thread_name": "MainThread", "active": True, "frames": [
+        {"name": "step", "filename": "train.py", "line": 4}, {"name": "<module>", "filename": "train.py", "line": 9}]}])
+    first, second = parse_dump(dump, pid=7), parse_dump(dump, pid=7)
+    assert first[0].frames is second[0].frames
+    assert first[0].frames == (StackFrame("step", "train.py", 4), StackFrame("<module>", "train.py", 9))
+    moved = json.loads(dump)
+    moved[0]["frames"][0]["line"] = 5
+    assert parse_dump(json.dumps(moved), pid=7)[0].frames[0] == StackFrame("step", "train.py", 5)
+
+
 def test_the_shared_stacks_are_bounded():
     import probes.pyspy_output as output
 
     for i in range(output._STACK_CACHE_MAX + 10):
         parse_raw(f"thread (1): MainThread;<module> (t.py:1);f{i} (t.py:2) 1\n", pid=1)
-    assert len(output._parsed_stacks) <= output._STACK_CACHE_MAX
+    assert len(output._shared_stacks) <= output._STACK_CACHE_MAX
