@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -248,3 +249,34 @@ def test_main_thread_counters_and_tcp_bytes_of_a_slow_stream(spawn_target, tmp_p
     main = wait_for(silent, timeout=30)
     assert main.main_thread_cpu_pct == 0.0
     assert main.main_thread_read_chars_per_s == 0 and main.main_thread_write_chars_per_s == 0
+
+
+def test_cached_command_line_is_read_again_at_once_after_an_exec(spawn_target, tmp_path):
+    """Command lines are cached between ticks; a process that execs the same interpreter (same PID, start time and
+    comm) is seen running its new program at the next read, not only at the periodic re-read."""
+    out = tmp_path / "out"
+    script = str(Path(__file__).parent / "targets" / "busy_loop.py")
+    with out.open("w") as handle:
+        target = spawn_target("exec_on_signal.py", sys.executable, script, stdout=handle,
+                              ready=lambda _: "ready" in out.read_text())
+    probe = ProcessTreeProbe(target.pid)
+    probe.read()
+    assert "exec_on_signal.py" in " ".join(probe.read()[1][0].cmdline)
+    os.kill(target.pid, signal.SIGUSR1)
+    wait_for(lambda: psutil.Process(target.pid).cmdline() == [sys.executable, script])
+    started = time.monotonic()
+    root = probe.read()[1][0]
+    assert root.cmdline == (sys.executable, script)
+    assert time.monotonic() - started < 5.0  # the first read after the exec, far inside the 10 s re-read
+
+
+def test_a_child_that_dies_is_noticed_at_the_next_read(family):
+    """Cached command lines and socket tables must not hide a death: the next read shows the child dead."""
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid)
+    probe.read()
+    assert _by_pid(probe.read()[1])[pids["idle"]].alive
+    os.kill(pids["idle"], signal.SIGKILL)
+    wait_for(lambda: psutil.Process(pids["idle"]).status() == psutil.STATUS_ZOMBIE)
+    idle = _by_pid(probe.read()[1])[pids["idle"]]
+    assert not idle.alive and idle.cmdline == ()
