@@ -207,7 +207,7 @@ class _MainThreadCounters:
 def _main_thread_counters(pid: int) -> _MainThreadCounters:
     task = f"/proc/{pid}/task/{pid}"
     schedstat = (read_text(f"{task}/schedstat") or "").split()
-    status = _keyed_ints(read_text(f"{task}/status"), ":")
+    status = _picked_ints(read_text(f"{task}/status"), ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
     io = _keyed_ints(read_text(f"{task}/io"), ":")
     return _MainThreadCounters(
         cpu_ns=int(schedstat[0]) if schedstat and schedstat[0].isdigit() else None,
@@ -217,6 +217,24 @@ def _main_thread_counters(pid: int) -> _MainThreadCounters:
         read_chars=io.get("rchar"),
         write_chars=io.get("wchar"),
     )
+
+
+def _picked_ints(text: str | None, keys: Sequence[str]) -> dict[str, int]:
+    """{key: int} of the "key:<tab>123" lines named, found without splitting the whole file (status has ~60
+    lines, read for each process each tick)."""
+    values: dict[str, int] = {}
+    if not text:
+        return values
+    for key in keys:
+        at = text.find(f"\n{key}:")
+        if at < 0:
+            continue
+        start = at + len(key) + 2
+        end = text.find("\n", start)
+        value = text[start:end if end >= 0 else None].strip()
+        if value.isdigit():
+            values[key] = int(value)
+    return values
 
 
 def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
