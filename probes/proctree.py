@@ -1,5 +1,10 @@
-"""The target's process tree, read from /proc (through psutil): who is in it, what role each plays, and
-what each costs (CPU, threads by state, memory, I/O).
+"""The target's process tree, read from /proc: who is in it, what role each plays, and what each costs (CPU,
+threads by state, memory, I/O).
+
+Per process a tick: its threads' states and children, its main thread's counters, one /proc/PID/stat and one
+/proc/PID/io; what rarely changes (the command line, the socket inodes) is cached by PID and start time and read
+again when it may have changed (on a node's job of 73 processes, psutil and the socket listing cost ~1 ms a
+process a tick). psutil is left for the root's liveness and the target's static facts.
 
 This module is the only one that walks /proc for the tree. One ``read()`` per tick: rates (CPU percent,
 I/O per second) are deltas against the previous read of the same process. When the target exits, the
@@ -135,7 +140,8 @@ class _ProcStat:
     started: int  # clock ticks since boot: with the PID it names one process
     rss_bytes: int
     # Where the program's code and stack start: an exec maps a new program, so these move (with address-space
-    # randomisation, even when it runs the same binary again); None where the kernel masks them (0).
+    # randomisation, even when it runs the same binary again; with it turned off, such an exec is seen at the
+    # periodic re-read); None where the kernel masks them (0), and the command line is then read every tick.
     exec_mark: tuple[str, int, int, int] | None
 
 
