@@ -254,42 +254,64 @@ def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
     return values
 
 
+# Children forked by a thread other than the main one (a helper thread starting a subprocess) are looked for this
+# often; the main thread's every tick (DataLoader workers, ranks and a launcher's children are forked by it). A
+# rank has ~12 threads and a worker 3: reading every thread's children file each tick was a fifth of the tick.
+SIDE_THREAD_CHILDREN_S = 5.0
+
+
 @dataclass(frozen=True)
 class _TaskScan:
     """One pass over /proc/PID/task: thread states, the next level of the tree, the main thread's counters."""
 
     runnable: int
     disk_wait: int
-    children: list[int]
+    children: list[int]  # the main thread's children, and the other threads' when side_children is not None
     main_thread: _MainThreadCounters
+    stat: _ProcStat  # /proc/PID/stat: the process, and its main thread's state
+    side_children: list[int] | None = None  # the other threads' children; None: not read this time
 
 
-def _scan_tasks(pid: int, with_children: bool) -> _TaskScan | None:
+def _scan_tasks(pid: int, with_children: bool, side_children: bool = True) -> _TaskScan | None:
     """Thread states, child PIDs and the main thread's counters from /proc/PID/task/*; None if it is gone.
 
     Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
-    threads gives both the thread states and the next level of the tree.
+    threads gives both the thread states and the next level of the tree. The main thread's state is the one in
+    /proc/PID/stat (read here once for the whole tick); ``side_children`` False leaves the other threads'
+    children files unread.
     """
-    runnable = disk_wait = 0
+    stat = _read_stat(pid)
+    if stat is None:
+        return None
+    runnable = int(stat.state == psutil.STATUS_RUNNING)
+    disk_wait = int(stat.state == psutil.STATUS_DISK_SLEEP)
     children: list[int] = []
+    if with_children:
+        children.extend(int(c) for c in (read_text(f"/proc/{pid}/task/{pid}/children") or "").split())
+    side: list[int] | None = [] if with_children and side_children else None
     try:
         entries = list(os.scandir(f"/proc/{pid}/task"))
     except OSError:
         return None
+    main = str(pid)
     for entry in entries:
-        stat = read_text(f"{entry.path}/stat")
-        if not stat:
+        if entry.name == main:
+            continue
+        thread_stat = read_text(f"{entry.path}/stat")
+        if not thread_stat:
             continue  # the thread ended between listing and reading
         # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
-        fields = stat.rpartition(")")[2].split()
+        fields = thread_stat.rpartition(")")[2].split()
         state = fields[0] if fields else ""
         if state == "R":
             runnable += 1
         elif state == "D":
             disk_wait += 1
-        if with_children:
-            children.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
-    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid))
+        if side is not None:
+            side.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
+    if side is not None:
+        children.extend(side)
+    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid), stat, side)
 
 
 def _python_version(exe: str | None, pid: int) -> str | None:
@@ -406,6 +428,8 @@ class ProcessTreeProbe:
         self._sock_diag_works = True
         self._socket_inodes = SocketInodeCache()
         self._programs: dict[int, _Program] = {}  # command lines, read again only when they may have changed
+        # {pid: (when read, children of its threads other than the main one)}, read every SIDE_THREAD_CHILDREN_S
+        self._side_children: dict[int, tuple[float, list[int]]] = {}
         try:
             self._root = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -453,8 +477,7 @@ class ProcessTreeProbe:
         now = time.monotonic()
         samples = []
         seen = set()
-        stats = [(pid, scan, _read_stat(pid)) for pid, scan in tree]
-        stats = [(pid, scan, stat) for pid, scan, stat in stats if stat is not None]  # None: gone since listed
+        stats = [(pid, scan, scan.stat) for pid, scan in tree]
         sockets = self._tcp_sockets([(pid, stat.started) for pid, _, stat in stats])
         for pid, scan, stat in stats:
             sample = self._sample(pid, stat, now, role_hints, scan, sockets.get(pid))
@@ -465,6 +488,7 @@ class ProcessTreeProbe:
             if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
                 del self._previous[gone]
         self._programs = {pid: program for pid, program in self._programs.items() if pid in seen}
+        self._side_children = {pid: known for pid, known in self._side_children.items() if pid in seen}
         self._socket_inodes.keep_only(seen)
 
         if self.pid not in seen:  # the target died while we read it
@@ -500,17 +524,27 @@ class ProcessTreeProbe:
         """(pid, its task scan) for the target and every descendant, parents first."""
         found = []
         if self._children_files:
-            queue, queued = [self.pid], {self.pid}
+            queue, queued = [(self.pid, None)], {self.pid}
+            now = time.monotonic()
             while queue:
-                pid = queue.pop(0)
-                scan = _scan_tasks(pid, with_children=True)
-                if scan is None:
-                    continue  # gone since its parent listed it
+                pid, parent = queue.pop(0)
+                known = self._side_children.get(pid)
+                due = known is None or now - known[0] >= SIDE_THREAD_CHILDREN_S
+                scan = _scan_tasks(pid, with_children=True, side_children=due)
+                if scan is None or (parent is not None and scan.stat.ppid != parent):
+                    # gone since its parent listed it; or a side child remembered from an earlier tick that has
+                    # ended since, its PID now another process's
+                    continue
                 found.append((pid, scan))
-                for child in scan.children:
+                children = scan.children
+                if scan.side_children is not None:
+                    self._side_children[pid] = (now, scan.side_children)
+                elif known is not None:
+                    children = [*children, *known[1]]
+                for child in children:
                     if child not in queued:
                         queued.add(child)
-                        queue.append(child)
+                        queue.append((child, pid))
             return found
         assert self._root is not None
         try:

@@ -23,7 +23,7 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RESOURCE_TRACKER,
 )
-from probes.proctree import ProcessTreeProbe, _python_version, target_exists
+from probes.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, _python_version, target_exists
 
 
 @pytest.fixture
@@ -280,3 +280,23 @@ def test_a_child_that_dies_is_noticed_at_the_next_read(family):
     wait_for(lambda: psutil.Process(pids["idle"]).status() == psutil.STATUS_ZOMBIE)
     idle = _by_pid(probe.read()[1])[pids["idle"]]
     assert not idle.alive and idle.cmdline == ()
+
+
+def test_children_of_the_main_thread_at_the_next_read_and_of_other_threads_within_their_cadence(spawn_target, tmp_path):
+    """The main thread's children files are read every tick, the other threads' every SIDE_THREAD_CHILDREN_S: a
+    child the main thread starts is in the next read, one a helper thread starts comes within that cadence."""
+    ready_file, out = tmp_path / "pids.json", tmp_path / "out"
+    with out.open("w") as handle:
+        target = spawn_target("thread_children.py", str(ready_file), stdout=handle,
+                              ready=lambda _: "ready" in out.read_text())
+    probe = ProcessTreeProbe(target.pid)
+    probe.read()
+    probe.read()  # the side threads' children were read at the first read: not due again for a while
+    Path(f"{ready_file}.go").touch()
+    pids = json.loads(wait_for(lambda: ready_file.exists() and ready_file.read_text()))
+    started = time.monotonic()
+    assert pids["main"] in _by_pid(probe.read()[1])
+    wait_for(lambda: pids["side"] in _by_pid(probe.read()[1]), timeout=SIDE_THREAD_CHILDREN_S + 30)
+    assert time.monotonic() - started <= SIDE_THREAD_CHILDREN_S + 3.0
+    side = _by_pid(probe.read()[1])[pids["side"]]
+    assert side.ppid == target.pid and side.alive
