@@ -1,5 +1,10 @@
-"""The target's process tree, read from /proc (through psutil): who is in it, what role each plays, and
-what each costs (CPU, threads by state, memory, I/O).
+"""The target's process tree, read from /proc: who is in it, what role each plays, and what each costs (CPU,
+threads by state, memory, I/O).
+
+Per process a tick: its threads' states and children, its main thread's counters, one /proc/PID/stat and one
+/proc/PID/io; what rarely changes (the command line, the socket inodes) is cached by PID and start time and read
+again when it may have changed (on a node's job of 73 processes, psutil and the socket listing cost ~1 ms a
+process a tick). psutil is left for the root's liveness and the target's static facts.
 
 This module is the only one that walks /proc for the tree. One ``read()`` per tick: rates (CPU percent,
 I/O per second) are deltas against the previous read of the same process. When the target exits, the
@@ -28,7 +33,7 @@ from probes.frame import (
     ProcessSample,
     TargetInfo,
 )
-from probes.tcpinfo import TCP_ESTABLISHED, TcpSocket, read_tcp_sockets, socket_inodes
+from probes.tcpinfo import TCP_ESTABLISHED, SocketInodeCache, TcpSocket, read_tcp_sockets
 from probes.textfiles import read_text
 
 # torch names each DataLoader worker's main thread (and so /proc/PID/comm) this, in _worker_loop.
@@ -125,6 +130,85 @@ def in_nested_pid_namespace(pid: int) -> bool:
     return theirs is not None and ours is not None and theirs > ours
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# /proc/PID/stat's state letter in psutil's words (what ProcessSample.state has always carried).
+_STATES = {
+    "R": psutil.STATUS_RUNNING, "S": psutil.STATUS_SLEEPING, "D": psutil.STATUS_DISK_SLEEP,
+    "T": psutil.STATUS_STOPPED, "t": psutil.STATUS_TRACING_STOP, "Z": psutil.STATUS_ZOMBIE,
+    "X": psutil.STATUS_DEAD, "x": psutil.STATUS_DEAD, "K": "wake-kill", "W": psutil.STATUS_WAKING,
+    "I": psutil.STATUS_IDLE, "P": psutil.STATUS_PARKED,
+}
+# A process's command line is read again at least this often (a process may rewrite its own title), and at once
+# when it is new (PID and start time) or ran a new program (its exec mark moved).
+PROGRAM_REREAD_S = 10.0
+
+
+@dataclass(frozen=True)
+class _ProcStat:
+    """One read of /proc/PID/stat: what a tick needs of a process, in one file instead of psutil's five."""
+
+    comm: str
+    state: str  # psutil's word for the state letter
+    ppid: int
+    cpu_seconds: float  # user + system, all threads
+    num_threads: int
+    started: int  # clock ticks since boot: with the PID it names one process
+    rss_bytes: int
+    # Where the program's code and stack start: an exec maps a new program, so these move (with address-space
+    # randomisation, even when it runs the same binary again; with it turned off, such an exec is seen at the
+    # periodic re-read); None where the kernel masks them (0), and the command line is then read every tick.
+    exec_mark: tuple[str, int, int, int] | None
+
+
+def _read_stat(pid: int) -> _ProcStat | None:
+    """/proc/PID/stat parsed; None when the process is gone or the line is not what Linux writes."""
+    text = read_text(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    head, _, tail = text.rpartition(")")  # comm may hold spaces and parentheses
+    fields = tail.split()
+    try:
+        comm = head.partition("(")[2]
+        start_code, end_code, start_stack = int(fields[23]), int(fields[24]), int(fields[25])
+        return _ProcStat(
+            comm=comm,
+            state=_STATES.get(fields[0], fields[0]),
+            ppid=int(fields[1]),
+            cpu_seconds=(int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
+            num_threads=int(fields[17]),
+            started=int(fields[19]),
+            rss_bytes=int(fields[21]) * _PAGE_BYTES,
+            exec_mark=(comm, start_code, end_code, start_stack) if start_stack else None,
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _Program:
+    """A process's command line as last read, and what says whether it may have changed since."""
+
+    started: int
+    exec_mark: tuple[str, int, int, int] | None
+    read_at: float
+    raw: tuple[str, ...]
+    redacted: tuple[str, ...]
+
+
+def _read_cmdline(pid: int) -> tuple[str, ...]:
+    """/proc/PID/cmdline's arguments (empty for a zombie, a kernel thread, or when unreadable)."""
+    text = read_text(f"/proc/{pid}/cmdline") or ""
+    if not text:
+        return ()
+    # Split as psutil does: a process that rewrote its title (setproctitle) may leave one string with spaces.
+    separator = "\0" if text.endswith("\0") else " "
+    arguments = text.removesuffix(separator).split(separator)
+    if separator == "\0" and len(arguments) == 1 and " " in arguments[0]:
+        arguments = arguments[0].split(" ")
+    return tuple(arguments)
+
+
 @dataclass(frozen=True)
 class _MainThreadCounters:
     """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.
@@ -145,7 +229,7 @@ class _MainThreadCounters:
 def _main_thread_counters(pid: int) -> _MainThreadCounters:
     task = f"/proc/{pid}/task/{pid}"
     schedstat = (read_text(f"{task}/schedstat") or "").split()
-    status = _keyed_ints(read_text(f"{task}/status"), ":")
+    status = _picked_ints(read_text(f"{task}/status"), ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
     io = _keyed_ints(read_text(f"{task}/io"), ":")
     return _MainThreadCounters(
         cpu_ns=int(schedstat[0]) if schedstat and schedstat[0].isdigit() else None,
@@ -155,6 +239,24 @@ def _main_thread_counters(pid: int) -> _MainThreadCounters:
         read_chars=io.get("rchar"),
         write_chars=io.get("wchar"),
     )
+
+
+def _picked_ints(text: str | None, keys: Sequence[str]) -> dict[str, int]:
+    """{key: int} of the "key:<tab>123" lines named, found without splitting the whole file (status has ~60
+    lines, read for each process each tick)."""
+    values: dict[str, int] = {}
+    if not text:
+        return values
+    for key in keys:
+        at = text.find(f"\n{key}:")
+        if at < 0:
+            continue
+        start = at + len(key) + 2
+        end = text.find("\n", start)
+        value = text[start:end if end >= 0 else None].strip()
+        if value.isdigit():
+            values[key] = int(value)
+    return values
 
 
 def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
@@ -168,42 +270,64 @@ def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
     return values
 
 
+# Children forked by a thread other than the main one (a helper thread starting a subprocess) are looked for this
+# often; the main thread's every tick (DataLoader workers, ranks and a launcher's children are forked by it). A
+# rank has ~12 threads and a worker 3: reading every thread's children file each tick was a fifth of the tick.
+SIDE_THREAD_CHILDREN_S = 5.0
+
+
 @dataclass(frozen=True)
 class _TaskScan:
     """One pass over /proc/PID/task: thread states, the next level of the tree, the main thread's counters."""
 
     runnable: int
     disk_wait: int
-    children: list[int]
+    children: list[int]  # the main thread's children, and the other threads' when side_children is not None
     main_thread: _MainThreadCounters
+    stat: _ProcStat  # /proc/PID/stat: the process, and its main thread's state
+    side_children: list[int] | None = None  # the other threads' children; None: not read this time
 
 
-def _scan_tasks(pid: int, with_children: bool) -> _TaskScan | None:
+def _scan_tasks(pid: int, with_children: bool, side_children: bool = True) -> _TaskScan | None:
     """Thread states, child PIDs and the main thread's counters from /proc/PID/task/*; None if it is gone.
 
     Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
-    threads gives both the thread states and the next level of the tree.
+    threads gives both the thread states and the next level of the tree. The main thread's state is the one in
+    /proc/PID/stat (read here once for the whole tick); ``side_children`` False leaves the other threads'
+    children files unread.
     """
-    runnable = disk_wait = 0
+    stat = _read_stat(pid)
+    if stat is None:
+        return None
+    runnable = int(stat.state == psutil.STATUS_RUNNING)
+    disk_wait = int(stat.state == psutil.STATUS_DISK_SLEEP)
     children: list[int] = []
+    if with_children:
+        children.extend(int(c) for c in (read_text(f"/proc/{pid}/task/{pid}/children") or "").split())
+    side: list[int] | None = [] if with_children and side_children else None
     try:
         entries = list(os.scandir(f"/proc/{pid}/task"))
     except OSError:
         return None
+    main = str(pid)
     for entry in entries:
-        stat = read_text(f"{entry.path}/stat")
-        if not stat:
+        if entry.name == main:
+            continue
+        thread_stat = read_text(f"{entry.path}/stat")
+        if not thread_stat:
             continue  # the thread ended between listing and reading
         # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
-        fields = stat.rpartition(")")[2].split()
+        fields = thread_stat.rpartition(")")[2].split()
         state = fields[0] if fields else ""
         if state == "R":
             runnable += 1
         elif state == "D":
             disk_wait += 1
-        if with_children:
-            children.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
-    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid))
+        if side is not None:
+            side.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
+    if side is not None:
+        children.extend(side)
+    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid), stat, side)
 
 
 def _python_version(exe: str | None, pid: int) -> str | None:
@@ -318,6 +442,10 @@ class ProcessTreeProbe:
         me = os.getpid()
         self._children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
         self._sock_diag_works = True
+        self._socket_inodes = SocketInodeCache()
+        self._programs: dict[int, _Program] = {}  # command lines, read again only when they may have changed
+        # {pid: (when read, children of its threads other than the main one)}, read every SIDE_THREAD_CHILDREN_S
+        self._side_children: dict[int, tuple[float, list[int]]] = {}
         try:
             self._root = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -365,15 +493,19 @@ class ProcessTreeProbe:
         now = time.monotonic()
         samples = []
         seen = set()
-        sockets = self._tcp_sockets([pid for pid, _ in tree])
-        for pid, scan in tree:
-            sample = self._sample(pid, now, role_hints, scan, sockets.get(pid))
+        stats = [(pid, scan, scan.stat) for pid, scan in tree]
+        sockets = self._tcp_sockets([(pid, stat.started) for pid, _, stat in stats])
+        for pid, scan, stat in stats:
+            sample = self._sample(pid, stat, now, role_hints, scan, sockets.get(pid))
             if sample is not None:
                 samples.append(sample)
                 seen.add(sample.pid)
         for gone in set(self._previous) - seen:
             if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
                 del self._previous[gone]
+        self._programs = {pid: program for pid, program in self._programs.items() if pid in seen}
+        self._side_children = {pid: known for pid, known in self._side_children.items() if pid in seen}
+        self._socket_inodes.keep_only(seen)
 
         if self.pid not in seen:  # the target died while we read it
             self._mark_exited("process ended")
@@ -408,17 +540,27 @@ class ProcessTreeProbe:
         """(pid, its task scan) for the target and every descendant, parents first."""
         found = []
         if self._children_files:
-            queue, queued = [self.pid], {self.pid}
+            queue, queued = [(self.pid, None)], {self.pid}
+            now = time.monotonic()
             while queue:
-                pid = queue.pop(0)
-                scan = _scan_tasks(pid, with_children=True)
-                if scan is None:
-                    continue  # gone since its parent listed it
+                pid, parent = queue.pop(0)
+                known = self._side_children.get(pid)
+                due = known is None or now - known[0] >= SIDE_THREAD_CHILDREN_S
+                scan = _scan_tasks(pid, with_children=True, side_children=due)
+                if scan is None or (parent is not None and scan.stat.ppid != parent):
+                    # gone since its parent listed it; or a side child remembered from an earlier tick that has
+                    # ended since, its PID now another process's
+                    continue
                 found.append((pid, scan))
-                for child in scan.children:
+                children = scan.children
+                if scan.side_children is not None:
+                    self._side_children[pid] = (now, scan.side_children)
+                elif known is not None:
+                    children = [*children, *known[1]]
+                for child in children:
                     if child not in queued:
                         queued.add(child)
-                        queue.append(child)
+                        queue.append((child, pid))
             return found
         assert self._root is not None
         try:
@@ -436,9 +578,11 @@ class ProcessTreeProbe:
             return ()
         return tuple(pid for pid, _ in self._walk_tree())
 
-    def _tcp_sockets(self, pids: Sequence[int]) -> dict[int, list[TcpSocket]]:
-        """{pid: its TCP sockets with the kernel's byte counters}, one sock_diag dump for the whole tree."""
-        inodes = {pid: socket_inodes(pid) for pid in pids}
+    def _tcp_sockets(self, processes: Sequence[tuple[int, int]]) -> dict[int, list[TcpSocket]]:
+        """{pid: its TCP sockets with the kernel's byte counters}, one sock_diag dump for the whole tree.
+        processes: (pid, start time); each one's socket inodes come from the cache, listed again when its table
+        may have changed."""
+        inodes = {pid: self._socket_inodes.inodes(pid, started) for pid, started in processes}
         wanted = set().union(*inodes.values()) if inodes else set()
         if not wanted or not self._sock_diag_works:
             return {}
@@ -449,34 +593,38 @@ class ProcessTreeProbe:
         by_inode = {s.inode: s for s in found}
         return {pid: [by_inode[i] for i in owned if i in by_inode] for pid, owned in inodes.items()}
 
+    def _program(self, pid: int, stat: _ProcStat, now: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(raw, redacted) command line of the process: from the cache while it cannot have changed."""
+        if stat.state == psutil.STATUS_ZOMBIE:
+            # A zombie has no command line left, but it must stay in the tree: a dead producer whose queue
+            # the main thread waits on is evidence.
+            return (), ()
+        known = self._programs.get(pid)
+        if (known is not None and known.started == stat.started and known.exec_mark is not None
+                and known.exec_mark == stat.exec_mark and now - known.read_at < PROGRAM_REREAD_S):
+            return known.raw, known.redacted
+        raw = _read_cmdline(pid)
+        redacted = known.redacted if known is not None and known.raw == raw else self._redact(raw)
+        if raw:  # empty: a process between fork and exec, or one that just ended; read again next tick
+            self._programs[pid] = _Program(stat.started, stat.exec_mark, now, raw, redacted)
+        return raw, redacted
+
     def _sample(
-        self, pid: int, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
+        self, pid: int, stat: _ProcStat, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
         sockets: list[TcpSocket] | None,
     ) -> ProcessSample | None:
-        try:
-            proc = self._root if pid == self.pid and self._root is not None else psutil.Process(pid)
-            with proc.oneshot():
-                create_time = proc.create_time()
-                ppid = proc.ppid()
-                state = proc.status()
-                # A zombie has no command line left, but it must stay in the tree: a dead producer whose
-                # queue the main thread waits on is evidence.
-                raw_cmdline = tuple(_or_none(proc.cmdline) or ())
-                cpu_times = _or_none(proc.cpu_times)
-                memory = _or_none(proc.memory_info)
-                num_threads = _or_none(proc.num_threads)
-                io = _or_none(proc.io_counters)
-        except psutil.Error:
-            return None  # vanished between listing and reading, or unreadable as a whole
-        comm = (read_text(f"/proc/{pid}/comm") or "").rstrip("\n")
-        if not comm:
-            try:
-                comm = proc.name()
-            except psutil.Error:
-                return None
-
-        cpu_seconds = cpu_times.user + cpu_times.system if cpu_times is not None else None
-        io_tuple = (io.read_bytes, io.write_bytes, io.read_chars, io.write_chars) if io is not None else None
+        # One read of /proc/PID/stat (passed in) and one of /proc/PID/io: psutil would read stat, status,
+        # statm, io and cmdline, and stat again to check the PID was not reused.
+        create_time = stat.started
+        ppid = stat.ppid
+        state = stat.state
+        comm = stat.comm
+        raw_cmdline, cmdline = self._program(pid, stat, now)
+        cpu_seconds = stat.cpu_seconds
+        num_threads = stat.num_threads
+        io = _keyed_ints(read_text(f"/proc/{pid}/io"), ":")  # denied for another user's process: no I/O rates
+        io_keys = ("read_bytes", "write_bytes", "rchar", "wchar")
+        io_tuple = tuple(io[k] for k in io_keys) if all(k in io for k in io_keys) else None
         previous = self._previous.get(pid)
         if previous is not None and previous.create_time != create_time:
             previous = None  # same PID, different process
@@ -504,7 +652,7 @@ class ProcessTreeProbe:
             ppid=ppid,
             role=self._role(pid, comm, raw_cmdline, role_hints),
             name=comm,
-            cmdline=self._redact(raw_cmdline),
+            cmdline=cmdline,
             state=state,
             alive=state != psutil.STATUS_ZOMBIE,
             cpu_pct=cpu_pct,
@@ -512,7 +660,7 @@ class ProcessTreeProbe:
             num_threads=num_threads,
             runnable_threads=scan.runnable,
             disk_wait_threads=scan.disk_wait,
-            rss_bytes=memory.rss if memory is not None else None,
+            rss_bytes=stat.rss_bytes,
             read_bytes_per_s=rates[0],
             write_bytes_per_s=rates[1],
             read_chars_per_s=rates[2],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -68,6 +69,64 @@ def socket_inodes(pid: int) -> set[int]:
         if link.startswith("socket:["):
             inodes.add(int(link[8:-1]))
     return inodes
+
+
+def open_file_count(pid: int) -> int | None:
+    """How many files PID holds open, from the size of /proc/PID/fd (Linux 6.2+); None where the kernel reports 0
+    (older kernels do for every process), or the process is gone or unreadable."""
+    try:
+        return os.stat(f"/proc/{pid}/fd").st_size or None
+    except OSError:
+        return None
+
+
+# Without an open-file count to say when a process's table changed, its sockets are listed again this often.
+SOCKET_RELIST_S = 5.0
+# With the count, a table whose count holds still is listed again this often anyway: a socket closed and another
+# opened between two ticks keeps the count.
+SOCKET_RELIST_UNCHANGED_S = 15.0
+
+
+@dataclass
+class _ListedSockets:
+    started: int | None  # the process's start time: with the PID it names one process
+    open_files: int | None
+    listed_at: float
+    inodes: set[int]
+
+
+class SocketInodeCache:
+    """Each process's socket inodes, listed again only when its table may have changed.
+
+    Listing them reads every entry of /proc/PID/fd (a torch rank or DataLoader worker holds 30-60: on a node's job
+    of 73 processes, thousands of readlinks a tick, most of gputop's own cost). A table is listed again when the
+    process is new (PID and start time), when its open-file count moved, and at the latest every
+    SOCKET_RELIST_UNCHANGED_S; where the kernel gives no count, every SOCKET_RELIST_S.
+    """
+
+    def __init__(self, clock=None) -> None:
+        self._clock = clock or time.monotonic
+        self._listed: dict[int, _ListedSockets] = {}
+
+    def inodes(self, pid: int, started: int | None) -> set[int]:
+        now = self._clock()
+        open_files = open_file_count(pid)
+        listed = self._listed.get(pid)
+        if listed is not None and listed.started == started:
+            age = now - listed.listed_at
+            if open_files is not None and open_files == listed.open_files and age < SOCKET_RELIST_UNCHANGED_S:
+                return listed.inodes
+            if open_files is None and listed.open_files is None and age < SOCKET_RELIST_S:
+                return listed.inodes
+        inodes = socket_inodes(pid)
+        self._listed[pid] = _ListedSockets(started, open_files, now, inodes)
+        return inodes
+
+    def keep_only(self, pids) -> None:
+        """Forget the processes not in `pids` (ended, or left the tree)."""
+        wanted = set(pids)
+        for pid in [p for p in self._listed if p not in wanted]:
+            del self._listed[pid]
 
 
 def read_tcp_sockets(inodes: Collection[int]) -> list[TcpSocket] | None:

@@ -16,7 +16,10 @@ process plays which part (:meth:`set_roles`) and which ones' cheap signals moved
 * Ranks that agree (settled, and their latest picture is another rank's too) rest one window length between
   windows: they sample half the time. A rank that differs from every other rank does not rest.
 * A process whose cheap per-tick signals moved (CPU%, wake-ups, I/O: probes/sampling_policy.PhaseChangeDetector)
-  is called up: it samples at once, as if alone, until one window of its own after the call has finished.
+  is called up: it samples at once, as if alone, until one window of its own after the call has finished. A wake
+  goes back to the fast rate only for what moved (spared_by_wake): on a busy machine some rank's CPU moves every
+  few seconds, and waking all eight ranks each time cost more than the rest of the sampling.
+* Alike workers rest ``turn_rest_s`` between one's turn and the next.
 
 With no roles set (one process, or a caller that does not say) everyone samples at once, as before.
 """
@@ -33,6 +36,10 @@ from dataclasses import dataclass
 TURN_WINDOW_S = 5.0
 # Time for a window's py-spy to start and write, on top of its length, when bounding the rotation.
 TURN_START_SLACK_S = 2.0
+# Alike workers of one training process rest this long between one's turn and the next: their windows say the
+# same thing, and on a node's job (8 ranks: 8 turns at any moment, each a py-spy start of ~0.03 core-s) the turns
+# were most of the samplers' cost. A worker whose own signals move is still called up at once.
+TURN_REST_S = 5.0
 # A process waiting for its turn asks again this often: a call-up is acted on within it.
 POLL_S = 1.0
 # A worker taking turns dumps (py-spy dump, ~0.035 core-s: more than its turn's samples) at most this often: its
@@ -60,8 +67,9 @@ class TreeSamplingPolicy:
     Not thread-safe: the sampler calls it under its own lock.
     """
 
-    def __init__(self, turn_window_s: float = TURN_WINDOW_S) -> None:
+    def __init__(self, turn_window_s: float = TURN_WINDOW_S, turn_rest_s: float = TURN_REST_S) -> None:
         self.turn_window_s = turn_window_s
+        self.turn_rest_s = turn_rest_s
         self._members: dict[int, _Member] = {}
 
     # --- what the engine says -----------------------------------------------------------------------------
@@ -122,14 +130,14 @@ class TreeSamplingPolicy:
         return own_wait_s
 
     def spared_by_wake(self, moved: Iterable[int]) -> set[int]:
-        """The processes a wake for ``moved`` need not wake: every worker that did not move (its own signals say
-        its picture holds), and when only workers moved, everyone else too (a worker's new phase is its own; the
-        training process it feeds moves by itself if it is affected). Ranks, launchers and lone processes are
-        woken together whenever one of them moved, as before: ranks in step move together."""
+        """The processes a wake for ``moved`` need not wake: every worker and every rank that did not move (its own
+        signals say its picture holds: ranks that change phase together each move by themselves, and one that
+        starts to differ is the one to look at), and when only workers and ranks moved, the launchers too (they
+        wait for their children). A lone process that moved (one without a part) wakes everyone, as before."""
         moved = set(moved)
-        workers = {p for p, m in self._members.items() if m.role == "worker"}
-        spared = workers - moved
-        if moved and moved <= workers:
+        parts = {p for p, m in self._members.items() if m.role in ("worker", "rank")}
+        spared = parts - moved
+        if moved and moved <= parts:
             spared |= set(self._members) - moved
         return spared
 
@@ -152,7 +160,7 @@ class TreeSamplingPolicy:
 
     def rotation_bound_s(self, owner: int | None) -> float:
         """The longest an alike worker of ``owner`` goes without a window: each sibling's turn, once round."""
-        return len(self.rotating(owner)) * (self.turn_window_s + TURN_START_SLACK_S)
+        return len(self.rotating(owner)) * (self.turn_window_s + TURN_START_SLACK_S + self.turn_rest_s)
 
     def _worker_wait_s(self, pid: int, member: _Member, now: float) -> float:
         rotating = self.rotating(member.owner)
@@ -160,6 +168,9 @@ class TreeSamplingPolicy:
             return 0.0
         if any(self._members[p].in_window for p in rotating if p != pid):
             return POLL_S  # a sibling has the turn
+        last_turn_end = max((self._members[p].last_end or 0.0 for p in rotating), default=0.0)
+        if now < last_turn_end + self.turn_rest_s:
+            return min(POLL_S, last_turn_end + self.turn_rest_s - now)  # the siblings rest between turns
         # The turn goes to the sibling left longest without a window (pid order breaks ties: deterministic).
         next_up = min(rotating, key=lambda p: (self._members[p].last_end or 0.0, p))
         return 0.0 if next_up == pid else POLL_S

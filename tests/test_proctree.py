@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -22,7 +23,7 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RESOURCE_TRACKER,
 )
-from probes.proctree import ProcessTreeProbe, _python_version, target_exists
+from probes.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, _python_version, target_exists
 
 
 @pytest.fixture
@@ -248,3 +249,54 @@ def test_main_thread_counters_and_tcp_bytes_of_a_slow_stream(spawn_target, tmp_p
     main = wait_for(silent, timeout=30)
     assert main.main_thread_cpu_pct == 0.0
     assert main.main_thread_read_chars_per_s == 0 and main.main_thread_write_chars_per_s == 0
+
+
+def test_cached_command_line_is_read_again_at_once_after_an_exec(spawn_target, tmp_path):
+    """Command lines are cached between ticks; a process that execs the same interpreter (same PID, start time and
+    comm) is seen running its new program at the next read, not only at the periodic re-read."""
+    out = tmp_path / "out"
+    script = str(Path(__file__).parent / "targets" / "busy_loop.py")
+    with out.open("w") as handle:
+        target = spawn_target("exec_on_signal.py", sys.executable, script, stdout=handle,
+                              ready=lambda _: "ready" in out.read_text())
+    probe = ProcessTreeProbe(target.pid)
+    probe.read()
+    assert "exec_on_signal.py" in " ".join(probe.read()[1][0].cmdline)
+    os.kill(target.pid, signal.SIGUSR1)
+    wait_for(lambda: psutil.Process(target.pid).cmdline() == [sys.executable, script])
+    started = time.monotonic()
+    root = probe.read()[1][0]
+    assert root.cmdline == (sys.executable, script)
+    assert time.monotonic() - started < 5.0  # the first read after the exec, far inside the 10 s re-read
+
+
+def test_a_child_that_dies_is_noticed_at_the_next_read(family):
+    """Cached command lines and socket tables must not hide a death: the next read shows the child dead."""
+    proc, pids = family
+    probe = ProcessTreeProbe(proc.pid)
+    probe.read()
+    assert _by_pid(probe.read()[1])[pids["idle"]].alive
+    os.kill(pids["idle"], signal.SIGKILL)
+    wait_for(lambda: psutil.Process(pids["idle"]).status() == psutil.STATUS_ZOMBIE)
+    idle = _by_pid(probe.read()[1])[pids["idle"]]
+    assert not idle.alive and idle.cmdline == ()
+
+
+def test_children_of_the_main_thread_at_the_next_read_and_of_other_threads_within_their_cadence(spawn_target, tmp_path):
+    """The main thread's children files are read every tick, the other threads' every SIDE_THREAD_CHILDREN_S: a
+    child the main thread starts is in the next read, one a helper thread starts comes within that cadence."""
+    ready_file, out = tmp_path / "pids.json", tmp_path / "out"
+    with out.open("w") as handle:
+        target = spawn_target("thread_children.py", str(ready_file), stdout=handle,
+                              ready=lambda _: "ready" in out.read_text())
+    probe = ProcessTreeProbe(target.pid)
+    probe.read()
+    probe.read()  # the side threads' children were read at the first read: not due again for a while
+    Path(f"{ready_file}.go").touch()
+    pids = json.loads(wait_for(lambda: ready_file.exists() and ready_file.read_text()))
+    started = time.monotonic()
+    assert pids["main"] in _by_pid(probe.read()[1])
+    wait_for(lambda: pids["side"] in _by_pid(probe.read()[1]), timeout=SIDE_THREAD_CHILDREN_S + 30)
+    assert time.monotonic() - started <= SIDE_THREAD_CHILDREN_S + 3.0
+    side = _by_pid(probe.read()[1])[pids["side"]]
+    assert side.ppid == target.pid and side.alive

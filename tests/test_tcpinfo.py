@@ -8,7 +8,16 @@ import time
 
 import pytest
 
-from probes.tcpinfo import TCP_ESTABLISHED, read_tcp_sockets, socket_inodes
+from probes import tcpinfo
+from probes.tcpinfo import (
+    SOCKET_RELIST_S,
+    SOCKET_RELIST_UNCHANGED_S,
+    TCP_ESTABLISHED,
+    SocketInodeCache,
+    open_file_count,
+    read_tcp_sockets,
+    socket_inodes,
+)
 
 
 @pytest.fixture
@@ -51,3 +60,43 @@ def test_silence_grows_and_unknown_inodes_are_ignored(connection):
     assert later.last_data_recv_s >= first.last_data_recv_s + 0.2
     assert read_tcp_sockets(set()) == []
     assert read_tcp_sockets({1}) == []  # no socket has inode 1
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_socket_inodes_are_listed_again_only_when_the_table_may_have_changed(monkeypatch):
+    """The cache of a process's socket inodes: a socket opened since the last listing is seen at the next call (the
+    open-file count moved; without one, within SOCKET_RELIST_S), an unchanged table is not listed again until
+    SOCKET_RELIST_UNCHANGED_S, and a new process behind the same PID is listed at once."""
+    listings = []
+    monkeypatch.setattr(tcpinfo, "socket_inodes", lambda pid: listings.append(pid) or socket_inodes(pid))
+    clock = _Clock()
+    cache = SocketInodeCache(clock=clock)
+    me = os.getpid()
+    before = cache.inodes(me, started=1)
+    assert listings == [me]
+    cache.inodes(me, started=1)
+    assert listings == [me]  # nothing moved: from the cache
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        if open_file_count(me) is None:  # a kernel before 6.2 gives no count: the slower cadence finds it
+            clock.now += SOCKET_RELIST_S
+        after = cache.inodes(me, started=1)
+        assert os.fstat(server.fileno()).st_ino in after - before
+        listed = len(listings)
+        clock.now += min(SOCKET_RELIST_S, SOCKET_RELIST_UNCHANGED_S) - 0.5
+        cache.inodes(me, started=1)
+        assert len(listings) == listed  # unchanged and recent: not listed again
+        clock.now += SOCKET_RELIST_UNCHANGED_S
+        cache.inodes(me, started=1)
+        assert len(listings) == listed + 1  # the latest it is listed again, whatever the count says
+        cache.inodes(me, started=2)
+        assert len(listings) == listed + 2  # another process now has this PID
+    finally:
+        server.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from probes.sampling_policy import PhaseChangeDetector, PhaseSignals
-from probes.tree_sampling import POLL_S, TURN_START_SLACK_S, TURN_WINDOW_S, TreeSamplingPolicy
+from probes.tree_sampling import POLL_S, TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S, TreeSamplingPolicy
 
 RANK_A, RANK_B = 100, 200
 WAITING = ("Queue.get", "queues.py")  # what idle workers show
@@ -51,21 +51,22 @@ def test_alike_workers_take_turns_and_each_comes_round_within_the_bound():
     assert {pid for pid, start, _ in windows if start == 0.0} == set(workers)
     rotation = [(pid, start, end) for pid, start, end in windows if start > 0.0]
     assert rotation, "no window after the first look"
-    # One at a time, each at most a turn long.
+    # One at a time, each at most a turn long, with a rest between one's turn and the next.
     for i, (_, start, end) in enumerate(rotation):
         assert end - start <= TURN_WINDOW_S
         assert all(not (s < end and start < e) for _, s, e in rotation[:i]), "two alike workers sampled at once"
+    assert all(later[1] - earlier[2] >= TURN_REST_S for earlier, later in itertools.pairwise(rotation))
     bound = policy.rotation_bound_s(RANK_A)
-    assert bound == 8 * (TURN_WINDOW_S + TURN_START_SLACK_S)
+    assert bound == 8 * (TURN_WINDOW_S + TURN_START_SLACK_S + TURN_REST_S)
     for worker in workers:
         ends = [SETTLED_WINDOW_S] + [end for pid, _, end in rotation if pid == worker]
         starts = [start for pid, start, _ in rotation if pid == worker]
-        assert len(starts) >= 5, worker
+        assert len(starts) >= 300.0 // bound, worker
         # never longer than the bound between one window's end and the next one's start
         assert max(s - e for s, e in zip(starts, ends, strict=False)) <= bound, worker
-    # the cost: about one worker's sampling instead of eight
+    # the cost: about half of one worker's sampling instead of eight workers'
     sampled = sum(end - start for _, start, end in rotation)
-    assert sampled <= 1.05 * (300.0 - SETTLED_WINDOW_S)
+    assert sampled <= 1.05 * (300.0 - SETTLED_WINDOW_S) * TURN_WINDOW_S / (TURN_WINDOW_S + TURN_REST_S)
 
 
 def test_each_rank_rotates_its_own_workers():
@@ -164,3 +165,20 @@ def test_the_detector_names_every_process_that_moved():
     assert detector.moved_pids == {1, 3}
     assert detector.observe(9.0, {**moved, 4: PhaseSignals(cpu_pct=1.0)}) is not None
     assert detector.moved_pids == {4}  # a process that started is called up too
+
+
+def test_a_wake_wakes_only_the_ranks_and_workers_that_moved():
+    """Ranks in step that change phase each move by themselves; a rank whose own signals hold is spared a wake (it
+    stays at its settled rate), and so is the launcher when only ranks and workers moved. A lone process that
+    moved wakes everyone."""
+    launcher, lone = 50, 60
+    workers = workers_of(RANK_A, 2)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({launcher: None, RANK_A: ("rank", None), RANK_B: ("rank", None),
+                      **{w: ("worker", RANK_A) for w in workers}})
+    assert policy.spared_by_wake({RANK_B}) == {launcher, RANK_A, *workers}
+    assert policy.spared_by_wake({RANK_A, RANK_B}) == {launcher, *workers}
+    assert policy.spared_by_wake({workers[0]}) == {launcher, RANK_A, RANK_B, workers[1]}
+    policy.set_roles({lone: None, RANK_A: ("rank", None), RANK_B: ("rank", None)})
+    assert policy.spared_by_wake({lone}) == {RANK_A, RANK_B}  # ranks that did not move: still spared
+    assert policy.spared_by_wake({lone, RANK_A}) == {RANK_B}

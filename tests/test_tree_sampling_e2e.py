@@ -14,7 +14,7 @@ import pytest
 from jobwatch import TIMEOUT_S, settled, watch_until
 
 from probes.frame import ROLE_DATALOADER_WORKER
-from probes.tree_sampling import TURN_START_SLACK_S, TURN_WINDOW_S
+from probes.tree_sampling import TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 
@@ -85,7 +85,7 @@ def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_
         # each a turn long at most, unless it was called up and looked on its own
         assert sum(end - start <= TURN_WINDOW_S + 1.5 for _, start, end in rotation) >= len(rotation) / 2, rotation
         # every worker comes round: the gap between its windows stays within the bound (x3: a busy machine)
-        bound = 2 * (TURN_WINDOW_S + TURN_START_SLACK_S)
+        bound = 2 * (TURN_WINDOW_S + TURN_START_SLACK_S + TURN_REST_S)
         for pid in {p for p, _, _ in rotation}:
             own = [(s, e) for p, s, e in rotation if p == pid]
             gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(own)]
