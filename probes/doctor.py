@@ -49,6 +49,9 @@ _PYTHON_BUILD = re.compile(r"(?:^|/)(?:lib)?python(\d+\.\d+)(t?)(?:\.so|$|[^\w.]
 # NCCL settings worth knowing when a job hangs in a collective.
 FLIGHT_RECORDER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 _COLLECTIVE_VARIABLE_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_", "NCCL_", "TORCH_DISTRIBUTED_DEBUG")
+# Set by NVIDIA's CUDA container images to say which NCCL they ship (seen on an H100 machine: 2.28.3-1); NCCL
+# does not read it, so it is not a setting of the job.
+_NOT_SETTINGS = frozenset({"NCCL_VERSION"})
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,8 @@ def check_pid_namespace(pid: int | None) -> Check:
 
 def collective_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """The job's Flight Recorder and NCCL settings, redacted like every environment gputop shows."""
-    wanted = {k: v for k, v in sorted(environ.items()) if k.startswith(_COLLECTIVE_VARIABLE_PREFIXES)}
+    wanted = {k: v for k, v in sorted(environ.items())
+              if k.startswith(_COLLECTIVE_VARIABLE_PREFIXES) and k not in _NOT_SETTINGS}
     return redact_environ(wanted)
 
 

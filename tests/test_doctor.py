@@ -358,3 +358,11 @@ def test_doctor_outside_sees_a_target_in_a_child_namespace(spawn_target, tmp_pat
         from conftest import stop_process_tree
 
         stop_process_tree(inner)
+
+
+def test_the_nccl_version_a_cuda_image_sets_is_not_shown_as_a_setting():
+    """NVIDIA's CUDA images set NCCL_VERSION (seen on an H100 machine); NCCL never reads it."""
+    from probes.doctor import collective_variables
+
+    assert collective_variables({"NCCL_VERSION": "2.28.3-1", "NCCL_DEBUG": "WARN", "PATH": "/bin"}) == {
+        "NCCL_DEBUG": "WARN"}

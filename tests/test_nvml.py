@@ -514,5 +514,19 @@ def test_every_nvml_name_the_probe_uses_exists_in_real_pynvml():
 
     import probes.nvml as probe_module
 
-    for suffix, _ in probe_module._CLOCK_EVENT_REASONS:
-        assert hasattr(pynvml, "nvmlClocksThrottleReason" + suffix), suffix
+    # Each reason under either name, except the newest, which an older nvidia-ml-py lacks altogether (13.610.43,
+    # on a real H100 machine, has no BoardLimit or Reliability): their bits are then named unknown_0x...
+    for suffix, name in probe_module._CLOCK_EVENT_REASONS:
+        bit = getattr(pynvml, "nvmlClocksEventReason" + suffix, None) or getattr(
+            pynvml, "nvmlClocksThrottleReason" + suffix, None)
+        if bit is not None:
+            assert decode_clock_event_reasons(pynvml, bit) == (name,)
+        else:
+            assert suffix in ("BoardLimit", "Reliability"), suffix
+
+
+def test_a_reason_this_nvidia_ml_py_does_not_name_is_reported_by_its_bit():
+    class OlderPynvml:  # nvidia-ml-py 13.610.43: no BoardLimit (0x200) under either name
+        nvmlClocksEventReasonSwPowerCap = 0x4
+
+    assert decode_clock_event_reasons(OlderPynvml, 0x204) == ("sw_power_cap", "unknown_0x200")
