@@ -14,7 +14,7 @@ from probes.recording import json_line, recording_header
 from tests.test_cluster import PID, straggler_round
 from tests.test_diagnose_job import T0
 from tests.test_tui_app import hot_functions, pilot_test, table_rows, wait_until
-from tui.app import make_app
+from tui.app import JobNote, make_app
 
 WIDE = (160, 48)
 
@@ -106,7 +106,8 @@ async def test_live_the_app_reads_the_agents_streams_and_merges_them(tmp_path):
         stream = tmp_path / f"{node}.jsonl"
         stream.write_text(json_line(recording_header({"node": node})) + "".join(
             json_line(to_jsonable(straggler_round(i)[k])) for i in range(8)))
-        specs.append(AgentSpec(node, ("sh", "-c", f"cat {stream}; exec sleep 120")))
+        # n2's agent answers a few seconds after n1's, as a farther node does: its header line comes later.
+        specs.append(AgentSpec(node, ("sh", "-c", f"sleep {3 * k}; cat {stream}; exec sleep 120")))
     streams = AgentStreams(specs)
     app = make_app(cluster=(streams, ClusterMonitor(interval_s=0.5)))
     try:
@@ -114,6 +115,8 @@ async def test_live_the_app_reads_the_agents_streams_and_merges_them(tmp_path):
             await wait_until(pilot, lambda: len(table_rows(app, "ranks-table")) == 2, timeout_s=60)
             assert [(row[0], row[1]) for row in table_rows(app, "ranks-table")] == [("0", "n1"), ("1", "n2")]
             assert "2 nodes merged" in app.status_text().plain
+            # The header has a line per node on screen, not only in its text: n2's line came after n1's.
+            await wait_until(pilot, lambda: app.query_one(JobNote).size.height == 2, timeout_s=10)
     finally:
         streams.close()
 

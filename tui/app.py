@@ -182,6 +182,7 @@ class GputopApp(App[None]):
         self._sampling_done = threading.Event()
         self._sampling_error: str | None = None
         self._last_saved: str | None = None
+        self._job_note_lines = 0  # the job note's lines when last laid out
         self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
         # The distributed job's rank the panes are scoped to, by RankRow.key: its PID, and its node in a job merged
         # across nodes (two nodes may each have a rank with the same PID).
@@ -434,7 +435,11 @@ class GputopApp(App[None]):
         note = self.job_note_text()
         job_note = self.query_one(JobNote)
         if note is not None:
-            job_note.update(note, layout=False)
+            # Laid out again only when its number of lines changes (a second node's line arrives): without it the
+            # note kept the one line it first had, and a merged job's header showed n1 and never n2.
+            lines = note.plain.count("\n") + 1
+            job_note.update(note, layout=lines != self._job_note_lines)
+            self._job_note_lines = lines
         if job_note.display != (note is not None):
             job_note.display = note is not None
 
