@@ -7,7 +7,14 @@ from __future__ import annotations
 import itertools
 
 from probes.sampling_policy import PhaseChangeDetector, PhaseSignals
-from probes.tree_sampling import POLL_S, TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S, TreeSamplingPolicy
+from probes.tree_sampling import (
+    NODE_TURNS,
+    POLL_S,
+    TURN_REST_S,
+    TURN_START_SLACK_S,
+    TURN_WINDOW_S,
+    TreeSamplingPolicy,
+)
 
 RANK_A, RANK_B = 100, 200
 WAITING = ("Queue.get", "queues.py")  # what idle workers show
@@ -182,3 +189,54 @@ def test_a_wake_wakes_only_the_ranks_and_workers_that_moved():
     policy.set_roles({lone: None, RANK_A: ("rank", None), RANK_B: ("rank", None)})
     assert policy.spared_by_wake({lone}) == {RANK_A, RANK_B}  # ranks that did not move: still spared
     assert policy.spared_by_wake({lone, RANK_A}) == {RANK_B}
+
+
+def test_alike_workers_of_many_ranks_share_the_trees_turns():
+    """Eight ranks' alike workers: at most NODE_TURNS turns at once over the tree (not one per rank), every rank's
+    workers still come round (first come, first served), each worker within the bound."""
+    owners = [1000 * (i + 1) for i in range(8)]
+    groups = {owner: workers_of(owner, 8) for owner in owners}
+    pids = [w for ws in groups.values() for w in ws]
+    policy = TreeSamplingPolicy()
+    policy.set_roles({**{o: ("rank", None) for o in owners},
+                      **{w: ("worker", o) for o, ws in groups.items() for w in ws}})
+    windows = simulate(policy, pids, 600.0)
+    rotation = [(pid, start, end) for pid, start, end in windows if start > 0.0]
+    # never more than NODE_TURNS at once, and the cap is used (two at once at some point)
+    edges = sorted([(s, 1) for _, s, _ in rotation] + [(e, -1) for _, _, e in rotation])
+    running = peak = 0
+    for _, change in edges:
+        running += change
+        peak = max(peak, running)
+    assert peak == NODE_TURNS
+    bound = policy.rotation_bound_s(owners[0])
+    assert bound == 8 * 4 * (TURN_WINDOW_S + TURN_START_SLACK_S)  # 8 workers x ceil(8 owners / 2) turns each
+    for owner, workers in groups.items():
+        for worker in workers:
+            starts = [s for p, s, _ in rotation if p == worker]
+            ends = [SETTLED_WINDOW_S] + [e for p, _, e in rotation if p == worker]
+            assert starts, (owner, worker)
+            assert max(s - e for s, e in zip(starts, ends, strict=False)) <= bound, (owner, worker)
+    # the cost: at most NODE_TURNS workers sampling at a time, against one per rank (eight) before
+    sampled = sum(end - start for _, start, end in rotation)
+    assert sampled <= NODE_TURNS * (600.0 - SETTLED_WINDOW_S)
+    assert sampled < 0.5 * 8 * (600.0 - SETTLED_WINDOW_S) * TURN_WINDOW_S / (TURN_WINDOW_S + TURN_REST_S)
+
+
+def test_a_granted_turn_whose_window_never_starts_lapses():
+    owners = [1000, 2000, 3000]
+    groups = {owner: workers_of(owner, 2) for owner in owners}
+    policy = TreeSamplingPolicy(node_turns=1)
+    policy.set_roles({w: ("worker", o) for o, ws in groups.items() for w in ws})
+    for ws in groups.values():  # the first look: each on its own
+        for w in ws:
+            policy.window_started(w, 0.0)
+            policy.window_finished(w, WAITING, settled=True, now=1.0)
+    now = 1.0 + TURN_REST_S
+    granted = [w for ws in groups.values() for w in ws if policy.wait_s(w, now) == 0]
+    assert len(granted) == 1  # one turn for the tree
+    # its window never starts: the others wait at most two polls more
+    later = now + 2 * POLL_S + 0.5
+    assert any(policy.wait_s(w, later) == 0 for ws in groups.values() for w in ws if w not in granted)
+    # a rotating worker's dump takes no turn
+    assert all(policy.wait_s(w, later, dump=True) == 0 for w in (min(ws) for ws in groups.values()))
