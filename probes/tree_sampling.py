@@ -170,6 +170,12 @@ class TreeSamplingPolicy:
         alike = {p for p, m in siblings.items() if m.picture == common and m.called_at is None}
         return alike if len(alike) >= 2 else set()
 
+    def steady_pids(self) -> set[int]:
+        """Every worker taking turns now (over all training processes): their call-up wants a move that holds
+        (probes/sampling_policy.PhaseChangeDetector's ``steady``)."""
+        owners = {m.owner for m in self._members.values() if m.role == "worker" and m.owner}
+        return set().union(*(self.rotating(owner) for owner in owners))
+
     def rotation_bound_s(self, owner: int | None) -> float:
         """The longest an alike worker of ``owner`` goes without a window: each sibling's turn, once round, where
         each turn waits for its own rest or, when more training processes rotate than ``node_turns``, its share

@@ -240,3 +240,35 @@ def test_a_granted_turn_whose_window_never_starts_lapses():
     assert any(policy.wait_s(w, later) == 0 for ws in groups.values() for w in ws if w not in granted)
     # a rotating worker's dump takes no turn
     assert all(policy.wait_s(w, later, dump=True) == 0 for w in (min(ws) for ws in groups.values()))
+
+
+def test_a_rotating_workers_one_tick_jitter_does_not_call_it_up_but_a_move_that_holds_does():
+    """Alike workers taking turns (the tree policy's steady_pids) move only on two ticks running: one tick's jitter
+    of its CPU calls nobody up; a move that holds is seen a tick later. A rank moves on its first tick."""
+    workers = workers_of(RANK_A, 3)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({RANK_A: ("rank", None), **{w: ("worker", RANK_A) for w in workers}})
+    for pid in (RANK_A, *workers):
+        policy.window_started(pid, 0.0)
+        policy.window_finished(pid, WAITING, settled=True, now=1.0)
+    steady = policy.steady_pids()
+    assert steady == set(workers)
+    detector = PhaseChangeDetector()
+    calm = {pid: PhaseSignals(cpu_pct=10.0, main_thread_cpu_pct=10.0) for pid in (RANK_A, *workers)}
+    busy = PhaseSignals(cpu_pct=95.0, main_thread_cpu_pct=95.0)
+    for t in range(8):
+        assert detector.observe(float(t), calm, steady=steady) is None
+    # one tick of jitter on a worker: held back, then gone
+    assert detector.observe(8.0, {**calm, workers[0]: busy}, steady=steady) is None
+    assert detector.moved_pids == frozenset()
+    assert detector.observe(9.0, calm, steady=steady) is None
+    assert detector.moved_pids == frozenset()
+    # a move that holds: called up on its second tick
+    assert detector.observe(10.0, {**calm, workers[1]: busy}, steady=steady) is None
+    assert detector.observe(11.0, {**calm, workers[1]: busy}, steady=steady) is not None
+    assert detector.moved_pids == {workers[1]}
+    # a rank (not steady) is called up on its first tick
+    for t in range(12, 20):
+        detector.observe(float(t), {**calm, workers[1]: busy}, steady=steady)
+    assert detector.observe(20.0, {**calm, workers[1]: busy, RANK_A: busy}, steady=steady) is not None
+    assert detector.moved_pids == {RANK_A}
