@@ -23,6 +23,8 @@ process plays which part (:meth:`set_roles`) and which ones' cheap signals moved
 * Over the whole tree at most ``node_turns`` alike workers' turns run at once (rotation across ranks, not only
   per rank): on a node's job the eight ranks' workers look alike too, and eight turns at a time were a third of
   the samplers' cost. Training processes waiting for a free turn get it first come, first served.
+* A worker taking turns is called up only by a move of its signals that holds two ticks (:meth:`steady_pids`,
+  the detector's ``steady``): one tick of a worker's CPU jittering on a busy machine called it up before.
 
 With no roles set (one process, or a caller that does not say) everyone samples at once, as before.
 """
