@@ -565,7 +565,7 @@ class StackSampler:
         wake spares what the tree's policy says did not move (workers that did not, and everyone else when only
         workers did): on a node's 73 processes a wake of all of them every few seconds cost more than the rest."""
         with self._lock:
-            reason = self._detector.observe(now, signals)
+            reason = self._detector.observe(now, signals, steady=self._tree.steady_pids())
             moved = self._detector.moved_pids
             self._tree.called_up(moved, time.monotonic())
             spared = self._tree.spared_by_wake(moved)

@@ -333,6 +333,12 @@ class PhaseChangeDetector:
     appearing or going also counts. After a move the
     recent ticks are forgotten: the next ticks are the new phase settling in, and comparing them with the old
     one would fire again and again. ``now`` (seconds, any monotonic clock) only orders the observations.
+
+    ``steady`` processes (alike DataLoader workers taking turns, probes/tree_sampling.py) count as moved only when
+    they moved on two ticks running: on a busy machine a worker's queued time jitters past its step every few
+    seconds, and each call-up of one cost a py-spy start and a fast look. A real change holds: it is seen a tick
+    later. (A move of another process on the tick between clears the recent ticks; the worker is then still
+    sampled in its turn.)
     """
 
     def __init__(self, history_ticks: int = DETECTOR_HISTORY_TICKS, min_history: int = DETECTOR_MIN_HISTORY) -> None:
@@ -342,9 +348,12 @@ class PhaseChangeDetector:
         self._pids: frozenset[int] | None = None
         self._last_now: float | None = None
         self.moved_pids: frozenset[int] = frozenset()  # after observe(): the processes that moved or started
+        self._unconfirmed: frozenset[int] = frozenset()  # steady processes that moved on the latest tick only
 
-    def observe(self, now: float, signals: Mapping[int, PhaseSignals]) -> str | None:
-        """Take one tick's signals; why the picture may have moved (one line), or None when it holds."""
+    def observe(self, now: float, signals: Mapping[int, PhaseSignals],
+                steady: frozenset[int] | set[int] = frozenset()) -> str | None:
+        """Take one tick's signals; why the picture may have moved (one line), or None when it holds. A process
+        of ``steady`` moves only when it moved on the tick before too (see the class docstring)."""
         if self._last_now is not None and now < self._last_now:
             self.moved_pids = frozenset()
             return None  # out of order: ignore
@@ -354,6 +363,10 @@ class PhaseChangeDetector:
         # Every process that moved, not only the first: over a node's tree only they are called up at once
         # (probes/tree_sampling.py), so each must be named.
         moved = {pid: r for pid in sorted(signals) if (r := self._moved(pid, signals[pid])) is not None}
+        held = {pid for pid in moved if pid in steady and pid not in self._unconfirmed}
+        self._unconfirmed = frozenset(held)
+        for pid in held:
+            del moved[pid]
         if reason is None and moved:
             reason = next(iter(moved.values()))
         self.moved_pids = frozenset(moved) | (pids - self._pids if self._pids is not None else frozenset())

@@ -20,6 +20,11 @@ process plays which part (:meth:`set_roles`) and which ones' cheap signals moved
   goes back to the fast rate only for what moved (spared_by_wake): on a busy machine some rank's CPU moves every
   few seconds, and waking all eight ranks each time cost more than the rest of the sampling.
 * Alike workers rest ``turn_rest_s`` between one's turn and the next.
+* Over the whole tree at most ``node_turns`` alike workers' turns run at once (rotation across ranks, not only
+  per rank): on a node's job the eight ranks' workers look alike too, and eight turns at a time were a third of
+  the samplers' cost. Training processes waiting for a free turn get it first come, first served.
+* A worker taking turns is called up only by a move of its signals that holds two ticks (:meth:`steady_pids`,
+  the detector's ``steady``): one tick of a worker's CPU jittering on a busy machine called it up before.
 
 With no roles set (one process, or a caller that does not say) everyone samples at once, as before.
 """
@@ -45,6 +50,10 @@ POLL_S = 1.0
 # A worker taking turns dumps (py-spy dump, ~0.035 core-s: more than its turn's samples) at most this often: its
 # windows say what it runs, and the dump's idle flags matter little where the queue's wait is a known wait.
 ROTATING_DUMP_EVERY_S = 60.0
+# Alike workers' turns running at once over the whole tree, whatever their training process. Two: a node's eight
+# ranks each get a worker's turn every ~28 s instead of every ~12 s (the bound per worker, rotation_bound_s, grows
+# from 96 to 224 s for 8 x 8); a worker whose own signals move is still called up at once, turn or not.
+NODE_TURNS = 2
 
 
 @dataclass
@@ -59,6 +68,7 @@ class _Member:
     rest_s: float = 0.0  # an agreeing rank's rest after a window: that window's length
     last_end: float | None = None  # when its latest window (or turn) ended
     called_at: float | None = None  # its signals moved: on its own until a window started after this ends
+    turn_granted_at: float | None = None  # it was given one of the tree's turns (node_turns): until its window ends
 
 
 class TreeSamplingPolicy:
@@ -67,10 +77,14 @@ class TreeSamplingPolicy:
     Not thread-safe: the sampler calls it under its own lock.
     """
 
-    def __init__(self, turn_window_s: float = TURN_WINDOW_S, turn_rest_s: float = TURN_REST_S) -> None:
+    def __init__(self, turn_window_s: float = TURN_WINDOW_S, turn_rest_s: float = TURN_REST_S,
+                 node_turns: int = NODE_TURNS) -> None:
         self.turn_window_s = turn_window_s
         self.turn_rest_s = turn_rest_s
+        self.node_turns = max(1, node_turns)
         self._members: dict[int, _Member] = {}
+        # training processes whose next worker waits for a free turn: owner -> (first asked, last asked)
+        self._turn_queue: dict[int, tuple[float, float]] = {}
 
     # --- what the engine says -----------------------------------------------------------------------------
 
@@ -102,7 +116,7 @@ class TreeSamplingPolicy:
         process's own policy has settled."""
         member = self._members.setdefault(pid, _Member())
         started = member.started_at
-        member.in_window, member.last_end = False, now
+        member.in_window, member.last_end, member.turn_granted_at = False, now, None
         member.rest_s = now - started if started is not None else 0.0
         member.picture, member.seen, member.settled = picture, True, settled
         if member.called_at is not None and started is not None and started >= member.called_at:
@@ -117,7 +131,7 @@ class TreeSamplingPolicy:
         if member is None or member.called_at is not None or not member.seen:
             return 0.0
         if member.role == "worker" and member.owner is not None:
-            return self._worker_wait_s(pid, member, now)
+            return self._worker_wait_s(pid, member, now, dump)
         if member.role == "rank" and not dump:
             return self._rank_wait_s(pid, member, now)
         return 0.0
@@ -158,11 +172,23 @@ class TreeSamplingPolicy:
         alike = {p for p, m in siblings.items() if m.picture == common and m.called_at is None}
         return alike if len(alike) >= 2 else set()
 
-    def rotation_bound_s(self, owner: int | None) -> float:
-        """The longest an alike worker of ``owner`` goes without a window: each sibling's turn, once round."""
-        return len(self.rotating(owner)) * (self.turn_window_s + TURN_START_SLACK_S + self.turn_rest_s)
+    def steady_pids(self) -> set[int]:
+        """Every worker taking turns now (over all training processes): their call-up wants a move that holds
+        (probes/sampling_policy.PhaseChangeDetector's ``steady``)."""
+        owners = {m.owner for m in self._members.values() if m.role == "worker" and m.owner}
+        return set().union(*(self.rotating(owner) for owner in owners))
 
-    def _worker_wait_s(self, pid: int, member: _Member, now: float) -> float:
+    def rotation_bound_s(self, owner: int | None) -> float:
+        """The longest an alike worker of ``owner`` goes without a window: each sibling's turn, once round, where
+        each turn waits for its own rest or, when more training processes rotate than ``node_turns``, its share
+        of the tree's turns."""
+        turn_s = self.turn_window_s + TURN_START_SLACK_S
+        owners = {m.owner for m in self._members.values() if m.role == "worker" and m.owner}
+        rotating_owners = sum(1 for o in owners if self.rotating(o))
+        shared = -(-rotating_owners // self.node_turns) * turn_s  # ceil(owners / node_turns) turns
+        return len(self.rotating(owner)) * max(turn_s + self.turn_rest_s, shared)
+
+    def _worker_wait_s(self, pid: int, member: _Member, now: float, dump: bool = False) -> float:
         rotating = self.rotating(member.owner)
         if pid not in rotating:
             return 0.0
@@ -173,7 +199,31 @@ class TreeSamplingPolicy:
             return min(POLL_S, last_turn_end + self.turn_rest_s - now)  # the siblings rest between turns
         # The turn goes to the sibling left longest without a window (pid order breaks ties: deterministic).
         next_up = min(rotating, key=lambda p: (self._members[p].last_end or 0.0, p))
-        return 0.0 if next_up == pid else POLL_S
+        if next_up != pid:
+            return POLL_S
+        if dump:  # a rotating worker's rare dump (ROTATING_DUMP_EVERY_S) takes none of the tree's turns
+            return 0.0
+        wait_s = self._node_turn_wait_s(member.owner, now)
+        if wait_s <= 0:
+            member.turn_granted_at = now
+        return wait_s
+
+    def _node_turn_wait_s(self, owner: int | None, now: float) -> float:
+        """0 when ``owner``'s next worker may take one of the tree's ``node_turns`` now (first come, first
+        served among the training processes waiting), else POLL_S. A waiting owner that stops asking (its
+        rotation ended, a worker was called up) leaves the queue after two polls."""
+        # Granted turns until their window ends; a grant whose window never started lapses after two polls.
+        busy = sum(1 for m in self._members.values() if m.turn_granted_at is not None
+                   and (m.in_window or m.turn_granted_at >= now - 2 * POLL_S))
+        for waiting in [o for o, (_, last) in self._turn_queue.items() if last < now - 2 * POLL_S]:
+            del self._turn_queue[waiting]
+        first, _ = self._turn_queue.get(owner, (now, now))
+        self._turn_queue[owner] = (first, now)
+        ahead = sum(1 for o, (f, _) in self._turn_queue.items() if o != owner and (f, o) < (first, owner))
+        if ahead < self.node_turns - busy:
+            del self._turn_queue[owner]
+            return 0.0
+        return POLL_S
 
     def _rank_wait_s(self, pid: int, member: _Member, now: float) -> float:
         if not member.settled or member.last_end is None or member.picture is None:
@@ -189,4 +239,4 @@ class TreeSamplingPolicy:
         """A window of ``pid`` ended with nothing to show (it failed, or was ended before its first sample)."""
         member = self._members.get(pid)
         if member is not None:
-            member.in_window = False
+            member.in_window, member.turn_granted_at = False, None

@@ -7,7 +7,14 @@ from __future__ import annotations
 import itertools
 
 from probes.sampling_policy import PhaseChangeDetector, PhaseSignals
-from probes.tree_sampling import POLL_S, TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S, TreeSamplingPolicy
+from probes.tree_sampling import (
+    NODE_TURNS,
+    POLL_S,
+    TURN_REST_S,
+    TURN_START_SLACK_S,
+    TURN_WINDOW_S,
+    TreeSamplingPolicy,
+)
 
 RANK_A, RANK_B = 100, 200
 WAITING = ("Queue.get", "queues.py")  # what idle workers show
@@ -182,3 +189,86 @@ def test_a_wake_wakes_only_the_ranks_and_workers_that_moved():
     policy.set_roles({lone: None, RANK_A: ("rank", None), RANK_B: ("rank", None)})
     assert policy.spared_by_wake({lone}) == {RANK_A, RANK_B}  # ranks that did not move: still spared
     assert policy.spared_by_wake({lone, RANK_A}) == {RANK_B}
+
+
+def test_alike_workers_of_many_ranks_share_the_trees_turns():
+    """Eight ranks' alike workers: at most NODE_TURNS turns at once over the tree (not one per rank), every rank's
+    workers still come round (first come, first served), each worker within the bound."""
+    owners = [1000 * (i + 1) for i in range(8)]
+    groups = {owner: workers_of(owner, 8) for owner in owners}
+    pids = [w for ws in groups.values() for w in ws]
+    policy = TreeSamplingPolicy()
+    policy.set_roles({**{o: ("rank", None) for o in owners},
+                      **{w: ("worker", o) for o, ws in groups.items() for w in ws}})
+    windows = simulate(policy, pids, 600.0)
+    rotation = [(pid, start, end) for pid, start, end in windows if start > 0.0]
+    # never more than NODE_TURNS at once, and the cap is used (two at once at some point)
+    edges = sorted([(s, 1) for _, s, _ in rotation] + [(e, -1) for _, _, e in rotation])
+    running = peak = 0
+    for _, change in edges:
+        running += change
+        peak = max(peak, running)
+    assert peak == NODE_TURNS
+    bound = policy.rotation_bound_s(owners[0])
+    assert bound == 8 * 4 * (TURN_WINDOW_S + TURN_START_SLACK_S)  # 8 workers x ceil(8 owners / 2) turns each
+    for owner, workers in groups.items():
+        for worker in workers:
+            starts = [s for p, s, _ in rotation if p == worker]
+            ends = [SETTLED_WINDOW_S] + [e for p, _, e in rotation if p == worker]
+            assert starts, (owner, worker)
+            assert max(s - e for s, e in zip(starts, ends, strict=False)) <= bound, (owner, worker)
+    # the cost: at most NODE_TURNS workers sampling at a time, against one per rank (eight) before
+    sampled = sum(end - start for _, start, end in rotation)
+    assert sampled <= NODE_TURNS * (600.0 - SETTLED_WINDOW_S)
+    assert sampled < 0.5 * 8 * (600.0 - SETTLED_WINDOW_S) * TURN_WINDOW_S / (TURN_WINDOW_S + TURN_REST_S)
+
+
+def test_a_granted_turn_whose_window_never_starts_lapses():
+    owners = [1000, 2000, 3000]
+    groups = {owner: workers_of(owner, 2) for owner in owners}
+    policy = TreeSamplingPolicy(node_turns=1)
+    policy.set_roles({w: ("worker", o) for o, ws in groups.items() for w in ws})
+    for ws in groups.values():  # the first look: each on its own
+        for w in ws:
+            policy.window_started(w, 0.0)
+            policy.window_finished(w, WAITING, settled=True, now=1.0)
+    now = 1.0 + TURN_REST_S
+    granted = [w for ws in groups.values() for w in ws if policy.wait_s(w, now) == 0]
+    assert len(granted) == 1  # one turn for the tree
+    # its window never starts: the others wait at most two polls more
+    later = now + 2 * POLL_S + 0.5
+    assert any(policy.wait_s(w, later) == 0 for ws in groups.values() for w in ws if w not in granted)
+    # a rotating worker's dump takes no turn
+    assert all(policy.wait_s(w, later, dump=True) == 0 for w in (min(ws) for ws in groups.values()))
+
+
+def test_a_rotating_workers_one_tick_jitter_does_not_call_it_up_but_a_move_that_holds_does():
+    """Alike workers taking turns (the tree policy's steady_pids) move only on two ticks running: one tick's jitter
+    of its CPU calls nobody up; a move that holds is seen a tick later. A rank moves on its first tick."""
+    workers = workers_of(RANK_A, 3)
+    policy = TreeSamplingPolicy()
+    policy.set_roles({RANK_A: ("rank", None), **{w: ("worker", RANK_A) for w in workers}})
+    for pid in (RANK_A, *workers):
+        policy.window_started(pid, 0.0)
+        policy.window_finished(pid, WAITING, settled=True, now=1.0)
+    steady = policy.steady_pids()
+    assert steady == set(workers)
+    detector = PhaseChangeDetector()
+    calm = {pid: PhaseSignals(cpu_pct=10.0, main_thread_cpu_pct=10.0) for pid in (RANK_A, *workers)}
+    busy = PhaseSignals(cpu_pct=95.0, main_thread_cpu_pct=95.0)
+    for t in range(8):
+        assert detector.observe(float(t), calm, steady=steady) is None
+    # one tick of jitter on a worker: held back, then gone
+    assert detector.observe(8.0, {**calm, workers[0]: busy}, steady=steady) is None
+    assert detector.moved_pids == frozenset()
+    assert detector.observe(9.0, calm, steady=steady) is None
+    assert detector.moved_pids == frozenset()
+    # a move that holds: called up on its second tick
+    assert detector.observe(10.0, {**calm, workers[1]: busy}, steady=steady) is None
+    assert detector.observe(11.0, {**calm, workers[1]: busy}, steady=steady) is not None
+    assert detector.moved_pids == {workers[1]}
+    # a rank (not steady) is called up on its first tick
+    for t in range(12, 20):
+        detector.observe(float(t), {**calm, workers[1]: busy}, steady=steady)
+    assert detector.observe(20.0, {**calm, workers[1]: busy, RANK_A: busy}, steady=steady) is not None
+    assert detector.moved_pids == {RANK_A}
