@@ -362,7 +362,7 @@ def _python_version(exe: str | None, pid: int) -> str | None:
 class _Previous:
     """What the last read of one process saw: the baseline for its CPU percent and I/O rates."""
 
-    create_time: float
+    started: int  # /proc/PID/stat's start time (clock ticks since boot): with the PID it names one process
     at: float
     cpu_seconds: float | None
     io: tuple[int, int, int, int] | None  # read_bytes, write_bytes, read_chars, write_chars
@@ -493,10 +493,9 @@ class ProcessTreeProbe:
         now = time.monotonic()
         samples = []
         seen = set()
-        stats = [(pid, scan, scan.stat) for pid, scan in tree]
-        sockets = self._tcp_sockets([(pid, stat.started) for pid, _, stat in stats])
-        for pid, scan, stat in stats:
-            sample = self._sample(pid, stat, now, role_hints, scan, sockets.get(pid))
+        sockets = self._tcp_sockets([(pid, scan.stat.started) for pid, scan in tree])
+        for pid, scan in tree:
+            sample = self._sample(pid, now, role_hints, scan, sockets.get(pid))
             if sample is not None:
                 samples.append(sample)
                 seen.add(sample.pid)
@@ -610,12 +609,12 @@ class ProcessTreeProbe:
         return raw, redacted
 
     def _sample(
-        self, pid: int, stat: _ProcStat, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
+        self, pid: int, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
         sockets: list[TcpSocket] | None,
     ) -> ProcessSample | None:
-        # One read of /proc/PID/stat (passed in) and one of /proc/PID/io: psutil would read stat, status,
+        # One read of /proc/PID/stat (the task scan's) and one of /proc/PID/io: psutil would read stat, status,
         # statm, io and cmdline, and stat again to check the PID was not reused.
-        create_time = stat.started
+        stat = scan.stat
         ppid = stat.ppid
         state = stat.state
         comm = stat.comm
@@ -626,11 +625,11 @@ class ProcessTreeProbe:
         io_keys = ("read_bytes", "write_bytes", "rchar", "wchar")
         io_tuple = tuple(io[k] for k in io_keys) if all(k in io for k in io_keys) else None
         previous = self._previous.get(pid)
-        if previous is not None and previous.create_time != create_time:
+        if previous is not None and previous.started != stat.started:
             previous = None  # same PID, different process
         thread = scan.main_thread
         socket_bytes = _socket_bytes(sockets)
-        self._previous[pid] = _Previous(create_time, now, cpu_seconds, io_tuple, thread, socket_bytes)
+        self._previous[pid] = _Previous(stat.started, now, cpu_seconds, io_tuple, thread, socket_bytes)
 
         cpu_pct = None
         rates: list[float | None] = [None, None, None, None]

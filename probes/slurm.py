@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from probes.cgroup import parse_proc_cgroup
+from probes.jobs.facts import ancestors
 from probes.proctree import in_nested_pid_namespace, node_processes
 from probes.textfiles import read_text
 
@@ -181,14 +182,8 @@ def agent_processes(procs) -> set[int]:
         parent = procs.get(procs[pid].ppid)
         if parent is not None and parent.name == STEPD_COMM:
             found.add(parent.pid)
-    for pid, proc in procs.items():  # their descendants
-        seen, current = set(), proc.ppid
-        while current in procs and current not in seen:
-            if current in agents:
-                found.add(pid)
-                break
-            seen.add(current)
-            current = procs[current].ppid
+    parent_of = {pid: proc.ppid for pid, proc in procs.items()}
+    found |= {pid for pid in procs if not agents.isdisjoint(ancestors(pid, parent_of))}  # their descendants
     return found
 
 
