@@ -15,6 +15,7 @@ without growth").
 from __future__ import annotations
 
 import argparse
+import ctypes
 import subprocess
 import sys
 import threading
@@ -33,13 +34,33 @@ def rss_mb() -> float:
         return int(statm.read().split()[1]) * 4096 / 2**20
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def malloc_mb() -> str:
+    """glibc's view across all arenas: bytes in use, bytes free but held, bytes in mmapped blocks. With the
+    traced heap this tells Python objects piling up (traced grows) from C allocations (in use grows) from
+    fragmentation (free-but-held grows while in use does not)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return ""
+    return (f" malloc_in_use_mb={info.uordblks / 2**20:.2f} malloc_free_held_mb={info.fordblks / 2**20:.2f}"
+            f" malloc_mmapped_mb={info.hblkhd / 2**20:.2f}")
+
+
 def watch_heap(out: Path, every: float, snapshot_at: list[float], started: float, stop: threading.Event) -> None:
     pending = sorted(snapshot_at)
     with (out / "series.txt").open("w") as series:
         while not stop.wait(every):
             elapsed = time.monotonic() - started
             traced, _ = tracemalloc.get_traced_memory()
-            series.write(f"{elapsed:.0f} traced_mb={traced / 2**20:.2f} rss_mb={rss_mb():.2f}\n")
+            series.write(f"{elapsed:.0f} traced_mb={traced / 2**20:.2f} rss_mb={rss_mb():.2f}{malloc_mb()}\n")
             series.flush()
             if pending and elapsed >= pending[0]:
                 tracemalloc.take_snapshot().dump(str(out / f"snap_{int(pending.pop(0))}.tm"))
@@ -51,6 +72,7 @@ def main() -> None:
     parser.add_argument("--snapshots", default="660,1440", help="seconds at which to dump a snapshot")
     parser.add_argument("--every", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=Path("heap-soak"))
+    parser.add_argument("--record", action="store_true", help="record frames too, as soak.py does by default")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     snapshot_at = [float(s) for s in args.snapshots.split(",") if s]
@@ -68,9 +90,12 @@ def main() -> None:
                          daemon=True).start()
         from tui.cli import main as gputop
 
+        command = ["--pid", str(target.pid), "--snapshot", str(args.out / "snapshot.json"),
+                   "--duration", f"{args.duration:g}", "--no-gpu"]
+        if args.record:
+            command += ["--record", str(args.out / "recording.jsonl")]
         try:
-            gputop(["--pid", str(target.pid), "--snapshot", str(args.out / "snapshot.json"),
-                    "--duration", f"{args.duration:g}", "--no-gpu"])
+            gputop(command)
         except SystemExit:
             pass
     finally:
