@@ -904,9 +904,10 @@ class StackSampler:
                 return
             with self._lock:
                 plan = sampler.policy.next_window()
-                cap = self._tree.window_cap_s(pid)
-                if cap is not None and plan.seconds > cap:  # a worker's turn: short, so its siblings come round
-                    plan = dataclasses.replace(plan, seconds=cap)
+                turn_s = self._tree.turn_length_s(pid)
+                if turn_s is not None:  # a worker's turn: its siblings showed what it runs, so no close look
+                    plan = dataclasses.replace(plan, seconds=turn_s,
+                                               rate_hz=min(plan.rate_hz, self.settled_rate_hz or plan.rate_hz))
                 sampler.window_epoch = plan.epoch
                 self._tree.window_started(pid, time.monotonic())
             started = time.monotonic()
@@ -961,8 +962,12 @@ class StackSampler:
                 self._note_success(sampler, behind="behind in sampling" in log)
                 picture = dominant_position(counts)
                 with self._lock:
+                    # A rank whose picture moved to one another rank shows: the job's step caught at another
+                    # moment, not a change of its own (on a node's job, a quarter of the ranks' windows were
+                    # such close looks, 1 to 5 s at 5 Hz).
                     sampler.policy.window_finished(picture, samples_in(counts), plan.epoch,
-                                                   main_thread_positions(counts, pid))
+                                                   main_thread_positions(counts, pid),
+                                                   moved_with_peers=self._tree.another_rank_shows(pid, picture))
                     self._tree.window_finished(pid, picture, sampler.policy.settled, time.monotonic())
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window

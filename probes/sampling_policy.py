@@ -67,11 +67,15 @@ LOOK_AGAIN_RATE_FACTOR = 4.0
 # A dump of each process at most this often checks its main thread is still where the windows
 # saw it (see the module docstring), within STACK_CHECK_CPU_BUDGET (stack_check_interval_s).
 STACK_CHECK_EVERY_S = 1.0
-# The CPU all stack checks of a sampler may cost together, in cores. A dump's cost grows with the target's
-# threads: measured here ~0.01 core-seconds on a one-thread loop, ~0.04 beside 100 idle threads. So a
-# one-thread process is checked every second, the 100-thread one every 2 s, and eight such ranks every 16 s
-# each (a node's worth of checks stays at 0.02 core; a rank's change then waits for its window as before).
+# The CPU all stack checks of a sampler may cost together, in cores: STACK_CHECK_CPU_BUDGET for one process,
+# falling towards NODE_STACK_CHECK_CPU_BUDGET as more are checked (stack_check_budget_cores). A dump's cost grows
+# with the target's threads: measured here ~0.01 core-seconds on a one-thread loop, ~0.04 beside 100 idle
+# threads. So a lone one-thread process is checked every second and a lone 100-thread one every 2 s; a node's
+# eight ranks (with the launcher, nine checked) share 0.011 core: ~0.014 core-s dumps every ~11 s each. The ranks
+# of a job change phase together and each has its own cheap signals; on a node's job the checks were a quarter of
+# all sampling (0.018 of 0.074 core at 0.02).
 STACK_CHECK_CPU_BUDGET = 0.02
+NODE_STACK_CHECK_CPU_BUDGET = 0.01
 # A dump at a function the recent windows never saw is confirmed by more this soon after it, before the
 # process is woken: a wake costs ~0.25 core-second on a 100-thread target, a confirmation dump a sixth of that.
 CONFIRM_AFTER_S = 0.2
@@ -85,13 +89,22 @@ SEEN_WINDOWS = 12
 MIN_CHECKED_WINDOWS = 2
 
 
-def stack_check_interval_s(dump_cpu_s: float | None, checked_processes: int, every_s: float = STACK_CHECK_EVERY_S,
-                           budget_cores: float = STACK_CHECK_CPU_BUDGET) -> float:
+def stack_check_budget_cores(checked_processes: int) -> float:
+    """What the stack checks of ``checked_processes`` may cost together, in cores: the whole
+    STACK_CHECK_CPU_BUDGET for one, falling towards NODE_STACK_CHECK_CPU_BUDGET as more share it."""
+    share = STACK_CHECK_CPU_BUDGET - NODE_STACK_CHECK_CPU_BUDGET
+    return NODE_STACK_CHECK_CPU_BUDGET + share / max(1, checked_processes)
+
+
+def stack_check_interval_s(dump_cpu_s: float | None, checked_processes: int,
+                           every_s: float = STACK_CHECK_EVERY_S) -> float:
     """Seconds between one process's stack checks so that ``checked_processes`` of them, each dump costing
-    ``dump_cpu_s`` (None: not measured yet), cost at most ``budget_cores`` together; never under ``every_s``."""
+    ``dump_cpu_s`` (None: not measured yet), cost at most stack_check_budget_cores together; never under
+    ``every_s``."""
     if not dump_cpu_s or dump_cpu_s <= 0:
         return every_s
-    return max(every_s, max(1, checked_processes) * dump_cpu_s / budget_cores)
+    checked = max(1, checked_processes)
+    return max(every_s, checked * dump_cpu_s / stack_check_budget_cores(checked))
 
 
 @dataclass(frozen=True)
@@ -174,11 +187,13 @@ class SamplingPolicy:
         self._unseen_in_a_row = 0
 
     def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
-                        main_positions: frozenset[Position] = frozenset()) -> None:
+                        main_positions: frozenset[Position] = frozenset(), moved_with_peers: bool = False) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
         (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
         file) on the main thread's sampled stacks (probes.pyspy_output.main_thread_positions). Decides the
-        next window's rate and length."""
+        next window's rate and length. ``moved_with_peers``: a settled picture that moved to one its peers show
+        (the sampler says so for a rank whose new picture another rank shows: the job's step caught at another
+        moment) stays settled; the cheap signals and the stack checks still wake it on a change of its own."""
         if epoch is not None and epoch != self.epoch:
             return  # started before a wake: it straddles the change, so it says nothing about the new phase
         if main_positions:
@@ -192,8 +207,10 @@ class SamplingPolicy:
             return
         if self.window_s >= self.max_window_s and picture == self._previous_picture:
             self.rate_hz, self.window_s = self.settled_rate_hz, self.settled_window_s
-        elif self.settled:  # the picture moved: look closely again
+        elif self.settled and not moved_with_peers:  # the picture moved: look closely again
             self.rate_hz, self.window_s = self.fast_rate_hz, self.first_window_s
+        elif self.settled:
+            self.window_s = self.settled_window_s
         self._previous_picture = picture
 
     @property

@@ -9,12 +9,14 @@ process plays which part (:meth:`set_roles`) and which ones' cheap signals moved
 
 * DataLoader workers of one training process that look alike (their latest windows agree on the dominant
   position: the same innermost busy frame, or all waiting) take turns: one at a time per training process, the
-  one left longest without a window goes next, and its window is at most ``turn_window_s`` long. So every alike
-  worker gets a window at least once per ``rotation_bound_s`` (its alike siblings x (turn_window_s +
+  one left longest without a window goes next, and its window is one ``turn_window_s`` long at the settled rate.
+  So every alike worker gets a window at least once per ``rotation_bound_s`` (its alike siblings x (turn_window_s +
   TURN_START_SLACK_S)); off turn it gets neither windows nor dumps. A worker not seen yet, or whose picture
   differs from its siblings', is sampled on its own, as if alone.
-* Ranks that agree (settled, and their latest picture is another rank's too) rest one window length between
-  windows: they sample half the time. A rank that differs from every other rank does not rest.
+* Ranks that agree (settled, and their latest picture is another rank's too) rest between windows: one window
+  length, or more when more than ``RANK_WINDOWS_AT_ONCE`` agree (:func:`rank_rest_windows`: 8 agreeing ranks
+  rest three windows, 30 s settled, so about two are in a window at once). A rank that differs from every other
+  rank does not rest.
 * A process whose cheap per-tick signals moved (CPU%, wake-ups, I/O: probes/sampling_policy.PhaseChangeDetector)
   is called up: it samples at once, as if alone, until one window of its own after the call has finished. A wake
   goes back to the fast rate only for what moved (spared_by_wake): on a busy machine some rank's CPU moves every
@@ -35,10 +37,11 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
-# A worker's turn: one window of at most this length (at its own rate, settled 1 Hz: a handful of samples). Short
-# enough that eight alike workers all come round within a minute, long enough that py-spy's start (~0.03 core-s on
-# a torch process) does not dominate.
-TURN_WINDOW_S = 5.0
+# A worker's turn: one window of this length at the settled rate (1 Hz: probes/sampling_policy.SETTLED_RATE_HZ),
+# whatever its own policy would plan: its siblings' windows already showed what it runs, so it need not be looked
+# at closely, and py-spy's start (~0.03 core-s on a torch process) is most of a window's cost. 10 s, a settled
+# window: with 5 s and the first look's 1-4 s windows, workers' turns on a node's job started every ~2 s.
+TURN_WINDOW_S = 10.0
 # Time for a window's py-spy to start and write, on top of its length, when bounding the rotation.
 TURN_START_SLACK_S = 2.0
 # Alike workers of one training process rest this long between one's turn and the next: their windows say the
@@ -54,6 +57,17 @@ ROTATING_DUMP_EVERY_S = 60.0
 # ranks each get a worker's turn every ~28 s instead of every ~12 s (the bound per worker, rotation_bound_s, grows
 # from 96 to 224 s for 8 x 8); a worker whose own signals move is still called up at once, turn or not.
 NODE_TURNS = 2
+# Agreeing ranks' windows running at once, about: each rests rank_rest_windows() of its windows after one. Their
+# windows say the same thing, and on a node's job (8 ranks each in a window half the time) the ranks' windows were
+# the largest share of the samplers' cost. A rank that starts to differ, or whose own signals move, samples at once.
+RANK_WINDOWS_AT_ONCE = 2
+
+
+def rank_rest_windows(agreeing_ranks: int) -> int:
+    """How many of its own windows a rank that agrees with others rests after each: one, or more when so many
+    agree that more than ``RANK_WINDOWS_AT_ONCE`` of them would be in a window at once (8 agreeing ranks: 3, so
+    each samples a quarter of the time and about two windows run at any moment)."""
+    return max(1, -(-agreeing_ranks // RANK_WINDOWS_AT_ONCE) - 1)
 
 
 @dataclass
@@ -155,12 +169,21 @@ class TreeSamplingPolicy:
             spared |= set(self._members) - moved
         return spared
 
-    def window_cap_s(self, pid: int) -> float | None:
-        """The longest window ``pid`` may take now: a rotating worker's turn is short; None: no cap."""
+    def turn_length_s(self, pid: int) -> float | None:
+        """The length of ``pid``'s window when it is a rotating worker's turn (taken at the settled rate); None:
+        not a turn, its own policy plans the window."""
         member = self._members.get(pid)
         if member is not None and pid in self.rotating(member.owner) and member.called_at is None:
             return self.turn_window_s
         return None
+
+    def another_rank_shows(self, pid: int, picture: Hashable | None) -> bool:
+        """``pid`` is a rank and another rank's latest window showed ``picture`` too."""
+        member = self._members.get(pid)
+        if member is None or member.role != "rank" or picture is None:
+            return False
+        return any(p != pid and m.role == "rank" and m.seen and m.picture == picture
+                   for p, m in self._members.items())
 
     def rotating(self, owner: int | None) -> set[int]:
         """The workers of ``owner`` that take turns: seen, not called up, and showing their siblings' most common
@@ -228,11 +251,11 @@ class TreeSamplingPolicy:
     def _rank_wait_s(self, pid: int, member: _Member, now: float) -> float:
         if not member.settled or member.last_end is None or member.picture is None:
             return 0.0
-        agreeing = any(m.role == "rank" and m.seen and m.picture == member.picture
-                       for p, m in self._members.items() if p != pid)
+        agreeing = sum(1 for p, m in self._members.items()
+                       if p != pid and m.role == "rank" and m.seen and m.picture == member.picture)
         if not agreeing:
             return 0.0  # it differs from every other rank: where the question is
-        remaining = member.last_end + member.rest_s - now
+        remaining = member.last_end + member.rest_s * rank_rest_windows(agreeing + 1) - now
         return max(0.0, min(remaining, POLL_S))
 
     def window_dropped(self, pid: int) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from probes.sampling_policy import (
     CONFIRM_AFTER_S,
     DEFAULT_DUMP_EVERY_S,
@@ -13,6 +15,7 @@ from probes.sampling_policy import (
     LOOK_AGAIN_RATE_FACTOR,
     LOOK_AGAIN_SAMPLES,
     MAX_WINDOW_S,
+    NODE_STACK_CHECK_CPU_BUDGET,
     SEEN_WINDOWS,
     SETTLED_DUMP_EVERY_S,
     SETTLED_RATE_HZ,
@@ -23,6 +26,7 @@ from probes.sampling_policy import (
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    stack_check_budget_cores,
     stack_check_interval_s,
 )
 
@@ -86,6 +90,25 @@ def test_goes_back_to_the_fast_rate_and_short_windows_when_the_picture_moves():
     assert not policy.settled
     # and it settles again, on the new picture, the same way as at first
     assert settle(policy, TOKENIZE)[-1] == (SETTLED_RATE_HZ, SETTLED_WINDOW_S)
+
+
+def test_a_settled_picture_that_moved_with_its_peers_stays_settled():
+    """The sampler says moved_with_peers for a rank whose new picture another rank shows (the job's step caught at
+    another moment): it stays at the settled rate and length; a wake still looks closely."""
+    policy = adaptive()
+    settle(policy, STEP)
+    policy.window_finished(TOKENIZE, moved_with_peers=True)
+    assert plan(policy) == (SETTLED_RATE_HZ, SETTLED_WINDOW_S) and policy.settled
+    policy.window_finished(STEP, moved_with_peers=True)
+    assert policy.settled
+    policy.window_finished(TOKENIZE)  # a move of its own: a close look
+    assert plan(policy) == (DEFAULT_RATE_HZ, FIRST_WINDOW_S)
+    policy.wake()
+    assert policy.looking_again
+    # before it has settled, its peers change nothing: it settles as at first
+    fresh = adaptive()
+    fresh.window_finished(STEP, moved_with_peers=True)
+    assert plan(fresh) == (DEFAULT_RATE_HZ, 2.0)
 
 
 def test_a_window_with_no_busy_position_counts_as_a_picture():
@@ -290,12 +313,17 @@ def test_stack_checks_stay_within_their_cpu_budget_however_many_processes():
     assert stack_check_interval_s(None, 1) == STACK_CHECK_EVERY_S  # no dump measured yet
     assert stack_check_interval_s(0.01, 1) == STACK_CHECK_EVERY_S  # a one-thread loop: every second
     assert stack_check_interval_s(0.04, 1) == 2.0  # beside 100 idle threads
-    assert stack_check_interval_s(0.04, 8) == 16.0  # eight such ranks share the budget
+    assert stack_check_interval_s(0.04, 8) == pytest.approx(8 * 0.04 / 0.01125)  # eight such ranks: ~28 s each
     assert stack_check_interval_s(0.01, 0, every_s=3.0) == 3.0
+    assert stack_check_budget_cores(1) == STACK_CHECK_CPU_BUDGET  # one process has the whole budget
+    assert stack_check_budget_cores(9) == pytest.approx(0.0111, abs=1e-4)  # a node's eight ranks and launcher
+    budgets = [stack_check_budget_cores(n) for n in range(1, 80)]
+    assert budgets == sorted(budgets, reverse=True) and budgets[-1] > NODE_STACK_CHECK_CPU_BUDGET
     for dump_cpu_s in (0.005, 0.02, 0.04, 0.3):
         for processes in (1, 4, 73):
-            cores = processes * dump_cpu_s / stack_check_interval_s(dump_cpu_s, processes)
-            assert cores <= STACK_CHECK_CPU_BUDGET + 1e-9 or stack_check_interval_s(dump_cpu_s, processes) == 1.0
+            interval = stack_check_interval_s(dump_cpu_s, processes)
+            cores = processes * dump_cpu_s / interval
+            assert cores <= stack_check_budget_cores(processes) + 1e-9 or interval == STACK_CHECK_EVERY_S
 
 
 def signals(cpu=100.0, main=98.0, wakeups=3.0, io=0.0) -> PhaseSignals:

@@ -14,6 +14,7 @@ from probes.tree_sampling import (
     TURN_START_SLACK_S,
     TURN_WINDOW_S,
     TreeSamplingPolicy,
+    rank_rest_windows,
 )
 
 RANK_A, RANK_B = 100, 200
@@ -37,8 +38,8 @@ def simulate(policy: TreeSamplingPolicy, pids, seconds: float, *, picture=lambda
                 policy.window_finished(pid, picture(pid, now), settled=True, now=now)
         for pid in pids:
             if pid not in running and policy.wait_s(pid, now) <= 0:
-                cap = policy.window_cap_s(pid)
-                length = window_s(pid) if cap is None else min(cap, window_s(pid))
+                turn = policy.turn_length_s(pid)
+                length = window_s(pid) if turn is None else turn
                 running[pid] = (now, now + length)
                 policy.window_started(pid, now)
         now += step
@@ -113,7 +114,7 @@ def test_a_worker_whose_signals_move_is_sampled_at_once():
     assert policy.rotating(RANK_A) == set(workers)
     waiting = next(w for w in workers if policy.wait_s(w, 40.0) > 0)
     policy.called_up([waiting], 40.0)
-    assert policy.wait_s(waiting, 40.0) == 0 and policy.window_cap_s(waiting) is None
+    assert policy.wait_s(waiting, 40.0) == 0 and policy.turn_length_s(waiting) is None
     assert waiting not in policy.rotating(RANK_A)
     # Until a window of its own started after the call has finished; then it rejoins the rotation.
     policy.window_started(waiting, 40.0)
@@ -139,6 +140,48 @@ def test_agreeing_ranks_rest_half_the_time_and_one_that_differs_does_not():
             assert max(b - a for a, b in itertools.pairwise(starts)) <= 2 * SETTLED_WINDOW_S + POLL_S
 
 
+def test_many_agreeing_ranks_keep_about_two_windows_running_and_each_comes_round():
+    """A node's eight ranks in step: each rests three of its windows after one (rank_rest_windows), so about
+    RANK_WINDOWS_AT_ONCE windows run at once on average instead of four (ranks that started together rest
+    together: not spread out); none goes unsampled longer than its rest;
+    the one that starts to differ samples all the time."""
+    ranks = [100 * (i + 1) for i in range(8)]
+    policy = TreeSamplingPolicy()
+    policy.set_roles({r: ("rank", None) for r in ranks})
+    straggler = ranks[-1]
+    picture = lambda pid, t: ("slow_augment", "train.py") if pid == straggler and t > 200 else ("all_reduce", "c10d.py")  # noqa: E731
+    windows = simulate(policy, ranks, 400.0, picture=picture)
+    agreeing = ranks[:-1]
+    assert rank_rest_windows(len(ranks)) == 3 and rank_rest_windows(7) == 3 and rank_rest_windows(4) == 1
+    for rank in agreeing:
+        starts = [s for p, s, _ in windows if p == rank]
+        sampled = sum(e - s for p, s, e in windows if p == rank and s >= 50.0)
+        assert 0.2 * 350.0 <= sampled <= 0.33 * 350.0, (rank, sampled)
+        assert max(b - a for a, b in itertools.pairwise(starts)) <= 4 * SETTLED_WINDOW_S + POLL_S
+    # after the first round, about two agreeing ranks' windows at a time on average (the straggler apart)
+    busy = sum(e - s for p, s, e in windows if p in agreeing and 50.0 <= s < 200.0)
+    assert busy <= 2.6 * 150.0, busy
+    late = sum(e - s for p, s, e in windows if p == straggler and s >= 220.0)
+    assert late >= 0.9 * (400.0 - 220.0) - SETTLED_WINDOW_S, late
+
+
+def test_another_rank_shows_names_a_picture_other_ranks_share():
+    policy = TreeSamplingPolicy()
+    worker = RANK_A + 1
+    policy.set_roles({RANK_A: ("rank", None), RANK_B: ("rank", None), worker: ("worker", RANK_A)})
+    forward, reduce = ("forward", "model.py"), ("all_reduce", "c10d.py")
+    assert not policy.another_rank_shows(RANK_A, reduce)  # rank B has no window yet
+    policy.window_started(RANK_B, 0.0)
+    policy.window_finished(RANK_B, reduce, settled=True, now=10.0)
+    policy.window_started(worker, 0.0)
+    policy.window_finished(worker, forward, settled=True, now=10.0)
+    assert policy.another_rank_shows(RANK_A, reduce)
+    assert not policy.another_rank_shows(RANK_A, forward)  # only a worker shows it
+    assert not policy.another_rank_shows(RANK_B, reduce)  # its own picture is not another rank's
+    assert not policy.another_rank_shows(worker, reduce)  # not a rank
+    assert not policy.another_rank_shows(RANK_A, None)
+
+
 def test_a_resting_rank_whose_signals_move_samples_at_once_and_still_dumps():
     policy = TreeSamplingPolicy()
     policy.set_roles({RANK_A: ("rank", None), RANK_B: ("rank", None)})
@@ -157,7 +200,7 @@ def test_without_roles_everyone_samples_as_before():
     windows = simulate(policy, [1, 2], 50.0)
     for pid in (1, 2):
         assert sum(e - s for p, s, e in windows if p == pid) >= 40.0
-        assert policy.window_cap_s(pid) is None
+        assert policy.turn_length_s(pid) is None
 
 
 def test_the_detector_names_every_process_that_moved():
