@@ -927,6 +927,9 @@ class StackSampler:
                 finisher = threading.Thread(target=self._finish_cut, name=f"gputop-pyspy-cut-{pid}", daemon=True,
                                             args=(sampler, cut_child, out_path, log_path, plan.epoch, started))
                 with self._lock:
+                    # Finished finishers go: a process woken often would otherwise keep one Thread per wake
+                    # for the whole run (an hour's tracemalloc soak found them among what grew).
+                    sampler.threads = [t for t in sampler.threads if t.is_alive() or t.ident is None]
                     sampler.threads.append(finisher)
                 finisher.start()
                 continue

@@ -40,22 +40,35 @@ KNOWN_WAITS = (
 # Parsed stacks, shared: a training loop shows the same few hundred stacks window after window, and the
 # History keeps 600 frames of them. Parsing each window afresh held 27,000 StackFrame objects and their
 # strings (2.7 MB of an 18 MB heap) where a few hundred distinct ones do; one tuple per distinct stack text
-# serves every window that saw it. Bounded: cleared when full (a job whose stacks never repeat only pays the
-# parsing again), so the cache never outgrows what the History could hold. Dumps share theirs the same way:
-# each dump's JSON made fresh strings and StackFrames for every thread, and the History's dumps grew the
-# traced heap by 0.36 MB over 7 minutes of an hour's soak after it had filled (benchmarks/heap_soak.py).
-_STACK_CACHE_MAX = 4096
+# serves every window that saw it. Dumps share theirs the same way: each dump's JSON made fresh strings and
+# StackFrames for every thread, and the History's dumps grew the traced heap by 0.36 MB over 7 minutes of an
+# hour's soak after it had filled (benchmarks/heap_soak.py).
+# Bounded by generations: a stack not seen during the last two generations of _STACK_CACHE_GENERATION new
+# stacks is dropped (the History still holds it while it needs it). A single table cleared at 4096 stacks grew
+# for hours before its first clear: a real loop keeps printing new line combinations (a tracemalloc hour
+# found +2,500 StackFrames in 19 minutes past the History's filling, the largest growth left).
+_STACK_CACHE_GENERATION = 512
 _shared_stacks: dict[object, tuple[StackFrame, ...]] = {}
+_older_stacks: dict[object, tuple[StackFrame, ...]] = {}
 
 
 def _shared_stack(key: object, build: Callable[[], tuple[StackFrame, ...]]) -> tuple[StackFrame, ...]:
-    """The one tuple of frames for this stack, built on first sight."""
+    """The one tuple of frames for this stack, built on first sight (or when its generation has gone)."""
+    global _shared_stacks, _older_stacks
     frames = _shared_stacks.get(key)
     if frames is None:
-        if len(_shared_stacks) >= _STACK_CACHE_MAX:
-            _shared_stacks.clear()
-        frames = _shared_stacks[key] = build()
+        frames = _older_stacks.get(key)
+        if frames is None:
+            frames = build()
+        if len(_shared_stacks) >= _STACK_CACHE_GENERATION:
+            _older_stacks, _shared_stacks = _shared_stacks, {}
+        _shared_stacks[key] = frames
     return frames
+
+
+def stack_cache_size() -> int:
+    """How many parsed stacks are kept for sharing (at most two generations)."""
+    return len(_shared_stacks) + len(_older_stacks)
 
 
 def _parse_stack(parts: list[str], native_sampling: bool) -> tuple[StackFrame, ...]:

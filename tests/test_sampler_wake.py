@@ -104,3 +104,28 @@ def test_settled_dumps_check_the_main_thread_and_a_new_position_ends_the_window(
     assert wait_for(marked, timeout=5, interval=0.05) == (
         f"PID {os.getpid()}: main thread's stack moved (work (fake.py) → Linear.forward (linear.py), "
         f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")
+
+
+def test_a_process_woken_again_and_again_keeps_no_finished_threads(fake_sampler):
+    """Each wake hands the ended window to a finisher thread; finished ones are let go, so a process woken every
+    few seconds for an hour holds a handful of threads, not one per wake."""
+    sampler, log = fake_sampler
+    pid = os.getpid()
+    sampler.set_targets([pid])
+    def window_running() -> bool:  # py-spy (the stand-in) has started and said so: a SIGINT now is its cut
+        records = sum(1 for e in entries(log) if e["mode"] == "record")
+        return sampler._samplers[pid].record_child is not None and records > len(cut_times)
+
+    cut_times: list[float] = []
+    for wake in range(6):
+        wait_for(window_running, timeout=20, interval=0.05)
+        sampler.wake(f"wake {wake}", pids=[pid])
+        cuts_before = len(cut_times)
+        cut_times[:] = wait_for(lambda b=cuts_before: [e["time"] for e in entries(log) if e["mode"] == "sigint"]
+                                if sum(e["mode"] == "sigint" for e in entries(log)) > b else None, timeout=10)
+    finishers = lambda: [t for t in sampler._samplers[pid].threads if t.name.startswith("gputop-pyspy-cut")]  # noqa: E731
+    assert wait_for(lambda: all(not t.is_alive() for t in finishers()[:-1]), timeout=10)
+    wait_for(window_running, timeout=20, interval=0.05)
+    sampler.wake("one more", pids=[pid])  # the next finisher's start lets the finished ones go
+    assert wait_for(lambda: len(finishers()) <= 2, timeout=10), [t.name for t in finishers()]
+    assert len(sampler._samplers[pid].threads) <= 5
