@@ -3,7 +3,7 @@
 It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
 samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
 each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys; who of
-a many-process tree samples at all (alike DataLoader workers in turns, agreeing ranks half the time) by one
+a many-process tree samples at all (alike DataLoader workers in turns, agreeing ranks about two at a time) by one
 probes/tree_sampling.TreeSamplingPolicy over the tree, which each record window and dump waits for.
 
 For each process of the target's tree, :class:`StackSampler` keeps two kinds of py-spy child running:
@@ -42,7 +42,7 @@ SIGTERM or SIGKILL would lose it. Once two windows since the last wake are in, a
 second or two and double as stack checks: when three in a row catch the main thread in a function its recent
 windows never saw it in (the policy's ``stack_check``), that process alone is woken the same way, for changes
 of phase that only the stacks show. Each dump's CPU time (wait4) sets how often: all checks together stay
-within STACK_CHECK_CPU_BUDGET.
+within probes/sampling_policy.stack_check_budget_cores (0.02 core for one process, towards 0.01 for a node's).
 
 Children are started with ``posix_spawn`` and reaped with ``wait4`` so that their CPU time is known
 (:meth:`StackSampler.sampler_cpu_seconds`). A py-spy that fails is retried with exponential backoff

@@ -54,12 +54,13 @@ POLL_S = 1.0
 # windows say what it runs, and the dump's idle flags matter little where the queue's wait is a known wait.
 ROTATING_DUMP_EVERY_S = 60.0
 # Alike workers' turns running at once over the whole tree, whatever their training process. Two: a node's eight
-# ranks each get a worker's turn every ~28 s instead of every ~12 s (the bound per worker, rotation_bound_s, grows
-# from 96 to 224 s for 8 x 8); a worker whose own signals move is still called up at once, turn or not.
+# ranks each get a worker's turn every ~48 s instead of every ~17 s (the bound per worker, rotation_bound_s, is
+# 8 x ceil(8 / 2) x (10 s + 2 s) = 384 s for 8 x 8, 136 s for one rank's 8 workers); a worker whose own signals
+# move is still called up at once, turn or not.
 NODE_TURNS = 2
 # Agreeing ranks' windows running at once, about: each rests rank_rest_windows() of its windows after one. Their
 # windows say the same thing, and on a node's job (8 ranks each in a window half the time) the ranks' windows were
-# the largest share of the samplers' cost. A rank that starts to differ, or whose own signals move, samples at once.
+# the largest share of the samplers' cost (0.02-0.03 of 0.074 core). A rank that starts to differ, or whose own signals move, samples at once.
 RANK_WINDOWS_AT_ONCE = 2
 
 
