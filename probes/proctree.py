@@ -435,6 +435,7 @@ class ProcessTreeProbe:
         self._previous: dict[int, _Previous] = {}
         self._last_samples: tuple[ProcessSample, ...] = ()
         self._tree_pids: tuple[int, ...] = ()
+        self._started: dict[int, int] = {}  # each process's start time as this tick's read found it
         self._exited_at: float | None = None
         self._exit_reason: str | None = None
         # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) walks only the tree; without it psutil
@@ -459,10 +460,18 @@ class ProcessTreeProbe:
         self, role_hints: Mapping[int, str] | None = None
     ) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
         """The target and its process tree now. Never raises."""
+        self._started = {}
         try:
             return self._read(role_hints or {})
         except Exception:
+            self._started = {}
             return self._target_info(alive=self._exited_at is None), self._last_samples
+
+    def started_ticks(self) -> dict[int, int]:
+        """{pid: /proc/PID/stat's start time (clock ticks since boot)} of each process the last read() read this
+        time (none when it returned an earlier tick's samples): the job tracker keys its per-process facts on it
+        without reading every stat again."""
+        return dict(self._started)
 
     def pid_aliases(self) -> dict[int, int]:
         """{PID as NVML may report it: our PID} for every process of the tree (as of the last read).
@@ -499,6 +508,7 @@ class ProcessTreeProbe:
             if sample is not None:
                 samples.append(sample)
                 seen.add(sample.pid)
+                self._started[pid] = scan.stat.started
         for gone in set(self._previous) - seen:
             if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
                 del self._previous[gone]
@@ -507,6 +517,7 @@ class ProcessTreeProbe:
         self._socket_inodes.keep_only(seen)
 
         if self.pid not in seen:  # the target died while we read it
+            self._started = {}
             self._mark_exited("process ended")
             return self._target_info(alive=False), self._last_samples
         self._last_samples = tuple(samples)
