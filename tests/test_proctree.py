@@ -4,6 +4,7 @@ fork and forkserver contexts, a target that exits, and the PID aliases NVML matc
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -340,7 +341,7 @@ def test_a_sleeping_side_threads_state_is_read_only_every_bound(side_thread, mon
     assert reads and reads[0] <= ticks[0], "read at the first tick"
     assert len(reads) < len(ticks) / 3, (len(reads), len(ticks))
     points = [*reads, ticks[-1]]
-    gaps = [b - a for a, b in zip(points, points[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(points)]
     assert max(gaps) <= proctree.SIDE_THREAD_STATES_S + 1.0, gaps
 
 
