@@ -123,7 +123,7 @@ class Engine:
         job = None
         unsampled: set[int] = set()
         if self._jobs is not None:
-            job, processes = self._jobs.update(processes, self._last_stacks)
+            job, processes = self._jobs.update(processes, self._last_stacks, self._tree.started_ticks())
             unsampled = self._jobs.unsampled_pids()
         live_pids = [p.pid for p in processes if p.alive and p.pid not in unsampled]
         if self._sampler is not None:

@@ -193,6 +193,18 @@ class StackFrame:
     line: int = 0
     native: bool = False  # a native (C/C++) frame, present only with native sampling
 
+    def __post_init__(self) -> None:
+        # The diagnosis keys counters and caches on whole stacks (tuples of these) for every rank's window each
+        # tick: a tuple's hash is not kept, so each lookup hashed every frame's fields again (on a node's job,
+        # most of the per-rank diagnosis). The value is the one the dataclass would compute; it is not a field.
+        object.__setattr__(self, "_hash", hash((self.function, self.file, self.line, self.native)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return StackFrame, (self.function, self.file, self.line, self.native)  # the hash is made again where loaded
+
 
 @dataclass(frozen=True)
 class ThreadStack:

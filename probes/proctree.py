@@ -1,10 +1,12 @@
 """The target's process tree, read from /proc: who is in it, what role each plays, and what each costs (CPU,
 threads by state, memory, I/O).
 
-Per process a tick: its threads' states and children, its main thread's counters, one /proc/PID/stat and one
-/proc/PID/io; what rarely changes (the command line, the socket inodes) is cached by PID and start time and read
-again when it may have changed (on a node's job of 73 processes, psutil and the socket listing cost ~1 ms a
-process a tick). psutil is left for the root's liveness and the target's static facts.
+Per process a tick: its main thread's state, children and counters, one /proc/PID/stat and one /proc/PID/io; its
+other threads' states when they can have changed (they used CPU, or one was R or D), else every
+SIDE_THREAD_STATES_S (a thread that blocks in D is counted within that bound); what rarely changes (the command
+line, the socket inodes) is cached by PID and start time and read again when it may have changed (on a node's job
+of 73 processes, psutil and the socket listing cost ~1 ms a process a tick). psutil is left for the root's
+liveness and the target's static facts.
 
 This module is the only one that walks /proc for the tree. One ``read()`` per tick: rates (CPU percent,
 I/O per second) are deltas against the previous read of the same process. When the target exits, the
@@ -276,6 +278,25 @@ def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
 SIDE_THREAD_CHILDREN_S = 5.0
 
 
+# The other threads' states (/proc/PID/task/TID/stat: each thread's R or D) are read when they can have changed in
+# a way that counts, else at least this often. A thread that runs uses CPU: the process's CPU (stat) then grew by
+# more than its main thread's (schedstat) since the last tick, and they are read. A thread left R or D at the last
+# read is read again each tick until it is neither. A thread blocked in D uses no CPU: it is seen within this bound.
+# On a node's job (73 processes, 291 threads) these reads were the largest part of the tree's walk (4 ms a tick).
+SIDE_THREAD_STATES_S = 5.0
+# The process's CPU counts whole clock ticks, its main thread's nanoseconds: other threads count as having run when
+# the process's CPU grew by more than the main thread's plus one clock tick (a main thread alone never passes it).
+SIDE_THREAD_CPU_SLACK_S = 1.0 / _CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class _SideThreadStates:
+    """The other threads' states as last read: when, and whether any of them was R or D."""
+
+    read_at: float
+    busy: bool
+
+
 @dataclass(frozen=True)
 class _TaskScan:
     """One pass over /proc/PID/task: thread states, the next level of the tree, the main thread's counters."""
@@ -286,48 +307,59 @@ class _TaskScan:
     main_thread: _MainThreadCounters
     stat: _ProcStat  # /proc/PID/stat: the process, and its main thread's state
     side_children: list[int] | None = None  # the other threads' children; None: not read this time
+    side_busy: bool | None = None  # any other thread R or D; None: their states were not read this time
 
 
-def _scan_tasks(pid: int, with_children: bool, side_children: bool = True) -> _TaskScan | None:
+def _scan_tasks(pid: int, with_children: bool, side_children: bool = True,
+                side_states: Callable[[_ProcStat, _MainThreadCounters], bool] | None = None) -> _TaskScan | None:
     """Thread states, child PIDs and the main thread's counters from /proc/PID/task/*; None if it is gone.
 
     Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
     threads gives both the thread states and the next level of the tree. The main thread's state is the one in
     /proc/PID/stat (read here once for the whole tick); ``side_children`` False leaves the other threads'
-    children files unread.
+    children files unread; ``side_states``, given the process's stat and main thread's counters, False leaves
+    the other threads' stat files unread (they count as neither R nor D: see SIDE_THREAD_STATES_S).
     """
     stat = _read_stat(pid)
     if stat is None:
         return None
+    main_thread = _main_thread_counters(pid)
     runnable = int(stat.state == psutil.STATUS_RUNNING)
     disk_wait = int(stat.state == psutil.STATUS_DISK_SLEEP)
     children: list[int] = []
     if with_children:
         children.extend(int(c) for c in (read_text(f"/proc/{pid}/task/{pid}/children") or "").split())
     side: list[int] | None = [] if with_children and side_children else None
+    read_states = side_states is None or side_states(stat, main_thread)
+    if not read_states and side is None:
+        return _TaskScan(runnable, disk_wait, children, main_thread, stat, None, None)
     try:
         entries = list(os.scandir(f"/proc/{pid}/task"))
     except OSError:
         return None
     main = str(pid)
+    side_busy = 0
     for entry in entries:
         if entry.name == main:
             continue
-        thread_stat = read_text(f"{entry.path}/stat")
-        if not thread_stat:
-            continue  # the thread ended between listing and reading
-        # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
-        fields = thread_stat.rpartition(")")[2].split()
-        state = fields[0] if fields else ""
-        if state == "R":
-            runnable += 1
-        elif state == "D":
-            disk_wait += 1
+        if read_states:
+            thread_stat = read_text(f"{entry.path}/stat")
+            if not thread_stat:
+                continue  # the thread ended between listing and reading
+            # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
+            fields = thread_stat.rpartition(")")[2].split()
+            state = fields[0] if fields else ""
+            if state == "R":
+                side_busy += 1
+                runnable += 1
+            elif state == "D":
+                side_busy += 1
+                disk_wait += 1
         if side is not None:
             side.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
     if side is not None:
         children.extend(side)
-    return _TaskScan(runnable, disk_wait, children, _main_thread_counters(pid), stat, side)
+    return _TaskScan(runnable, disk_wait, children, main_thread, stat, side, bool(side_busy) if read_states else None)
 
 
 def _python_version(exe: str | None, pid: int) -> str | None:
@@ -435,6 +467,7 @@ class ProcessTreeProbe:
         self._previous: dict[int, _Previous] = {}
         self._last_samples: tuple[ProcessSample, ...] = ()
         self._tree_pids: tuple[int, ...] = ()
+        self._started: dict[int, int] = {}  # each process's start time as this tick's read found it
         self._exited_at: float | None = None
         self._exit_reason: str | None = None
         # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) walks only the tree; without it psutil
@@ -446,6 +479,8 @@ class ProcessTreeProbe:
         self._programs: dict[int, _Program] = {}  # command lines, read again only when they may have changed
         # {pid: (when read, children of its threads other than the main one)}, read every SIDE_THREAD_CHILDREN_S
         self._side_children: dict[int, tuple[float, list[int]]] = {}
+        # {pid: its other threads' states as last read}: read again when due (SIDE_THREAD_STATES_S)
+        self._side_states: dict[int, _SideThreadStates] = {}
         try:
             self._root = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -459,10 +494,18 @@ class ProcessTreeProbe:
         self, role_hints: Mapping[int, str] | None = None
     ) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
         """The target and its process tree now. Never raises."""
+        self._started = {}
         try:
             return self._read(role_hints or {})
         except Exception:
+            self._started = {}
             return self._target_info(alive=self._exited_at is None), self._last_samples
+
+    def started_ticks(self) -> dict[int, int]:
+        """{pid: /proc/PID/stat's start time (clock ticks since boot)} of each process the last read() read this
+        time (none when it returned an earlier tick's samples): the job tracker keys its per-process facts on it
+        without reading every stat again."""
+        return dict(self._started)
 
     def pid_aliases(self) -> dict[int, int]:
         """{PID as NVML may report it: our PID} for every process of the tree (as of the last read).
@@ -499,14 +542,17 @@ class ProcessTreeProbe:
             if sample is not None:
                 samples.append(sample)
                 seen.add(sample.pid)
+                self._started[pid] = scan.stat.started
         for gone in set(self._previous) - seen:
             if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
                 del self._previous[gone]
         self._programs = {pid: program for pid, program in self._programs.items() if pid in seen}
         self._side_children = {pid: known for pid, known in self._side_children.items() if pid in seen}
+        self._side_states = {pid: known for pid, known in self._side_states.items() if pid in seen}
         self._socket_inodes.keep_only(seen)
 
         if self.pid not in seen:  # the target died while we read it
+            self._started = {}
             self._mark_exited("process ended")
             return self._target_info(alive=False), self._last_samples
         self._last_samples = tuple(samples)
@@ -545,12 +591,14 @@ class ProcessTreeProbe:
                 pid, parent = queue.pop(0)
                 known = self._side_children.get(pid)
                 due = known is None or now - known[0] >= SIDE_THREAD_CHILDREN_S
-                scan = _scan_tasks(pid, with_children=True, side_children=due)
+                scan = _scan_tasks(pid, with_children=True, side_children=due,
+                                   side_states=self._side_states_due(pid, now))
                 if scan is None or (parent is not None and scan.stat.ppid != parent):
                     # gone since its parent listed it; or a side child remembered from an earlier tick that has
                     # ended since, its PID now another process's
                     continue
                 found.append((pid, scan))
+                self._note_side_states(pid, scan, now)
                 children = scan.children
                 if scan.side_children is not None:
                     self._side_children[pid] = (now, scan.side_children)
@@ -566,11 +614,35 @@ class ProcessTreeProbe:
             pids = [self.pid, *(child.pid for child in self._root.children(recursive=True))]
         except psutil.Error:
             pids = [self.pid]
+        now = time.monotonic()
         for pid in pids:
-            scan = _scan_tasks(pid, with_children=False)
+            scan = _scan_tasks(pid, with_children=False, side_states=self._side_states_due(pid, now))
             if scan is not None:
                 found.append((pid, scan))
+                self._note_side_states(pid, scan, now)
         return found
+
+    def _side_states_due(self, pid: int, now: float) -> Callable[[_ProcStat, _MainThreadCounters], bool]:
+        """Whether ``pid``'s other threads' states are read this tick, given its stat and main thread's counters
+        just read (see SIDE_THREAD_STATES_S): when never read, a thread was R or D then, the bound has passed,
+        or its threads other than the main one used CPU since the last tick (or that cannot be told)."""
+        def due(stat: _ProcStat, main: _MainThreadCounters) -> bool:
+            known = self._side_states.get(pid)
+            if known is None or known.busy or now - known.read_at >= SIDE_THREAD_STATES_S:
+                return True
+            if stat.num_threads <= 1:
+                return False  # no other thread
+            previous = self._previous.get(pid)
+            if (previous is None or previous.started != stat.started or previous.cpu_seconds is None
+                    or previous.main_thread is None or previous.main_thread.cpu_ns is None or main.cpu_ns is None):
+                return True
+            others_s = (stat.cpu_seconds - previous.cpu_seconds) - (main.cpu_ns - previous.main_thread.cpu_ns) / 1e9
+            return others_s > SIDE_THREAD_CPU_SLACK_S
+        return due
+
+    def _note_side_states(self, pid: int, scan: _TaskScan, now: float) -> None:
+        if scan.side_busy is not None:
+            self._side_states[pid] = _SideThreadStates(now, scan.side_busy)
 
     def _list_tree_pids(self) -> tuple[int, ...]:
         if self._root is None or self._exited_at is not None:

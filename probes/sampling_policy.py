@@ -42,7 +42,6 @@ windows shorten; nor are the stacks checked, since the windows stay short.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -422,14 +421,14 @@ class PhaseChangeDetector:
             if value is None or recent is None or len(recent) < self.min_history:
                 continue
             median, spread = _jitter(recent)
-            move = abs(_scaled(name, value) - median)
-            line = f"{_LABELS[name]} moved ({_describe(name, median)} → {_describe(name, value, True)})"
+            scaled = _scaled(name, value)
+            move = abs(scaled - median)
             if move >= step + spread:  # beyond anything its recent jitter explains
-                return f"PID {pid}: {line}"
-            if move >= WEAK_STEP_FACTOR * step + SPREAD_FACTOR * spread:
-                weak.setdefault(_KINDS[name], line)
+                return f"PID {pid}: {_move_line(name, median, value)}"
+            if move >= WEAK_STEP_FACTOR * step + SPREAD_FACTOR * spread and _KINDS[name] not in weak:
+                weak[_KINDS[name]] = _move_line(name, median, value)
             if persisting is None:
-                persisting = _persisting_move(name, recent, _scaled(name, value), step)
+                persisting = _persisting_move(name, recent, scaled, step)
         if len(weak) >= 2:  # two kinds of reading moving at once, each well beyond half its jitter
             return f"PID {pid}: " + ", ".join(weak.values())
         if persisting is not None:
@@ -437,12 +436,32 @@ class PhaseChangeDetector:
         return None
 
 
+def _move_line(name: str, median: float, value: float) -> str:
+    """What moved, for the reason a move gives: built only for a move (the detector runs every tick for every
+    process and signal, and most ticks nothing moves)."""
+    return f"{_LABELS[name]} moved ({_describe(name, median)} → {_describe(name, value, True)})"
+
+
 def _jitter(recent: Sequence[float]) -> tuple[float, float]:
     """(median, spread) of a signal's recent ticks; the spread leaves out the tick furthest from the median, so
-    that the tick a switch fell in (part-way to the new level) does not hide the next, full one."""
-    median = statistics.median(recent)
-    kept = sorted(recent, key=lambda x: abs(x - median))[:-1]
-    return median, max(kept) - min(kept)
+    that the tick a switch fell in (part-way to the new level) does not hide the next, full one.
+
+    One sort (this runs for every process and signal, twice a tick): the tick furthest from the median is the
+    lowest or the highest, so the spread is the sorted ticks' range less that end. When both ends lie equally far,
+    the one left out is the later tick, as a stable sort by distance (what this did before) leaves it last.
+    """
+    ordered = sorted(recent)
+    half = len(ordered) // 2
+    median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    low, high = ordered[0], ordered[-1]
+    below, above = median - low, high - median
+    if below == above:
+        drop_high = below > 0 and next(x for x in reversed(recent) if x in (low, high)) == high
+    else:
+        drop_high = above > below
+    if drop_high:
+        return median, ordered[-2] - low
+    return median, high - ordered[1]
 
 
 def _persisting_move(name: str, recent: Sequence[float], scaled_value: float, step: float) -> str | None:

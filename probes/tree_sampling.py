@@ -60,7 +60,8 @@ ROTATING_DUMP_EVERY_S = 60.0
 NODE_TURNS = 2
 # Agreeing ranks' windows running at once, about: each rests rank_rest_windows() of its windows after one. Their
 # windows say the same thing, and on a node's job (8 ranks each in a window half the time) the ranks' windows were
-# the largest share of the samplers' cost (0.02-0.03 of 0.074 core). A rank that starts to differ, or whose own signals move, samples at once.
+# the largest share of the samplers' cost (0.02-0.03 of 0.074 core). A rank that starts to differ, or whose own
+# signals move, samples at once.
 RANK_WINDOWS_AT_ONCE = 2
 
 
@@ -98,6 +99,11 @@ class TreeSamplingPolicy:
         self.turn_rest_s = turn_rest_s
         self.node_turns = max(1, node_turns)
         self._members: dict[int, _Member] = {}
+        # rotating(owner) as last worked out, and the workers by owner it was worked out from: dropped whenever a
+        # member's part, picture, seen or called_at changes (each worker's sampler thread asks wait_s every
+        # second, and working it out walks every member: on a node's job it was a tenth of gputop's own CPU)
+        self._rotating: dict[int | None, frozenset[int]] = {}
+        self._workers_by_owner: dict[int, list[int]] | None = None
         # training processes whose next worker waits for a free turn: owner -> (first asked, last asked)
         self._turn_queue: dict[int, tuple[float, float]] = {}
 
@@ -106,6 +112,7 @@ class TreeSamplingPolicy:
     def set_roles(self, roles: Mapping[int, tuple[str, int | None] | None]) -> None:
         """Each process's part: ("worker", its training process's pid), ("rank", None), or None (on its own).
         Processes not named are forgotten."""
+        self._forget_rotating()
         for pid in [p for p in self._members if p not in roles]:
             del self._members[pid]
         for pid, role in roles.items():
@@ -119,17 +126,19 @@ class TreeSamplingPolicy:
             member = self._members.get(pid)
             if member is not None:
                 member.called_at = now
+                self._forget_rotating()
 
     # --- what the sampler says ------------------------------------------------------------------------------
 
     def window_started(self, pid: int, now: float) -> None:
-        member = self._members.setdefault(pid, _Member())
+        member = self._member(pid)
         member.in_window, member.started_at = True, now
 
     def window_finished(self, pid: int, picture: Hashable | None, settled: bool, now: float) -> None:
         """A window of ``pid`` ended with samples; ``picture`` is its dominant position, ``settled`` whether the
         process's own policy has settled."""
-        member = self._members.setdefault(pid, _Member())
+        member = self._member(pid)
+        self._forget_rotating()
         started = member.started_at
         member.in_window, member.last_end, member.turn_granted_at = False, now, None
         member.rest_s = now - started if started is not None else 0.0
@@ -186,15 +195,37 @@ class TreeSamplingPolicy:
         return any(p != pid and m.role == "rank" and m.seen and m.picture == picture
                    for p, m in self._members.items())
 
-    def rotating(self, owner: int | None) -> set[int]:
+    def rotating(self, owner: int | None) -> frozenset[int]:
         """The workers of ``owner`` that take turns: seen, not called up, and showing their siblings' most common
         picture (a worker that differs is sampled on its own). Fewer than two alike: nobody rotates."""
-        siblings = {p: m for p, m in self._members.items() if m.role == "worker" and m.owner == owner and owner}
+        known = self._rotating.get(owner)
+        if known is None:
+            known = self._rotating[owner] = self._work_out_rotating(owner)
+        return known
+
+    def _work_out_rotating(self, owner: int | None) -> frozenset[int]:
+        if self._workers_by_owner is None:
+            self._workers_by_owner = {}
+            for pid, member in self._members.items():
+                if member.role == "worker" and member.owner:
+                    self._workers_by_owner.setdefault(member.owner, []).append(pid)
+        siblings = {p: self._members[p] for p in self._workers_by_owner.get(owner, ())} if owner else {}
         if len(siblings) < 2 or not all(m.seen for m in siblings.values()):
-            return set()
+            return frozenset()
         common, _ = Counter(m.picture for m in siblings.values()).most_common(1)[0]
-        alike = {p for p, m in siblings.items() if m.picture == common and m.called_at is None}
-        return alike if len(alike) >= 2 else set()
+        alike = frozenset(p for p, m in siblings.items() if m.picture == common and m.called_at is None)
+        return alike if len(alike) >= 2 else frozenset()
+
+    def _forget_rotating(self) -> None:
+        self._rotating.clear()
+        self._workers_by_owner = None
+
+    def _member(self, pid: int) -> _Member:
+        member = self._members.get(pid)
+        if member is None:
+            member = self._members[pid] = _Member()
+            self._forget_rotating()
+        return member
 
     def steady_pids(self) -> set[int]:
         """Every worker taking turns now (over all training processes): their call-up wants a move that holds

@@ -8,8 +8,10 @@ H200-like, as in test_diagnose.py.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 import time
 
 import pytest
@@ -39,6 +41,7 @@ from probes.frame import (
     TargetInfo,
     ThreadStack,
 )
+from probes.history import recent_frames
 from probes.monitor import Monitor, fold
 
 LAUNCHER, RANK0, RANK1 = 500, 501, 502
@@ -214,6 +217,29 @@ def test_a_rank_history_projects_each_frame_once():
     history = RankHistory(frames, RANK0)
     assert len(history) == 4 and history[-1] is history[3] and history[1:3] == [history[1], history[2]]
     assert history[0].target.pid == RANK0
+
+
+def test_a_rank_historys_recent_window_is_the_walk_over_its_projected_frames():
+    """recent_frames on a RankHistory finds the window on the unprojected frames (cheaper): the same frames, the
+    same projections, as walking the projected view frame by frame; and a copy each time (callers may change it)."""
+    frames = straggler_frames(12)
+    walked = RankHistory(frames, RANK0)
+    projected = [walked[i] for i in range(len(walked))]
+    for seconds, limit in ((None, None), (3.0, None), (4.5, 2), (0.0, None), (100.0, 5)):
+        window = recent_frames(RankHistory(frames, RANK0), seconds, limit)
+        expected = recent_frames(projected, seconds, limit)
+        assert [id(f) for f in window] == [id(f) for f in expected] and window, (seconds, limit)
+    history = RankHistory(frames, RANK0)
+    recent_frames(history, 3.0).clear()
+    assert len(recent_frames(history, 3.0)) == 4
+
+
+def test_a_stack_frame_hashes_as_its_fields_do_and_keeps_it_through_copies():
+    frame = StackFrame("forward", "model.py", 12)
+    assert hash(frame) == hash(("forward", "model.py", 12, False))
+    for copied in (dataclasses.replace(frame), pickle.loads(pickle.dumps(frame)), copy.deepcopy(frame)):
+        assert copied == frame and hash(copied) == hash(frame) and {frame: 1}[copied] == 1
+    assert [f.name for f in dataclasses.fields(StackFrame)] == ["function", "file", "line", "native"]
 
 
 def test_an_awake_backward_sample_counts_as_waiting_only_when_the_rank_barely_works():

@@ -815,3 +815,22 @@ def test_spawn_context_dataloader_workers_are_not_mp_spawn_ranks(spawn_target):
     for f in (frame, *later):
         assert f.job is None and f.process(target.pid).role == ROLE_MAIN
         assert not any(p.role in (ROLE_RANK, ROLE_LAUNCHER) for p in f.processes)
+
+
+def test_tracker_takes_start_times_from_the_tree_read_without_reading_stat_again(spawn_target, tmp_path, monkeypatch):
+    """The engine passes proctree's start times of this tick to the tracker: it reads no /proc/PID/stat of its own
+    for them, keys each process on the same start time, and lays out the same job as when it reads them itself."""
+    from probes.proctree import ProcessTreeProbe
+    ready_file = tmp_path / "pids.json"
+    proc = spawn_target("proctree_family.py", str(ready_file), ready=lambda _: ready_file.exists())
+    probe = ProcessTreeProbe(proc.pid)
+    _, samples = probe.read()
+    started = probe.started_ticks()
+    assert started == {s.pid: start_ticks(s.pid) for s in samples} and len(started) == len(samples) >= 5
+    reads = []
+    monkeypatch.setattr(tracker_module, "start_ticks", lambda pid: reads.append(pid) or start_ticks(pid))
+    given, read_itself = JobTracker(proc.pid), JobTracker(proc.pid)
+    with_times = given.update(samples, started=started)
+    assert reads == [], "no stat read again for a start time the tree read already had"
+    assert read_itself.update(samples) == with_times and sorted(reads) == sorted(started)
+    assert set(given._static) == set(read_itself._static) == set(started.items())

@@ -3,6 +3,8 @@ fork and forkserver contexts, a target that exits, and the PID aliases NVML matc
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import signal
@@ -15,6 +17,7 @@ import psutil
 import pytest
 from conftest import wait_for
 
+from probes import proctree
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -300,3 +303,97 @@ def test_children_of_the_main_thread_at_the_next_read_and_of_other_threads_withi
     assert time.monotonic() - started <= SIDE_THREAD_CHILDREN_S + 3.0
     side = _by_pid(probe.read()[1])[pids["side"]]
     assert side.ppid == target.pid and side.alive
+
+
+@pytest.fixture
+def side_thread(spawn_target, tmp_path):
+    """(target Popen, the TID of its other thread, the folder whose "spin" file makes that thread spin)."""
+    target = spawn_target("side_thread_states.py", str(tmp_path), ready=lambda _: (tmp_path / "side_tid").exists())
+    return target, int((tmp_path / "side_tid").read_text()), tmp_path
+
+
+def _side_stat_reads(monkeypatch, pid: int, tid: int) -> list[float]:
+    """Counts the reads of the other thread's /proc/PID/task/TID/stat (the probe's own reads, passed through)."""
+    reads: list[float] = []
+    real_read_text = proctree.read_text
+
+    def counting(path):
+        if path == f"/proc/{pid}/task/{tid}/stat":
+            reads.append(time.monotonic())
+        return real_read_text(path)
+
+    monkeypatch.setattr(proctree, "read_text", counting)
+    return reads
+
+
+def test_a_sleeping_side_threads_state_is_read_only_every_bound(side_thread, monkeypatch):
+    """A thread that neither runs nor was R or D is not read each tick, but at least every SIDE_THREAD_STATES_S."""
+    target, tid, _ = side_thread
+    reads = _side_stat_reads(monkeypatch, target.pid, tid)
+    probe = ProcessTreeProbe(target.pid)
+    ticks = []
+    deadline = time.monotonic() + 2 * proctree.SIDE_THREAD_STATES_S + 1.0
+    while time.monotonic() < deadline:
+        sample = _by_pid(probe.read()[1])[target.pid]
+        ticks.append(time.monotonic())
+        assert sample.runnable_threads == 0 and sample.disk_wait_threads == 0 and sample.num_threads == 2, sample
+        time.sleep(0.25)
+    assert reads and reads[0] <= ticks[0], "read at the first tick"
+    assert len(reads) < len(ticks) / 3, (len(reads), len(ticks))
+    points = [*reads, ticks[-1]]
+    gaps = [b - a for a, b in itertools.pairwise(points)]
+    assert max(gaps) <= proctree.SIDE_THREAD_STATES_S + 1.0, gaps
+
+
+def test_a_side_thread_that_starts_to_spin_is_counted_at_the_next_tick(side_thread, monkeypatch):
+    """Its CPU shows in the process's and not the main thread's: its state is read at once, not at the bound (set
+    far off here so that only the CPU can have caused the read), and each tick while it runs."""
+    target, tid, folder = side_thread
+    monkeypatch.setattr(proctree, "SIDE_THREAD_STATES_S", 3600.0)
+    reads = _side_stat_reads(monkeypatch, target.pid, tid)
+    probe = ProcessTreeProbe(target.pid)
+    for _ in range(4):
+        assert _by_pid(probe.read()[1])[target.pid].runnable_threads == 0
+        time.sleep(0.25)
+    assert len(reads) <= 2, reads
+    (folder / "spin").touch()
+    time.sleep(0.5)  # a tick's worth of spinning: the thread's CPU grows by more than a clock tick
+    seen = [_by_pid(probe.read()[1])[target.pid] for _ in range(3) if time.sleep(0.25) is None]
+    assert all(s.runnable_threads == 1 for s in seen), seen
+    before = len(reads)
+    (folder / "spin").unlink()
+    wait_for(lambda: _by_pid(probe.read()[1])[target.pid].runnable_threads == 0, timeout=30)
+    assert len(reads) > before
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+def test_a_side_thread_stuck_in_d_without_cpu_is_counted_within_the_bound(side_thread, tmp_path):
+    """A thread held in D uses no CPU: it is seen at the next bound (SIDE_THREAD_STATES_S), then every tick until it
+    leaves D. Held there for real: a cgroup v1 freezer takes the one thread (frozen tasks show D)."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER / "tasks", os.W_OK):
+        pytest.skip("no writable cgroup v1 freezer here")
+    target, tid, _ = side_thread
+    group = FREEZER / f"gputop_test_{os.getpid()}_{tid}"
+    probe = ProcessTreeProbe(target.pid)
+    probe.read()
+    group.mkdir()
+    try:
+        (group / "tasks").write_text(str(tid))
+        (group / "freezer.state").write_text("FROZEN")
+        wait_for(lambda: (Path(f"/proc/{target.pid}/task/{tid}/stat").read_text().rpartition(")")[2].split()[0]
+                          == "D"), timeout=30)
+        frozen_at = time.monotonic()
+        wait_for(lambda: _by_pid(probe.read()[1])[target.pid].disk_wait_threads == 1,
+                 timeout=proctree.SIDE_THREAD_STATES_S + 30, interval=0.25)
+        assert time.monotonic() - frozen_at <= proctree.SIDE_THREAD_STATES_S + 2.0
+        assert all(_by_pid(probe.read()[1])[target.pid].disk_wait_threads == 1 for _ in range(3))
+        (group / "freezer.state").write_text("THAWED")
+        assert wait_for(lambda: _by_pid(probe.read()[1])[target.pid].disk_wait_threads == 0, timeout=30)
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        with contextlib.suppress(OSError):
+            (FREEZER / "tasks").write_text(str(tid))
+        wait_for(lambda: not (group / "tasks").read_text().strip(), timeout=10)
+        group.rmdir()

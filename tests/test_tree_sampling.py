@@ -315,3 +315,47 @@ def test_a_rotating_workers_one_tick_jitter_does_not_call_it_up_but_a_move_that_
         detector.observe(float(t), {**calm, workers[1]: busy}, steady=steady)
     assert detector.observe(20.0, {**calm, workers[1]: busy, RANK_A: busy}, steady=steady) is not None
     assert detector.moved_pids == {RANK_A}
+
+
+def _rotating_worked_out_afresh(policy: TreeSamplingPolicy, owner):
+    """rotating() as it was worked out before it was cached: every member walked on each call."""
+    from collections import Counter
+    siblings = {p: m for p, m in policy._members.items() if m.role == "worker" and m.owner == owner and owner}
+    if len(siblings) < 2 or not all(m.seen for m in siblings.values()):
+        return set()
+    common, _ = Counter(m.picture for m in siblings.values()).most_common(1)[0]
+    alike = {p for p, m in siblings.items() if m.picture == common and m.called_at is None}
+    return alike if len(alike) >= 2 else set()
+
+
+def test_the_cached_rotation_always_equals_the_rotation_worked_out_afresh():
+    """rotating() is cached until a member's part, picture, seen or call-up changes: drive the policy through every
+    kind of change at random and compare it, and every decision that rests on it, with a fresh walk each step."""
+    import random
+    rng = random.Random(19)
+    policy = TreeSamplingPolicy()
+    owners = (RANK_A, RANK_B, None)
+    pictures = (WAITING, ("collate", "fetch.py"), None)
+    pids = list(range(1000, 1012)) + [RANK_A, RANK_B]
+    now = 0.0
+    for step in range(3000):
+        now += rng.choice((0.0, 0.25, 1.0))
+        action = rng.randrange(7)
+        pid = rng.choice(pids)
+        if action == 0:
+            roles = {p: (("worker", rng.choice(owners)) if p >= 1000 else ("rank", None))
+                     for p in pids if rng.random() < 0.9}
+            policy.set_roles(roles)
+        elif action == 1:
+            policy.called_up(rng.sample(pids, rng.randrange(3)), now)
+        elif action == 2:
+            policy.window_started(pid, now)
+        elif action == 3:
+            policy.window_finished(pid, rng.choice(pictures), settled=rng.random() < 0.7, now=now)
+        elif action == 4:
+            policy.window_dropped(pid)
+        else:
+            policy.wait_s(pid, now, dump=action == 6)
+        for owner in owners:
+            assert policy.rotating(owner) == _rotating_worked_out_afresh(policy, owner), step
+        assert policy.steady_pids() == set().union(*(_rotating_worked_out_afresh(policy, o) for o in owners))

@@ -156,9 +156,21 @@ class RankHistory(Sequence):
     def __init__(self, history: Sequence[Frame], pid: int) -> None:
         self._history = history
         self._pid = pid
+        self._recent: dict[tuple[float | None, int | None], list[Frame]] = {}
 
     def __len__(self) -> int:
         return len(self._history)
+
+    def recent(self, seconds: float | None, limit: int | None = None) -> list[Frame]:
+        """probes.history.recent_frames of this view: the window found on the unprojected frames (a projection
+        keeps its frame's time) and projected, once per window asked for (diagnose() asks for the same few
+        windows several times a tick)."""
+        key = (seconds, limit)
+        window = self._recent.get(key)
+        if window is None:
+            window = [_projected(f, self._pid) for f in recent_frames(self._history, seconds, limit)]
+            self._recent[key] = window
+        return list(window)
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -144,7 +144,7 @@ class JobCensus:
         target, samples = watched.tree.read()
         if not target.alive:
             return None
-        info, samples = watched.tracker.update(samples)
+        info, samples = watched.tracker.update(samples, started=watched.tree.started_ticks())
         live = [s for s in samples if s.alive]
         if gpu.available:
             live = list(with_gpu_indices(live, for_target(gpu, watched.tree.pid_aliases())))

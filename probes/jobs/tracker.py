@@ -61,23 +61,25 @@ class JobTracker:
         """Launchers that are not Python (bash, uv, srun): py-spy cannot read them, so the sampler skips them."""
         return {pid for pid in self._launchers if pid in self._not_python}
 
-    def update(self, processes: Sequence[ProcessSample],
-               stacks: StacksReading | None = None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
-        """This tick's JobInfo (None for a lone process) and the samples with roles, ranks and owners set."""
+    def update(self, processes: Sequence[ProcessSample], stacks: StacksReading | None = None,
+               started: Mapping[int, int] | None = None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
+        """This tick's JobInfo (None for a lone process) and the samples with roles, ranks and owners set.
+        ``started``: start times (clock ticks since boot) the caller read this tick (probes/proctree.py's
+        started_ticks); a process not in it has its /proc/PID/stat read here."""
         try:
-            return self._update(processes, stacks)
+            return self._update(processes, stacks, started or {})
         except Exception:  # a probe never raises: a layout bug leaves the tree as proctree read it
             return None, tuple(processes)
 
-    def _update(self, processes: Sequence[ProcessSample],
-                stacks: StacksReading | None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
+    def _update(self, processes: Sequence[ProcessSample], stacks: StacksReading | None,
+                started: Mapping[int, int]) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
         if self._last_info is not None and processes and not any(p.alive for p in processes):
             # The root has ended (proctree returns its last samples marked ended): the job as last seen, ended.
             ended = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)
             return dataclasses.replace(self._last_info, rank_pids=(), selected_pid=None), ended
         spawn_evidence, waiting_in_stack = stack_evidence(stacks)
         parents = {p.ppid for p in processes}
-        facts = [self._facts(p, waiting_in_stack, p.pid in parents) for p in processes]
+        facts = [self._facts(p, waiting_in_stack, p.pid in parents, started.get(p.pid)) for p in processes]
         self._not_python = {f.pid for f in facts if not f.python}
         present = {p.pid for p in processes}
         self._static = {key: value for key, value in self._static.items() if key[0] in present}
@@ -101,8 +103,10 @@ class JobTracker:
         self._last_info, self._last_samples = self._job_info(layout, samples, by_pid), samples
         return self._last_info, samples
 
-    def _facts(self, sample: ProcessSample, waiting_in_stack: set[int], has_children: bool) -> ProcessFacts:
-        started = start_ticks(sample.pid)
+    def _facts(self, sample: ProcessSample, waiting_in_stack: set[int], has_children: bool,
+               started: int | None) -> ProcessFacts:
+        if started is None:  # not read this tick by the caller
+            started = start_ticks(sample.pid)
         key = (sample.pid, started)
         static = self._static.get(key)
         if static is None or (sample.cmdline and sample.cmdline != static.cmdline):  # new, or it exec'd
