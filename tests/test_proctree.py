@@ -336,7 +336,7 @@ def test_a_sleeping_side_threads_state_is_read_only_every_bound(side_thread, mon
     while time.monotonic() < deadline:
         sample = _by_pid(probe.read()[1])[target.pid]
         ticks.append(time.monotonic())
-        assert sample.runnable_threads == 0 and sample.disk_wait_threads == 0 and sample.num_threads == 2, sample
+        assert sample.disk_wait_threads == 0 and sample.num_threads == 2, sample
         time.sleep(0.25)
     assert reads and reads[0] <= ticks[0], "read at the first tick"
     assert len(reads) < len(ticks) / 3, (len(reads), len(ticks))
@@ -353,11 +353,12 @@ def test_a_side_thread_that_starts_to_spin_is_counted_at_the_next_tick(side_thre
     reads = _side_stat_reads(monkeypatch, target.pid, tid)
     probe = ProcessTreeProbe(target.pid)
     for _ in range(4):
-        assert _by_pid(probe.read()[1])[target.pid].runnable_threads == 0
+        probe.read()  # the first tick reads the states (the thread naps: caught queued now and then when busy)
         time.sleep(0.25)
     assert len(reads) <= 2, reads
     (folder / "spin").touch()
-    time.sleep(0.5)  # a tick's worth of spinning: the thread's CPU grows by more than a clock tick
+    # once it spins, its CPU grows past the main thread's by more than a clock tick: each tick reads it as R
+    wait_for(lambda: _by_pid(probe.read()[1])[target.pid].runnable_threads == 1, timeout=30, interval=0.25)
     seen = [_by_pid(probe.read()[1])[target.pid] for _ in range(3) if time.sleep(0.25) is None]
     assert all(s.runnable_threads == 1 for s in seen), seen
     before = len(reads)

@@ -1,5 +1,5 @@
 """Target: a main thread that sleeps beside one other thread whose work the test switches: it spins in pure Python
-while DIR/spin exists, else sleeps in short naps. Writes the other thread's TID to DIR/side_tid once it runs.
+while DIR/spin exists, else sleeps in 0.2 s naps. Writes the other thread's TID to DIR/side_tid once it runs.
 
 Usage: side_thread_states.py DIR. The test can also freeze that thread alone (a cgroup v1 freezer takes a TID) to
 hold it in D without CPU.
@@ -24,7 +24,7 @@ def side_thread_work(folder: str) -> None:
             for i in range(200_000):
                 total += i * i
         else:
-            time.sleep(0.05)
+            time.sleep(0.2)  # naps long enough that a loaded machine seldom catches it queued (R) for a core
 
 
 def main() -> None:
