@@ -112,12 +112,18 @@ class TreeSamplingPolicy:
     def set_roles(self, roles: Mapping[int, tuple[str, int | None] | None]) -> None:
         """Each process's part: ("worker", its training process's pid), ("rank", None), or None (on its own).
         Processes not named are forgotten."""
-        self._forget_rotating()
-        for pid in [p for p in self._members if p not in roles]:
+        gone = [p for p in self._members if p not in roles]
+        for pid in gone:
             del self._members[pid]
+        changed = bool(gone)
         for pid, role in roles.items():
             member = self._members.setdefault(pid, _Member())
-            member.role, member.owner = (role[0], role[1]) if role is not None else (None, None)
+            part = (role[0], role[1]) if role is not None else (None, None)
+            if (member.role, member.owner) != part:
+                member.role, member.owner = part
+                changed = True
+        if changed:  # the engine says the roles every tick; the same roles keep what was worked out
+            self._forget_rotating()
 
     def called_up(self, pids: Iterable[int], now: float) -> None:
         """These processes' cheap signals moved: they sample at once, on their own, until one window of theirs
@@ -192,8 +198,12 @@ class TreeSamplingPolicy:
         member = self._members.get(pid)
         if member is None or member.role != "rank" or picture is None:
             return False
-        return any(p != pid and m.role == "rank" and m.seen and m.picture == picture
-                   for p, m in self._members.items())
+        return self._other_ranks_showing(pid, picture) > 0
+
+    def _other_ranks_showing(self, pid: int, picture: Hashable) -> int:
+        """How many ranks other than ``pid`` showed ``picture`` in their latest window."""
+        return sum(1 for p, m in self._members.items()
+                   if p != pid and m.role == "rank" and m.seen and m.picture == picture)
 
     def rotating(self, owner: int | None) -> frozenset[int]:
         """The workers of ``owner`` that take turns: seen, not called up, and showing their siblings' most common
@@ -283,8 +293,7 @@ class TreeSamplingPolicy:
     def _rank_wait_s(self, pid: int, member: _Member, now: float) -> float:
         if not member.settled or member.last_end is None or member.picture is None:
             return 0.0
-        agreeing = sum(1 for p, m in self._members.items()
-                       if p != pid and m.role == "rank" and m.seen and m.picture == member.picture)
+        agreeing = self._other_ranks_showing(pid, member.picture)
         if not agreeing:
             return 0.0  # it differs from every other rank: where the question is
         remaining = member.last_end + member.rest_s * rank_rest_windows(agreeing + 1) - now
