@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import subprocess
 import sys
 import threading
 import time
 import tracemalloc
+import types
+from collections import deque
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -54,13 +57,72 @@ def malloc_mb() -> str:
             f" malloc_mmapped_mb={info.hblkhd / 2**20:.2f}")
 
 
-def watch_heap(out: Path, every: float, snapshot_at: list[float], started: float, stop: threading.Event) -> None:
+def _describe(obj: object) -> str:
+    if isinstance(obj, dict):
+        return f"dict({len(obj)} keys, e.g. {list(obj)[:3]!r:.120})"
+    if isinstance(obj, (list, tuple, deque)):
+        return f"{type(obj).__name__}(len {len(obj)})"
+    if isinstance(obj, types.FrameType):
+        return f"frame {obj.f_code.co_filename.rsplit('/', 2)[-2:]}:{obj.f_lineno} {obj.f_code.co_name}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def frame_census(out: Path, elapsed: float) -> str:
+    """How many gputop Frames are alive, and (into OUT/holders.txt) what holds the oldest one: the History keeps
+    DEFAULT_HISTORY_FRAMES, so more than that alive means something else keeps frames the History let go."""
+    from probes.diagnosis import evidence, job, stacks
+    from probes.frame import Frame
+    from probes.history import DEFAULT_HISTORY_FRAMES
+    from probes.pyspy import StackSampler
+    from probes.pyspy_output import stack_cache_size
+
+    objects = gc.get_objects()
+    frames = [o for o in objects if type(o) is Frame]
+    samplers = [o for o in objects if type(o) is StackSampler]
+    del objects
+    census = (f" frames_alive={len(frames)} stack_cache={stack_cache_size()}"
+              f" classify_cache={len(stacks._classify_cache)}"
+              f" frame_summaries={len(evidence._frame_cache)} projections={len(job._projections)}")
+    for sampler in samplers:  # its idle flags per (thread, position) and per position
+        census += (f" thread_position_idle={len(sampler._thread_position_idle)}"
+                   f" position_idle={len(sampler._position_idle)}")
+    del samplers
+    if len(frames) > DEFAULT_HISTORY_FRAMES + 5:
+        oldest = min(frames, key=lambda f: f.seq)
+        newest = max(f.seq for f in frames)
+        del frames
+        here = sys._getframe()
+        lines = [f"--- {elapsed:.0f}s: oldest alive seq {oldest.seq}, newest {newest}"]
+        level, seen = [oldest], {id(oldest)}
+        for depth in range(4):  # who holds it, and who holds those
+            holders = []
+            for obj in level:
+                for holder in gc.get_referrers(obj):
+                    if holder is here or id(holder) in seen or holder is level:
+                        continue
+                    seen.add(id(holder))
+                    holders.append(holder)
+                    lines.append(f"{'  ' * (depth + 1)}{_describe(holder)}")
+            level = holders[:8]
+        with (out / "holders.txt").open("a") as held:
+            held.write("\n".join(lines) + "\n")
+    return census
+
+
+def watch_heap(out: Path, every: float, snapshot_at: list[float], started: float, stop: threading.Event,
+               census_every: float) -> None:
     pending = sorted(snapshot_at)
+    next_census = census_every
     with (out / "series.txt").open("w") as series:
         while not stop.wait(every):
             elapsed = time.monotonic() - started
             traced, _ = tracemalloc.get_traced_memory()
-            series.write(f"{elapsed:.0f} traced_mb={traced / 2**20:.2f} rss_mb={rss_mb():.2f}{malloc_mb()}\n")
+            census = ""
+            if census_every and elapsed >= next_census:
+                next_census += census_every
+                census = frame_census(out, elapsed)
+            series.write(f"{elapsed:.0f} traced_mb={traced / 2**20:.2f} rss_mb={rss_mb():.2f}{malloc_mb()}"
+                         f"{census}\n")
             series.flush()
             if pending and elapsed >= pending[0]:
                 tracemalloc.take_snapshot().dump(str(out / f"snap_{int(pending.pop(0))}.tm"))
@@ -73,6 +135,8 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=Path("heap-soak"))
     parser.add_argument("--record", action="store_true", help="record frames too, as soak.py does by default")
+    parser.add_argument("--census-every", type=float, default=0.0,
+                        help="count live Frames this often, seconds, and log what holds the oldest (0: never)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     snapshot_at = [float(s) for s in args.snapshots.split(",") if s]
@@ -86,7 +150,8 @@ def main() -> None:
     try:
         wait_for_line(log_path, "ready", target, TARGET_READY_TIMEOUT_S)
         tracemalloc.start(12)
-        threading.Thread(target=watch_heap, args=(args.out, args.every, snapshot_at, time.monotonic(), stop),
+        threading.Thread(target=watch_heap, args=(args.out, args.every, snapshot_at, time.monotonic(), stop,
+                                                 args.census_every),
                          daemon=True).start()
         from tui.cli import main as gputop
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
+from probes.lru import LruCache
 from probes.stacks import frame_matches
 
 _THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
@@ -43,32 +44,22 @@ KNOWN_WAITS = (
 # serves every window that saw it. Dumps share theirs the same way: each dump's JSON made fresh strings and
 # StackFrames for every thread, and the History's dumps grew the traced heap by 0.36 MB over 7 minutes of an
 # hour's soak after it had filled (benchmarks/heap_soak.py).
-# Bounded by generations: a stack not seen during the last two generations of _STACK_CACHE_GENERATION new
-# stacks is dropped (the History still holds it while it needs it). A single table cleared at 4096 stacks grew
-# for hours before its first clear: a real loop keeps printing new line combinations (a tracemalloc hour
-# found +2,500 StackFrames in 19 minutes past the History's filling, the largest growth left).
-_STACK_CACHE_GENERATION = 512
-_shared_stacks: dict[object, tuple[StackFrame, ...]] = {}
-_older_stacks: dict[object, tuple[StackFrame, ...]] = {}
+# Bounded, least recently used first (probes/lru.py): a stack not seen for the last _STACK_CACHE_SIZE new stacks is
+# dropped (the History still holds it while it needs it). A single table cleared at 4096 stacks grew for hours
+# before its first clear (a real loop keeps printing new line combinations); two generations of 512 rose and fell
+# by 1.5 MB every ten minutes (each entry holds its stack's whole text), and resident memory crept up behind them.
+_STACK_CACHE_SIZE = 512
+_shared_stacks: LruCache[object, tuple[StackFrame, ...]] = LruCache(_STACK_CACHE_SIZE)
 
 
 def _shared_stack(key: object, build: Callable[[], tuple[StackFrame, ...]]) -> tuple[StackFrame, ...]:
-    """The one tuple of frames for this stack, built on first sight (or when its generation has gone)."""
-    global _shared_stacks, _older_stacks
-    frames = _shared_stacks.get(key)
-    if frames is None:
-        frames = _older_stacks.get(key)
-        if frames is None:
-            frames = build()
-        if len(_shared_stacks) >= _STACK_CACHE_GENERATION:
-            _older_stacks, _shared_stacks = _shared_stacks, {}
-        _shared_stacks[key] = frames
-    return frames
+    """The one tuple of frames for this stack, built on first sight (or after it was pushed out)."""
+    return _shared_stacks.get_or_build(key, build)
 
 
 def stack_cache_size() -> int:
-    """How many parsed stacks are kept for sharing (at most two generations)."""
-    return len(_shared_stacks) + len(_older_stacks)
+    """How many parsed stacks are kept for sharing (at most _STACK_CACHE_SIZE)."""
+    return len(_shared_stacks)
 
 
 def _parse_stack(parts: list[str], native_sampling: bool) -> tuple[StackFrame, ...]:

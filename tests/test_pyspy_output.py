@@ -127,17 +127,20 @@ def test_dumps_that_show_the_same_stack_share_its_frames():
 
 
 def test_the_shared_stacks_are_bounded_and_keep_the_stacks_still_seen():
-    """Two generations of _STACK_CACHE_GENERATION stacks at most, however many new ones a loop prints; a stack seen
-    in every generation stays shared, one not seen for two generations goes."""
+    """_STACK_CACHE_SIZE stacks at most, however many new ones a loop prints, and full once filled (it gives up
+    one for each new one, never all at once); a stack seen again and again stays shared, one not seen since
+    _STACK_CACHE_SIZE new ones goes."""
     import probes.pyspy_output as output
 
     steady = "thread (1): MainThread;<module> (t.py:1);step (t.py:3) 1\n"
     kept = parse_raw(steady, pid=1)[0].frames
     first_new = parse_raw("thread (1): MainThread;<module> (t.py:1);once (t.py:2) 1\n", pid=1)[0].frames
-    for i in range(5 * output._STACK_CACHE_GENERATION):
+    for i in range(5 * output._STACK_CACHE_SIZE):
         parse_raw(f"thread (1): MainThread;<module> (t.py:1);f{i} (t.py:2) 1\n", pid=1)
         if i % 100 == 0:
             assert parse_raw(steady, pid=1)[0].frames is kept  # still shared
-        assert output.stack_cache_size() <= 2 * output._STACK_CACHE_GENERATION
+        assert output.stack_cache_size() <= output._STACK_CACHE_SIZE
+        if i >= output._STACK_CACHE_SIZE:
+            assert output.stack_cache_size() == output._STACK_CACHE_SIZE  # full from then on: no fall and rise
     again = parse_raw("thread (1): MainThread;<module> (t.py:1);once (t.py:2) 1\n", pid=1)[0].frames
     assert again == first_new and again is not first_new  # dropped, parsed afresh

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from probes.frame import StackCount, StackFrame
+from probes.lru import LruCache
 from probes.stacks import frame_matches
 
 # Activities, most specific first: when one stack holds several markers, the first listed wins
@@ -301,19 +302,15 @@ _MARKER_TESTS = (
     (QUEUE_WAIT, _is_queue_get),
 )
 
-_CLASSIFY_CACHE_LIMIT = 1024  # distinct stacks of a few windows; bounded so memory stays flat
-_classify_cache: dict[tuple[tuple[StackFrame, ...], bool, str | None], StackActivity] = {}
+# Distinct stacks of a few windows; least recently used first, so that memory stays level (probes/lru.py).
+_CLASSIFY_CACHE_SIZE = 1024
+_classify_cache: LruCache[tuple[tuple[StackFrame, ...], bool, str | None], StackActivity] = LruCache(
+    _CLASSIFY_CACHE_SIZE)
 
 
 def classify_cached(frames: tuple[StackFrame, ...], idle: bool, peer_wait: str | None = None) -> StackActivity:
     """classify_stack, memoised: the same stacks come back tick after tick."""
-    key = (frames, idle, peer_wait)
-    found = _classify_cache.get(key)
-    if found is None:
-        if len(_classify_cache) >= _CLASSIFY_CACHE_LIMIT:
-            _classify_cache.clear()
-        found = _classify_cache[key] = classify_stack(frames, idle, peer_wait)
-    return found
+    return _classify_cache.get_or_build((frames, idle, peer_wait), lambda: classify_stack(frames, idle, peer_wait))
 
 
 @dataclass
