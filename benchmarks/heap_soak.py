@@ -74,13 +74,13 @@ def frame_census(out: Path, elapsed: float) -> str:
     from probes.frame import Frame
     from probes.history import DEFAULT_HISTORY_FRAMES
     from probes.pyspy import StackSampler
-    from probes.pyspy_output import stack_cache_size
+    from probes.pyspy_output import frame_cache_size, stack_cache_size
 
     objects = gc.get_objects()
     frames = [o for o in objects if type(o) is Frame]
     samplers = [o for o in objects if type(o) is StackSampler]
     del objects
-    census = (f" frames_alive={len(frames)} stack_cache={stack_cache_size()}"
+    census = (f" frames_alive={len(frames)} stack_cache={stack_cache_size()} frame_cache={frame_cache_size()}"
               f" classify_cache={len(stacks._classify_cache)}"
               f" frame_summaries={len(evidence._frame_cache)} projections={len(job._projections)}")
     for sampler in samplers:  # its idle flags per (thread, position) and per position

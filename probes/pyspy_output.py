@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
@@ -40,21 +40,23 @@ KNOWN_WAITS = (
 
 # Parsed stacks, shared: a training loop shows the same few hundred stacks window after window, and the
 # History keeps 600 frames of them. Parsing each window afresh held 27,000 StackFrame objects and their
-# strings (2.7 MB of an 18 MB heap) where a few hundred distinct ones do; one tuple per distinct stack text
-# serves every window that saw it. Dumps share theirs the same way: each dump's JSON made fresh strings and
-# StackFrames for every thread, and the History's dumps grew the traced heap by 0.36 MB over 7 minutes of an
-# hour's soak after it had filled (benchmarks/heap_soak.py).
-# Bounded, least recently used first (probes/lru.py): a stack not seen for the last _STACK_CACHE_SIZE new stacks is
-# dropped (the History still holds it while it needs it). A single table cleared at 4096 stacks grew for hours
-# before its first clear (a real loop keeps printing new line combinations); two generations of 512 rose and fell
-# by 1.5 MB every ten minutes (each entry holds its stack's whole text), and resident memory crept up behind them.
+# strings (2.7 MB of an 18 MB heap) where a few hundred distinct ones do; one tuple per distinct stack serves
+# every window and every dump that saw it, and one StackFrame per distinct frame serves every stack it is in.
+# Both tables are bounded, least recently used first (probes/lru.py), so they fill in the first minutes and stay
+# full; the History still holds what it needs of what they let go. Before, a stack's entry was keyed by its
+# whole text and held its own StackFrames and strings (about 3 KB); a loop that keeps printing new line
+# combinations (the main thread's line times the op's) filled two generations of 512 of them in 20 minutes, and
+# dropping a generation at once let the heap rise and fall by 1.5 MB while resident memory crept up behind it
+# (benchmarks/heap_soak.py). Keyed by its shared frames, a new stack costs one tuple.
 _STACK_CACHE_SIZE = 512
-_shared_stacks: LruCache[object, tuple[StackFrame, ...]] = LruCache(_STACK_CACHE_SIZE)
+_FRAME_CACHE_SIZE = 2048
+_shared_stacks: LruCache[tuple[StackFrame, ...], tuple[StackFrame, ...]] = LruCache(_STACK_CACHE_SIZE)
+_shared_frames: LruCache[object, StackFrame] = LruCache(_FRAME_CACHE_SIZE)
 
 
-def _shared_stack(key: object, build: Callable[[], tuple[StackFrame, ...]]) -> tuple[StackFrame, ...]:
-    """The one tuple of frames for this stack, built on first sight (or after it was pushed out)."""
-    return _shared_stacks.get_or_build(key, build)
+def _shared_stack(frames: tuple[StackFrame, ...]) -> tuple[StackFrame, ...]:
+    """The one tuple equal to ``frames`` that every window and dump shares (``frames`` itself on first sight)."""
+    return _shared_stacks.get_or_build(frames, lambda: frames)
 
 
 def stack_cache_size() -> int:
@@ -62,19 +64,25 @@ def stack_cache_size() -> int:
     return len(_shared_stacks)
 
 
+def frame_cache_size() -> int:
+    """How many distinct frames are kept for sharing (at most _FRAME_CACHE_SIZE)."""
+    return len(_shared_frames)
+
+
 def _parse_stack(parts: list[str], native_sampling: bool) -> tuple[StackFrame, ...]:
     """The frames of one raw stack (its ';'-separated parts, outermost first), innermost first, shared with
     every earlier window that printed the same stack."""
-    return _shared_stack((";".join(parts), native_sampling),
-                         lambda: tuple(_parse_frame(part, native_sampling) for part in reversed(parts)))
+    return _shared_stack(tuple(
+        _shared_frames.get_or_build((part, native_sampling), lambda part=part: _parse_frame(part, native_sampling))
+        for part in reversed(parts)))
 
 
 def _dump_stack(frames: Sequence[dict]) -> tuple[StackFrame, ...]:
     """The frames of one thread of a ``py-spy dump --json``, innermost first as py-spy lists them, shared with
     every earlier dump and window that saw the same stack."""
-    places = tuple((f.get("name", ""), f.get("filename", ""), int(f.get("line") or 0)) for f in frames)
-    return _shared_stack(("dump", places), lambda: tuple(
-        StackFrame(function=function, file=file, line=line) for function, file, line in places))
+    places = ((f.get("name", ""), f.get("filename", ""), int(f.get("line") or 0)) for f in frames)
+    return _shared_stack(tuple(_shared_frames.get_or_build(place, lambda place=place: StackFrame(*place))
+                               for place in places))
 
 
 def _parse_frame(text: str, native_sampling: bool) -> StackFrame:

@@ -110,8 +110,25 @@ def test_windows_that_print_the_same_stack_share_its_parsed_frames():
     assert [c.frames for c in first] == [c.frames for c in second]
     assert all(a.frames is b.frames for a, b in zip(first, second, strict=True))
     assert first[0].frames[0] == StackFrame("step", "train.py", 4)  # innermost first, as before
-    native = parse_raw(raw, pid=101, native=True)  # the same text sampled natively is parsed on its own
-    assert native[0].frames is not first[0].frames
+    # Sampled natively, the same Python frames are the same frames; a C++ frame of that text is native.
+    native = parse_raw(raw.replace("step (train.py:4)", "step (train.py:4);at::mm (libtorch.so)"), pid=101,
+                       native=True)
+    assert native[0].frames[0] == StackFrame("at::mm", "libtorch.so", native=True)
+    assert native[0].frames[1:] == first[0].frames
+    assert parse_raw("thread (1): MainThread;at::mm (libtorch.so) 1\n", pid=1)[0].frames[0].native is False
+
+
+def test_stacks_that_differ_share_the_frames_they_have_in_common():
+    # A loop prints new combinations of known frames (its line times the op's): a new stack costs one tuple.
+    one = parse_raw("thread (1): MainThread;<module> (t.py:9);step (t.py:4);mm (ops.py:10) 1\n", pid=1)[0].frames
+    other = parse_raw("thread (1): MainThread;<module> (t.py:9);step (t.py:5);mm (ops.py:10) 1\n", pid=1)[0].frames
+    assert one != other
+    assert one[0] is other[0] and one[2] is other[2]
+    dumped = parse_dump(json.dumps([{"os_thread_id": 1, "thread_name": "MainThread", "active": True, "frames": [
+        {"name": "mm", "filename": "ops.py", "line": 10}, {"name": "step", "filename": "t.py", "line": 4},
+        {"name": "<module>", "filename": "t.py", "line": 9}]}]), pid=1)[0].frames
+    assert dumped == one  # a dump and a window that saw the same stack hold one tuple
+    assert dumped is one
 
 
 def test_dumps_that_show_the_same_stack_share_its_frames():
@@ -142,5 +159,6 @@ def test_the_shared_stacks_are_bounded_and_keep_the_stacks_still_seen():
         assert output.stack_cache_size() <= output._STACK_CACHE_SIZE
         if i >= output._STACK_CACHE_SIZE:
             assert output.stack_cache_size() == output._STACK_CACHE_SIZE  # full from then on: no fall and rise
+        assert output.frame_cache_size() <= output._FRAME_CACHE_SIZE
     again = parse_raw("thread (1): MainThread;<module> (t.py:1);once (t.py:2) 1\n", pid=1)[0].frames
     assert again == first_new and again is not first_new  # dropped, parsed afresh
