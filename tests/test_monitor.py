@@ -190,3 +190,19 @@ def test_the_cross_check_sits_in_the_verdict_as_shown():
               for i in range(8)]
     evidence = fold(frames, replay=False).view.verdict.evidence
     assert evidence[1].startswith("the log says 31 ms/step, but the iteration counter moves every 0.64 s")
+
+
+def test_a_full_collection_comes_once_a_minute_whoever_asks(monkeypatch):
+    """The interpreter's free lists are emptied only by a full collection; monitors ask for one each tick and get
+    one a minute between them all (wall time, so a fast replay does not collect per minute of its frames)."""
+    import probes.monitor as monitor_module
+
+    collections: list[int] = []
+    monkeypatch.setattr(monitor_module.gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(monitor_module, "_last_full_collection", 1000.0)
+    every = monitor_module.FULL_COLLECTION_EVERY_S
+    assert not monitor_module.collect_now_and_then(1000.0 + every / 2)
+    assert monitor_module.collect_now_and_then(1000.0 + every)
+    assert not monitor_module.collect_now_and_then(1000.0 + every + 1)  # another monitor, the same minute
+    assert monitor_module.collect_now_and_then(1000.0 + 2 * every + 1)
+    assert len(collections) == 2
