@@ -49,7 +49,3 @@ class LruCache(Generic[K, V]):
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
