@@ -33,20 +33,21 @@ def tree_order(processes: Sequence[ProcessSample], root_pid: int) -> list[tuple[
         by_parent.setdefault(process.ppid, []).append(process)
     ordered: list[tuple[int, ProcessSample]] = []
     seen: set[int] = set()
-
-    def visit(process: ProcessSample, depth: int) -> None:
+    # An explicit stack rather than a recursive inner function: that one would be a reference cycle (the
+    # function holds itself through its closure), left with this tick's tables for the cycle collector.
+    root = next((p for p in processes if p.pid == root_pid), None)
+    # Popped from the end: the root first, then the strays by PID; each one's children before its next sibling.
+    pending = [(1, process) for process in sorted(processes, key=lambda p: p.pid, reverse=True)]
+    if root is not None:
+        pending.append((0, root))
+    while pending:
+        depth, process = pending.pop()
         if process.pid in seen:
-            return
+            continue
         seen.add(process.pid)
         ordered.append((depth, process))
-        for child in sorted(by_parent.get(process.pid, []), key=lambda p: p.pid):
-            visit(child, depth + 1)
-
-    root = next((p for p in processes if p.pid == root_pid), None)
-    if root is not None:
-        visit(root, 0)
-    for process in sorted(processes, key=lambda p: p.pid):
-        visit(process, 1)
+        children = sorted(by_parent.get(process.pid, []), key=lambda p: p.pid, reverse=True)
+        pending += [(depth + 1, child) for child in children]
     return ordered
 
 
