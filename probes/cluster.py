@@ -488,27 +488,40 @@ def parse_frame_line(raw: bytes | str) -> Frame | dict | None:
 
 def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Event, *, interval_s: float,
               duration_s: float | None = None, on_view=None) -> None:
-    """Read the streams and merge once an interval until `stop`, `duration_s`, or every stream has ended."""
+    """Read the streams and merge once an interval until `stop`, `duration_s`, or every stream has ended; then
+    once more if anything came after the last round, so that the view written at the end (the snapshot) holds
+    every frame the recording does."""
     started = time.monotonic()
     next_merge = started + interval_s
     ended: set[str] = set()
+    unmerged = False
+
+    def merge_now() -> None:
+        nonlocal unmerged
+        view = monitor.merge(now=time.time())
+        unmerged = False
+        if on_view is not None and view is not None:
+            on_view(view)
+
     while not stop.is_set():
         if duration_s is not None and time.monotonic() - started >= duration_s:
-            return
+            break
         for event in streams.events(timeout=max(0.0, next_merge - time.monotonic())):
             if event.frame is not None:
                 if event.started_as is not None:
                     monitor.renamed(event.started_as, event.node)
                 monitor.add(event.frame, heard_at=event.heard_at)
+                unmerged = True
             elif event.ended is not None:
                 ended.add(event.node)
                 monitor.node_ended(event.node, event.ended, at=event.heard_at)
+                unmerged = True
         if time.monotonic() >= next_merge:
-            view = monitor.merge(now=time.time())
-            if on_view is not None and view is not None:
-                on_view(view)
+            merge_now()
             next_merge += interval_s
             if next_merge < time.monotonic():
                 next_merge = time.monotonic() + interval_s
         if len(ended) >= len(streams.specs) and all(n.lost_at is not None for n in monitor.nodes.values()):
-            return
+            break
+    if unmerged:
+        merge_now()

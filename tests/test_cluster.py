@@ -159,6 +159,31 @@ def test_an_agent_line_is_a_frame_the_header_or_nothing():
     assert parse_frame_line("[1, 2]") is None
 
 
+def test_frames_that_came_after_the_last_round_are_merged_before_the_merge_stops():
+    """SIGTERM between two rounds: the frames already read (and recorded) are in the view the snapshot is made
+    from, so the snapshot says what the recording says."""
+    import threading
+    import time
+
+    from probes.cluster import AgentSpec, StreamEvent, run_merge
+
+    stop = threading.Event()
+    rounds = [straggler_round(i) for i in range(8)]
+
+    class Streams:  # the stream events of AgentStreams, without agents: every round at once, then SIGTERM
+        specs = (AgentSpec("n1", ()), AgentSpec("n2", ()))
+
+        def events(self, timeout: float) -> list[StreamEvent]:
+            stop.set()
+            return [StreamEvent(f.node, frame=f, heard_at=time.time()) for frames in rounds for f in frames]
+
+    monitor = ClusterMonitor()
+    views = []
+    run_merge(Streams(), monitor, stop, interval_s=3600.0, on_view=views.append)  # no round falls due
+    assert len(views) == 1 and monitor.view is views[0]
+    assert monitor.view.job.finding == "straggler" and monitor.view.latest.time == rounds[-1][-1].time
+
+
 def test_no_node_with_a_job_gives_no_verdict():
     frame = dataclasses.replace(node_frame("n1", 0, 0, [], cpu=1.0), job=None)
     assert diagnose_job_across_nodes({"n1": [frame]}) is None
