@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 
 import pytest
 from conftest import REPO, wait_for
+from recorded import frames_so_far
 
 from probes.monitor import Monitor
-from probes.recording import load_recording, read_recording
+from probes.recording import read_recording
 
 HANG_AFTER_S = 5.0
 TIMEOUT_S = 120.0
@@ -53,7 +54,7 @@ def watch_until(target: int | list[str], tmp_path: Path, reached, *, timeout: fl
 
     def view_reached():
         nonlocal seen
-        frames = list(load_recording(recording).frames) if recording.exists() else []
+        frames = frames_so_far(recording)
         views = [monitor.ingest(frame) for frame in frames[seen:]]
         jobs.extend(view.job for view in views)
         seen = len(frames)

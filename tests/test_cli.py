@@ -38,9 +38,9 @@ def ready(proc) -> bool:
 
 def _frames(path) -> list:
     """The whole frames recorded so far (the writer may be mid-line)."""
-    from probes.recording import load_recording
+    from recorded import frames_so_far
 
-    return list(load_recording(path).frames) if path.exists() else []
+    return frames_so_far(path)
 
 
 def test_version():

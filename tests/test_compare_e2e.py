@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, stop_process_tree, wait_for
+from recorded import frames_so_far
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.models.gpt2 import FAMILY, GptShape
 from probes.monitor import Monitor
-from probes.recording import load_recording
 
 TIMEOUT_S = 120.0
 PACED_FRAMES = 3  # frames that carry the job's pace: the recording's pace is the job's, not a first guess
@@ -63,7 +63,7 @@ def record_run(spawn_target, tmp_path: Path, name: str, settings: tuple[str, ...
     def recorded_enough() -> bool:
         if command.poll() is not None:
             pytest.fail(f"gputop exited with {command.returncode}: {command.stderr.read()}")
-        grown = list(load_recording(recording).frames) if recording.exists() else []
+        grown = frames_so_far(recording)
         verdict = None
         for frame in grown[len(frames):]:
             verdict = monitor.ingest(frame).verdict

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, wait_for
+from recorded import frames_so_far
 
 from probes.diagnosis.verdict import diagnose
-from probes.recording import load_recording, read_recording
+from probes.recording import read_recording
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +90,7 @@ def watch_until(pid: int, tmp_path: Path, case: str, reached, timeout: float = 9
 
     def verdict_reached():
         nonlocal seen
-        frames = list(load_recording(recording).frames) if recording.exists() else []
+        frames = frames_so_far(recording)
         for frame in frames[seen:]:
             monitor.ingest(frame)
         seen = len(frames)

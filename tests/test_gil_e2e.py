@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, wait_for
+from recorded import frames_so_far
 
 from probes.diagnosis.evidence import gil_summary
 from probes.monitor import Monitor
-from probes.recording import load_recording, read_recording
+from probes.recording import read_recording
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def watch_until(pid: int, tmp_path: Path, reached):
     frames, verdicts = [], []
 
     def state_reached():
-        loaded = list(load_recording(recording).frames) if recording.exists() else []
+        loaded = frames_so_far(recording)
         for frame in loaded[len(frames):]:
             frames.append(frame)
             verdicts.append(monitor.ingest(frame).verdict)

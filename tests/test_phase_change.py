@@ -27,9 +27,9 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
+from recorded import frames_so_far
 
 from probes.monitor import fold
-from probes.recording import load_recording
 from probes.sampling_policy import SETTLED_RATE_HZ
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def _ready(proc) -> bool:
 
 
 def _frames(path: Path) -> list:
-    return list(load_recording(path).frames) if path.exists() else []
+    return frames_so_far(path)
 
 
 def _verdict(path: Path) -> str | None:
