@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
+from recorded import frames_so_far
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,13 +35,6 @@ def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: s
 
 def ready(proc) -> bool:
     return proc.stdout.readline().strip() == b"ready"
-
-
-def _frames(path) -> list:
-    """The whole frames recorded so far (the writer may be mid-line)."""
-    from recorded import frames_so_far
-
-    return frames_so_far(path)
 
 
 def test_version():
@@ -114,10 +108,10 @@ def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tm
         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     try:
-        wait_for(lambda: any(f.target.alive and f.stacks.samples for f in _frames(record)), timeout=60)
+        wait_for(lambda: any(f.target.alive and f.stacks.samples for f in frames_so_far(record)), timeout=60)
         target.kill()
         target.wait(timeout=10)
-        wait_for(lambda: any(not f.target.alive for f in _frames(record)), timeout=30)
+        wait_for(lambda: any(not f.target.alive for f in frames_so_far(record)), timeout=30)
     finally:
         monitor.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
         _, stderr = monitor.communicate(timeout=60)

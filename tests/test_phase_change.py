@@ -40,12 +40,8 @@ def _ready(proc) -> bool:
     return proc.stdout.readline().strip() == "ready"
 
 
-def _frames(path: Path) -> list:
-    return frames_so_far(path)
-
-
 def _verdict(path: Path) -> str | None:
-    frames = _frames(path)
+    frames = frames_so_far(path)
     return fold(frames).view.verdict.bottleneck if frames else None
 
 
@@ -94,7 +90,7 @@ def _switch_and_measure(spawn_target, tmp_path, *target_args: str, log_variable:
         print(f"\ntarget switched from data preparation to compute at {switched_at:.3f}")
 
         def cpu_bound_since_switch() -> bool:
-            view = fold(_frames(record)).view
+            view = fold(frames_so_far(record)).view
             return view is not None and any(c.bottleneck == "cpu_bound" and c.time >= switched_at
                                             for c in view.timeline)
 
@@ -104,7 +100,7 @@ def _switch_and_measure(spawn_target, tmp_path, *target_args: str, log_variable:
         _, stderr = monitor.communicate(timeout=60)
     assert monitor.returncode == 0, stderr
 
-    frames = _frames(record)
+    frames = frames_so_far(record)
     view = fold(frames).view
     for frame in frames:
         if frame.time >= switched_at - 3 and (frame.stacks.phase_change or frame.time <= switched_at + 8):
@@ -171,17 +167,17 @@ def test_verdict_follows_a_switch_only_the_main_threads_stack_shows(spawn_target
             switched_at, phase = float(line.split()[1]), line.split()[2]
 
             def turned(expected: str = after, since: float = switched_at) -> float | None:
-                view = fold(_frames(record)).view
+                view = fold(frames_so_far(record)).view
                 return next((c.time for c in (view.timeline if view else ()) if c.bottleneck == expected
                              and c.time >= since), None)
 
             turned_at = wait_for(turned, timeout=60, interval=0.5)
             assert turned_at is not None, f"the verdict never turned {after} after the switch to {phase}"
-            marks = [f.stacks.phase_change for f in _frames(record) if f.time >= switched_at
+            marks = [f.stacks.phase_change for f in frames_so_far(record) if f.time >= switched_at
                      and f.time <= turned_at and f.stacks.phase_change]
             print(f"\nswitch to {phase}: verdict {before} -> {after} {turned_at - switched_at:.2f} s after it; "
                   f"marks: {marks}")
-            for frame in _frames(record):
+            for frame in frames_so_far(record):
                 if switched_at - 2 <= frame.time <= turned_at:
                     main = frame.process(target.pid)
                     print(f"  frame {frame.seq} at switch{frame.time - switched_at:+.2f} s: {frame.stacks.samples} "
