@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from test_cli import REPO, _frames, assert_one_line_usage_error, gputop, ready
+from recorded import frames_so_far
+from test_cli import REPO, assert_one_line_usage_error, gputop, ready
 
 
 def _mode(path: Path) -> int:
@@ -52,7 +53,7 @@ def test_ctrl_c_writes_a_snapshot_marked_partial_and_files_are_0600(spawn_target
     out, record = tmp_path / "snap.json", tmp_path / "run.jsonl"
     monitor = _headless(target.pid, "--snapshot", str(out), "--duration", "300", "--record", str(record))
     try:
-        wait_for(lambda: len(_frames(record)) >= 2, timeout=90)
+        wait_for(lambda: len(frames_so_far(record)) >= 2, timeout=90)
         monitor.send_signal(signal.SIGINT)  # Ctrl-C long before the 300 s asked
         _, stderr = monitor.communicate(timeout=60)
     finally:
