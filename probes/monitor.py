@@ -60,6 +60,8 @@ def collect_now_and_then(now: float | None = None) -> bool:
     _last_full_collection = now
     gc.collect()
     return True
+
+
 # One short line at 80 columns: that there is no pace, why, and how to get it. The log probe's own reason (which
 # process's stdout is a pipe, which file has no step lines) replaces the first where it has one.
 NO_LOG_HINT = "no pace: no log of the job's step lines found; --log PATH reads one"
