@@ -254,6 +254,10 @@ class SampledWindow:
     started: float  # wall-clock time (time.time()) the window started
     seconds: float
     samples: int
+    # The rate py-spy was asked for (a close look fast; a settled window or a worker's turn 1 Hz). Not samples /
+    # seconds: py-spy takes a set number of samples (length x rate) at random, exponentially spaced times, so a
+    # 10 s turn at 1 Hz ran 6.4-18.2 s of wall time for its 9 samples (20 windows, one sleeping target).
+    rate_hz: float | None = None
 
 
 @dataclass(frozen=True)

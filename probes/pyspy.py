@@ -93,6 +93,7 @@ from probes.sampling_policy import (
     PhaseChangeDetector,
     PhaseSignals,
     SamplingPolicy,
+    WindowPlan,
     stack_check_interval_s,
 )
 from probes.stacks import frame_matches, merge_counts
@@ -380,6 +381,7 @@ class _Window:
     wall_seconds: float
     epoch: int = 0  # the process's policy epoch when the window started
     started: float = 0.0  # time.time() when it started
+    rate_hz: float | None = None  # the rate py-spy was asked for
 
 
 @dataclass
@@ -658,7 +660,7 @@ class StackSampler:
             phase_change=phase_change,
             gil=tuple(gil),
             windows=tuple(SampledWindow(pid=w.pid, started=round(w.started, 3), seconds=round(w.wall_seconds, 3),
-                                        samples=w.samples) for w in windows),
+                                        samples=w.samples, rate_hz=w.rate_hz) for w in windows),
         )
 
     def worker_pids(self) -> set[int]:
@@ -871,7 +873,7 @@ class StackSampler:
             os.close(write_fd)
 
     def _finish_cut(self, sampler: _ProcessSampler, child: _PyspyRun, out_path: str, log_path: str,
-                    epoch: int, started: float) -> None:
+                    plan: WindowPlan, started: float) -> None:
         """Wait for a window a wake ended (py-spy writes at its next sample) and deliver what it took."""
         try:
             if not child.wait(CUT_EXIT_WAIT_S):
@@ -886,10 +888,10 @@ class StackSampler:
         if raw and not sampler.stop.is_set():
             counts = parse_raw(raw, sampler.pid, native=self.native)
             wall_seconds = time.monotonic() - started
-            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts), wall_seconds, epoch,
-                                                  time.time() - wall_seconds))
+            self._deliver_window(sampler, _Window(sampler.pid, counts, samples_in(counts), wall_seconds, plan.epoch,
+                                                  time.time() - wall_seconds, plan.rate_hz))
         else:
-            self._window_gone(sampler, epoch)
+            self._window_gone(sampler, plan.epoch)
 
     def _record_windows(self, sampler: _ProcessSampler) -> None:
         pid = sampler.pid
@@ -925,7 +927,7 @@ class StackSampler:
                     self._finish(cut_child)
                     return
                 finisher = threading.Thread(target=self._finish_cut, name=f"gputop-pyspy-cut-{pid}", daemon=True,
-                                            args=(sampler, cut_child, out_path, log_path, plan.epoch, started))
+                                            args=(sampler, cut_child, out_path, log_path, plan, started))
                 with self._lock:
                     # Finished finishers go: a process woken often would otherwise keep one Thread per wake
                     # for the whole run (an hour's tracemalloc soak found them among what grew).
@@ -948,7 +950,7 @@ class StackSampler:
             if raw:
                 counts = parse_raw(raw, pid, native=self.native)
                 self._deliver_window(sampler, _Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch,
-                                                      time.time() - wall_seconds))
+                                                      time.time() - wall_seconds, plan.rate_hz))
             else:
                 self._window_gone(sampler, plan.epoch)
             if returncode == 0 and "process exited" in log:
