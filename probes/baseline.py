@@ -37,6 +37,12 @@ MFU_AGREEMENT = (0.8, 1.25)
 GPU_MULTIPLE_TOLERANCE = 0.1
 # A job up to this much faster than the reference is within the probe's own noise, not beyond it.
 FASTER_THAN_REFERENCE_NOISE_PCT = 105.0
+# A job at this much of the reference's rate or more has nothing in its step left to win (the rest is the
+# probe's own noise); below it, the time outside the model's compute is named.
+NOTHING_TO_WIN_PCT = 95.0
+# The baseline's FLOPs per token within this of the job's model: the same model (a probe's vocab is padded to
+# 64, a job's solved from its printed parameter count), so its step is the job's reference.
+SAME_MODEL_FLOPS = 0.02
 
 _POSITIVE_SECONDS = ("iter_seconds", "fwd_bwd_seconds", "optimizer_seconds", "step_seconds")
 _POSITIVE_COUNTS = ("tokens_per_step", "tokens_per_iter", "batch_size", "grad_accum", "flops_per_token")
@@ -60,6 +66,12 @@ def load_baseline(path: str) -> ProbeResult:
     except json.JSONDecodeError as exc:
         raise BaselineError(f"the baseline {path} is not JSON ({exc.msg} at line {exc.lineno}); "
                             f"{HOW_TO_WRITE}") from None
+    return baseline_from_data(data, path)
+
+
+def baseline_from_data(data, path: str) -> ProbeResult:
+    """The probe result in `data` (a probe's JSON, read from a file or carried in a recording's header, `path`
+    naming where); BaselineError (one line) when it is not one."""
     if not isinstance(data, dict) or data.get("schema") != PROBE_SCHEMA:
         raise BaselineError(f"the baseline {path} is not a gputop probe result (no \"schema\": "
                             f"\"{PROBE_SCHEMA}\"); {HOW_TO_WRITE}")
@@ -135,23 +147,28 @@ class ComparisonInputs:
     peak: PeakOptions = PeakOptions()
     stated_by: str | None = None  # where the shape came from when the job stated it, not the options
     tokens_source: str = "--tokens-per-iter"  # where tokens_per_iter came from, said beside tokens/s
+    notes: tuple[str, ...] = ()  # an option given over what the job states, said with the pace
+    no_mfu_why: str | None = None  # why there can be no MFU and what to pass, where the generic line is not it
 
 
 def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
-                           peak: PeakOptions | None = None,
-                           stated: StatedModel | None = None) -> ComparisonInputs | None:
+                           peak: PeakOptions | None = None, stated: StatedModel | None = None,
+                           baseline: ProbeResult | None = None) -> ComparisonInputs | None:
     """The inputs the options give, or None when they give nothing to compare with (no baseline, no model,
     and no model the job states itself). BaselineError (one line) for a bad baseline file, an unknown model
-    or unreadable config.json, or a --model that is not the model the baseline was probed with. `stated` is
-    used only when neither --model nor --baseline is given."""
+    or unreadable config.json, or a --model that is not the model the baseline was probed with.
+
+    `stated` is what the job says of itself (its command line live, a recording's header on replay): the job's
+    own figures win over a baseline's, which was probed at a batch of its own. Its tokens per iteration count
+    unless --tokens-per-iter is given, its shape unless --model is; an option given over a different figure of
+    the job's is said (`notes`). `baseline` is a probe result already read (a recording carries the one it was
+    compared with), used when `baseline_path` names none."""
     tokens = tokens_per_iter if tokens_per_iter and tokens_per_iter > 0 else None
-    if stated is not None and model is None and baseline_path is None:
-        tokens_source = "--tokens-per-iter" if tokens or stated.tokens_source is None else stated.tokens_source
-        return ComparisonInputs(shape=stated.shape, model=stated.model,
-                                tokens_per_iter=tokens or stated.tokens_per_iter, peak=peak or PeakOptions(),
-                                stated_by=stated.source, tokens_source=tokens_source)
-    baseline = load_baseline(baseline_path) if baseline_path else None
+    if baseline_path:
+        baseline = load_baseline(baseline_path)
     shape = None
+    stated_by = None
+    notes = []
     if model is not None:
         try:
             shape = named_shape(model)
@@ -159,14 +176,28 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_
             raise BaselineError(str(exc)) from None
         if baseline is not None and baseline.shape != shape:
             raise BaselineError(f"--model {model} ({shape.describe()}) is not the model the baseline "
-                                f"{baseline_path} was probed with ({baseline.model}: {baseline.shape.describe()})")
-    if baseline is not None:
-        shape = baseline.shape
-        model = baseline.model
+                                f"{baseline_path or 'recorded'} was probed with ({baseline.model}: "
+                                f"{baseline.shape.describe()})")
+        if stated is not None and stated.shape != shape:
+            notes.append(f"--model {model} is used, not the shape of {stated.source} ({stated.shape.describe()}).")
+    elif stated is not None:  # the job's own shape, over the baseline's (a probe of the same model, its vocab padded)
+        shape, model, stated_by = stated.shape, stated.model, stated.source
+    if baseline is not None and shape is None:
+        shape, model = baseline.shape, baseline.model
+    elif baseline is not None and stated_by is None:
+        model = baseline.model  # --model named the baseline's own shape
+    tokens_source = "--tokens-per-iter"
+    if stated is not None and stated.tokens_per_iter:
+        if tokens is None:
+            tokens, tokens_source = stated.tokens_per_iter, stated.tokens_source or "as the job states"
+        elif tokens != stated.tokens_per_iter:
+            notes.append(f"--tokens-per-iter {tokens:,} is used, not the {stated.tokens_per_iter:,} of "
+                         f"{stated.tokens_source or stated.source}.")
     if shape is None:
         return None
-    return ComparisonInputs(baseline=baseline, baseline_path=baseline_path, shape=shape, model=model,
-                            tokens_per_iter=tokens, peak=peak or PeakOptions())
+    return ComparisonInputs(baseline=baseline, baseline_path=baseline_path if baseline is not None else None,
+                            shape=shape, model=model, tokens_per_iter=tokens, peak=peak or PeakOptions(),
+                            stated_by=stated_by, tokens_source=tokens_source, notes=tuple(notes))
 
 
 # --- the comparison ----------------------------------------------------------------------------------
@@ -178,12 +209,15 @@ class ProgressComparison:
 
     observed_seconds_per_iter: float
     tokens_per_iter: int | None = None
-    tokens_per_iter_assumed: bool = False  # taken from the baseline, not from --tokens-per-iter
+    # Always false now: gputop once took the probe's tokens per iteration for an unknown job's and set its claims on
+    # them (issue 29); the key stays for the readers of the snapshots those versions wrote.
+    tokens_per_iter_assumed: bool = False
     observed_tokens_per_s: float | None = None
     baseline_path: str | None = None
     reference_device: str | None = None  # where the probe ran
     reference_seconds_per_iter: float | None = None  # predicted for this run's tokens per iteration
     reference_grad_accum: float | None = None  # micro-steps of the probe's batch in one iteration
+    reference_compiled: bool | None = None  # whether the probe's step ran under torch.compile
     compute_bound_pct: float | None = None  # reference / observed
     other_cost_pct: float | None = None  # time outside the model's compute; None when faster than the probe
     model: str | None = None
@@ -263,6 +297,12 @@ def _peak(inputs: ComparisonInputs, gpu_name: str | None) -> PeakFlops | None:
     return peak
 
 
+def _same_model(probed: ModelShape, job: ModelShape) -> bool:
+    """Whether the probe's shape is the job's model, by what a token costs (the vocabularies may differ by padding)."""
+    ours, theirs = family_of(probed).flops_per_token(probed), family_of(job).flops_per_token(job)
+    return abs(ours / theirs - 1) <= SAME_MODEL_FLOPS
+
+
 def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs | None,
                      gpu_name: str | None = None) -> ProgressComparison | None:
     """The observed pace against the inputs; None until the log gives a time per iteration, or when the
@@ -271,26 +311,44 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         return None
     observed = progress.seconds_per_iter
     baseline = inputs.baseline
-    tokens, assumed = inputs.tokens_per_iter, False
-    if tokens is None and baseline is not None:
-        tokens, assumed = baseline.tokens_per_iter, True
+    # The job's own tokens per iteration (or --tokens-per-iter), never the probe's: a probe runs a batch of its own,
+    # and its 16,384 taken for a job's 131,072 made a run at 53% MFU read "6.64% MFU, ~87% lost outside the model".
+    tokens = inputs.tokens_per_iter
     tokens_per_s = tokens / observed if tokens else None
     lines = []
+    other_model = baseline is not None and inputs.shape is not None and not _same_model(baseline.shape, inputs.shape)
 
     reference = micro_steps = compute_bound = other = None
-    if baseline is not None and tokens:
+    if baseline is not None and tokens and not other_model:
         reference, micro_steps = _reference(baseline, tokens)
         compute_bound = 100.0 * reference / observed
-        head = f"observed {_number(observed)} s/iter; reference step {_number(reference)} s"
-        if compute_bound > FASTER_THAN_REFERENCE_NOISE_PCT:
+        head = f"observed {_number(observed)} s/iter; reference {_number(reference)} s for {tokens:,} tokens"
+        kind = "compiled" if baseline.compiled else "eager"
+        if gpu_name and gpu_name != baseline.device_name:  # a reference of another GPU says nothing of this one's
+            lines.append(f"{head}: {compute_bound:.0f}% of {baseline.device_name}'s {kind} reference's rate.")
+        elif compute_bound > FASTER_THAN_REFERENCE_NOISE_PCT:
             lines.append(f"{head}: the job runs {compute_bound / 100:.2g}× as fast as the probe's step "
                          "(torch.compile, a larger micro-batch or another dtype?), so the probe is no bound for it.")
         else:
             other = max(0.0, 100.0 - compute_bound)
-            lines.append(f"{head} → {compute_bound:.0f}% of the compute-bound rate: the input pipeline and "
-                         f"other work outside the model cost ~{other:.0f}%.")
+            where = "this GPU's" if gpu_name else f"{baseline.device_name}'s"
+            said = f"{head}: the job runs at {compute_bound:.0f}% of {where} {kind} reference for its model: "
+            lines.append(said + ("nothing in the step to win." if compute_bound >= NOTHING_TO_WIN_PCT else
+                                 f"the input pipeline and other work outside the model cost ~{other:.0f}%."))
+    elif other_model:
+        lines.append(f"observed {_number(observed)} s/iter; the baseline was probed with {baseline.model} "
+                     f"({baseline.shape.describe()}), not the job's model ({inputs.shape.describe()}): its step is "
+                     "no reference for this job.")
+    elif baseline is not None:
+        lines.append(f"observed {_number(observed)} s/iter; the job's tokens per iteration are not known, so it "
+                     f"cannot be set against the reference step ({baseline.tokens_per_iter:,} tokens in "
+                     f"{_number(baseline.iter_seconds)} s on {baseline.device_name}): pass --tokens-per-iter N for "
+                     "the comparison, tokens/s and the MFU.")
+    else:
+        lines.append(f"observed {_number(observed)} s/iter.")
+    if baseline is not None and not other_model:  # what the reference is, whether or not it could be used
         how = f"grad-accum {baseline.grad_accum}"
-        if tokens != baseline.tokens_per_iter:
+        if micro_steps is not None and tokens != baseline.tokens_per_iter:
             how = (f"{micro_steps:g} × {_number(baseline.fwd_bwd_seconds)} s forward+backward of "
                    f"{baseline.tokens_per_step:,} tokens + {_number(baseline.optimizer_seconds)} s optimizer, "
                    "assuming the probe's micro-batch")
@@ -302,12 +360,9 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
             # A reference timed beside other work is slower than the machine's own: the job looks better than it is.
             lines.append("The baseline was timed beside other work: "
                          f"{baseline.other_load.note.removeprefix('not a clean baseline: ')}.")
-    elif baseline is None:
-        lines.append(f"observed {_number(observed)} s/iter.")
 
     if tokens_per_s is not None:
-        source = "the probe's; pass --tokens-per-iter if the job's differ" if assumed else inputs.tokens_source
-        lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {source}).")
+        lines.append(f"{tokens_per_s:,.0f} tokens/s ({tokens:,} tokens per iteration, {inputs.tokens_source}).")
 
     gpu = gpu_name or (baseline.device_name if baseline is not None and baseline.device != "cpu" else None)
     estimate: MfuEstimate | None = None
@@ -315,9 +370,13 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         estimate = estimate_mfu(inputs.shape, tokens, observed, _peak(inputs, gpu_name))
     corrected = estimate.mfu * 100.0 if estimate is not None and estimate.mfu is not None else None
     reported = progress.reported_mfu_pct
-    printed = f"; the log printed {printed_percent(reported)}%" if reported is not None else ""
+    printed = (f"; the log printed {printed_percent(reported)}%{_how_the_log_counts(progress.format)}"
+               if reported is not None else "")
     if estimate is None:
-        lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
+        if inputs.no_mfu_why is not None:
+            lines.append(inputs.no_mfu_why)
+        elif baseline is None or tokens:  # else the first line has said to pass --tokens-per-iter
+            lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
         lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of "
                      f"{inputs.peak.gpu or gpu or 'the GPU'}'s {_flops(estimate.peak.flops_per_s)} "
@@ -338,25 +397,28 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
             lines += explain_nanogpt_mfu(reported, estimate, gpu)
     printed_tflops = progress.reported_tflops_per_gpu
     if printed_tflops is not None:
-        lines.append(_printed_tflops_line(printed_tflops, estimate, progress.format))
+        lines.append(_printed_tflops_line(printed_tflops, estimate, progress.format, inputs.shape))
 
-    if inputs.stated_by is not None:
+    lines += inputs.notes
+    if inputs.stated_by is not None and inputs.shape is not None:
         lines.append(f"Model from {inputs.stated_by}: {inputs.shape.describe()}.")
 
     peak = estimate.peak if estimate is not None else None
+    per_token = estimate.flops_per_token if estimate is not None else \
+        family_of(inputs.shape).flops_per_token(inputs.shape) if inputs.shape is not None else None
     return ProgressComparison(
         observed_seconds_per_iter=observed,
         tokens_per_iter=tokens,
-        tokens_per_iter_assumed=assumed,
         observed_tokens_per_s=tokens_per_s,
         baseline_path=inputs.baseline_path,
         reference_device=baseline.device_name if baseline is not None else None,
         reference_seconds_per_iter=reference,
         reference_grad_accum=micro_steps,
+        reference_compiled=baseline.compiled if baseline is not None else None,
         compute_bound_pct=compute_bound,
         other_cost_pct=other,
         model=inputs.model,
-        flops_per_token=estimate.flops_per_token if estimate is not None else None,
+        flops_per_token=per_token,
         achieved_flops_per_s=estimate.achieved_flops_per_s if estimate is not None else None,
         peak_flops_per_s=peak.flops_per_s if peak is not None else None,
         peak_dtype=peak.dtype if peak is not None else None,
@@ -368,23 +430,55 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     )
 
 
+def _how_the_log_counts(log_format: str | None) -> str:
+    """', counting attention over the causal half, gputop the whole matrix': said beside the MFU a log printed
+    (the format's printed_mfu_counts); '' for a format that does not say."""
+    parser = known_format(log_format)
+    counts = parser.printed_mfu_counts if parser is not None else None
+    return f", {counts.short()}" if counts is not None else ""
+
+
+def _share_counted_as_the_log(shape: ModelShape, log_format: str | None) -> float | None:
+    """The share of gputop's FLOP per token the log's own count gives for this shape (below 1 where it counts
+    the causal half of attention), None where the format does not say how it counts or it counts as gputop."""
+    parser = known_format(log_format)
+    counts = parser.printed_mfu_counts if parser is not None else None
+    if counts is None or not counts.differs:
+        return None
+    family = family_of(shape)
+    return counts.share(family.flops_per_token(shape), family.attention_flops_per_token(shape))
+
+
 def _why_the_logs_mfu_differs(reported: float, corrected: float, shape: ModelShape, peak: PeakFlops,
                               log_format: str | None = None) -> str:
-    """One sentence for a framework's printed MFU that gputop's does not confirm (nanoGPT has its own)."""
+    """One sentence for a framework's printed MFU that gputop's does not confirm (nanoGPT has its own): how the
+    framework counts (its format's printed_mfu_counts and printed_mfu_against), gputop's figure in those terms
+    where it counts attention otherwise, and what gputop counted."""
     family = family_of(shape)
     parser = known_format(log_format)
     against = parser.printed_mfu_against if parser is not None else None
-    own = f"its FLOP per token and {against}" if against else "its own FLOP per token and peak"
-    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: the framework counts {own}; "
+    counts = parser.printed_mfu_counts if parser is not None else None
+    if counts is None:
+        theirs = f"the framework counts its FLOP per token and {against}" if against else \
+            "the framework counts its own FLOP per token and peak"
+    else:
+        theirs = counts.words() + (f", against {against}" if against else "")
+        share = _share_counted_as_the_log(shape, log_format)
+        if share is not None:
+            theirs += f": counted that way gputop's is {corrected * share:.1f}%"
+        elif not counts.differs and counts.attention is not None:
+            theirs += ", so attention is not why"
+    return (f"The log's {reported:g}% and gputop's {corrected:.1f}% differ: {theirs}; "
             f"gputop counts {family.formula} for the {family.name} shape given "
-            f"({shape.describe()}) against {_flops(peak.flops_per_s)} {peak.dtype}. torchtitan and nanoGPT "
-            "count the full attention square (12·L·H·Q·T), Megatron-LM half of it under the causal mask; "
+            f"({shape.describe()}) against {_flops(peak.flops_per_s)} {peak.dtype}: "
             "check the shape and tokens per iteration given to gputop too.")
 
 
-def _printed_tflops_line(printed: float, estimate: MfuEstimate | None, log_format: str | None) -> str:
+def _printed_tflops_line(printed: float, estimate: MfuEstimate | None, log_format: str | None,
+                         shape: ModelShape | None = None) -> str:
     """The achieved TFLOP/s per GPU the log printed (Megatron-LM's; not an MFU) beside gputop's achieved
-    FLOP/s, and why they differ when they do: the GPUs the tokens are spread over, else the count."""
+    FLOP/s, counted the log's way where its count of attention is not gputop's, and why they differ when they
+    do: the GPUs the tokens are spread over, else the count."""
     parser = known_format(log_format)
     counts = parser.printed_tflops_counts if parser is not None and parser.printed_tflops_counts else \
         "the framework's own FLOP count over the iteration time and its GPUs"
@@ -392,15 +486,21 @@ def _printed_tflops_line(printed: float, estimate: MfuEstimate | None, log_forma
     if estimate is None:
         return f"{said}; pass --model and --tokens-per-iter for gputop's own figure."
     ours = estimate.achieved_flops_per_s / 1e12
+    share = _share_counted_as_the_log(shape, log_format) if shape is not None else None
+    whole = counted = ""
+    if share is not None:  # compare like with like: gputop's FLOP/s counted the log's way
+        counted = " counted that way"
+        whole = f"{counted} ({ours:.1f} TFLOP/s over the whole score matrix, gputop's convention)"
+        ours *= share
     ratio = ours / printed
     if MFU_AGREEMENT[0] <= ratio <= MFU_AGREEMENT[1]:
-        return f"{said}: it agrees with gputop's {ours:.1f} TFLOP/s."
+        return f"{said}: it agrees with gputop's {ours:.1f} TFLOP/s{whole}."
     gpus = round(ratio)
     if gpus >= 2 and abs(ratio / gpus - 1) <= GPU_MULTIPLE_TOLERANCE:
-        return (f"{said}: gputop's {ours:.1f} TFLOP/s is {ratio:.2g}× as much, about {gpus} GPUs' worth: the "
-                f"{estimate.tokens_per_iter:,} tokens per iteration given are the whole job's, the log's figure "
+        return (f"{said}: gputop's {ours:.1f} TFLOP/s{counted} is {ratio:.2g}× as much, about {gpus} GPUs' worth: "
+                f"the {estimate.tokens_per_iter:,} tokens per iteration given are the whole job's, the log's figure "
                 f"one GPU's (give one GPU's share for a per-GPU MFU).")
-    return (f"{said}: gputop's {ours:.1f} TFLOP/s is {ratio:.2g}× as much; check the shape and the "
+    return (f"{said}: gputop's {ours:.1f} TFLOP/s{counted} is {ratio:.2g}× as much; check the shape and the "
             f"{estimate.tokens_per_iter:,} tokens per iteration given to gputop.")
 
 

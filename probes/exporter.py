@@ -190,9 +190,16 @@ def _pace_metrics(families: _Families, view: MonitorView, mfu_floor: float | Non
         families.set("gputop_tokens_per_second", "Tokens per second, from the job's log and tokens per iteration",
                      TARGET_LABELS, target, pace.tokens_per_s)
         comparison = pace.comparison
-        families.set("gputop_mfu_ratio", "Model FLOP utilisation against the GPU's dense bf16 peak, recomputed from "
-                     "the observed pace (not the log's own figure), 0-1", TARGET_LABELS, target,
+        # What the pace's lines say on screen, and nothing they do not: no MFU and no reference rate where the job's
+        # tokens per iteration are not known (a probe's own are never taken for them).
+        families.set("gputop_mfu_ratio", "Model FLOP utilisation against the GPU's dense peak for the dtype asked "
+                     "(bf16 by default), recomputed from the observed pace and the job's tokens per iteration (not the "
+                     "log's own figure), 0-1", TARGET_LABELS, target,
                      _ratio(comparison.corrected_mfu_pct) if comparison is not None else None)
+        families.set("gputop_reference_rate_ratio", "The job's pace against the --baseline probe's reference step for "
+                     "its tokens per iteration (1: the reference's rate; from 0.95 nothing in the step to win)",
+                     TARGET_LABELS, target,
+                     _ratio(comparison.compute_bound_pct) if comparison is not None else None)
     families.set("gputop_mfu_floor_ratio", "The MFU below which the user asked to be alerted (gputop serve "
                  "--mfu-floor)", TARGET_LABELS, target, mfu_floor)
 

@@ -35,6 +35,7 @@ from probes.doctor import Check, blind_spots
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
 from probes.history import DEFAULT_HISTORY_FRAMES, History
 from probes.logformats import known_format
+from probes.pace_inputs import pace_inputs_document
 from probes.recording import Recorder
 
 TIMELINE_LIMIT = 50
@@ -154,8 +155,9 @@ def recording_meta(pid: int | None, hang_after_s: float, comparison: ComparisonI
     """The header every recording carries, whichever front end wrote it."""
     meta: dict[str, Any] = {"pid": pid, "hang_after_s": hang_after_s}
     if comparison is not None:
+        # model, tokens_per_iter and baseline for readers of older recordings; pace_inputs is what replay reads back
         meta.update(model=comparison.model, tokens_per_iter=comparison.tokens_per_iter,
-                    baseline=comparison.baseline_path)
+                    baseline=comparison.baseline_path, pace_inputs=pace_inputs_document(comparison))
     return meta
 
 
@@ -292,18 +294,24 @@ def pace_line(pace: Pace | None) -> str | None:
     if compared.corrected_mfu_pct is None:
         return None
     printed = ""
+    log_format = known_format(pace.format)
+    # A log that counts attention otherwise than gputop (the causal half) says so beside its figure; one that
+    # counts as gputop does needs no words here (the comparison's lines say it).
+    counts = log_format.printed_mfu_counts if log_format is not None else None
+    differs = f", {counts.short()}" if counts is not None and counts.differs else ""
     if compared.reported_mfu_pct is not None:
         printed = f"; the log's {printed_percent(compared.reported_mfu_pct)}%"
-        log_format = known_format(pace.format)
         if log_format is not None and log_format.printed_mfu_against:
             printed += f" is against {log_format.printed_mfu_against}"
+        printed += differs
     if compared.reported_tflops_per_gpu is not None and compared.achieved_flops_per_s is not None:
         printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
-                    f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU")
+                    f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU{differs}")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
     line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
     if compared.compute_bound_pct is not None:
-        line += f"; {compared.compute_bound_pct:.0f}% of the reference step's rate"
+        kind = "compiled " if compared.reference_compiled else "eager " if compared.reference_compiled is False else ""
+        line += f"; {compared.compute_bound_pct:.0f}% of the {kind}reference step's rate"
     return line
 
 
@@ -351,7 +359,9 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Ve
         return verdict
     paced = _pace_words(verdict, pace)
     also = recurring_lines(shares, verdict.bottleneck) if shares is not None and verdict.liveness != "unknown" else []
-    gain = max_speedup(shares, verdict.bottleneck) if verdict.liveness != "unknown" else None
+    # A one-time cost (torch.compile's warm-up) ends by itself: no fix removes it, so no speed-up is promised.
+    gain = max_speedup(shares, verdict.bottleneck) if verdict.liveness != "unknown" and not verdict.one_time_cost \
+        else None
     if not paced and not also and gain is None:
         return verdict
     evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],

@@ -153,6 +153,17 @@ def load_recording(path: str | Path) -> Recording:
     return Recording(Path(path), frames, tuple(skipped))
 
 
+def read_header(path: str | Path) -> dict[str, Any] | None:
+    """A recording's header (its first line), or None when the file cannot be read or does not start with one;
+    read_recording says why when the frames are read."""
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace", newline="\n") as handle:
+            header = json.loads(handle.readline())
+    except (OSError, json.JSONDecodeError, RecursionError):
+        return None
+    return header if isinstance(header, dict) and header.get("schema") == RECORDING_SCHEMA else None
+
+
 def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -> Iterator[Frame]:
     """Yield the frames of a recording in order, reading it a line at a time (an hour's recording is tens
     of megabytes; a fold over it holds only what the Monitor keeps).

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from probes import __version__
 from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.diagnosis.collectives import collective_gaps, gap_line
-from probes.diagnosis.evidence import gil_summary
+from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT, gil_summary
 from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
+from probes.pace_inputs import pace_inputs_document
 from probes.stacks import hot_frames
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
+        # What the pace is measured with, as resolved (probes/pace_inputs.py): the model, its FLOPs per token, the
+        # tokens per iteration, the peak asked for and the baseline, each with its source, for compare and replay.
+        "pace_inputs": pace_inputs_document(comparison),
         # Why there is no progress to show, in one line (the job's stdout is a pipe, its log has no step lines).
         "no_pace": pace.hint if pace is not None and pace.source is None else _no_pace(latest),
         "overhead": {
@@ -119,6 +123,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
+        # From this GPU util on, the main thread's idle samples were counted gpu_wait; its presence also says this
+        # snapshot's `idle` holds no waits for a busy GPU (older ones' did: `gputop compare` reads them so).
+        "time_shares_gpu_wait_util_pct": GPU_WAIT_UTIL_PCT,
         "recurring_phases": [{"phase": r.phase, "share": round(r.share, 3), "period_s": round(r.period_s, 1),
                               "episodes": r.episodes} for r in shares.recurring] if shares else [],
     }

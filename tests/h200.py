@@ -7,6 +7,7 @@ that `gputop replay` reads, so the tests replay the very file the GPU machine wr
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -24,3 +25,15 @@ def recording(name: str, folder: Path) -> Path:
 def fixture(name: str) -> Path:
     """A file of the runs as it is stored: a snapshot (.json), a probe result (.json) or a log (.log)."""
     return H200 / name
+
+
+def remade_recording(name: str, folder: Path) -> Path:
+    """The recording `name` with the header a newer gputop writes: the same frames, and the pace's resolved inputs
+    (`pace_inputs`, probes/pace_inputs.py) from `{name}.pace_inputs.json` beside it. The GPU machine's gputop wrote
+    only the model's name and the tokens per iteration; that file was re-made afterwards from what its live screen
+    said (see README.md), not written on that machine."""
+    path = recording(name, folder)
+    header, _, frames = path.read_text(encoding="utf-8").partition("\n")
+    remade = json.loads(header) | {"pace_inputs": json.loads((H200 / f"{name}.pace_inputs.json").read_text())}
+    path.write_text(json.dumps(remade) + "\n" + frames, encoding="utf-8")
+    return path

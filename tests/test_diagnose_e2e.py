@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -239,6 +240,43 @@ def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
           "compiling in ")
     assert "recompilation storm" in verdict["evidence"][0]
     assert "TORCH_LOGS=recompiles" in verdict["advice"][0]
+
+
+def test_the_first_compile_of_a_deep_model_is_the_warm_up_not_a_storm(spawn_target, tmp_path):
+    # As nanoGPT's GPT-2 XL on an H200 (issue 29): a long first compile, no training step before it.
+    target = start(spawn_target, tmp_path, "diag_compile_once.py", timeout=120.0)
+    warm_up = re.compile(r"torch\.compile warm-up: compiling for (\d+) s so far")
+
+    def seen_for_a_while(verdict) -> bool:
+        # Settled (not provisional), and measured over 10 s of compiling at least: several sample windows, each
+        # of which could have been taken for training. How long that takes depends on this machine: wait for it.
+        said = warm_up.match(verdict.evidence[0]) if verdict.evidence else None
+        return (verdict.bottleneck == "compile_warmup" and said is not None and int(said.group(1)) >= 10
+                and not any(line.startswith("provisional:") for line in verdict.evidence))
+
+    verdict, frames = watch_until(target.pid, tmp_path, "compile_once", seen_for_a_while)
+    timeline = check("torch.compile, first compile of 96 layers", verdict, frames, "compile_warmup", "progressing",
+                     "compiling in ")
+    assert warm_up.match(verdict["evidence"][0]), verdict["evidence"]
+    said = "\n".join(verdict["evidence"] + verdict["advice"])
+    assert "storm" not in said and "TORCH_LOGS" not in said and verdict["max_speedup"] is None, said
+    assert not [v.evidence[0] for _, v in timeline if "storm" in "\n".join(v.evidence)]
+
+
+def test_a_compiled_model_on_cpu_is_named_as_compiled_code_not_advised_to_compile(spawn_target, tmp_path):
+    # nanochat's base_train and litgpt's pretrain on CPU (issue 29): the hot frame is Inductor's generated code.
+    target = start(spawn_target, tmp_path, "diag_compiled_cpu.py", timeout=300.0)
+    # Wait for a settled verdict that names a hot frame (once enough samples are in), then read its words.
+    verdict, frames = watch_until(target.pid, tmp_path, "compiled_cpu", lambda v: v.bottleneck == "cpu_bound"
+                                  and not any(line.startswith("provisional:") for line in v.evidence)
+                                  and any(line.startswith("The hot frame is") for line in v.advice))
+    check("a torch.compile'd model training on the CPU", verdict, frames, "cpu_bound", "progressing",
+          "running on the CPU")
+    assert "torch.compile's generated code" in verdict["evidence"][0], verdict["evidence"]
+    advice = "\n".join(verdict["advice"])
+    assert "The hot frame is Runner.call (torch.compile's generated code" in advice, advice
+    assert "the model already runs compiled" in advice
+    assert "your own Python" not in advice and "torch.compile it" not in advice, advice
 
 
 def test_streaming_from_a_slow_http_server_is_io_bound(spawn_target, tmp_path):

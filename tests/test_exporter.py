@@ -87,6 +87,32 @@ def deadlock_view() -> MonitorView:
     return fold(frames, hang_after_s=5.0, replay=False).view
 
 
+def test_the_h200_recording_exports_what_the_screen_says(tmp_path):
+    # gpt2xl_s2 replayed with the compiled probe (tests/fixtures/h200): the screen says 53% MFU and 98% of the
+    # reference's rate; the metrics say the same. Without the job's tokens per iteration neither is claimed.
+    from h200 import fixture, recording, remade_recording
+
+    from probes.pace_inputs import recorded_inputs, replayed_comparison_inputs
+    from probes.recording import read_header, read_recording
+
+    probe = str(fixture("gpt2xl_probe_compile.json"))
+    path = remade_recording("gpt2xl_s2", tmp_path)
+    inputs = replayed_comparison_inputs(recorded_inputs(read_header(path)), probe, None, None)
+    view = fold(read_recording(path), hang_after_s=5.0, comparison=inputs, replay=False).view
+    target = {"host": "node1", "training_job": "pid-494", "pid": "494"}
+    found = samples(exposition(WatchedView(view)))
+    assert value(found, "gputop_mfu_ratio", **target) == pytest.approx(0.531, abs=0.001)
+    assert value(found, "gputop_reference_rate_ratio", **target) == pytest.approx(0.977, abs=0.002)
+    assert value(found, "gputop_tokens_per_second", **target) == pytest.approx(131_072 / 2.56339)
+    (tmp_path / "plain").mkdir()
+    unknown = recording("gpt2xl_s2", tmp_path / "plain")
+    header_without_tokens = {**read_header(unknown), "model": None, "tokens_per_iter": None}
+    assumed = replayed_comparison_inputs(recorded_inputs(header_without_tokens), probe, None, None)
+    found = samples(exposition(WatchedView(fold(read_recording(unknown), comparison=assumed, replay=False).view)))
+    for name in ("gputop_mfu_ratio", "gputop_reference_rate_ratio", "gputop_tokens_per_second"):
+        assert value(found, name, **target) is None, name
+
+
 def test_seed_case_verdict_pace_and_gpu_as_metrics():
     found = samples(exposition(WatchedView(seed_case_view(), mfu_floor=0.35)))
     target = {"host": "node1", "training_job": f"pid-{PID}", "pid": str(PID)}
@@ -462,7 +488,8 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported():
     import json
     import re
 
-    names = exported_names() | {"gputop_gpu_sm_occupancy_ratio"}  # GPM occupancy: not in the fixtures' readings
+    names = exported_names() | {"gputop_gpu_sm_occupancy_ratio",  # GPM occupancy: not in the fixtures' readings
+                                "gputop_reference_rate_ratio"}  # needs --baseline: the H200 recording's test has it
     dashboard = json.loads((REPO / "deploy" / "grafana" / "gputop-job.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     rules = (RULES / "gputop-rules.yml").read_text()

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from probes.logformats import format_named
 from probes.models import PRESETS
+from probes.models.convention import ATTENTION_CONVENTION
 from probes.models.gpt2 import (
     GptShape,
     count_params,
@@ -75,6 +77,27 @@ def test_the_h200_case():
     assert "51.7% MFU" in text  # 511.7 / 989.5
     assert "cannot be" in text  # above 100% is impossible
     assert "differ" not in text  # nanoGPT's number and ours agree within 10%
+
+
+def test_explanation_says_nanogpts_count_is_gputops():
+    # nanoGPT's estimate_mfu: 6·N + 12·L·H·Q·T, the whole score matrix; gputop counts the same, so only the
+    # peak it divides by differs. The words are the nanogpt log format's, not a list of its own.
+    counts = format_named("nanogpt").printed_mfu_counts
+    assert (counts.formula, counts.attention) == ("6·N + 12·L·H·Q·T", "whole")
+    estimate = estimate_mfu(XL, 1_048_576, 21.0, peak_flops("NVIDIA H200", "bf16"))
+    text = "\n".join(explain_nanogpt_mfu(164, estimate, "NVIDIA H200"))
+    assert counts.words() in text
+    assert "nanoGPT's estimate_mfu counts 6·N + 12·L·H·Q·T" in text and "as gputop does" in text
+
+
+def test_mfu_command_states_how_attention_is_counted(capsys):
+    code, out, _ = run_cli(CASE_ARGS, capsys)
+    assert code == 0
+    lines = out.splitlines()
+    formula = next(i for i, line in enumerate(lines) if line.startswith("FLOP per token"))
+    assert lines[formula].endswith("6·N + 12·L·H·Q·T = 6·1,555,201,600 + 12·48·25·64·1024")
+    assert lines[formula + 1] == f"{'attention':<15} {ATTENTION_CONVENTION}"
+    assert len(lines[formula + 1]) <= 80
 
 
 def test_explanation_flags_a_mismatch_and_missing_peak():

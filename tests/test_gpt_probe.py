@@ -21,6 +21,7 @@ from probes.gpt_probe import (
     run_probe,
 )
 from probes.models import PRESETS
+from probes.models.convention import ATTENTION_CONVENTION
 from probes.models.gpt2 import PRESETS as GPT_PRESETS
 from probes.models.gpt2 import GptShape, count_params, flops_per_token
 from tui import cli
@@ -164,6 +165,9 @@ def test_cli_text_report(capsys):
     assert "1 layers" in out
     for label in ("FLOP per token", "step time", "throughput", "MFU             n/a", "loss"):
         assert label in out
+    # the formula line is followed by the convention it counts attention by
+    assert f"= 6·N + 12·L·H·Q·T = 6·{count_params(GptShape(1, 2, 64, 64, 256)):,} + 12·1·2·32·64\nattention       " \
+           f"{ATTENTION_CONVENTION}\n" in out
 
 
 def test_probe_json_through_a_real_process():

@@ -113,6 +113,41 @@ def test_docs_table_has_no_row_without_a_format():
     assert set(docs_rows()) <= set(NAMES)
 
 
+def printed_figures(parser) -> bool:
+    """Whether the format's fixture log prints an MFU or an achieved FLOP/s of the framework's own, read the way
+    LogReader reads it (a format with a reader needs its earlier lines)."""
+    read = parser.reader() if parser.reader is not None else parser.parse
+    records = [read(line) for line in segments(f"{parser.name}.log")]
+    return any(record is not None and (record.reported_mfu_pct is not None
+                                       or record.reported_tflops_per_gpu is not None) for record in records)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_format_that_prints_an_mfu_says_how_it_counts_attention(name):
+    """A job's own MFU (or achieved TFLOP/s) is never set beside gputop's without how its FLOPs count
+    attention: the whole T×T score matrix (gputop's convention) or the causal half, or the model's own count.
+    And a format that says so prints one in its fixture."""
+    parser = format_named(name)
+    counts = parser.printed_mfu_counts
+    assert (counts is not None) == printed_figures(parser), (
+        f"{name}: printed_mfu_counts must be set exactly when its log prints an MFU or TFLOP/s")
+    if counts is not None:
+        assert counts.attention in ("whole", "causal", None)
+        assert counts.words().startswith(counts.by) and counts.formula in counts.words()
+
+
+def test_each_frameworks_convention_is_its_source_code():
+    """From each framework's own source: nanoGPT's estimate_mfu and torchtitan's get_nparams_and_flops count the
+    whole matrix (12·L·H·Q·T); Megatron-LM's num_floating_point_operations (since v0.12) and llm.c's
+    gpt2_estimate_mfu (6·N + 6·L·C·T) the causal half; Composer's SpeedMonitor the model's flops_per_batch."""
+    conventions = {name: format_named(name).printed_mfu_counts.attention
+                   for name in ("nanogpt", "torchtitan", "megatron", "llm_c", "composer")}
+    assert conventions == {"nanogpt": "whole", "torchtitan": "whole", "megatron": "causal", "llm_c": "causal",
+                           "composer": None}
+    assert "as gputop does" in format_named("torchtitan").printed_mfu_counts.words()
+    assert "gputop counts the whole" in format_named("llm_c").printed_mfu_counts.words()
+
+
 def test_a_superseding_format_takes_lines_only_once_seen():
     assert reported_format("tqdm", set()) == "tqdm"
     assert reported_format("tqdm", {"tqdm", "hf_trainer"}) == "hf_trainer"

@@ -13,7 +13,8 @@ import pytest
 
 from probes.baseline import BaselineError, PeakOptions, compare_progress, load_comparison_inputs
 from probes.frame import ProgressReading
-from probes.models import PRESETS
+from probes.models import PRESETS, family_of
+from probes.models.convention import ATTENTION_CONVENTION
 from tui import cli
 from tui.commands import mfu as mfu_command
 
@@ -39,8 +40,9 @@ def test_mfu_from_a_config_json(capsys):
     document = json.loads(out)
     assert (document["family"], document["params"]) == ("llama", 8_030_261_248)
     assert document["tokens_per_iter"] == 4 * 8192 * 8
-    # 6·(8.03e9 − 128256·4096) + 6·32·32·128·8192 per token
-    assert document["flops_per_token"] == 6 * (8_030_261_248 - 128256 * 4096) + 6 * 32 * 32 * 128 * 8192
+    # 6·(8.03e9 − 128256·4096) + 12·32·32·128·8192 per token: attention over the whole 8192×8192 score matrix
+    assert document["flops_per_token"] == 6 * (8_030_261_248 - 128256 * 4096) + 12 * 32 * 32 * 128 * 8192
+    assert document["flops_attention"] == ATTENTION_CONVENTION
     assert document["mfu"] == pytest.approx(document["flops_per_token"] * 262_144 / 20 / 989.5e12)
     assert document["mfu_doubts"] == []
 
@@ -50,7 +52,9 @@ def test_mfu_of_a_moe_preset_counts_the_active_experts(capsys):
                             "1048576", "--iter-time", "200", "--gpu", "NVIDIA H200"], capsys)
     assert code == 0
     assert "46,702,792,704, 12,879,925,248 active per token" in out
-    assert "6·N_active + 12·L·H·Q·S = 6·12,748,853,248 + 12·32·32·128·2048" in out
+    # the whole 4096×4096 score matrix: T itself on the formula line, not a halved S
+    assert "6·N_active + 12·L·H·Q·T = 6·12,748,853,248 + 12·32·32·128·4096\n" in out
+    assert f"\nattention       {ATTENTION_CONVENTION}\n" in out
 
 
 def test_an_mfu_above_100_percent_says_what_is_wrong(capsys, monkeypatch):
@@ -144,6 +148,30 @@ def test_another_frameworks_printed_mfu_is_not_explained_as_nanogpts():
     inputs = load_comparison_inputs(None, "llama-3-8b", 8 * 8192, peak=PeakOptions(gpu=H100))
     torchtitan = ProgressReading(source="train.log", format="torchtitan", iteration=40, seconds_per_iter=10.0,
                                  reported_mfu_pct=12.0, last_line="step: 40  loss: 3.1  tps: 6,554  mfu: 12.00%")
-    text = "\n".join(compare_progress(torchtitan, inputs, None).lines)
+    result = compare_progress(torchtitan, inputs, None)
+    text = "\n".join(result.lines)
     assert "312" not in text and "nanoGPT's mfu" not in text
-    assert "The log's 12% and gputop's 34.1% differ: the framework counts its own FLOP per token and peak" in text
+    # 6·(8,030,261,248 − 128,256·4,096) + 12·32·32·128·8192 = 57,914,449,920 FLOP per token × 6,553.6 tokens/s
+    # = 379.6 TFLOP/s, 38.4% of the H100's 989.5
+    assert round(result.corrected_mfu_pct, 1) == 38.4
+    assert ("The log's 12% and gputop's 38.4% differ: torchtitan's get_nparams_and_flops counts 6·N + 12·L·H·Q·T, "
+            "attention over the whole T×T score matrix as gputop does, so attention is not why;") in text
+    assert "Megatron-LM half of it" not in text  # the convention is the format's, not a list said to every log
+
+
+def test_a_printed_mfu_that_counts_the_causal_half_is_put_in_its_terms():
+    # llm.c's gpt2_estimate_mfu: 6·N + 6·L·C·T, half of gputop's 12·L·H·Q·T attention term (C = H·Q).
+    inputs = load_comparison_inputs(None, "gpt2", 8 * 64 * 1024, peak=PeakOptions(gpu=H100))
+    llm_c = ProgressReading(source="train.log", format="llm_c", iteration=40, seconds_per_iter=1.0,
+                            reported_mfu_pct=20.0, last_line="step   40/5000 | loss 3.1 | ... | 20.0% bf16 MFU")
+    result = compare_progress(llm_c, inputs, None)
+    shape = PRESETS["gpt2"]
+    # N: wte 50304·768 + 12 layers × (12·768² + 2·768) + ln_f 768 (nanoGPT's GPT-2 124M, no wpe); L, H, Q, T
+    six_n, attention = 6 * (50304 * 768 + 12 * (12 * 768 * 768 + 2 * 768) + 768), 12 * 12 * 12 * 64 * 1024
+    assert family_of(shape).flops_per_token(shape) == six_n + attention
+    theirs = result.corrected_mfu_pct * (six_n + attention / 2) / (six_n + attention)
+    text = "\n".join(result.lines)
+    assert (f"The log's 20% and gputop's {result.corrected_mfu_pct:.1f}% differ: llm.c's gpt2_estimate_mfu counts "
+            "6·N + 6·L·H·Q·T, attention over the causal half of the score matrix (gputop counts the whole): "
+            f"counted that way gputop's is {theirs:.1f}%;") in text
+    assert "; the log printed 20%, counting attention over the causal half, gputop the whole matrix." in text

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from probes.models import FAMILIES, PRESETS, family_of
+from probes.models.convention import ATTENTION_CONVENTION
+from probes.models.gpt2 import GptShape
+from probes.models.llama import LlamaShape
 from probes.models.mfu import estimate_mfu
+from probes.models.moe import MoeShape
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "models.md"
@@ -91,6 +95,35 @@ def test_mfu_counts_with_the_shapes_own_family(family):
         assert estimate.flops_per_token == family.flops_per_token(shape), name
         assert estimate.achieved_flops_per_s == family.flops_per_token(shape) * 500, name
         assert family.formula_with_values(shape).startswith(f"{family.formula} = "), name
+
+
+def test_every_family_counts_attention_over_the_whole_score_matrix():
+    """One MFU convention: the same L, H, Q and T cost the same attention FLOP in every family, the whole T×T
+    score matrix (12·L·H·Q·T, as PaLM and nanoGPT count it), never the causal half (6·L·H·Q·T) for some."""
+    layers, heads, head_dim, seq, vocab, d = 2, 4, 16, 256, 128, 64
+    whole = 12 * layers * heads * head_dim * seq
+    gpt = GptShape(n_layer=layers, n_head=heads, n_embd=d, block_size=seq, vocab_size=vocab)
+    attention = dict(hidden_size=d, num_layers=layers, num_heads=heads, num_kv_heads=2, head_dim=head_dim,
+                     vocab_size=vocab, seq_len=seq)
+    llama = LlamaShape(**attention, intermediate_size=96)
+    moe = MoeShape(**attention, num_experts=4, experts_per_token=2, expert_intermediate_size=32)
+    assert {family_of(shape).name for shape in (gpt, llama, moe)} == {family.name for family in FAMILIES}
+    # 6·N is each family's own N: nanoGPT's (no position embeddings, wte once), and every parameter but the
+    # input embedding (plus the untied lm_head) for the Llama-shaped ones, the routed experts only for MoE.
+    n = {gpt: family_of(gpt).params(gpt),
+         llama: family_of(llama).params(llama) - vocab * d,
+         moe: family_of(moe).active_params(moe) - vocab * d}
+    for shape, matmul_params in n.items():
+        family = family_of(shape)
+        assert family.flops_per_token(shape) == 6 * matmul_params + whole, family.name
+        assert family.attention_flops_per_token(shape) == whole, family.name
+
+
+def test_the_formula_line_states_the_convention():
+    assert "whole T×T score matrix" in ATTENTION_CONVENTION and "Megatron-LM" in ATTENTION_CONVENTION
+    assert len(f"{'attention':<15} {ATTENTION_CONVENTION}") <= 80  # a row of `gputop mfu` and `gputop probe`
+    for family in FAMILIES:
+        assert family.formula.endswith("12·L·H·Q·T"), family.name  # T, not an S that hides a halved T
 
 
 def test_a_shape_no_family_owns_is_refused():

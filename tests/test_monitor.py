@@ -85,8 +85,11 @@ def test_snapshot_has_the_pace_and_the_baseline_comparison():
 def test_recordings_carry_the_same_header_whichever_front_end_wrote_them(tmp_path):
     comparison = load_comparison_inputs(None, "gpt2-xl", 1_048_576)
     meta = recording_meta(4242, 5.0, comparison)
+    resolved = meta.pop("pace_inputs")  # what replay reads back (tests/test_pace_inputs.py)
     assert meta == {"pid": 4242, "hang_after_s": 5.0, "model": "gpt2-xl", "tokens_per_iter": 1_048_576,
                     "baseline": None}
+    assert (resolved["family"], resolved["shape_from"], resolved["tokens_per_iter"]) == \
+        ("gpt2", "--model gpt2-xl", 1_048_576)
     path = tmp_path / "run.jsonl"
     monitor = Monitor(recorder=Recorder(path, meta=meta))
     for frame in gpu_bound_frames(3):

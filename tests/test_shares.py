@@ -9,6 +9,7 @@ import json
 
 import pytest
 from test_diagnose import (
+    BACKWARD,
     DATALOADER_WAIT,
     FORWARD,
     ROOT,
@@ -24,6 +25,7 @@ from test_diagnose import (
 
 from probes.diagnosis.shares import TimeShares, max_speedup, shares_summary, time_shares
 from probes.diagnosis.stacks import is_evaluation, is_logging
+from probes.frame import GpuProcess
 from probes.monitor import fold
 
 # nanoGPT's evaluation: a forward pass under estimate_loss.
@@ -95,6 +97,45 @@ def test_a_phase_that_never_ends_does_not_recur():
     assert shares.shares["checkpoint"] == pytest.approx(0.2) and shares.recurring == ()
 
 
+def test_one_long_phase_split_by_the_samplers_gaps_does_not_recur():
+    # As in the first compile of GPT-2 XL (tests/fixtures/h200/gpt2xl_s1): ticks with no window, and once a window of
+    # two samples outside compiling (a stack py-spy caught mid-change). One compile, not one "every 14 s".
+    from test_diagnose import COMPILING
+
+    samples = [[main_count(COMPILING, n=4)], [], [], [main_count(FORWARD[:1], n=2)], [], [main_count(COMPILING, n=5)]]
+    frames = [make_frame(i, counts=samples[i % len(samples)]) for i in range(60)]
+    shares = time_shares(frames)
+    assert shares.shares["compile"] > 0.8 and shares.recurring == ()
+
+
+def _compile_runs(runs: int) -> list:
+    """`runs` runs of compiling, 6 s each, with 10 s of training after each."""
+    from test_diagnose import COMPILING
+
+    return [make_frame(i, counts=[main_count(COMPILING if i % 16 < 6 else FORWARD, n=5)]) for i in range(16 * runs)]
+
+
+def test_compiling_twice_is_a_warm_up_and_from_a_third_time_a_recurring_phase():
+    # The eval graph, an evaluation, then the training graph: the one-time warm-up of two graphs, no period.
+    assert time_shares(_compile_runs(2)).recurring == ()
+    recurring = time_shares(_compile_runs(3)).recurring
+    assert [(r.phase, r.episodes, r.period_s) for r in recurring] == [("compile", 3, pytest.approx(16.0))]
+
+
+def test_a_warm_up_promises_no_speed_up_and_a_storm_what_stopping_it_wins():
+    from test_diagnose import COMPILING
+
+    warm_up = fold([make_frame(i, counts=[main_count(COMPILING, n=5)]) for i in range(12)], replay=False)
+    verdict = warm_up.view.verdict
+    assert verdict.bottleneck == "compile_warmup" and verdict.max_speedup is None
+    assert not any("faster" in line for line in verdict.evidence), verdict.evidence
+    storm = fold([make_frame(i, counts=[main_count(COMPILING, n=3), main_count(FORWARD, n=2)]) for i in range(12)],
+                 replay=False)
+    verdict = storm.view.verdict
+    assert verdict.evidence[0].startswith("recompilation storm") and verdict.max_speedup == pytest.approx(2.5)
+    assert "up to 2.5× faster if the recompiles stopped (compiling takes 60% of the time)" in verdict.evidence
+
+
 def test_samples_count_for_the_time_they_stand_for():
     # The sampler slowed from 10 Hz to 1 Hz: a sample at 1 Hz stands for ten at 10 Hz.
     fast = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(10)]
@@ -161,3 +202,32 @@ def test_a_jobs_shares_follow_its_lowest_rank_not_the_launcher():
     # (Its wait counts as idle here: the diagnosis, which knows it is a rank, calls it a collective wait.)
     shares = time_shares(straggler_frames(n=8))
     assert shares.shares == {"compute": pytest.approx(0.2), "idle": pytest.approx(0.8)}
+
+
+# --- waiting on the GPU is not idle (issue 29) ------------------------------------------------------------------
+# In a GPU-bound step the main thread blocks in backward's tail or a `.item()` with the GIL released: py-spy
+# calls those samples idle.
+def _gpu_step_frames(util: float, n: int = 20, gpu=None) -> list:
+    return [make_frame(i, counts=[main_count(FORWARD, n=3), main_count(BACKWARD, n=2, idle=True)], cpu=60.0,
+                       gpu=gpu or h200(util=util)) for i in range(n)]
+
+
+def test_idle_samples_while_the_targets_gpu_is_busy_are_waiting_for_the_gpu():
+    shares = time_shares(_gpu_step_frames(util=100.0))
+    assert shares.shares == {"compute": pytest.approx(0.6), "gpu_wait": pytest.approx(0.4)}
+    assert shares_summary(shares) == "time, last 20 s: compute 60% · GPU wait 40%"
+    # Beside a quiet GPU (below GPU_WAIT_UTIL_PCT) the same samples stay idle.
+    assert time_shares(_gpu_step_frames(util=20.0)).shares == {"compute": pytest.approx(0.6),
+                                                                "idle": pytest.approx(0.4)}
+    # So they do beside a busy GPU that is another job's: NVML maps its process to a PID outside the target's tree.
+    other = h200(util=100.0)
+    device = dataclasses.replace(other.devices[0], in_target=False,
+                                 processes=(GpuProcess(pid=777, local_pid=777),))
+    shares = time_shares(_gpu_step_frames(util=100.0, gpu=dataclasses.replace(other, devices=(device,))))
+    assert shares.shares == {"compute": pytest.approx(0.6), "idle": pytest.approx(0.4)}
+
+
+def test_each_frame_is_judged_by_its_own_gpu_reading():
+    busy, quiet = _gpu_step_frames(util=100.0, n=10), _gpu_step_frames(util=0.0, n=20)[10:]
+    shares = time_shares(busy + quiet).shares
+    assert shares == {"compute": pytest.approx(0.6), "gpu_wait": pytest.approx(0.2), "idle": pytest.approx(0.2)}

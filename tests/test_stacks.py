@@ -157,3 +157,71 @@ def test_frame_matches_qualnames_and_file_suffix():
     assert frame_matches(listcomp, "<listcomp>") and frame_matches(listcomp, "fetch.<locals>.<listcomp>")
     old_style = StackFrame("_worker_loop", "/torch/utils/data/_utils/worker.py", 300)
     assert frame_matches(old_style, "_worker_loop", "/torch/utils/data/_utils/worker.py")
+
+
+# --- torch.compile's compiled code running (probes/diagnosis/stacks.py), as py-spy showed it ------------------------
+# A CPU loop over torch.compile(model) on torch 2.13, `py-spy dump --json`: Inductor's generated wrapper of the
+# backward graph, at the top of its main thread (the real paths; site-packages shortened to SITE).
+SITE = "/work/main/.venv/lib/python3.11/site-packages/"
+HASH = "czn2vzooio72hw4sy22fcy7nozvagesiyrbn6zwh7ripxdb6jgds"
+GENERATED = StackFrame("Runner.call", f"/tmp/torchinductor_root/zn/{HASH}.py", 224)
+COMPILED_BACKWARD = (
+    GENERATED,
+    StackFrame("CompiledFxGraph.__call__", SITE + "torch/_inductor/output_code.py", 763),
+    StackFrame("DisableContext.__call__.<locals>._fn", SITE + "torch/_dynamo/eval_frame.py", 1446),
+    StackFrame("call_func_at_runtime_with_args", SITE + "torch/_functorch/_aot_autograd/utils.py", 126),
+    StackFrame("_AOTDispatchAutogradFunctionFactory.build.<locals>.CompiledFunction._backward_impl",
+               SITE + "torch/_functorch/_aot_autograd/runtime_wrappers.py", 3551),
+    StackFrame("BackwardCFunction.apply_boxed", SITE + "torch/autograd/function.py", 333),
+    StackFrame("_engine_run_backward", SITE + "torch/autograd/graph.py", 979),
+    StackFrame("Tensor.backward", SITE + "torch/_tensor.py", 623),
+    StackFrame("train_step", "/home/alice/compiled_train.py", 16),
+    StackFrame("<module>", "/home/alice/compiled_train.py", 40),
+)
+# The H200 run (tests/fixtures/h200/gpt2xl_s2): Triton's launcher under Inductor's generated code.
+TRITON_LAUNCH = (
+    StackFrame("StaticallyLaunchedTritonKernel.run", SITE + "torch/_inductor/runtime/static_triton_launcher.py", 300),
+    StackFrame("launcher", "<string>", 5),
+    StackFrame("CachingAutotuner.run", SITE + "torch/_inductor/runtime/triton_heuristics.py", 1400),
+    StackFrame("Runner.call", "/tmp/torchinductor_root/bl/cblfrorbxo7l6llc3cvoocbwpwrqpzi2c6rgwydy556clc7kev6v.py",
+               900),
+    StackFrame("CompiledFxGraph.__call__", SITE + "torch/_inductor/output_code.py", 763),
+    StackFrame("<module>", "/home/user/nanoGPT/train.py", 305),
+)
+COMPILING = (
+    StackFrame("InstructionTranslatorBase.run", SITE + "torch/_dynamo/symbolic_convert.py", 1950),
+    StackFrame("_compile", SITE + "torch/_dynamo/convert_frame.py", 2102),
+    StackFrame("OptimizedModule.__call__", SITE + "torch/_dynamo/eval_frame.py", 511),
+    StackFrame("<module>", "/home/alice/compiled_train.py", 40),
+)
+# Eager: the optimizer's zero_grad runs under torch._disable_dynamo's wrapper (eval_frame.py) without any compile.
+EAGER_ZERO_GRAD = (
+    StackFrame("Optimizer.zero_grad", SITE + "torch/optim/optimizer.py", 1057),
+    StackFrame("DisableContext.__call__.<locals>._fn", SITE + "torch/_dynamo/eval_frame.py", 1446),
+    StackFrame("<module>", "/home/alice/train.py", 16),
+)
+
+
+def test_inductors_generated_code_is_named_as_compiled_code_wherever_its_cache_is():
+    from probes.diagnosis.stacks import describe, is_generated_code, is_library
+
+    assert is_generated_code(GENERATED)
+    # TORCHINDUCTOR_CACHE_DIR moves the cache; the files keep their layout (<2 chars>/c<those 2><hash>.py).
+    moved = StackFrame("call", f"/scratch/alice/inductor-cache/zn/{HASH}.py", 9)
+    assert is_generated_code(moved)
+    assert not is_generated_code(StackFrame("GPT.forward", "/home/alice/nanogpt/model.py", 180))
+    assert not is_generated_code(StackFrame("zn", "/home/alice/zn/czn.py", 1))
+    # Not the user's own code: a verdict names the user's call into it, and the frame as compiled code.
+    assert is_library(GENERATED)
+    assert describe(GENERATED) == "Runner.call (torch.compile's generated code czn2vzoo….py:224)"
+
+
+def test_running_compiled_code_is_not_compiling():
+    from probes.diagnosis.stacks import COMPILE, COMPUTE, classify_stack, runs_compiled_code
+
+    assert runs_compiled_code(COMPILED_BACKWARD) and runs_compiled_code(TRITON_LAUNCH)
+    assert not runs_compiled_code(COMPILING) and not runs_compiled_code(EAGER_ZERO_GRAD)
+    running = classify_stack(COMPILED_BACKWARD, idle=False)
+    assert running.activity == COMPUTE
+    assert running.responsible == GENERATED and running.user_frame.function == "train_step"
+    assert classify_stack(COMPILING, idle=False).activity == COMPILE

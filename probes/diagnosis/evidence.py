@@ -22,6 +22,7 @@ from probes.diagnosis.stacks import (
     ThreadProfile,
     classify_cached,
     is_main_thread,
+    runs_compiled_code,
 )
 from probes.frame import (
     ROLE_COMPILE_WORKER,
@@ -47,6 +48,13 @@ METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a
 # THIN_SAMPLES, the fewest a verdict is reached on.
 PHASE_CHANGE_SAMPLES = 10
 COMPILE_HISTORY_S = 60.0  # how far back recompilations are looked for
+# How far back the start of torch.compile's warm-up is looked for: the first compile of a large model takes minutes
+# (GPT-2 XL's on an H200 ran from ~10 s to ~140 s after start), and the History holds ten. MAX_LOOKBACK_FRAMES still
+# bounds the walk.
+WARMUP_HISTORY_S = 600.0
+# A compile that starts after this long without compiling begins a new account (a new shape late in the run): the
+# warm-up's graphs come one after another, with at most an evaluation between them.
+WARMUP_PAUSE_S = 60.0
 UNCHANGED_LOOKBACK_S = 60.0  # how far back a still main-thread stack is followed
 MAX_LOOKBACK_FRAMES = 300  # bounds every walk over the history, whatever its length
 CPU_PROGRESS_PCT = 2.0  # processes' CPU below this (percent of one core, 10 ms tick) is "no CPU time"
@@ -54,8 +62,14 @@ CPU_PROGRESS_PCT = 2.0  # processes' CPU below this (percent of one core, 10 ms 
 # in a lock or a read uses none; one waking each few seconds from a timed wait uses microseconds.
 MAIN_THREAD_CPU_PROGRESS_PCT = 0.2
 GPU_PROGRESS_UTIL_PCT = 5.0
+# A main thread that py-spy calls idle while its GPU runs kernels at least this share of the tick is waiting for
+# the GPU (a CUDA synchronisation: `.item()`, backward's tail, the optimizer), not idle. A sync blocks only while
+# a kernel runs, so the GPU is busy at least as long as the thread waits on it: a GPU-bound step keeps util near
+# 100% (the H200 runs of tests/fixtures/h200: 100%). Below half, more of the tick had no kernel running than had
+# one, so most of a long wait cannot have been on the GPU. Half is also where the data rule calls a GPU starved
+# (rules/data_bound.py GPU_STARVED_UTIL_PCT): a GPU is either starved or busy enough to be waited on, never both.
+GPU_WAIT_UTIL_PCT = 50.0
 COMPILE_FRAME_SHARE = 0.1  # a sample window "compiled" if this share of its main-thread samples did
-TRAIN_FRAME_SHARE = 0.1
 # A GPU "spins" at this util with fewer SMs active (or less power) than this: kernels waiting, not working.
 SPIN_UTIL_PCT = 70.0
 SPIN_SM_ACTIVE_PCT = 35.0
@@ -76,6 +90,12 @@ class _FrameStacks:
     worker_counts: tuple = ()  # DataLoader workers' main threads
     main_stacks: frozenset = frozenset()
     main_compile: int = 0
+    # The call sites the main thread compiled from (compile_site), and every frame of its whole stacks outside
+    # compiling (reaches_root): which code ran, compiled or not, so a site that compiles again after it ran is seen.
+    compile_sites: frozenset = frozenset()
+    ran_frames: frozenset = frozenset()
+    main_ran: int = 0  # samples of those whole stacks outside compiling
+    main_compiled_code: int = 0  # samples running torch.compile's compiled code (stacks.runs_compiled_code)
     main_samples: int = 0
 
 
@@ -119,6 +139,8 @@ def _frame_stacks(frame: Frame, main_pid: int) -> _FrameStacks:
         worker_counts=tuple(worker),
         main_stacks=frozenset(c.frames for c in main),
         main_compile=sum(c.count for c in main if classify_cached(c.frames, c.idle).activity == COMPILE),
+        **_compiled_and_ran(main),
+        main_compiled_code=sum(c.count for c in main if runs_compiled_code(c.frames)),
         main_samples=sum(c.count for c in main),
     )
     if cached is None:
@@ -247,11 +269,9 @@ class Evidence:
     stuck_thread: str | None
     unchanged_for_s: float  # how long the main thread's sampled stack has stayed one stack
     dead_children: list[DeadChild]
-    compile_windows: int  # sample windows in which the main thread compiled
-    recompile_windows: int  # of those, how many came with or after training steps
-    # The main thread's samples compiling over that look-back (COMPILE_HISTORY_S), not the last window only:
-    # a storm comes and goes between windows, and its verdict should not.
-    lookback_compile_share: float
+    # The main thread's compiling over the compile look-backs: warm-up or storm, since when, until when. Judged on
+    # COMPILE_HISTORY_S, not the last window only: a storm comes and goes between windows, and its verdict should not.
+    compile: CompileHistory
     compile_cpu_pct: float | None  # inductor compile workers' CPU
     disk_wait_threads: int
     read_chars_per_s: float | None  # read() bytes across the tree (files, pipes; not sockets)
@@ -267,6 +287,9 @@ class Evidence:
     peer_wait: str | None = None
     ranks_on_node: int = 1  # the job's live ranks on this node, sharing its CPUs (1 for a lone process)
     gil: GilSummary | None = None  # who held the main process's GIL (only where another thread worked)
+    # The main thread's samples over the compile look-back (COMPILE_HISTORY_S) that ran torch.compile's compiled
+    # code: above 0, the stacks show the model compiled, and no advice tells it to compile.
+    compiled_code_share: float = 0.0
 
     def asleep_pct(self) -> float | None:
         """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
@@ -493,29 +516,156 @@ def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
     return list(dead.values())
 
 
-def _compile_windows(history: Sequence[Frame], main_pid: int) -> tuple[int, int, float]:
-    """(sample windows with compiling, of which recompiles, share of the main thread's samples compiling):
-    a window that compiled while also training, or compiled after a window of training only, means compiles
-    keep coming back."""
-    frames = _recent(history, COMPILE_HISTORY_S)
-    compiled = recompiles = compiling = samples = 0
-    trained_before = False
+def reaches_root(frames: Sequence[StackFrame]) -> bool:
+    """The stack runs down to the script: its outermost Python frame is the module's (or runpy's, under -m).
+
+    py-spy's nonblocking reads now and then catch a stack while it changes and return only its innermost frames,
+    or none: in the first compile of GPT-2 XL (tests/fixtures/h200/gpt2xl_s1) 21 of 150 main-thread samples were a
+    leaf of inductor, sympy or triton, or empty, outside every compile file. Such a sample says nothing of what the
+    thread was doing; counted as training, it made the first compile a recompilation storm."""
+    outermost = next((f for f in reversed(frames) if not f.native), None)
+    return outermost is not None and outermost.function in ("<module>", "_run_module_as_main")
+
+
+def compile_site(frames: Sequence[StackFrame], compile_frame: StackFrame | None) -> StackFrame | None:
+    """Where a compile was called from: the innermost frame outside torch beneath the compile's entry (the user's
+    `model(x)` or `loss.backward()` line, or a trainer's in transformers or lightning). None where the stack does
+    not reach one (cut short by py-spy)."""
+    frames = [f for f in frames if not f.native]
+    if compile_frame not in frames:
+        return None
+    return next((f for f in frames[frames.index(compile_frame) + 1:] if "/torch/" not in f.file), None)
+
+
+def _compiled_and_ran(main: Sequence[StackCount]) -> dict:
+    """_FrameStacks' compile_sites, ran_frames and main_ran of the main thread's counts in one frame."""
+    sites, ran, ran_samples = set(), set(), 0
+    for count in main:
+        classified = classify_cached(count.frames, count.idle)
+        if classified.activity == COMPILE:
+            site = compile_site(count.frames, classified.responsible)
+            if site is not None:
+                sites.add(site)
+        elif reaches_root(count.frames):
+            ran.update(count.frames)
+            ran_samples += count.count
+    return {"compile_sites": frozenset(sites), "ran_frames": frozenset(ran), "main_ran": ran_samples}
+
+
+@dataclass(frozen=True)
+class CompileHistory:
+    """The main thread's compiling as the frames show it, to tell torch.compile's one-time warm-up from a
+    recompilation storm.
+
+    A warm-up compiles each graph once, on its first call: the first compile, then a second graph (train after
+    eval, backward after forward), each from its own call site, with training between them at most. A storm is
+    the same call compiling again after the job ran on (a new shape each time), again and again. So "the job ran"
+    is measured on whole stacks outside compiling (reaches_root), and a recompile is counted where a call site
+    (compile_site) compiles after the job ran on since that site last compiled (see compile_history): not where a
+    window merely held a sample outside compile frames, nor once a window while one compile goes on. At the settled
+    py-spy rate a window holds 1-5 samples, and one leaf-only or empty stack among them made the 48-layer first
+    compile of tests/fixtures/h200/gpt2xl_s1 "a storm in 12 of 14 windows". The job's log would say when steps
+    complete, but during a warm-up it has printed none yet (that run's log had no step line), its steps may be
+    logged only every few dozen, and many jobs have no log gputop can read: the stacks are there whenever a verdict
+    is."""
+
+    windows: int = 0  # sample windows over COMPILE_HISTORY_S in which the main thread compiled
+    # Over COMPILE_HISTORY_S, the windows in which a call site compiled again after the job had run on.
+    recompiles: int = 0
+    share: float = 0.0  # of the main thread's samples over COMPILE_HISTORY_S, compiling
+    # Over the whole walk (WARMUP_HISTORY_S): when the compiling began (the start of its first window, or of the
+    # first after WARMUP_PAUSE_S without compiling), or None where the main thread was never seen compiling;
+    # whether it was already under way in the first window gputop saw (so it began earlier), or in the first window
+    # of a walk that does not reach back to attach (so it began before the walk, which then says nothing of how long
+    # it took); whether whole stacks outside compiling were seen since it began (the compiled code or the job's
+    # other work ran); recompiles since it began; and when the main thread began running outside compiling after
+    # its last compile (None while it compiles, or before anything outside compiling showed).
+    began: float | None = None
+    under_way_at_attach: bool = False
+    began_before_look_back: bool = False
+    ran_since_began: bool = False
+    recompiles_seen: int = 0
+    ended: float | None = None
+
+
+def _window_start(frame: Frame, main_pid: int) -> float:
+    """When the samples of this frame's main process began: its record windows' start, else the tick's."""
+    starts = [w.started for w in frame.stacks.windows if w.pid == main_pid]
+    return min(starts) if starts else frame.time - frame.interval_s
+
+
+def compile_history(history: Sequence[Frame], main_pid: int) -> CompileHistory:
+    """The CompileHistory of `history` (oldest first): one walk over the last WARMUP_HISTORY_S."""
+    frames = _recent(history, WARMUP_HISTORY_S)
+    storm_cutoff = frames[-1].time - COMPILE_HISTORY_S
+    ran: set[StackFrame] = set()  # frames seen running outside compiling since their site last compiled
+    # Sites that compiled, with whether their last window with compiling also ran outside compiling; and those after
+    # whose last compile a whole window ran without compiling.
+    compiled: dict[StackFrame, bool] = {}
+    returned: set[StackFrame] = set()
+    windows = recompiles = recompiles_seen = compiling = samples = 0
+    began = ended = None
+    under_way_at_attach = began_before_look_back = ran_since_began = seen_before = False
     for frame in frames:
         stacks = _frame_stacks(frame, main_pid)
         if not stacks.main_samples:
-            continue
-        compiling += stacks.main_compile
+            continue  # no window landed this tick: neither compiling nor running
+        recent = frame.time >= storm_cutoff
+        if recent:
+            compiling += stacks.main_compile
+            samples += stacks.main_samples
+        mixed = stacks.main_ran > 0
+        if stacks.main_compile / stacks.main_samples >= COMPILE_FRAME_SHARE:
+            if ended is not None and _window_start(frame, main_pid) - ended >= WARMUP_PAUSE_S:
+                began = None  # compiling again after a long stretch of running: counted from here
+                ran_since_began, recompiles_seen = False, 0
+            if began is None:
+                # Compiling in the first window of the whole History: it began before gputop attached; in the
+                # first of a walk cut short by its bounds: before the walk.
+                under_way_at_attach = not seen_before and len(frames) == len(history)
+                began_before_look_back = not seen_before and len(frames) < len(history)
+                began = frames[0].time - frames[0].interval_s if not seen_before else _window_start(frame, main_pid)
+            # Again: the site's own line ran since it last compiled, or a whole window ran without compiling since,
+            # or it went from compiling to running and back twice (its last window with compiling ran too, and so
+            # does this one: a storm of quick compiles shows in every window). Not merely running beside a site's
+            # first compile: the first step's forward runs beside its backward's first compile.
+            again = any(site in ran or site in returned or (compiled.get(site) and mixed)
+                        for site in stacks.compile_sites)
+            ran -= stacks.compile_sites  # a long compile is one recompile, not one a window
+            returned -= stacks.compile_sites
+            compiled.update(dict.fromkeys(stacks.compile_sites, mixed))
+            recompiles_seen += again
+            if recent:
+                windows += 1
+                recompiles += again
+            ended = None
+        elif mixed:
+            returned.update(compiled)
+            compiled.clear()
+            if began is not None and ended is None:
+                ended = _window_start(frame, main_pid)
+        if began is not None and mixed:
+            ran_since_began = True
+        # Running in the same window as compiling counts for the next window only: within a window the order is
+        # unknown, and the first call of a graph both compiles and runs it.
+        ran |= stacks.ran_frames
+        seen_before = True
+    return CompileHistory(windows=windows, recompiles=recompiles, share=compiling / samples if samples else 0.0,
+                          began=began, under_way_at_attach=under_way_at_attach,
+                          began_before_look_back=began_before_look_back, ran_since_began=ran_since_began,
+                          recompiles_seen=recompiles_seen, ended=ended)
+
+
+def _compiled_code_share(history: Sequence[Frame], main_pid: int) -> float:
+    """The share of the main thread's samples over the compile look-back that ran torch.compile's compiled code.
+    As long a look-back as the compile windows': a GPU-bound main thread shows in a window only a few samples,
+    most of them waiting, and advice must not come and go with them."""
+    compiled = samples = 0
+    for frame in _recent(history, COMPILE_HISTORY_S):
+        stacks = _frame_stacks(frame, main_pid)
+        compiled += stacks.main_compiled_code
         samples += stacks.main_samples
-        compile_share = stacks.main_compile / stacks.main_samples
-        train_share = 1.0 - compile_share
-        did_compile = compile_share >= COMPILE_FRAME_SHARE
-        did_train = train_share >= TRAIN_FRAME_SHARE
-        if did_compile:
-            compiled += 1
-            if did_train or trained_before:
-                recompiles += 1
-        trained_before = trained_before or (did_train and not did_compile)
-    return compiled, recompiles, (compiling / samples if samples else 0.0)
+    return compiled / samples if samples else 0.0
 
 
 def _gpu_summary(frames: list[Frame]) -> GpuSummary:
@@ -642,7 +792,6 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         stuck_stack, stuck_thread = main_dump.frames, main_dump.name or "main thread"
     if state == "hung" and _only_asleep(latest.process(main_pid), stuck_stack, main.samples):
         state = "sleeping"
-    compiled, recompiles, lookback_compile = _compile_windows(history, main_pid)
     active_ticks = [(_tree_cpu(f) or 0.0) >= CPU_PROGRESS_PCT for f in stack_frames if _tree_cpu(f) is not None]
 
     return Evidence(
@@ -666,9 +815,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         stuck_thread=stuck_thread,
         unchanged_for_s=unchanged_for,
         dead_children=_dead_children(_recent(history, max(STACK_WINDOW_S, stuck_for + 2.0)), main_pid),
-        compile_windows=compiled,
-        recompile_windows=recompiles,
-        lookback_compile_share=lookback_compile,
+        compile=compile_history(history, main_pid),
         compile_cpu_pct=compile_cpu,
         disk_wait_threads=sum(p.disk_wait_threads or 0 for p in _alive(latest)),
         read_chars_per_s=_mean(_io_chars_read(f) for f in metric_frames),
@@ -683,6 +830,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         peer_wait=waits_for_peers,
         ranks_on_node=latest.target.ranks_on_node or 1,
         gil=gil_summary(_recent(history, GIL_WINDOW_S), main_pid),
+        compiled_code_share=_compiled_code_share(history, main_pid),
     )
 
 
@@ -743,3 +891,13 @@ def main_thread_counts(frame: Frame, main_pid: int) -> tuple[StackCount, ...]:
 def target_gpu_util_pct(frames: Sequence[Frame]) -> float | None:
     """The target's GPUs' utilisation over the frames, mean; None where NVML read none of them."""
     return _mean(d.util_gpu_pct for f in frames for d in _target_devices(f))
+
+
+def waits_on_busy_gpu(frame: Frame, pid: int) -> bool:
+    """In this frame, the GPUs `pid` runs on (NVML's process list; else the target's) ran kernels at least
+    GPU_WAIT_UTIL_PCT of the time: its main thread's idle samples are waits for the GPU."""
+    devices = _target_devices(frame)
+    own = [d for d in devices
+           if any((p.local_pid if p.local_pid is not None else p.pid) == pid for p in d.processes)]
+    util = _mean(d.util_gpu_pct for d in own or devices)
+    return util is not None and util >= GPU_WAIT_UTIL_PCT

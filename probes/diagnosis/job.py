@@ -572,7 +572,8 @@ def _shared(live: list[_Diagnosed]) -> _Finding | None:
     if waits:
         lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in waits[:8]))
     confidence = min(d.verdict.confidence for d in live)
-    verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice)
+    verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice,
+                      one_time_cost=lead.verdict.one_time_cost)  # a warm-up on every rank promises no speed-up
     return _Finding("shared", verdict, None, tuple(live))
 
 
@@ -587,7 +588,7 @@ def _mixed(live: list[_Diagnosed]) -> _Finding:
             f"rank {d.rank} {d.verdict.bottleneck}" + (f" (waits {_pct(d.wait)})" if d.wait is not None else "")
             for d in others[:RANKS_LISTED]))
     verdict = Verdict(lead.verdict.bottleneck, _job_liveness(live), lead.verdict.confidence, tuple(lines),
-                      lead.verdict.advice)
+                      lead.verdict.advice, one_time_cost=lead.verdict.one_time_cost)
     return _Finding("mixed", verdict, None, tuple(live))
 
 

@@ -1,12 +1,14 @@
 """time_shares(history) -> TimeShares: over the last minutes, the share of wall time the main thread spent in
-each phase of a training loop (compute, data, checkpoint, evaluation, compile, collectives, logging, idle), the
-phases that come back (a checkpoint every few iterations) with their period, and what the verdict's fix can win
-at most.
+each phase of a training loop (compute, data, checkpoint, evaluation, compile, collectives, logging, waiting for
+the GPU, idle), the phases that come back (a checkpoint every few iterations) with their period, and what the
+verdict's fix can win at most.
 
 A verdict names the current window's majority; a checkpoint of 3 s every 18 s is never that majority, yet it
 costs a sixth of the run. This looks over the whole History window instead, from the main thread's sampled
 stacks: each sample counts for 1/rate seconds (the sampler's rate adapts), put in a phase by its activity
-(probes/diagnosis/stacks.py) or, for evaluation and logging, by an outer frame (is_evaluation, is_logging).
+(probes/diagnosis/stacks.py) or, for evaluation and logging, by an outer frame (is_evaluation, is_logging). A sample
+py-spy calls idle is waiting for the GPU where the GPU it runs on was busy in that frame (evidence.py
+waits_on_busy_gpu): a GPU-bound step blocks in CUDA synchronisations with the GIL released, and that is not idle.
 
 Pure: frames in, a TimeShares out, no clock reads. Summaries of a frame are memoised by its stacks' identity.
 """
@@ -18,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.diagnosis.evidence import main_pid_of, main_thread_counts, target_gpu_util_pct
+from probes.diagnosis.evidence import main_pid_of, main_thread_counts, target_gpu_util_pct, waits_on_busy_gpu
 from probes.diagnosis.stacks import (
     CHECKPOINT,
     COMMS,
@@ -38,7 +40,7 @@ from probes.history import recent_frames
 
 SHARES_WINDOW_S = 120.0  # "the last minutes": long enough to hold several cycles of a periodic phase
 MAX_SHARES_FRAMES = 600  # bounds the walk whatever the tick
-PHASES = ("compute", "data", "checkpoint", "evaluation", "compile", "collectives", "logging", "idle")
+PHASES = ("compute", "data", "checkpoint", "evaluation", "compile", "collectives", "logging", "gpu_wait", "idle")
 _PHASE_OF_ACTIVITY = {
     COMPUTE: "compute", DATA_WAIT: "data", DATA_PREP: "data", QUEUE_WAIT: "data", IO: "data",
     CHECKPOINT: "checkpoint", COMPILE: "compile", COMMS: "collectives", WAIT: "idle",
@@ -48,12 +50,23 @@ PERIODIC_PHASES = ("checkpoint", "evaluation", "compile", "logging", "data", "co
 PHASE_WORDS = {
     "compute": "computing", "data": "waiting for data", "checkpoint": "saving a checkpoint",
     "evaluation": "evaluating", "compile": "compiling", "collectives": "in collectives", "logging": "logging",
-    "idle": "idle",
+    "gpu_wait": "waiting for the GPU", "idle": "idle",
 }
+# A phase as a short label beside its share (the shares line, `gputop compare`'s rows), where its key is no word.
+PHASE_LABELS = {"gpu_wait": "GPU wait"}
 # A stack window shows a phase when this share of its samples is in it; the phase recurs when it shows in at
 # least RECURRING_EPISODES separate runs of windows, with windows without it between.
 EPISODE_SHARE = 0.1
 RECURRING_EPISODES = 2
+# torch.compile's warm-up compiles one graph per kind of call, each on its first call, with work between them (the
+# eval graph, an evaluation, then the training graph; the forward, then the backward): two runs of compiling are
+# that warm-up, not a period. Compile recurs from a third run on.
+RECURRING_EPISODES_OF = {"compile": 3}
+# A run of windows showing a phase ends only where the windows without it hold this much of the main thread's
+# sampled time: a real stretch of other work. The sampler's gaps inside one long phase are not its end: a window of
+# 1-5 samples at the settled rate, of which one or two are a stack py-spy caught mid-change (a leaf frame that names
+# no phase, or none), split the one 30 s compile of tests/fixtures/h200/gpt2xl_s1 into two runs "every 14 s".
+RECURRING_GAP_S = 3.0
 RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
 # Each verdict's fix removes the time of these phases, at most: 1 / (1 - their share) is the most it can win.
 _FIX_REMOVES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -61,7 +74,8 @@ _FIX_REMOVES: dict[str, tuple[tuple[str, ...], str]] = {
     "io_bound": (("data",), "if reads kept up (they hold the step {pct} of the time)"),
     "checkpoint_save": (("checkpoint",), "if checkpoints were saved in the background (saving takes {pct} of the "
                                          "time)"),
-    "compile_warmup": (("compile",), "once compiling is done (it takes {pct} of the time)"),
+    # Only a storm: a warm-up ends by itself, and the verdict promises nothing for it (Verdict.one_time_cost).
+    "compile_warmup": (("compile",), "if the recompiles stopped (compiling takes {pct} of the time)"),
     "comms_bound": (("collectives",), "if collectives overlapped with compute (they take {pct} of the time)"),
 }
 MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
@@ -98,12 +112,21 @@ class MaxSpeedup:
     words: str
 
 
-_summaries: dict[tuple[int, int], Counter] = {}  # (id of a frame's stacks, main PID) -> seconds by phase
+# (id of a frame's stacks, main PID, its GPU busy) -> seconds by phase
+_summaries: dict[tuple[int, int, bool], Counter] = {}
+
+
+def phase_label(phase: str) -> str:
+    """'GPU wait' for gpu_wait, the phase's own name otherwise."""
+    return PHASE_LABELS.get(phase, phase.replace("_", " "))
 
 
 def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
     """Seconds of the main thread's samples in this frame, by phase (memoised while the frame lives)."""
-    key = (id(frame.stacks), main_pid)  # unique while the stacks live; the entry goes when they do
+    gpu_busy = waits_on_busy_gpu(frame, main_pid)
+    # Unique while the stacks live, and the entry goes when they do; the GPU's part of the key because a job's
+    # per-rank frames share one frame's stacks with each rank's own GPUs.
+    key = (id(frame.stacks), main_pid, gpu_busy)
     found = _summaries.get(key)
     if found is not None:
         return found
@@ -119,6 +142,8 @@ def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
             phase = "evaluation"  # evaluation computes and loads batches too: its outer frame names it
         elif phase in ("compute", "idle") and is_logging(count.frames):
             phase = "logging"
+        if phase == "idle" and gpu_busy:
+            phase = "gpu_wait"  # blocked while its GPU runs kernels: a CUDA synchronisation, not idleness
         seconds[phase] += count.count * per_sample
     _summaries[key] = seconds
     weakref.finalize(frame.stacks, _summaries.pop, key, None)
@@ -154,21 +179,25 @@ def _watched_pid(frame: Frame) -> int:
 
 
 def _recurring(per_frame: list[tuple[Frame, Counter]], shares: dict[str, float]) -> tuple[RecurringPhase, ...]:
-    """Phases that show in separate runs of stack windows: their starts give the period."""
+    """Phases that show in separate runs of stack windows, RECURRING_GAP_S of other work at least between two
+    runs: their starts give the period."""
     found = []
     for phase in PERIODIC_PHASES:
         if shares.get(phase, 0.0) < RECURRING_MIN_SHARE:
             continue
-        starts, inside = [], False
+        starts: list[float] = []
+        away = RECURRING_GAP_S  # seconds sampled outside the phase since it last showed; the first run starts one
         for frame, seconds in per_frame:
             window = sum(seconds.values())
             if not window:
                 continue  # no window landed this tick: neither in the phase nor out of it
-            shows = seconds[phase] / window >= EPISODE_SHARE
-            if shows and not inside:
-                starts.append(frame.time)
-            inside = shows
-        if len(starts) >= RECURRING_EPISODES:
+            if seconds[phase] / window >= EPISODE_SHARE:
+                if away >= RECURRING_GAP_S:
+                    starts.append(frame.time)
+                away = 0.0
+            else:
+                away += window
+        if len(starts) >= RECURRING_EPISODES_OF.get(phase, RECURRING_EPISODES):
             period = (starts[-1] - starts[0]) / (len(starts) - 1)
             found.append(RecurringPhase(phase, shares[phase], period, len(starts)))
     return tuple(sorted(found, key=lambda r: -r.share))
@@ -215,6 +244,6 @@ def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup
 def shares_summary(shares: TimeShares) -> str:
     """'time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10%', largest first."""
     periods = {r.phase: r.period_s for r in shares.recurring}
-    parts = [f"{phase} {_pct(share)}" + (f" (every ~{periods[phase]:.0f} s)" if phase in periods else "")
+    parts = [f"{phase_label(phase)} {_pct(share)}" + (f" (every ~{periods[phase]:.0f} s)" if phase in periods else "")
              for phase, share in sorted(shares.shares.items(), key=lambda item: -item[1]) if share >= 0.005]
     return f"time, last {_span(shares.window_s)}: " + " · ".join(parts)

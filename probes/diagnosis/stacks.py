@@ -1,7 +1,9 @@
 """What a sampled stack is doing, for the diagnosis: each stack is put in one activity (compiling,
 saving a checkpoint, in a collective, blocked on network reads, waiting for the DataLoader, preparing
 data, waiting, computing) by the library frames it contains, and a thread's samples over a window are
-summed into a profile that also remembers which frame is responsible.
+summed into a profile that also remembers which frame is responsible. Running torch.compile's compiled code
+(runs_compiled_code, is_generated_code) is no activity of its own: it computes or waits as eager code does, but
+the advice must know the model runs compiled.
 
 Pure functions over probes.frame types. Classifying one stack is cached (stacks repeat tick after tick),
 so diagnosing a long history costs little.
@@ -56,6 +58,23 @@ _COMPILE_FILES = (
     "torch/_inductor/codecache.py",
     "torch/_inductor/async_compile.py",
     "torch/_inductor/compile_worker/",
+)
+# Frames of torch.compile's compiled code running (not compiling). Inductor writes the Python that runs each
+# compiled graph (its Runner.call, or call on older torch) into its cache and imports it from there: by default
+# /tmp/torchinductor_<user>/ (seen: /tmp/torchinductor_root/zn/czn2vzooio72….py on CPU, …/bl/cblfrorb….py on an
+# H200). TORCHINDUCTOR_CACHE_DIR moves the cache, but the files keep their layout, <2 characters>/c<the same 2
+# characters><hash>.py, which no file a person writes has.
+_INDUCTOR_CACHE_DIR = "/torchinductor_"
+_GENERATED_FILE = re.compile(r"/([a-z0-9]{2})/c\1[a-z0-9]{20,}\.py$")
+# What runs around and beneath that code: the call of a compiled graph, AOTAutograd's wrappers around its forward
+# and backward (any backend), Inductor's and Triton's kernel launchers.
+_COMPILED_RUNTIME_FILES = (
+    "torch/_inductor/output_code.py",  # CompiledFxGraph.__call__
+    "torch/_functorch/_aot_autograd/runtime_wrappers.py",
+    "torch/_inductor/runtime/triton_heuristics.py",  # CachingAutotuner.run
+    "torch/_inductor/runtime/static_triton_launcher.py",
+    "triton/runtime/",
+    "triton/backends/",
 )
 _CHECKPOINT_MARKERS = (
     ("save", "torch/serialization.py"),
@@ -137,14 +156,30 @@ def short_path(file: str) -> str:
 
 
 def describe(frame: StackFrame) -> str:
-    """'Class.method (file.py:123)'."""
+    """'Class.method (file.py:123)'; Inductor's generated code is named as such, its file by the start of its hash:
+    'Runner.call (torch.compile's generated code czn2vzoo….py:224)'."""
     where = short_path(frame.file) if frame.file else "?"
+    if frame.file and is_generated_code(frame):
+        where = f"torch.compile's generated code {where[:8]}….py"
     return f"{frame.function} ({where}:{frame.line})" if frame.line else f"{frame.function} ({where})"
 
 
 def is_library(frame: StackFrame) -> bool:
-    """True for the interpreter's standard library and installed packages; False for the user's code."""
-    return bool(_LIBRARY_PATH.search(frame.file)) or frame.native
+    """True for the interpreter's standard library, installed packages and the code torch.compile generates;
+    False for the user's code."""
+    return bool(_LIBRARY_PATH.search(frame.file)) or frame.native or is_generated_code(frame)
+
+
+def is_generated_code(frame: StackFrame) -> bool:
+    """The frame runs Python that Inductor generated for a compiled graph (its cache; see _GENERATED_FILE)."""
+    return _INDUCTOR_CACHE_DIR in frame.file or bool(_GENERATED_FILE.search(frame.file))
+
+
+def runs_compiled_code(frames: Sequence[StackFrame]) -> bool:
+    """The stack runs torch.compile's compiled code (generated code, a compiled graph's wrappers, Triton's
+    launchers) and is not compiling: compiling is a phase of its own, running compiled code is the model at work."""
+    return not any(_is_compile(f) for f in frames) and any(
+        is_generated_code(f) or _in_files(f, _COMPILED_RUNTIME_FILES) for f in frames)
 
 
 def _base_name(function: str) -> str:

@@ -29,6 +29,7 @@ from probes.diagnosis.evidence import Evidence, gather
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
+from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
 from probes.frame import Frame, Verdict
 
@@ -104,6 +105,7 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         advice=tuple(candidate.advice),
         since=since,
         stalled_s=round(evidence.stuck_for_s, 1),
+        one_time_cost=candidate.one_time_cost,
     ), evidence
 
 
@@ -149,7 +151,8 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
         kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
                     f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
         advice = [line for line in previous.advice if not is_contention_text(line)]
-        return Candidate(previous.bottleneck, previous.confidence, kept, advice, held_over=True)
+        return Candidate(previous.bottleneck, previous.confidence, kept, advice, held_over=True,
+                         one_time_cost=previous.one_time_cost)
     if held is None or winner.sustained:
         return winner
     if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
@@ -182,6 +185,9 @@ def _wants_cpu(candidate: Candidate, evidence: Evidence) -> bool:
 def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candidate:
     """The rule's finding plus what qualifies it: thin evidence, and CPUs shared with other work."""
     lines, advice = list(candidate.evidence), list(candidate.advice)
+    warmed_up = after_warmup_line(evidence) if candidate.bottleneck != "compile_warmup" else None
+    if warmed_up is not None and warmed_up not in lines:  # a held verdict keeps its lines
+        lines.append(warmed_up)  # when the steady state this verdict describes began
     if thin:
         n = evidence.main.samples
         lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of the main thread so far "

@@ -15,10 +15,11 @@ the probe times the headers (the step counter).
 
 SpeedMonitor also logs ``throughput/device/mfu`` (a fraction, ``Train throughput/device/mfu: 0.4312``) when the
 model has a ``flops_per_batch``: ``flops_per_batch × batches/s ÷ world size ÷ gpu_flops_available``
-(composer/callbacks/speed_monitor.py). The FLOPs are the model's own count (llm-foundry's MPT counts the full
-attention square), and the peak is Composer's ``GPU_AVAILABLE_FLOPS`` for the device name and the trainer's
-precision: an H100 SXM (its name has HBM3) or any H200 989.5 TFLOP/s in bf16, 1979 in fp8; an H100 PCIe 756.5;
-an A100 312; a GPU not in its table gets no MFU. It is shown as a percentage beside gputop's.
+(composer/callbacks/speed_monitor.py). The FLOPs are the model's own count (llm-foundry's MPT counts the whole
+attention score matrix, gputop's convention; another model may count the causal half), and the peak is
+Composer's ``GPU_AVAILABLE_FLOPS`` for the device name and the trainer's precision: an H100 SXM (its name has
+HBM3) or any H200 989.5 TFLOP/s in bf16, 1979 in fp8; an H100 PCIe 756.5; an A100 312; a GPU not in its table
+gets no MFU. It is shown as a percentage beside gputop's.
 
 Reading the lines of a block needs the block: a metric line means nothing alone, so the reader keeps where it is
 (``reader``); ``parse`` reads a header alone.
@@ -30,6 +31,7 @@ import re
 
 from probes.logformats.interface import FormatParser, LineParser, ProgressLine
 from probes.logformats.numbers import NUMBER, number
+from probes.models.convention import PrintedCount
 
 _HEADER = re.compile(r"^(?:\[epoch=(\d+)\])?\[batch=(\d+)(?:/(\d+))?\]:?$")
 _METRIC = re.compile(rf"^Train ([\w/]+): ({NUMBER})$")
@@ -90,4 +92,6 @@ def reader() -> LineParser:
 FORMAT = FormatParser(
     name="composer", parse=parse, reader=reader,
     printed_mfu_against="Composer's peak for the device and precision (989.5 TFLOP/s for an H100 SXM or H200 in bf16)",
+    printed_mfu_counts=PrintedCount(by="Composer's SpeedMonitor", formula="the model's flops_per_batch", attention=None,
+                                    model_note="llm-foundry's MPT: the whole T×T score matrix, as gputop does"),
 )

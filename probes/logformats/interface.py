@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from probes.models.convention import PrintedCount
+
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
 LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
@@ -64,4 +66,8 @@ class FormatParser:
     # What the achieved TFLOP/s per GPU this format prints counts ("Megatron-LM's num_floating_point_operations
     # ..."): said where it differs from gputop's achieved FLOP/s.
     printed_tflops_counts: str | None = None
+    # How the FLOPs behind the MFU or achieved TFLOP/s this format prints count a token, attention above all (the
+    # whole T×T score matrix, as gputop counts, or the causal half): set exactly where the format prints one
+    # (tests/test_logformats.py), said beside the printed figure and used to put gputop's in its terms.
+    printed_mfu_counts: PrintedCount | None = None
     reader: Callable[[], LineParser] | None = None

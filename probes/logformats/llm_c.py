@@ -1,6 +1,9 @@
 """llm.c's train_gpt2.cu step line: ``step   12/5000 | loss 7.123456 (+0.12z)| norm 1.2345 (-0.50z)| lr 6.00e-04 |
 512.34 ms | 41.2% bf16 MFU | 163840 tok/s`` (older builds print no MFU; the ``(z)`` outlier scores are optional too).
-The time is the whole optimizer step, gradient accumulation included. Its MFU is against the GPU's own peak."""
+The time is the whole optimizer step, gradient accumulation included. Its MFU is against the GPU's own peak
+(``get_flops_promised`` for the device and precision). ``gpt2_estimate_mfu`` counts 6·N + 6·L·C·T FLOP per token
+(after Kaplan et al.), C = H·Q: the causal half of the attention score matrix, where gputop counts the whole
+(12·L·H·Q·T), and N with the position embeddings, norms and biases in it."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import re
 
 from probes.logformats.interface import FormatParser, ProgressLine
 from probes.logformats.numbers import NUMBER, number
+from probes.models.convention import PrintedCount
 
 _STEP = re.compile(
     rf"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+({NUMBER}).*?\|\s*lr\s+(?:{NUMBER})\s*\|\s*(\d+\.?\d*)\s*ms\b"
@@ -30,4 +34,7 @@ def parse(text: str) -> ProgressLine | None:
     )
 
 
-FORMAT = FormatParser(name="llm_c", parse=parse)
+FORMAT = FormatParser(
+    name="llm_c", parse=parse,
+    printed_mfu_counts=PrintedCount(by="llm.c's gpt2_estimate_mfu", formula="6·N + 6·L·H·Q·T", attention="causal"),
+)

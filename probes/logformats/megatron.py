@@ -4,9 +4,11 @@ is one optimizer step over the global batch; the time is the log interval's wall
 
 With ``--log-throughput`` the line also has ``throughput per GPU (TFLOP/s/GPU): 402.1``: achieved TFLOP/s, not an
 MFU. training_log computes it as ``num_floating_point_operations(args, batch_size) / (elapsed_time_per_iteration
-* 10**12 * args.world_size)``: the global batch's model FLOPs (its transformer formula, the causal half of the
-attention square, as gputop's families count; no recomputation) over the iteration time and every GPU of the
-job, tensor and pipeline ranks included. gputop shows it beside its own achieved FLOP/s, not beside an MFU."""
+* 10**12 * args.world_size)``: the global batch's model FLOPs (its transformer formula; no recomputation) over the
+iteration time and every GPU of the job, tensor and pipeline ranks included. Since v0.12 that formula counts the
+causal half of the attention score matrix ("causal mask (only half of the mask is non-zero)"), 6·L·H·Q·T per
+token less than gputop's whole matrix; releases before counted the whole. gputop shows the figure beside its own
+achieved FLOP/s, not beside an MFU, and compares it with gputop's counted Megatron's way."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import re
 
 from probes.logformats.interface import FormatParser, ProgressLine
 from probes.logformats.numbers import NUMBER, number
+from probes.models.convention import PrintedCount
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED_MS = re.compile(r"\belapsed time per iteration \(ms\):\s*(\d+\.?\d*)")
@@ -41,6 +44,9 @@ def parse(text: str) -> ProgressLine | None:
 
 FORMAT = FormatParser(
     name="megatron", parse=parse,
-    printed_tflops_counts=("Megatron-LM's num_floating_point_operations for the global batch (the causal half of "
-                           "attention, as gputop counts) over the iteration time and the world size"),
+    printed_tflops_counts=("Megatron-LM's num_floating_point_operations for the global batch, attention over the "
+                           "causal half of the score matrix, over the iteration time and the world size"),
+    # 6·N from its GEMM shapes (norms left out), the causal half of attention: megatron/training/training.py
+    printed_mfu_counts=PrintedCount(by="Megatron-LM's num_floating_point_operations", formula="6·N + 6·L·H·Q·T",
+                                    attention="causal"),
 )

@@ -7,7 +7,7 @@ import re
 
 from probes.logformats.interface import FormatParser, ProgressLine
 from probes.logformats.numbers import NUMBER, number
-from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS
+from probes.models.gpt2 import NANOGPT_COUNTS, NANOGPT_PROMISED_FLOPS
 
 _ITERATION = re.compile(rf"\biter (\d+): loss ({NUMBER}), time (\d+\.?\d*)ms(?:, mfu ({NUMBER})%)?", re.IGNORECASE)
 _EVALUATION = re.compile(rf"\bstep (\d+): train loss ({NUMBER}), val loss ({NUMBER})")
@@ -35,4 +35,5 @@ FORMAT = FormatParser(
     parse=parse,
     # its estimate_mfu divides by the A100's bf16 peak whatever the GPU (the GPT-2 family owns that convention)
     printed_mfu_against=f"an A100's {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s",
+    printed_mfu_counts=NANOGPT_COUNTS,  # 6·N + 12·L·H·Q·T: gputop's count of the GPT-2 family
 )

@@ -3,8 +3,9 @@
 One module per family (``gpt2.py``, ``llama.py``, ``moe.py``) implements ``ModelFamily``; ``FAMILIES`` lists
 them in order and ``PRESETS`` gathers every family's named shapes (they are the choices of ``--model``).
 Beside them: ``hf_config.py`` (a Hugging Face config.json to the shape of the family that reads its
-``model_type``), ``mfu.py`` (achieved FLOP/s and MFU for a shape of any family) and ``peaks.py`` (GPUs'
-dense peak FLOP/s).
+``model_type``), ``mfu.py`` (achieved FLOP/s and MFU for a shape of any family), ``peaks.py`` (GPUs'
+dense peak FLOP/s) and ``convention.py`` (how attention is counted: one convention for every family, the
+whole T×T score matrix, and how the frameworks that print an MFU count theirs).
 
 Adding a family is a new module with a ``FAMILY``, one line in ``FAMILIES``, a row in docs/models.md and a
 fixture of published parameter counts in tests/fixtures/models/ (tests/test_models.py asks for each).
@@ -55,7 +56,13 @@ class ModelFamily(Protocol):
         ...
 
     def flops_per_token(self, shape: Any) -> int:
-        """FLOP for one token's forward and backward pass."""
+        """FLOP for one token's forward and backward pass, attention over the whole score matrix as every family
+        counts it (probes/models/convention.py)."""
+        ...
+
+    def attention_flops_per_token(self, shape: Any) -> int:
+        """The attention term of flops_per_token, 12·L·H·Q·T: what a count of the causal half (Megatron-LM,
+        llm.c) has only half of."""
         ...
 
     def formula_with_values(self, shape: Any) -> str:

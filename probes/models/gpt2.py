@@ -7,7 +7,9 @@ gputop prints can be put next to the one nanoGPT printed:
 
 N is the parameter count without the position embeddings (the lm_head shares the token embedding's
 weight, so it is counted once), L layers, H heads, Q = n_embd / H, T the block size. 6·N is forward
-plus backward through the weights; 12·L·H·Q·T is the attention score and value matmuls.
+plus backward through the weights; 12·L·H·Q·T is the attention score and value matmuls over the whole T×T
+score matrix, the causal mask's zeros included: the convention gputop counts every family by
+(probes/models/convention.py), so a GPT-2's MFU is nanoGPT's arithmetic exactly.
 
 nanoGPT divides by 312 TFLOP/s, the A100's bf16 dense peak, on whatever GPU it runs; on a faster GPU
 that prints an MFU above 100%. ``explain_nanogpt_mfu`` turns such a number back into TFLOP/s and
@@ -20,11 +22,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from probes.models.convention import PrintedCount
+
 if TYPE_CHECKING:  # only for annotations: probes.models.mfu looks families up through this package
     from probes.models.mfu import MfuEstimate
 
 NANOGPT_PROMISED_FLOPS = 312e12  # hard-coded in nanoGPT's estimate_mfu: "A100 GPU bfloat16 peak flops"
 FORMULA = "6·N + 12·L·H·Q·T"
+# How the mfu nanoGPT prints counts a token: this family's formula, so only the peak it divides by differs from
+# gputop's. The nanogpt log format carries it (printed_mfu_counts) and explain_nanogpt_mfu says it.
+NANOGPT_COUNTS = PrintedCount(by="nanoGPT's estimate_mfu", formula=FORMULA, attention="whole")
 
 
 @dataclass(frozen=True)
@@ -80,10 +87,14 @@ def count_params(shape: GptShape, *, include_position_embeddings: bool = False) 
     return total
 
 
+def attention_flops_per_token(shape: GptShape) -> int:
+    """12·L·H·Q·T: QKᵀ and the weighted sum of V over the whole T×T score matrix, forward and backward."""
+    return 12 * shape.n_layer * shape.n_head * shape.head_dim * shape.block_size
+
+
 def flops_per_token(shape: GptShape) -> int:
     """nanoGPT's 6·N + 12·L·H·Q·T for one token of a full-length sequence, forward and backward."""
-    n = count_params(shape)
-    return 6 * n + 12 * shape.n_layer * shape.n_head * shape.head_dim * shape.block_size
+    return 6 * count_params(shape) + attention_flops_per_token(shape)
 
 
 def formula_with_values(shape: GptShape) -> str:
@@ -105,6 +116,7 @@ def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_n
                     f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s")
     lines.append(f"{reported_pct:g}% of {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s = {implied / 1e12:.1f} TFLOP/s "
                  f"achieved{measured}.")
+    lines.append(f"{NANOGPT_COUNTS.words()}: the count is the same, the peak it divides by is not.")
     peak = estimate.peak if estimate is not None else None
     if peak is not None:
         gpu = gpu_name or "this GPU"
@@ -148,6 +160,9 @@ class Gpt2Family:
 
     def flops_per_token(self, shape: GptShape) -> int:
         return flops_per_token(shape)
+
+    def attention_flops_per_token(self, shape: GptShape) -> int:
+        return attention_flops_per_token(shape)
 
     def formula_with_values(self, shape: GptShape) -> str:
         return formula_with_values(shape)

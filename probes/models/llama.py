@@ -6,19 +6,21 @@ attention whose K and V projections are ``num_key_value_heads × head_dim`` wide
 MLP of three matrices of ``intermediate_size``, and an ``lm_head`` of its own unless
 ``tie_word_embeddings``.
 
-FLOP per token follows Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py):
+FLOP per token is torchtitan's ``get_nparams_and_flops`` count (Megatron-LM's ``num_floating_point_operations``
+for the weights), with attention over the whole score matrix as every gputop family counts it
+(probes/models/convention.py):
 
-    FLOP per token = 6·N + 12·L·H·Q·S
+    FLOP per token = 6·N + 12·L·H·Q·T
 
 N is the parameters a token's matmuls touch: every parameter except the input embedding, plus the
 lm_head matmul (V·d) whether or not its weight is tied to the embedding, since the logits are computed
 either way. Norms and biases are in N too (Megatron leaves them out: well under 0.1%). L layers, H query
-heads, Q head_dim; S is the keys a query attends on average (QKᵀ and the weighted sum of V are 2·Q·S
-FLOP each per head forward, three times that with the backward). With a causal mask a query sees half the
-sequence on average, S = T/2, so the term is 6·L·H·Q·T, Megatron's "causal mask (only half of the mask is
-non-zero)". torchtitan's ``get_nparams_and_flops`` and nanoGPT count the full T×T square (S = T,
-12·L·H·Q·T), so their figure is higher by 6·L·H·Q·T. With a sliding window W < T a query sees
-min(position, W) keys, S = W·(1 − W/(2T)); Megatron has no window term.
+heads, Q head_dim, T the sequence: QKᵀ and the weighted sum of V are 2·Q·T FLOP each per head forward, three
+times that with the backward, every query counted against the whole sequence, the causal mask's zeros
+included, as PaLM, nanoGPT and torchtitan count. Megatron-LM (since v0.12) counts the causal half, T/2, so its
+figure is lower by 6·L·H·Q·T. With a sliding window W < T a query reaches W keys, not T: T in the attention
+term is the window (the whole band of the matrix, its causal corner at the start not taken off, as the causal
+half is not taken off without a window); torchtitan and Megatron have no window term.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-FORMULA = "6·N + 12·L·H·Q·S"
+FORMULA = "6·N + 12·L·H·Q·T"
 
 
 @dataclass(frozen=True)
@@ -89,18 +91,23 @@ def embedding_params(shape: AttentionShape) -> int:
     return shape.vocab_size * shape.hidden_size * (1 if shape.tie_word_embeddings else 2)
 
 
-def attended_span(shape: AttentionShape) -> float:
-    """S: keys a query attends on average under the causal mask (and the sliding window, if narrower)."""
-    t = shape.seq_len
-    if shape.window_applies:
-        w = shape.sliding_window
-        return w * (1 - w / (2 * t))
-    return t / 2
+def attention_reach(shape: AttentionShape) -> int:
+    """T of the attention term: the keys a query is counted against, the whole sequence, or the sliding window
+    where it is narrower (never half of either: gputop counts the whole score matrix, convention.py)."""
+    return shape.sliding_window if shape.window_applies else shape.seq_len
 
 
 def attention_score_flops(shape: AttentionShape) -> int:
-    """12·L·H·Q·S: QKᵀ and the weighted sum of V, forward and backward, per token."""
-    return round(12 * shape.num_layers * shape.num_heads * shape.head_dim * attended_span(shape))
+    """12·L·H·Q·T: QKᵀ and the weighted sum of V, forward and backward, per token."""
+    return 12 * shape.num_layers * shape.num_heads * shape.head_dim * attention_reach(shape)
+
+
+def attention_term_with_values(shape: AttentionShape) -> str:
+    """'12·32·32·128·8192', and what T stands for where it is not the sequence (a sliding window)."""
+    term = f"12·{shape.num_layers}·{shape.num_heads}·{shape.head_dim}·{attention_reach(shape)}"
+    if shape.window_applies:
+        term += f" (T: the {shape.sliding_window:,}-token sliding window)"
+    return term
 
 
 def matmul_params(total_params: int, shape: AttentionShape) -> int:
@@ -163,7 +170,7 @@ def flops_per_token(shape: LlamaShape) -> int:
 
 def formula_with_values(shape: LlamaShape) -> str:
     return (f"{FORMULA} = 6·{matmul_params(count_params(shape), shape):,} + "
-            f"12·{shape.num_layers}·{shape.num_heads}·{shape.head_dim}·{attended_span(shape):g}")
+            f"{attention_term_with_values(shape)}")
 
 
 # From each model's config.json as its model card publishes it; seq_len is max_position_embeddings.
@@ -203,6 +210,9 @@ class LlamaFamily:
 
     def flops_per_token(self, shape: LlamaShape) -> int:
         return flops_per_token(shape)
+
+    def attention_flops_per_token(self, shape: LlamaShape) -> int:
+        return attention_score_flops(shape)
 
     def formula_with_values(self, shape: LlamaShape) -> str:
         return formula_with_values(shape)

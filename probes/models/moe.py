@@ -10,11 +10,12 @@ A token's matmuls touch only the experts routed to, so FLOP per token counts the
 way Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py) counts
 ``moe_router_topk`` experts and the shared experts:
 
-    FLOP per token = 6·N_active + 12·L·H·Q·S
+    FLOP per token = 6·N_active + 12·L·H·Q·T
 
 N_active is every parameter but the input embedding and the experts not routed to, plus the lm_head matmul;
-the attention term is the Llama family's (probes/models/llama.py: causal, S = T/2, or the sliding window's
-span). ``params`` is the total, as model cards publish it; ``active_params`` the parameters one token uses.
+the attention term is the Llama family's (probes/models/llama.py: the whole score matrix, as every gputop
+family counts it, T the sequence or the sliding window where narrower; Megatron-LM counts half of it).
+``params`` is the total, as model cards publish it; ``active_params`` the parameters one token uses.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from typing import Any
 
 from probes.models.llama import (
     AttentionShape,
-    attended_span,
     attention_config_fields,
     attention_layer_params,
     attention_score_flops,
+    attention_term_with_values,
     embedding_params,
     matmul_params,
 )
 
-FORMULA = "6·N_active + 12·L·H·Q·S"
+FORMULA = "6·N_active + 12·L·H·Q·T"
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def flops_per_token(shape: MoeShape) -> int:
 
 def formula_with_values(shape: MoeShape) -> str:
     return (f"{FORMULA} = 6·{matmul_params(count_active_params(shape), shape):,} + "
-            f"12·{shape.num_layers}·{shape.num_heads}·{shape.head_dim}·{attended_span(shape):g}")
+            f"{attention_term_with_values(shape)}")
 
 
 # From each model's config.json as its model card publishes it; seq_len is max_position_embeddings.
@@ -125,6 +126,9 @@ class MoeFamily:
 
     def flops_per_token(self, shape: MoeShape) -> int:
         return flops_per_token(shape)
+
+    def attention_flops_per_token(self, shape: MoeShape) -> int:
+        return attention_score_flops(shape)
 
     def formula_with_values(self, shape: MoeShape) -> str:
         return formula_with_values(shape)

@@ -11,6 +11,7 @@ import dataclasses
 import json
 
 from probes.models import ModelShape, family_of
+from probes.models.convention import ATTENTION_CONVENTION
 from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, GptShape, explain_nanogpt_mfu
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
 from probes.models.peaks import PeakFlops, lookup_gpu, peak_flops, user_peak
@@ -25,9 +26,10 @@ MFU_SCHEMA = "gputop.mfu/1"
 class MfuCommand:
     name = "mfu"
     help = "achieved TFLOP/s and MFU of a training run from its iteration time"
-    description = ("The model's FLOP per token (nanoGPT's 6·N + 12·L·H·Q·T for GPT-2; Megatron-LM's count for "
-                   "Llama-shaped and mixture-of-experts models from a config.json) over the iteration time, "
-                   "against the GPU's dense peak. --nanogpt-mfu explains the mfu nanoGPT printed.")
+    description = ("The model's FLOP per token (6·N + 12·L·H·Q·T: nanoGPT's count for GPT-2, torchtitan's for "
+                   "Llama-shaped and mixture-of-experts models from a config.json, attention over the whole T×T "
+                   "score matrix; Megatron-LM counts half of it) over the iteration time, against the GPU's dense "
+                   "peak. --nanogpt-mfu explains the mfu nanoGPT printed.")
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_model_arguments(parser, default_model=None)
@@ -110,6 +112,7 @@ def _mfu_document(args, gpu: str | None, shape: ModelShape, estimate: MfuEstimat
         "active_params": family.active_params(shape),
         "flops_per_token": estimate.flops_per_token,
         "flops_formula": family.formula_with_values(shape),
+        "flops_attention": ATTENTION_CONVENTION,
         "tokens_per_iter": estimate.tokens_per_iter,
         "seconds_per_iter": estimate.seconds_per_iter,
         "flops_per_iter": estimate.flops_per_iter,
@@ -152,6 +155,7 @@ def format_mfu_report(args, shape: ModelShape, estimate: MfuEstimate, doubts: tu
         ("model", f"{model_label(args)}: {shape.describe()}"),
         ("parameters", _parameters(shape)),
         ("FLOP per token", f"{scientific(estimate.flops_per_token)} = {family.formula_with_values(shape)}"),
+        ("attention", ATTENTION_CONVENTION),  # the convention the formula line counts by
         ("FLOP per iter", f"{scientific(estimate.flops_per_iter)} ({estimate.tokens_per_iter:,} tokens)"),
         ("achieved", (f"{estimate.achieved_flops_per_s / 1e12:.1f} TFLOP/s ({estimate.seconds_per_iter:g} s per "
                       f"iteration, {estimate.tokens_per_iter / estimate.seconds_per_iter:,.0f} tokens/s)")),

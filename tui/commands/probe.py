@@ -20,6 +20,7 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
+from probes.models.convention import ATTENTION_CONVENTION
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
 from tui.commands.shared import UsageError, add_peak_tflops_argument, positive_int
 from tui.exitcodes import EXIT_OK
@@ -118,6 +119,7 @@ def format_probe_report(result) -> list[str]:
         ("step", ", ".join(settings)),
         *([("scaled", result.scaling)] if result.scaling else []),
         ("FLOP per token", f"{scientific(result.flops_per_token)} = {result.flops_formula}"),
+        ("attention", ATTENTION_CONVENTION),  # the convention the formula line counts by
         ("tokens", f"{result.batch_size} × {result.shape.block_size} = {result.tokens_per_step:,} per step"
                    + (f"; × {result.grad_accum} = {result.tokens_per_iter:,} per iteration"
                       if result.grad_accum > 1 else "")),

@@ -51,9 +51,18 @@ class ReplayCommand:
             print(f"gputop: {notice}", file=sys.stderr)
         from tui.app import make_app
 
-        make_app(replay_frames=frames, replay_notice=notice, comparison=comparison_inputs(args),
+        make_app(replay_frames=frames, replay_notice=notice, comparison=_comparison(args),
                  hang_after_s=hang_after(args)).run()
         return EXIT_OK
+
+
+def _comparison(args: argparse.Namespace):
+    """What the replayed pace is measured with: what the recording's header carries (the model, tokens per iteration,
+    peak and baseline resolved live, from files this machine may not have) under the options given now."""
+    from probes.pace_inputs import recorded_inputs
+    from probes.recording import read_header
+
+    return comparison_inputs(args, recorded=recorded_inputs(read_header(args.recording)))
 
 
 def _replay_to_snapshot(args: argparse.Namespace) -> int:
@@ -62,7 +71,7 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
     from probes.recording import RecordingError, read_recording, skipped_notice
     from probes.snapshot import write_json_atomic
 
-    comparison = comparison_inputs(args)
+    comparison = _comparison(args)
     check_writable(args.snapshot, "snapshot")
     monitor = None
     skipped: list = []

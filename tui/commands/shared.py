@@ -189,20 +189,26 @@ def hang_after(args: argparse.Namespace) -> float:
     return DEFAULT_HANG_AFTER_S if args.hang_after is None else args.hang_after
 
 
-def comparison_inputs(args: argparse.Namespace):
+def comparison_inputs(args: argparse.Namespace, recorded=None):
     """What the target's progress is compared with (--baseline, --model, --tokens-per-iter, and the peak's
-    --gpu, --peak-tflops, --dtype; without --model or --baseline, the shape the job states on its command
-    line: nanoGPT's, or a Hugging Face config.json it names), or None."""
+    --gpu, --peak-tflops, --dtype), over what the job says of itself: live, the shape and tokens per iteration
+    its command line states (nanoGPT's, or a Hugging Face config.json it names); on replay, `recorded`
+    (probes.pace_inputs.RecordedInputs), what the recording's header carries. None when nothing gives a model."""
     from probes.baseline import BaselineError, PeakOptions, load_comparison_inputs
 
-    stated = None
-    if args.model is None and args.baseline is None and getattr(args, "pid", None):
-        from probes.models.stated import stated_model
-
-        stated = stated_model(args.pid, getattr(args, "log", None))  # a job may name its shape itself
+    peak = PeakOptions(args.gpu, args.peak_tflops, args.dtype)
     try:
-        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter,
-                                      peak=PeakOptions(args.gpu, args.peak_tflops, args.dtype), stated=stated)
+        if recorded is not None:
+            from probes.pace_inputs import replayed_comparison_inputs
+
+            return replayed_comparison_inputs(recorded, args.baseline, args.model, args.tokens_per_iter, peak)
+        stated = None
+        if getattr(args, "pid", None):
+            from probes.models.stated import stated_model
+
+            # A job may name its shape and tokens per iteration itself; its own figures win over a baseline's.
+            stated = stated_model(args.pid, getattr(args, "log", None))
+        return load_comparison_inputs(args.baseline, args.model, args.tokens_per_iter, peak=peak, stated=stated)
     except BaselineError as exc:
         raise UsageError(str(exc)) from None
 

@@ -153,7 +153,8 @@ def pace_text(pace: Pace) -> Text:
         text.append(f" (log {printed_percent(pace.reported_mfu_pct)}%)", style="dim")
     if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
         reference = _seconds(compared.reference_seconds_per_iter)
-        text.append(f" · reference {reference} s: {compared.compute_bound_pct:.0f}% of the compute-bound rate")
+        kind = {True: "compiled ", False: "eager "}.get(compared.reference_compiled, "")
+        text.append(f" · {compared.compute_bound_pct:.0f}% of the {kind}reference's rate ({reference} s)")
     return text
 
 

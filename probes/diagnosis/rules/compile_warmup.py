@@ -1,9 +1,12 @@
-"""compile_warmup: the main thread compiling (torch._dynamo, inductor), inductor's compile workers busy, or a
-recompilation storm (compiling again after training steps had run), with the knobs for each."""
+"""compile_warmup: the main thread compiling (torch._dynamo, inductor) or inductor's compile workers busy, told into
+the one-time warm-up (how long it has run, that it ends by itself) and a recompilation storm (call sites compiling
+again after the job ran on), with the knobs for each; and, once training runs, when the warm-up ended."""
 
 from __future__ import annotations
 
-from probes.diagnosis.evidence import COMPILE_HISTORY_S, Evidence
+import time
+
+from probes.diagnosis.evidence import COMPILE_HISTORY_S, CompileHistory, Evidence
 from probes.diagnosis.rules.lines import percent, sample_count
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 from probes.diagnosis.stacks import COMPILE, describe
@@ -12,6 +15,10 @@ from probes.diagnosis.stacks import COMPILE, describe
 # at this score at least, whatever the share of the last window.
 STORM_MIN_SHARE = 0.15
 STORM_SCORE = 0.4
+# Compiles that keep coming back: call sites compiling again after the job had run on, in this many windows of the
+# look-back. One is a new shape once (a last partial batch, or dynamo's first dynamic-shape recompile): it ends by
+# itself.
+STORM_MIN_RECOMPILES = 2
 
 COMPILE_WARMUP = BottleneckFacts(
     name="compile_warmup",
@@ -25,9 +32,10 @@ COMPILE_WARMUP = BottleneckFacts(
 def evaluate(ev: Evidence) -> Candidate | None:
     share = ev.main.share(COMPILE)
     workers_busy = (ev.compile_cpu_pct or 0.0) >= 50.0
-    storm = ev.recompile_windows >= 2
+    compiles = ev.compile
+    storm = is_storm(compiles)
     # A storm is judged on its whole look-back: one window between compiles must not end it.
-    storm_matters = storm and ev.lookback_compile_share >= STORM_MIN_SHARE
+    storm_matters = storm and compiles.share >= STORM_MIN_SHARE
     if share < 0.05 and not workers_busy and not storm_matters:
         return None
     score = max(share, 0.5 if workers_busy else 0.0, STORM_SCORE if storm_matters else 0.0)
@@ -40,9 +48,9 @@ def evaluate(ev: Evidence) -> Candidate | None:
     if workers_busy:
         lines.append(f"inductor compile workers at {ev.compile_cpu_pct:.0f}% CPU")
     if storm:
-        lines.insert(0, f"recompilation storm: compiling again in {ev.recompile_windows} of "
-                        f"{ev.compile_windows} sample windows after training steps had run "
-                        f"({percent(ev.lookback_compile_share)} of the main thread's samples over the last "
+        lines.insert(0, f"recompilation storm: a call site compiled again after the job had run on, in "
+                        f"{compiles.recompiles} of the {compiles.windows} sample windows that compiled "
+                        f"({percent(compiles.share)} of the main thread's samples over the last "
                         f"{COMPILE_HISTORY_S:.0f} s)")
         advice = [
             ("Find what changes between calls: run with TORCH_LOGS=recompiles (it prints the failing guard, "
@@ -53,14 +61,67 @@ def evaluate(ev: Evidence) -> Candidate | None:
             "function silently runs uncompiled."),
         ]
     else:
+        said = warmup_line(compiles, ev.latest.time)
+        if said is not None:
+            lines.insert(0, said)
         advice = [
-            "Compile warm-up is a one-time cost per shape: steady-state speed comes after it.",
+            ("torch.compile's warm-up is a one-time cost per graph and shape: it ends by itself, and the job's speed "
+             "is the one after it (gputop says when compiling stopped)."),
             ("Keep the inductor cache between runs (TORCHINDUCTOR_CACHE_DIR on local disk); "
             "mode='max-autotune' makes compiling longer."),
         ]
     # A storm outranks the CPU work around it (that work is the training itself; the compiles are the waste),
     # and it is seen over two windows at least, so it may replace a verdict reached before the storm showed.
-    return Candidate("compile_warmup", score, lines, advice, sustained=storm_matters)
+    # A warm-up is a one-time cost: no fix removes it, so no speed-up is promised for it.
+    return Candidate("compile_warmup", score, lines, advice, sustained=storm_matters, one_time_cost=not storm)
+
+
+def is_storm(compiles: CompileHistory) -> bool:
+    """Call sites compiled again after the job had run on, in STORM_MIN_RECOMPILES windows of the look-back at least."""
+    return compiles.recompiles >= STORM_MIN_RECOMPILES
+
+
+def warmup_line(compiles: CompileHistory, now: float) -> str | None:
+    """'torch.compile warm-up: compiling for 39 s so far (under way when gputop attached), no training step seen
+    yet', or, once the main thread runs outside compiling, how long it took and since when nothing compiled. A call
+    site compiling again once (a new shape) is named as such, not as the warm-up. Only what the frames show: a
+    warm-up under way when gputop attached began before what it measures."""
+    if compiles.began is None:
+        return None
+    attached = " (under way when gputop attached)" if compiles.under_way_at_attach else ""
+    what = "torch.compile warm-up" if not compiles.recompiles_seen else "torch.compile recompiling"
+    if compiles.ended is not None:
+        took = _duration(compiles.ended - compiles.began)
+        at_least = "at least " if attached else ""
+        return f"{what} took {at_least}{took}{attached}; no compiling since {_clock(compiles.ended)}"
+    at_least = "at least " if compiles.began_before_look_back else ""  # (the walk's bound, not its start)
+    line = f"{what}: compiling for {at_least}{_duration(now - compiles.began)} so far{attached}"
+    if compiles.recompiles_seen == 1:
+        return line + (": one call site compiled again after the job had run on, once (a new shape, such as a last "
+                       "partial batch: a one-time cost)")
+    if compiles.recompiles_seen:
+        return line + f": call sites compiled again after the job had run on, {compiles.recompiles_seen} times"
+    if not compiles.ran_since_began:
+        return line + ", no training step seen yet"
+    return line + "; each call site compiled once (a new graph each: eval and train, forward and backward)"
+
+
+def after_warmup_line(ev: Evidence) -> str | None:
+    """For a verdict other than compile_warmup: when the warm-up the look-back holds ended, and that nothing has
+    compiled since ('torch.compile warm-up took 2.1 min; no compiling since 14:03:12'). None where no warm-up
+    ended in it, or where what compiled was a storm."""
+    compiles = ev.compile
+    if compiles.ended is None or compiles.recompiles_seen >= STORM_MIN_RECOMPILES or compiles.began_before_look_back:
+        return None  # (a warm-up that began before the look-back ended long ago: its length is not in the frames)
+    return warmup_line(compiles, ev.latest.time)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when))
 
 
 RULE = Rule(concludes=(COMPILE_WARMUP,), evaluate=evaluate)

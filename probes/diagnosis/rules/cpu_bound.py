@@ -1,5 +1,6 @@
 """cpu_bound: the main thread computing on the host, or launching kernels too small to fill the GPU
-(launch-bound), or one long native call; with how much CPU it gets and waits for."""
+(launch-bound), or one long native call; with how much CPU it gets and waits for. A model whose stacks show
+torch.compile (its generated code running, or a compile) is never told to compile."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from probes.diagnosis.rules.signs import (
     LAUNCH_BOUND_SM_ACTIVE_PCT,
     mostly_asleep,
     power_fraction,
+    uses_torch_compile,
 )
-from probes.diagnosis.stacks import COMPUTE, QUEUE_WAIT, WAIT, describe, is_library
+from probes.diagnosis.stacks import COMPUTE, QUEUE_WAIT, WAIT, describe, is_generated_code, is_library
 
 LONG_CALL_S = 3.0
 LONG_CALL_MIN_CPU_PCT = 30.0  # a crowded machine gives a busy call less than a full core
@@ -46,22 +48,29 @@ def evaluate(ev: Evidence) -> Candidate | None:
         and ((g.sm_active_pct is not None and g.sm_active_pct < LAUNCH_BOUND_SM_ACTIVE_PCT)
              or (g.sm_active_pct is None and power is not None and power < LAUNCH_BOUND_POWER_FRACTION))
     )
+    compiled = uses_torch_compile(ev)
     if launch_bound:
         lines = [(f"{gpu_line(ev)}: util is high but the SMs are mostly idle — small kernels, launched one by "
                  "one (launch-bound)"),
                  f"main process at {main_cpu:.0f}% CPU: the host cannot issue kernels faster"]
         if ev.main.samples:
             lines.append(main_share_line(ev, compute, "running on the CPU", COMPUTE))
+        if compiled:
+            launches = ["Cut launch overhead with CUDA graphs: the model already runs compiled; mode='reduce-overhead' "
+                        "in its torch.compile call adds them, where the call does not pass it yet.",
+                        "Give each kernel more work: a larger micro-batch."]
+        else:
+            launches = ["Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead').",
+                        "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile)."]
         return Candidate("cpu_bound", max(0.6, compute), lines, [
-            "Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead').",
-            "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile).",
+            *launches,
             "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
         ], from_metrics=True)
     if compute < 0.05:
         return None
     if ev.main.share(WAIT, QUEUE_WAIT) > compute or mostly_asleep(ev):
-        # It waits (sleeps, polls) more than it works: the idle rule's case. On a crowded machine its bursts
-        # of work stretch while it queues for a core, which must not turn a sleepy loop into a CPU-bound one.
+        # It waits (sleeps, polls, or on a busy GPU) more than it works: not host compute. On a crowded machine its
+        # bursts of work stretch while it queues for a core, which must not turn a sleepy loop into a CPU-bound one.
         return None
     # py-spy's "active" is running or runnable. With schedstat the run queue shows which: a thread that
     # wants the CPU and queues for it is CPU-bound all the same (starved); without it, CPU% weighs the rule.
@@ -88,9 +97,14 @@ def evaluate(ev: Evidence) -> Candidate | None:
                         f"{on_cpu:.0f}% CPU{waits}: a long native operation — slow, not hung")
         advice.append(f"One native call dominates ({call}): check its sizes and dtype (float64 is several "
                       "times slower than float32) and whether it belongs on the GPU.")
+    elif innermost is not None and is_generated_code(innermost):
+        # Inductor's generated code is not the user's Python (nanochat's base_train and litgpt's pretrain on CPU).
+        advice.append(f"The hot frame is {describe(innermost)}: the model already runs compiled, so this is the "
+                      "compiled model's own work on the CPU, not Python to move into tensor operations or compile.")
     elif innermost is not None and not is_library(innermost):
+        how = "" if compiled else ", or torch.compile it"
         advice.append(f"The hot frame is your own Python ({describe(innermost)}): move the loop into tensor "
-                      "operations, or torch.compile it.")
+                      f"operations{how}.")
     if not g.in_use:
         lines.append("no GPU in use by the target: the work runs on the CPU" if g.available else
                      f"no GPU readings ({g.reason or 'NVML unavailable'}): the work runs on the CPU")

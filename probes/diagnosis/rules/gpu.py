@@ -6,7 +6,7 @@ from __future__ import annotations
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import gpu_line, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
-from probes.diagnosis.rules.signs import power_fraction
+from probes.diagnosis.rules.signs import power_fraction, uses_torch_compile
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, WAIT
 
 GPU_BUSY_UTIL_PCT = 80.0
@@ -87,8 +87,9 @@ def evaluate(ev: Evidence) -> Candidate | None:
                       "used) for bigger, more efficient kernels;")
     else:
         advice.append("a larger micro-batch if memory allows (activation checkpointing frees some);")
+    if not uses_torch_compile(ev):  # a model whose stacks show it compiled is not told to compile
+        advice.append("torch.compile to fuse elementwise ops;")
     advice += [
-        "torch.compile to fuse elementwise ops;",
         "fused attention (F.scaled_dot_product_attention / FlashAttention);",
         "bf16 autocast (torch.autocast('cuda', dtype=torch.bfloat16)) and TF32 matmuls if still in fp32.",
     ]

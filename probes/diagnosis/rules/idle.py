@@ -1,12 +1,13 @@
 """idle: the main thread waiting (sleeping, polling, a lock) or asleep by schedstat, with little CPU and no
-producer at work: it is not training most of the time."""
+producer at work: it is not training most of the time. Waiting while its GPU runs kernels is waiting for the GPU
+(a CUDA synchronisation with the GIL released, which py-spy calls idle), never idle."""
 
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import hot_spot, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
-from probes.diagnosis.rules.signs import IDLE_MAX_CPU_PCT, mostly_asleep, producer_busy
+from probes.diagnosis.rules.signs import IDLE_MAX_CPU_PCT, mostly_asleep, producer_busy, waits_on_gpu
 from probes.diagnosis.stacks import QUEUE_WAIT, WAIT
 
 IDLE = BottleneckFacts(
@@ -19,15 +20,18 @@ IDLE = BottleneckFacts(
 
 
 def evaluate(ev: Evidence) -> Candidate | None:
-    waiting = ev.main.share(WAIT, QUEUE_WAIT)
-    asleep = mostly_asleep(ev)
+    # A busy GPU: the main thread's generic waits are its CUDA synchronisations; only a queue's wait may be idle.
+    on_gpu = waits_on_gpu(ev)
+    idle_activities = (QUEUE_WAIT,) if on_gpu else (WAIT, QUEUE_WAIT)
+    waiting = ev.main.share(*idle_activities)
+    asleep = mostly_asleep(ev) and not on_gpu
     if (waiting < 0.3 and not asleep) or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= IDLE_MAX_CPU_PCT):
         return None
     if ev.main.share(QUEUE_WAIT) >= 0.3 and producer_busy(ev):
         return None  # waiting on a working producer: the data rule's case
     if waiting >= 0.3:
-        where = hot_spot(ev.main, WAIT, QUEUE_WAIT)
-        lines = [main_share_line(ev, waiting, "waiting", WAIT, QUEUE_WAIT)]
+        where = hot_spot(ev.main, *idle_activities)
+        lines = [main_share_line(ev, waiting, "waiting", *idle_activities)]
     else:  # py-spy caught it runnable; schedstat says it slept
         where = hot_spot(ev.main, *ev.main.by_activity)
         waiting = ev.asleep_pct() / 100.0

@@ -41,6 +41,9 @@ class Candidate:
     # Its finding already spans several sample windows (a recompilation storm): it replaces the previous
     # verdict without the switch margin, which is there for one noisy window.
     sustained: bool = False
+    # What it names is a one-time cost that ends by itself (torch.compile's warm-up): no fix removes it, so the
+    # verdict promises no speed-up for it (Verdict.one_time_cost).
+    one_time_cost: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Readings of the Evidence that more than one rule weighs: the GPU's power against its limit, a producer
-working while the main thread waits, a main thread that mostly sleeps, and a GPU busy with kernels too small
-to occupy its SMs."""
+working while the main thread waits, a main thread that mostly sleeps, a GPU busy with kernels too small
+to occupy its SMs, a GPU busy enough that waiting means waiting for it, and stacks that show torch.compile."""
 
 from __future__ import annotations
 
-from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT, Evidence
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, IO
 
 # A GPU at high util with fewer SMs active than this (or, without SM activity, drawing less power than this
@@ -29,6 +29,19 @@ def producer_busy(ev: Evidence) -> bool:
     if ev.others.samples and ev.others.share(COMPUTE, DATA_PREP, IO) >= 0.3:
         return True
     return any(p.pid != ev.main_pid and (p.cpu_pct or 0.0) >= 20.0 for p in ev.latest.processes if p.alive)
+
+
+def waits_on_gpu(ev: Evidence) -> bool:
+    """The target's GPUs ran kernels at least GPU_WAIT_UTIL_PCT of the metric window (see evidence.py): a main
+    thread that waits there (idle samples, or asleep by schedstat) waits in a CUDA synchronisation, not idly."""
+    g = ev.gpu
+    return g.in_use and g.util_pct is not None and g.util_pct >= GPU_WAIT_UTIL_PCT
+
+
+def uses_torch_compile(ev: Evidence) -> bool:
+    """The main thread's stacks show torch.compile: its compiled code running (over the compile look-back), or a
+    compile (over the warm-up's). Such a model is never told to compile."""
+    return ev.compiled_code_share > 0.0 or ev.compile.began is not None
 
 
 def mostly_asleep(ev: Evidence) -> bool:
