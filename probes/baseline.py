@@ -22,7 +22,7 @@ from probes.frame import Frame, ProgressReading, from_jsonable
 from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
 from probes.logformats import known_format
 from probes.models import FAMILIES, ModelShape, family_of
-from probes.models.gpt2 import explain_nanogpt_mfu
+from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, explain_nanogpt_mfu
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
 from probes.models.peaks import PeakFlops, peak_flops, user_peak
@@ -148,7 +148,7 @@ class ComparisonInputs:
     stated_by: str | None = None  # where the shape came from when the job stated it, not the options
     tokens_source: str = "--tokens-per-iter"  # where tokens_per_iter came from, said beside tokens/s
     notes: tuple[str, ...] = ()  # an option given over what the job states, said with the pace
-    no_mfu_why: str | None = None  # why there can be no MFU and what to pass, where the generic line is not it
+    no_mfu_why: str | None = None  # why gputop cannot count the FLOPs, what to pass (where the generic line is not it)
 
 
 def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_per_iter: int | None,
@@ -227,6 +227,10 @@ class ProgressComparison:
     peak_dtype: str | None = None
     peak_source: str | None = None
     corrected_mfu_pct: float | None = None  # observed tokens/s × FLOP per token / peak
+    # Where corrected_mfu_pct's FLOPs come from when gputop could not count them itself: "nanoGPT's own count" for
+    # nanoGPT's printed mfu re-based to the real peak (the same formula as gputop's, so the same figure); None when
+    # gputop counted them from the shape.
+    mfu_basis: str | None = None
     reported_mfu_pct: float | None = None  # what the log printed
     reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
     lines: tuple[str, ...] = ()
@@ -372,9 +376,20 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     reported = progress.reported_mfu_pct
     printed = (f"; the log printed {printed_percent(reported)}%{_how_the_log_counts(progress.format)}"
                if reported is not None else "")
-    if estimate is None:
+    # Without the shape gputop cannot count the FLOPs, but nanoGPT has: its printed mfu is its own 6·N + 12·L·H·Q·T
+    # (gputop's convention) over 312 TFLOP/s, so re-based to the GPU's real peak it is the MFU, on nanoGPT's count.
+    rebased_peak = _peak(inputs, gpu_name) if estimate is None and progress.format == "nanogpt" \
+        and reported is not None and reported > 0 else None
+    if rebased_peak is not None:
+        corrected = reported / 100.0 * NANOGPT_PROMISED_FLOPS / rebased_peak.flops_per_s * 100.0
+        lines.append(f"MFU {corrected:.1f}% by nanoGPT's own FLOP count: the log's {printed_percent(reported)}% × "
+                     f"{NANOGPT_PROMISED_FLOPS / 1e12:.0f} / {rebased_peak.flops_per_s / 1e12:.1f} TFLOP/s, "
+                     f"{inputs.peak.gpu or gpu or 'the GPU'}'s {rebased_peak.dtype} dense peak. gputop's own count "
+                     + (f"needs the shape: {inputs.no_mfu_why}." if inputs.no_mfu_why else
+                        "needs the shape: pass --model PRESET or config.json."))
+    elif estimate is None:
         if inputs.no_mfu_why is not None:
-            lines.append(inputs.no_mfu_why)
+            lines.append(f"No MFU: {inputs.no_mfu_why}.")
         elif baseline is None or tokens:  # else the first line has said to pass --tokens-per-iter
             lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
@@ -394,7 +409,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
                 lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak,
                                                        progress.format))
         elif disagree or (corrected is None and reported > 100):
-            lines += explain_nanogpt_mfu(reported, estimate, gpu)
+            lines += explain_nanogpt_mfu(reported, estimate, gpu, peak=rebased_peak)
     printed_tflops = progress.reported_tflops_per_gpu
     if printed_tflops is not None:
         lines.append(_printed_tflops_line(printed_tflops, estimate, progress.format, inputs.shape))
@@ -403,7 +418,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     if inputs.stated_by is not None and inputs.shape is not None:
         lines.append(f"Model from {inputs.stated_by}: {inputs.shape.describe()}.")
 
-    peak = estimate.peak if estimate is not None else None
+    peak = estimate.peak if estimate is not None else rebased_peak
     per_token = estimate.flops_per_token if estimate is not None else \
         family_of(inputs.shape).flops_per_token(inputs.shape) if inputs.shape is not None else None
     return ProgressComparison(
@@ -419,11 +434,13 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         other_cost_pct=other,
         model=inputs.model,
         flops_per_token=per_token,
-        achieved_flops_per_s=estimate.achieved_flops_per_s if estimate is not None else None,
+        achieved_flops_per_s=estimate.achieved_flops_per_s if estimate is not None else
+        reported / 100.0 * NANOGPT_PROMISED_FLOPS if rebased_peak is not None else None,
         peak_flops_per_s=peak.flops_per_s if peak is not None else None,
         peak_dtype=peak.dtype if peak is not None else None,
         peak_source=peak.source if peak is not None else None,
         corrected_mfu_pct=corrected,
+        mfu_basis="nanoGPT's own count" if rebased_peak is not None else None,
         reported_mfu_pct=reported,
         reported_tflops_per_gpu=printed_tflops,
         lines=tuple(lines),

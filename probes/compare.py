@@ -197,7 +197,8 @@ def _summary_from_snapshot(document: dict[str, Any], path: str, label: str, kind
     if resolved.tokens_assumed:  # an older gputop's MFU from the probe's tokens per iteration: not the job's
         baseline = {**baseline, "corrected_mfu_pct": None}
     if baseline.get("corrected_mfu_pct") is not None:
-        mfu, mfu_from = baseline["corrected_mfu_pct"], "gputop's"
+        basis = baseline.get("mfu_basis")  # nanoGPT's printed mfu re-based to the GPU's peak, where no shape was known
+        mfu, mfu_from = baseline["corrected_mfu_pct"], f"gputop's, by {basis}" if basis else "gputop's"
     elif progress.get("reported_mfu_pct") is not None:
         mfu, mfu_from = progress["reported_mfu_pct"], printed_mfu_words(progress.get("format"))
     else:

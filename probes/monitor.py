@@ -308,7 +308,8 @@ def pace_line(pace: Pace | None) -> str | None:
         printed += (f"; {compared.achieved_flops_per_s / 1e12:.1f} TFLOP/s achieved, the log's "
                     f"{compared.reported_tflops_per_gpu:g} TFLOP/s per GPU{differs}")
     of = f" on the {pace.gpu_name}" if pace.gpu_name else ""
-    line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{printed}"
+    basis = f" by {compared.mfu_basis}" if compared.mfu_basis else ""
+    line = f"{pace.seconds_per_iter:.1f} s/iter = {mfu_percent(compared.corrected_mfu_pct)}% MFU{of}{basis}{printed}"
     if compared.compute_bound_pct is not None:
         kind = "compiled " if compared.reference_compiled else "eager " if compared.reference_compiled is False else ""
         line += f"; {compared.compute_bound_pct:.0f}% of the {kind}reference step's rate"

@@ -222,9 +222,11 @@ def replayed_comparison_inputs(recorded: RecordedInputs, baseline_path: str | No
 
 
 def _no_mfu_why(recorded: RecordedInputs) -> str:
+    """Why gputop cannot count the FLOPs from what was recorded, and what to pass (the pace says it after "No MFU:",
+    or beside an MFU the job's log counted itself)."""
     if recorded.unread:
-        return f"No MFU: {recorded.where} carries {'; '.join(recorded.unread)}: {WHAT_TO_PASS}."
+        return f"{recorded.where} carries {'; '.join(recorded.unread)}: {WHAT_TO_PASS}"
     if recorded.model is not None:
-        return (f"No MFU: the recording names the model {recorded.model} but not its shape (an older gputop wrote "
-                f"it): {WHAT_TO_PASS}.")
-    return f"No MFU: the recording does not name the model: {WHAT_TO_PASS}, or --baseline."
+        return (f"the recording names the model {recorded.model} but not its shape (an older gputop wrote it): "
+                f"{WHAT_TO_PASS}")
+    return f"the recording does not name the model: {WHAT_TO_PASS}, or --baseline"

@@ -130,7 +130,10 @@ def test_without_the_jobs_tokens_per_iteration_nothing_rests_on_the_probes():
                               shape=PRESETS["gpt2-xl"])
     result = compare_progress(nanogpt_reading(), inputs, None)
     assert result.tokens_per_iter is None and not result.tokens_per_iter_assumed
-    assert result.observed_tokens_per_s is None and result.corrected_mfu_pct is None
+    assert result.observed_tokens_per_s is None and result.flops_per_token is not None
+    # The only MFU is nanoGPT's own printed figure re-based to the probe's GPU: it rests on no tokens per iteration.
+    assert result.mfu_basis == "nanoGPT's own count"
+    assert result.corrected_mfu_pct == pytest.approx(nanogpt_reading().reported_mfu_pct * 312 / 989.5)
     assert result.compute_bound_pct is None and result.other_cost_pct is None
     assert "the job's tokens per iteration are not known" in result.lines[0]
     assert "pass --tokens-per-iter N" in result.lines[0]

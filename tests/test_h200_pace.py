@@ -56,13 +56,35 @@ def test_replay_shows_the_live_mfu_and_the_312_explanation(tmp_path):
     assert carried["tokens_per_iter"] == 131_072 and carried["flops_per_token"] == 10_274_918_400
 
 
-def test_the_old_header_replays_and_says_why_there_is_no_mfu(tmp_path):
-    document = replayed(recording("gpt2xl_s2", tmp_path))  # as the GPU machine wrote it: model name only
+def test_the_old_header_replays_with_nanogpts_own_mfu_against_the_h200(tmp_path):
+    # As the GPU machine wrote it: the model's name, not its shape, so gputop cannot count the FLOPs itself. nanoGPT
+    # has, by gputop's own formula: its printed 168.77% × 312 / 989.5 is the MFU, and the replay says whose count it is.
+    document = replayed(recording("gpt2xl_s2", tmp_path))
     pace = document["progress"]["baseline"]
-    assert pace["corrected_mfu_pct"] is None and pace["tokens_per_iter"] == 131_072
+    assert pace["tokens_per_iter"] == 131_072 and pace["flops_per_token"] is None
+    assert pace["corrected_mfu_pct"] == pytest.approx(168.77 * 312 / 989.5, abs=0.01)
+    assert pace["mfu_basis"] == "nanoGPT's own count"
+    assert ("2.6 s/iter = 53% MFU on the NVIDIA H200 by nanoGPT's own count; the log's 169% is against an A100's "
+            "312 TFLOP/s") in document["verdict"]["evidence"]
+    text = pace_lines(document)
+    assert "MFU 53.2% by nanoGPT's own FLOP count: the log's 169% × 312 / 989.5 TFLOP/s" in text
+    assert "pass --model" in text
+    assert "51,132 tokens/s (131,072 tokens per iteration, the recording's header)" in text
+
+
+def test_the_old_header_of_a_job_that_prints_no_mfu_says_why_there_is_none(tmp_path):
+    path = recording("gpt2xl_s2", tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    # The same frames with the log's printed mfu taken out: nothing left to count the FLOPs by.
+    frames = [json.loads(line) for line in lines[1:]]
+    for frame in frames:
+        if frame.get("progress"):
+            frame["progress"]["reported_mfu_pct"] = None
+    path.write_text(lines[0] + "".join(json.dumps(frame) + "\n" for frame in frames))
+    document = replayed(path)
+    assert document["progress"]["baseline"]["corrected_mfu_pct"] is None
     text = pace_lines(document)
     assert "the recording names the model nanoGPT but not its shape" in text and "pass --model" in text
-    assert "51,132 tokens/s (131,072 tokens per iteration, the recording's header)" in text
 
 
 def test_options_given_on_replay_win_and_are_said(tmp_path):
@@ -84,7 +106,7 @@ def test_a_header_from_a_newer_gputop_replays(tmp_path):
     path.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
     document = replayed(path)
     text = pace_lines(document)
-    assert document["progress"]["baseline"]["corrected_mfu_pct"] is None
+    assert document["progress"]["baseline"]["mfu_basis"] == "nanoGPT's own count"  # not gputop's: no shape read
     assert "rotary_fraction" in text and "pass --model" in text
     header["pace_inputs"]["shape"].pop("rotary_fraction")  # only unknown fields beside the shape: read as before
     path.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
@@ -116,7 +138,9 @@ def test_where_the_jobs_tokens_are_unknown_nothing_rests_on_the_probes(tmp_path)
     header.update(model=None, tokens_per_iter=None)  # a recording made with no model and no tokens known
     plain.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
     pace = replayed(plain, "--baseline", PROBE_COMPILED)["progress"]["baseline"]
-    assert pace["tokens_per_iter"] is None and pace["corrected_mfu_pct"] is None
+    assert pace["tokens_per_iter"] is None and pace["observed_tokens_per_s"] is None
+    # The only MFU left is nanoGPT's own, which rests on its own count, not on any tokens per iteration.
+    assert pace["corrected_mfu_pct"] is None or pace["mfu_basis"] == "nanoGPT's own count"
     assert pace["compute_bound_pct"] is None and pace["other_cost_pct"] is None
     text = "\n".join(pace["lines"])
     assert "pass --tokens-per-iter" in text and "cost ~" not in text

@@ -71,8 +71,12 @@ def test_older_headers_give_what_they_can():
     named = replayed_comparison_inputs(recorded_inputs({"model": "nanoGPT", "tokens_per_iter": 131_072}),
                                        None, None, None)
     assert named.shape is None and named.tokens_per_iter == 131_072
-    lines = compare_progress(nanogpt_reading(2.56, 168.77), named, H200).lines
+    lines = compare_progress(dataclasses.replace(nanogpt_reading(2.56, 168.77), format="generic"), named, H200).lines
     assert "No MFU: the recording names the model nanoGPT but not its shape" in lines[2]
+    # nanoGPT's log counted the FLOPs itself: its printed mfu, re-based to the H200, and why gputop's count is missing.
+    lines = compare_progress(nanogpt_reading(2.56, 168.77), named, H200).lines
+    assert lines[2].startswith("MFU 53.2% by nanoGPT's own FLOP count")
+    assert "needs the shape: the recording names the model nanoGPT but not its shape" in lines[2]
     assert replayed_comparison_inputs(recorded_inputs({"pid": 1}), None, None, None) is None
     assert replayed_comparison_inputs(recorded_inputs(None), None, None, None) is None
 

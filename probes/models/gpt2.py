@@ -26,6 +26,7 @@ from probes.models.convention import PrintedCount
 
 if TYPE_CHECKING:  # only for annotations: probes.models.mfu looks families up through this package
     from probes.models.mfu import MfuEstimate
+    from probes.models.peaks import PeakFlops
 
 NANOGPT_PROMISED_FLOPS = 312e12  # hard-coded in nanoGPT's estimate_mfu: "A100 GPU bfloat16 peak flops"
 FORMULA = "6·N + 12·L·H·Q·T"
@@ -103,8 +104,10 @@ def formula_with_values(shape: GptShape) -> str:
             f"12·{shape.n_layer}·{shape.n_head}·{shape.head_dim}·{shape.block_size}")
 
 
-def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_name: str | None) -> list[str]:
-    """Sentences that turn nanoGPT's printed mfu back into TFLOP/s and an MFU against the real peak."""
+def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_name: str | None,
+                        peak: PeakFlops | None = None) -> list[str]:
+    """Sentences that turn nanoGPT's printed mfu back into TFLOP/s and an MFU against the real peak: the
+    estimate's, else `peak` (the GPU's, known where the model's shape is not)."""
     implied = reported_pct / 100.0 * NANOGPT_PROMISED_FLOPS
     lines = [
         (f"nanoGPT's mfu divides by {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s, the A100's bf16 dense peak "
@@ -117,10 +120,11 @@ def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_n
     lines.append(f"{reported_pct:g}% of {NANOGPT_PROMISED_FLOPS / 1e12:.0f} TFLOP/s = {implied / 1e12:.1f} TFLOP/s "
                  f"achieved{measured}.")
     lines.append(f"{NANOGPT_COUNTS.words()}: the count is the same, the peak it divides by is not.")
-    peak = estimate.peak if estimate is not None else None
+    peak = estimate.peak if estimate is not None else peak
     if peak is not None:
         gpu = gpu_name or "this GPU"
-        ours = f" ({estimate.mfu * 100:.1f}% from the iteration time)" if estimate.mfu is not None else ""
+        ours = f" ({estimate.mfu * 100:.1f}% from the iteration time)" \
+            if estimate is not None and estimate.mfu is not None else ""
         lines.append(f"Against {gpu}'s {peak.flops_per_s / 1e12:.1f} TFLOP/s {peak.dtype} dense peak that is "
                      f"{implied / peak.flops_per_s * 100:.1f}% MFU{ours}.")
     else:
