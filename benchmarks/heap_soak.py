@@ -72,9 +72,9 @@ def frame_census(out: Path, elapsed: float) -> str:
     DEFAULT_HISTORY_FRAMES, so more than that alive means something else keeps frames the History let go."""
     from probes.diagnosis import evidence, job, stacks
     from probes.frame import Frame
-    from probes.history import DEFAULT_HISTORY_FRAMES
-    from probes.pyspy import StackSampler
-    from probes.pyspy_output import frame_cache_size, stack_cache_size
+    from probes.monitoring.history import DEFAULT_HISTORY_FRAMES
+    from probes.sampling.pyspy import StackSampler
+    from probes.sampling.pyspy_output import frame_cache_size, stack_cache_size
 
     objects = gc.get_objects()
     frames = [o for o in objects if type(o) is Frame]

@@ -32,8 +32,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.node_overhead import start_job, stop_job  # noqa: E402
-from probes import engine, monitor, proctree, pyspy, sampling_policy, tree_sampling  # noqa: E402
 from probes.jobs import tracker  # noqa: E402
+from probes.monitoring import engine, monitor  # noqa: E402
+from probes.sampling import pyspy, sampling_policy, tree_sampling  # noqa: E402
+from probes.sensors import proctree  # noqa: E402
 
 # (owner, attribute): the functions whose thread CPU time is summed
 TIMED = [

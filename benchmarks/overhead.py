@@ -42,7 +42,7 @@ def run_phase(kind: str, pid: int, rate: float, seconds: float, progress: Path, 
     if kind == "pyspy":
         cmd = pin + ["py-spy", "record", "--pid", str(pid), "--rate", f"{rate:g}", "--nonblocking",
                      "--idle", "--threads", "--format", "raw", "--duration", f"{seconds:g}", "-o", os.devnull]
-    elif kind == "pyspy-gil":  # what a GIL window adds (probes/pyspy.py): the GIL holder's stack per look
+    elif kind == "pyspy-gil":  # what a GIL window adds (probes/sampling/pyspy.py): the GIL holder's stack per look
         cmd = pin + ["py-spy", "record", "--pid", str(pid), "--rate", f"{rate:g}", "--nonblocking", "--gil",
                      "--threads", "--format", "raw", "--duration", f"{seconds:g}", "-o", os.devnull]
     elif kind == "gputop":

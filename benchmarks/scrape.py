@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from probes.exporter import GputopCollector, WatchedView
 from probes.frame import (
     CpuReading,
     Frame,
@@ -39,7 +38,8 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
-from probes.monitor import MonitorView, Pace
+from probes.monitoring.monitor import MonitorView, Pace
+from probes.outputs.exporter import GputopCollector, WatchedView
 
 HISTORY = 120  # frames per view, as a Monitor keeps them (only the latest is read)
 SITE = "/opt/venv/lib/python3.11/site-packages/"

@@ -14,7 +14,7 @@ size of the recording (which grows by design: one JSON line per frame). The seri
 ``OUT/series.csv`` as it is taken; ``OUT/summary.json`` and the printed summary say:
 
 * RSS after warm-up against RSS at the end, and the largest growth after warm-up, in %. Warm-up ends
-  once gputop's frame history (probes/history.py, 600 frames = 10 min at the default 1 s tick) has
+  once gputop's frame history (probes/monitoring/history.py, 600 frames = 10 min at the default 1 s tick) has
   filled, plus a minute, so memory that grows by design until then is not counted; a run too short
   for that takes its first half as warm-up (``--warmup`` overrides).
 * fds, threads and py-spy children: min/max after warm-up, the max during warm-up, the end value, and a
@@ -57,9 +57,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 GPUTOP_TICK_S = 1.0  # gputop's default --interval
-HISTORY_FRAMES = 600  # probes.history.DEFAULT_HISTORY_FRAMES (read from there when importable)
+HISTORY_FRAMES = 600  # probes.monitoring.history.DEFAULT_HISTORY_FRAMES (read from there when importable)
 try:
-    from probes.history import DEFAULT_HISTORY_FRAMES as HISTORY_FRAMES
+    from probes.monitoring.history import DEFAULT_HISTORY_FRAMES as HISTORY_FRAMES
 except ImportError:  # pragma: no cover - the soak still runs from a bare checkout
     pass
 

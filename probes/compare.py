@@ -4,7 +4,8 @@ and a short verdict in words of what made the difference.
 
 Headless: `load_run` reads one input into a `RunSummary` (CompareError, one line, for input that is not a run),
 `compare_runs` puts two side by side, `render_text` and `to_json` show the result. A recording is folded through
-`probes.monitor.fold`'s Monitor exactly as `gputop replay --snapshot` does; a log is read line by line with the log
+`probes.monitoring.monitor.fold`'s Monitor exactly as `gputop replay --snapshot` does; a log is read line by line with
+the log
 formats of probes/logformats. FLOPs per token come from the GPT-2 family (probes/models/gpt2.py) when a run's
 configuration names its shape.
 """
@@ -20,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.baseline import BaselineError, baseline_from_data
 from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT
 from probes.diagnosis.shares import phase_label
 from probes.diagnosis.stacks import (
@@ -33,12 +33,13 @@ from probes.diagnosis.stacks import (
     ThreadProfile,
     is_main_thread,
 )
-from probes.gpt_probe import PROBE_SCHEMA
 from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
 from probes.models.nanogpt_config import configurator_overrides
-from probes.snapshot import SNAPSHOT_SCHEMA
+from probes.outputs.snapshot import SNAPSHOT_SCHEMA
+from probes.reference.baseline import BaselineError, baseline_from_data
+from probes.reference.gpt_probe import PROBE_SCHEMA
 
 # nanoGPT's vocabulary (GPT-2's 50257 padded to a multiple of 64), assumed when a run's configuration gives none.
 DEFAULT_VOCAB_SIZE = 50304
@@ -157,9 +158,9 @@ def _read_snapshot(path: str) -> dict[str, Any]:
 def _fold_recording(path: str) -> tuple[dict[str, Any], dict[str, float]]:
     """The recording's snapshot, folded as `gputop replay --snapshot` folds it, and its main thread's activity
     shares over every frame, for a snapshot that carries no time_shares of its own."""
-    from probes.monitor import Monitor
-    from probes.pace_inputs import recorded_inputs, replayed_comparison_inputs
-    from probes.recording import RecordingError, read_header, read_recording
+    from probes.monitoring.monitor import Monitor
+    from probes.outputs.recording import RecordingError, read_header, read_recording
+    from probes.reference.pace_inputs import recorded_inputs, replayed_comparison_inputs
 
     # The model, tokens per iteration and peak the live run resolved, from the header, as replay reads them.
     monitor = Monitor(replay=True, comparison=replayed_comparison_inputs(recorded_inputs(read_header(path)),
@@ -252,7 +253,8 @@ class _Resolved:
     tokens_assumed: bool = False  # an older gputop took the probe's for the job's
 
 
-# What an older snapshot's pace lines said of its tokens and model (probes/baseline.py compare_progress), before
+# What an older snapshot's pace lines said of its tokens and model (probes/reference/baseline.py compare_progress),
+# before
 # the snapshot carried them as data (pace_inputs).
 _TOKENS_LINE = re.compile(r"^[\d,]+ tokens/s \(([\d,]+) tokens per iteration, (.+)\)\.$")
 _MODEL_LINE = re.compile(r"^Model from (.+): ([^:]+)\.$")
@@ -263,7 +265,7 @@ def _resolved_model(document: Mapping[str, Any]) -> _Resolved:
     """What the snapshot says gputop resolved: its pace_inputs, else (a snapshot written before them) what its
     pace's own lines and figures say: the FLOPs per token, the model's name, the "Model from ..." line with the
     shape in words, and the tokens per iteration with their source. A label is only ever the source gputop named."""
-    from probes.pace_inputs import recorded_inputs
+    from probes.reference.pace_inputs import recorded_inputs
 
     recorded = recorded_inputs(document, where="the snapshot", suffix="")
     if recorded.shape is not None or recorded.tokens_per_iter:
@@ -479,7 +481,8 @@ def _against_reference(job: RunSummary, probe: RunSummary) -> list[str]:
     reference_rate, at = probe.tokens_per_s, "at the probe's batch"
     if job.tokens_per_iter and job.tokens_per_iter != probe.tokens_per_iter and probe.tokens_per_step \
             and probe.fwd_bwd_seconds and probe.optimizer_seconds is not None:
-        # As the live pace predicts it (probes/baseline.py): the job's micro-steps of the probe's batch and one
+        # As the live pace predicts it (probes/reference/baseline.py): the job's micro-steps of the probe's batch and
+        # one
         # optimizer step; the probe's own tokens/s pays that step every batch and would flatter the job.
         micro_steps = job.tokens_per_iter / probe.tokens_per_step
         reference_rate = job.tokens_per_iter / (micro_steps * probe.fwd_bwd_seconds + probe.optimizer_seconds)

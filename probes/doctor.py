@@ -1,9 +1,9 @@
 """What gputop can and cannot see here, and how to fix each: the checks behind `gputop doctor` and behind the
 "cannot see" line of the attach TUI, the headless run and the snapshot.
 
-Each check asks the module that owns its outside system (py-spy: probes/pyspy.py, NVML: probes/nvml.py,
-cgroups: probes/cgroup.py, a process's environment: probes/jobs/environment.py, small /proc files:
-probes/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one line of what it
+Each check asks the module that owns its outside system (py-spy: probes/sampling/pyspy.py, NVML: probes/sensors/nvml.py,
+cgroups: probes/sensors/cgroup.py, a process's environment: probes/jobs/environment.py, small /proc files:
+probes/sensors/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one line of what it
 means and one of how to fix it. Nothing here runs py-spy or touches pynvml itself, and nothing raises.
 
 "Cannot see the process" (:attr:`DoctorReport.cannot_see_process`) means gputop cannot read the target's
@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 import psutil
 
-from probes.cgroup import CgroupCpuProbe
 from probes.jobs.environment import (
     parse_environ,
     process_cmdline,
@@ -30,11 +29,12 @@ from probes.jobs.environment import (
     short_command,
     torch_distributed_env,
 )
-from probes.nvml import NvmlCapabilities, nvml_capabilities
-from probes.proctree import child_pids
-from probes.pyspy import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
 from probes.redact import redact_environ
-from probes.textfiles import read_text
+from probes.sampling.pyspy import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
+from probes.sensors.cgroup import CgroupCpuProbe
+from probes.sensors.nvml import NvmlCapabilities, nvml_capabilities
+from probes.sensors.proctree import child_pids
+from probes.sensors.textfiles import read_text
 
 CheckStatus = Literal["ok", "limited", "cannot"]
 STATUS_ORDER: tuple[CheckStatus, ...] = ("ok", "limited", "cannot")

@@ -248,7 +248,7 @@ class GilSamples:
 @dataclass(frozen=True)
 class SampledWindow:
     """One py-spy record window that finished this tick: whose, when, how long, how many samples. Shows who of a
-    many-process tree was sampled when (probes/tree_sampling.py: alike workers take turns)."""
+    many-process tree was sampled when (probes/sampling/tree_sampling.py: alike workers take turns)."""
 
     pid: int
     started: float  # wall-clock time (time.time()) the window started
@@ -279,7 +279,7 @@ class StacksReading:
     # looked again at once, and the counts in this frame and earlier ones describe the phase before.
     phase_change: str | None = None
     # Who held the GIL, per process, from the GIL windows that finished this tick (run only where a thread
-    # other than the main one was seen working: see probes/pyspy.py).
+    # other than the main one was seen working: see probes/sampling/pyspy.py).
     gil: tuple[GilSamples, ...] = ()
     # The record windows whose samples this tick carries, one per window (who got samples, when).
     windows: tuple[SampledWindow, ...] = ()
@@ -391,7 +391,7 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class CollectiveRecord:
-    """One collective as PyTorch's Flight Recorder logged it on one rank (probes/flight_recorder.py)."""
+    """One collective as PyTorch's Flight Recorder logged it on one rank (probes/sensors/flight_recorder.py)."""
 
     seq: int  # collective_seq_id: the N-th collective of its process group, the same N on every rank
     op: str  # "all_reduce" (profiling_name without its backend prefix "gloo:" / "nccl:")
@@ -492,7 +492,8 @@ class RankVerdict:
     # DDP's reducer wait inside backward at low CPU). None without samples. NVRx's straggler score, passively.
     collective_wait_ratio: float | None = None
     samples: int = 0  # its main thread's samples in the window
-    # The node it runs on, in a job merged across nodes (probes/cluster.py); None on a one-node run. Its pid is
+    # The node it runs on, in a job merged across nodes (probes/monitoring/cluster.py); None on a one-node run. Its
+    # pid is
     # that node's own.
     node: str | None = None
 

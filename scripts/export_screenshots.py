@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from probes.baseline import load_comparison_inputs  # noqa: E402
 from probes.compare import compare_runs, load_run  # noqa: E402
-from probes.recording import read_recording  # noqa: E402
+from probes.outputs.recording import read_recording  # noqa: E402
+from probes.reference.baseline import load_comparison_inputs  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.compare_app import make_compare_app  # noqa: E402
 

@@ -1,5 +1,5 @@
 """What merging N nodes costs: replay a recording of a job merged across nodes (`gputop --slurm-job J --record`,
-or tests/test_cluster_e2e.py's two "nodes") as N nodes' streams, and time probes.cluster.ClusterMonitor.
+or tests/test_cluster_e2e.py's two "nodes") as N nodes' streams, and time probes.monitoring.cluster.ClusterMonitor.
 
 Usage: python scripts/measure_merge.py REC.jsonl [N ...]   (default N: 2 8 64)
 
@@ -15,9 +15,9 @@ import sys
 import time
 from collections import defaultdict
 
-from probes.cluster import ClusterMonitor, parse_frame_line
 from probes.frame import to_jsonable
-from probes.recording import json_line, read_recording
+from probes.monitoring.cluster import ClusterMonitor, parse_frame_line
+from probes.outputs.recording import json_line, read_recording
 
 
 def renumbered(frame, node: str, offset: int):

@@ -29,7 +29,8 @@ def fixture(name: str) -> Path:
 
 def remade_recording(name: str, folder: Path) -> Path:
     """The recording `name` with the header a newer gputop writes: the same frames, and the pace's resolved inputs
-    (`pace_inputs`, probes/pace_inputs.py) from `{name}.pace_inputs.json` beside it. The GPU machine's gputop wrote
+    (`pace_inputs`, probes/reference/pace_inputs.py) from `{name}.pace_inputs.json` beside it. The GPU machine's
+    gputop wrote
     only the model's name and the tokens per iteration; that file was re-made afterwards from what its live screen
     said (see README.md), not written on that machine."""
     path = recording(name, folder)

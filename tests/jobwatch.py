@@ -20,8 +20,8 @@ import pytest
 from conftest import REPO, wait_for
 from recorded import frames_so_far
 
-from probes.monitor import Monitor
-from probes.recording import read_recording
+from probes.monitoring.monitor import Monitor
+from probes.outputs.recording import read_recording
 
 HANG_AFTER_S = 5.0
 TIMEOUT_S = 120.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from probes.frame import Frame
-from probes.recording import load_recording
+from probes.outputs.recording import load_recording
 
 
 def frames_so_far(path: Path) -> list[Frame]:

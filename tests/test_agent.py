@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 from conftest import REPO, wait_for
 
-from probes.monitor import fold
-from probes.recording import RECORDING_SCHEMA, load_recording
+from probes.monitoring.monitor import fold
+from probes.outputs.recording import RECORDING_SCHEMA, load_recording
 
 
 def start_agent(*args: str, stdout, node: str = "n7") -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""probes.baseline: the observed pace against the probe's reference step and the corrected MFU (the DESIGN.md
+"""probes.reference.baseline: the observed pace against the probe's reference step and the corrected MFU (the DESIGN.md
 case), baseline files that are not one, GPU names for `gputop mfu`, and a live nanoGPT-format target."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from probes.baseline import (
+from probes.frame import Frame, GpuDevice, GpuReading, ProgressReading, TargetInfo, Verdict
+from probes.models import PRESETS
+from probes.models.gpt2 import flops_per_token
+from probes.models.peaks import peak_flops
+from probes.models.stated import StatedModel
+from probes.outputs.snapshot import build_snapshot
+from probes.reference.baseline import (
     BaselineError,
     ComparisonInputs,
     compare_progress,
@@ -23,14 +29,8 @@ from probes.baseline import (
     load_comparison_inputs,
     target_gpu_name,
 )
-from probes.frame import Frame, GpuDevice, GpuReading, ProgressReading, TargetInfo, Verdict
-from probes.gpt_probe import ProbeResult
-from probes.models import PRESETS
-from probes.models.gpt2 import flops_per_token
-from probes.models.peaks import peak_flops
-from probes.models.stated import StatedModel
-from probes.nvml import gpu_names
-from probes.snapshot import build_snapshot
+from probes.reference.gpt_probe import ProbeResult
+from probes.sensors.nvml import gpu_names
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tui import cli
 from tui.commands import mfu as mfu_command

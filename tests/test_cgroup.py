@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from probes.cgroup import CgroupCpuProbe, parse_mountinfo
+from probes.sensors.cgroup import CgroupCpuProbe, parse_mountinfo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 AFFINITY = len(os.sched_getaffinity(0))

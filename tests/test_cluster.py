@@ -1,4 +1,4 @@
-"""The merge across nodes (probes/cluster.py) on constructed frames: two nodes whose ranks carry the same
+"""The merge across nodes (probes/monitoring/cluster.py) on constructed frames: two nodes whose ranks carry the same
 node-local PIDs, the straggler and the hung rank named with their node, a lost node (stream ended, or silent)
 while the other goes on, a node whose GPUs clock lower, the snapshot's `nodes` and ranks' `node`, and a
 recording of the merged job folding back to the same verdict.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from probes.cluster import ClusterMonitor, parse_frame_line
 from probes.diagnosis.job import diagnose_job_across_nodes
 from probes.frame import GpuDevice, GpuReading, to_jsonable
-from probes.recording import json_line, read_recording, recording_header
+from probes.monitoring.cluster import ClusterMonitor, parse_frame_line
+from probes.outputs.recording import json_line, read_recording, recording_header
 from tests.test_diagnose_job import (
     ALL_REDUCE,
     DDP_WAIT,
@@ -165,7 +165,7 @@ def test_frames_that_came_after_the_last_round_are_merged_before_the_merge_stops
     import threading
     import time
 
-    from probes.cluster import AgentSpec, StreamEvent, run_merge
+    from probes.monitoring.cluster import AgentSpec, StreamEvent, run_merge
 
     stop = threading.Event()
     rounds = [straggler_round(i) for i in range(8)]
@@ -190,7 +190,7 @@ def test_no_node_with_a_job_gives_no_verdict():
 
 
 def test_a_node_that_cannot_run_the_agent_is_lost_with_what_it_said():
-    from probes.cluster import AgentSpec, AgentStreams
+    from probes.monitoring.cluster import AgentSpec, AgentStreams
 
     failing = "echo 'slurmstepd: error: execve(): /opt/venv/bin/python: No such file or directory' >&2; exit 2"
     streams = AgentStreams([AgentSpec("n1", ("sh", "-c", failing)), AgentSpec("n2", ("/nonexistent/gputop",))])
@@ -289,7 +289,7 @@ def many_ranks_round(i: int, nodes: int = 20, slow: int = 7):
 
 
 def test_ranks_that_agree_are_one_group_like_their_first_and_the_straggler_stays_apart():
-    from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
+    from probes.monitoring.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
 
     monitor = fold_rounds([many_ranks_round(i) for i in range(8)])
     job = monitor.view.job

@@ -23,8 +23,8 @@ import psutil
 import pytest
 from conftest import REPO, wait_for
 
-from probes.cluster import ClusterMonitor
-from probes.recording import read_recording
+from probes.monitoring.cluster import ClusterMonitor
+from probes.outputs.recording import read_recording
 
 TIMEOUT_S = 180.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * TIMEOUT_S + 60)]

@@ -8,9 +8,9 @@ merge.
 
 from __future__ import annotations
 
-from probes.cluster import AgentSpec, AgentStreams, ClusterMonitor
 from probes.frame import GpuDevice, GpuReading, to_jsonable
-from probes.recording import json_line, recording_header
+from probes.monitoring.cluster import AgentSpec, AgentStreams, ClusterMonitor
+from probes.outputs.recording import json_line, recording_header
 from tests.test_cluster import PID, straggler_round
 from tests.test_diagnose_job import T0
 from tests.test_tui_app import hot_functions, pilot_test, table_rows, wait_until

@@ -19,7 +19,7 @@ from recorded import frames_so_far
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.models.gpt2 import FAMILY, GptShape
-from probes.monitor import Monitor
+from probes.monitoring.monitor import Monitor
 
 TIMEOUT_S = 120.0
 PACED_FRAMES = 3  # frames that carry the job's pace: the recording's pace is the job's, not a first guess

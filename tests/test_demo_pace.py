@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import REPO, stop_process_tree, wait_for
 
-from probes.progress import LogProgressProbe
+from probes.sensors.progress import LogProgressProbe
 from tui.demo_target import TIME_AVERAGE_S
 
 pytestmark = pytest.mark.slow

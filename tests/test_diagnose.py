@@ -41,7 +41,7 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
-from probes.recording import read_recording
+from probes.outputs.recording import read_recording
 
 PID = 4242
 T0 = 1_700_000_000.0

@@ -26,7 +26,7 @@ from conftest import REPO, wait_for
 from recorded import frames_so_far
 
 from probes.diagnosis.verdict import diagnose
-from probes.recording import read_recording
+from probes.outputs.recording import read_recording
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def watch_until(pid: int, tmp_path: Path, case: str, reached, timeout: float = 9
 
     For cases whose evidence builds up at the pace of the target (compiles, sample windows), so the test
     waits for a state instead of guessing how many seconds this machine needs."""
-    from probes.monitor import Monitor
+    from probes.monitoring.monitor import Monitor
 
     snapshot, recording = tmp_path / "snapshot.json", tmp_path / "frames.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO))

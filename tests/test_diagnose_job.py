@@ -41,8 +41,8 @@ from probes.frame import (
     TargetInfo,
     ThreadStack,
 )
-from probes.history import recent_frames
-from probes.monitor import Monitor, fold
+from probes.monitoring.history import recent_frames
+from probes.monitoring.monitor import Monitor, fold
 
 LAUNCHER, RANK0, RANK1 = 500, 501, 502
 WORKER0, WORKER1 = 511, 512
@@ -551,7 +551,7 @@ def test_one_job_tick_on_a_full_history_is_cheap():
 def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeypatch):
     """One diagnose() per rank per frame, over at most the history's capacity: replays stay linear."""
     import probes.diagnosis.job as diagnose_job_module
-    import probes.monitor as monitor_module
+    import probes.monitoring.monitor as monitor_module
 
     seen, tree = [], []
     real = diagnose_job_module.diagnose_with_evidence

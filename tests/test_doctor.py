@@ -20,7 +20,7 @@ from probes import doctor
 from probes.diagnosis.verdict import diagnose
 from probes.doctor import Check, DoctorReport, check_nvml, ptrace_expectation
 from probes.frame import CpuReading, Frame, ProcessSample, StacksReading, TargetInfo
-from probes.nvml import nvml_capabilities
+from probes.sensors.nvml import nvml_capabilities
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tui.commands.doctor import exit_status, format_report
 from tui.exitcodes import EXIT_CANNOT_SEE, EXIT_LIMITED, EXIT_OK
@@ -301,7 +301,7 @@ def assert_header_says_cannot_see(record: Path, pid: int) -> None:
     """The recording, replayed into the TUI: the header's line says what hides the stacks."""
     import asyncio
 
-    from probes.recording import read_recording
+    from probes.outputs.recording import read_recording
     from tui.app import JobNote, make_app
 
     async def check() -> str:

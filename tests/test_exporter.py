@@ -1,4 +1,4 @@
-"""The /metrics collector on constructed views (probes/exporter.py), the HTTP endpoint it is served on, the
+"""The /metrics collector on constructed views (probes/outputs/exporter.py), the HTTP endpoint it is served on, the
 `gputop serve` command's input checks, the follow census's rules, and the shipped alert rules under promtool.
 
 Real targets scraped by a real Prometheus are in tests/test_exporter_e2e.py."""
@@ -27,8 +27,6 @@ from test_diagnose import (
 )
 from test_monitor import gpu_bound_frames
 
-from probes.baseline import load_comparison_inputs
-from probes.exporter import GputopCollector, WatchedView, build_metrics, job_id_label, training_job_label
 from probes.frame import (
     CpuReading,
     GpuDevice,
@@ -43,8 +41,10 @@ from probes.frame import (
 )
 from probes.jobs.follow import _top, find_training_jobs
 from probes.jobs.launchers import launcher_of_process
-from probes.monitor import MonitorView, fold
-from probes.proctree import NodeProcess
+from probes.monitoring.monitor import MonitorView, fold
+from probes.outputs.exporter import GputopCollector, WatchedView, build_metrics, job_id_label, training_job_label
+from probes.reference.baseline import load_comparison_inputs
+from probes.sensors.proctree import NodeProcess
 from tui.serve import ListenError, Server, parse_listen
 
 RULES = REPO / "deploy" / "prometheus"
@@ -92,8 +92,8 @@ def test_the_h200_recording_exports_what_the_screen_says(tmp_path):
     # reference's rate; the metrics say the same. Without the job's tokens per iteration neither is claimed.
     from h200 import fixture, recording, remade_recording
 
-    from probes.pace_inputs import recorded_inputs, replayed_comparison_inputs
-    from probes.recording import read_header, read_recording
+    from probes.outputs.recording import read_header, read_recording
+    from probes.reference.pace_inputs import recorded_inputs, replayed_comparison_inputs
 
     probe = str(fixture("gpt2xl_probe_compile.json"))
     path = remade_recording("gpt2xl_s2", tmp_path)
@@ -434,11 +434,11 @@ class _FakeEngine:
 
 
 def test_follow_drops_a_target_once_it_has_ended_and_keeps_the_others():
-    from probes.engine import EngineConfig
+    from probes.monitoring.engine import EngineConfig
 
     server = Server(EngineConfig(read_gpu=False, sample_stacks=False), pid=None, follow=True, hang_after_s=5.0,
                     log=lambda line: None)
-    from probes.node_watch import WatchedTarget
+    from probes.monitoring.node_watch import WatchedTarget
 
     ended = _FakeEngine([make_frame(0, cpu=50.0), make_frame(1, alive=False)])
     running = _FakeEngine([make_frame(0, processes=[proc(pid=77)]), make_frame(1, processes=[proc(pid=77)])])
@@ -456,8 +456,8 @@ def test_every_watched_target_shares_one_nvml_read_per_tick():
     """Two real targets, each on its own fake GPU: one NVML read per tick, each target sees its own GPU."""
     from fake_pynvml import GIB, FakeGpu, FakeNvml
 
-    from probes.engine import EngineConfig
-    from probes.nvml import NvmlGpuProbe, SharedGpuReading
+    from probes.monitoring.engine import EngineConfig
+    from probes.sensors.nvml import NvmlGpuProbe, SharedGpuReading
 
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(2)]
     try:

@@ -19,10 +19,10 @@ import pytest
 from conftest import REPO, TARGETS, wait_for
 from test_tui_app import RecordedEngine, capture_notes, frames_of, pilot_test, wait_until
 
-from probes.engine import Engine, EngineConfig
 from probes.frame import Frame
-from probes.pyspy import find_pyspy
-from probes.recording import Recorder, load_recording, read_recording
+from probes.monitoring.engine import Engine, EngineConfig
+from probes.outputs.recording import Recorder, load_recording, read_recording
+from probes.sampling.pyspy import find_pyspy
 from tui.app import make_app
 
 needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")

@@ -1,4 +1,4 @@
-"""probes/flight_recorder.py and probes/diagnosis/collectives.py without a job: where a rank's environment
+"""probes/sensors/flight_recorder.py and probes/diagnosis/collectives.py without a job: where a rank's environment
 shows a recorder, NCCL dump files constructed in the pickle format torch's fr_trace reads (checked by running
 fr_trace on them), a real torch worker server in this process, and the job verdict's wording on frames.
 
@@ -19,7 +19,8 @@ from conftest import REPO
 from targets.nccl_dumps import GRAD_ELEMENTS, T0_NS, nccl_dump, nccl_entry
 
 from probes.diagnosis.collectives import collective_gaps, gap_line, size_text
-from probes.flight_recorder import (
+from probes.frame import CollectivesReading, RankCollectives
+from probes.sensors.flight_recorder import (
     NCCL_DEFAULT_DUMP_PREFIX,
     FlightRecorderSource,
     WorkerServerError,
@@ -30,7 +31,6 @@ from probes.flight_recorder import (
     parse_trace,
     read_rank,
 )
-from probes.frame import CollectivesReading, RankCollectives
 
 
 @pytest.fixture
@@ -259,8 +259,8 @@ def test_an_unreadable_rank_says_so_and_the_trigger_is_offered_never_pulled(nccl
 
 
 def test_the_probe_reads_only_processes_whose_environment_shows_a_recorder(spawn_target, tmp_path):
-    from probes.flight_recorder import FlightRecorderProbe
     from probes.frame import ProcessSample
+    from probes.sensors.flight_recorder import FlightRecorderProbe
 
     recording = spawn_target("busy_loop.py", env={"TORCH_FR_BUFFER_SIZE": "100", "RANK": "0",
                                                   "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")},

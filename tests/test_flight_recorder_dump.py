@@ -24,13 +24,13 @@ from conftest import REPO
 from targets.nccl_dumps import nccl_dump
 from test_tui_app import capture_notes, pilot_test, wait_until
 
-from probes.flight_recorder import (
+from probes.frame import ProcessSample
+from probes.sensors.flight_recorder import (
     TORCH_DEFAULT_BUFFER_SIZE,
     FlightRecorderProbe,
     find_source,
     write_dump_pipe,
 )
-from probes.frame import ProcessSample
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -255,7 +255,7 @@ def test_fr_dump_on_a_pipe_nobody_reads_and_on_a_rank_without_trigger(spawn_targ
 
 @pilot_test
 async def test_the_f_key_asks_and_says_what_it_asked(spawn_target, tmp_path):
-    from probes.engine import Engine, EngineConfig
+    from probes.monitoring.engine import Engine, EngineConfig
     from tui.app import make_app
 
     proc, out = start_rank(spawn_target, tmp_path, rank=0)

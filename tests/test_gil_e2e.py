@@ -22,8 +22,8 @@ from conftest import REPO, wait_for
 from recorded import frames_so_far
 
 from probes.diagnosis.evidence import gil_summary
-from probes.monitor import Monitor
-from probes.recording import read_recording
+from probes.monitoring.monitor import Monitor
+from probes.outputs.recording import read_recording
 
 pytestmark = pytest.mark.slow
 

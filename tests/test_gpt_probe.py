@@ -1,4 +1,4 @@
-"""probes.gpt_probe and `gputop probe`: the reference GPT trains on the CPU (tiny preset), reports what it
+"""probes.reference.gpt_probe and `gputop probe`: the reference GPT trains on the CPU (tiny preset), reports what it
 measured, fails cleanly on bad input, out-of-memory and a missing torch, and keeps torch out of imports."""
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from probes import gpt_probe
-from probes.gpt_probe import (
+from probes.models import PRESETS
+from probes.models.convention import ATTENTION_CONVENTION
+from probes.models.gpt2 import PRESETS as GPT_PRESETS
+from probes.models.gpt2 import GptShape, count_params, flops_per_token
+from probes.reference import gpt_probe
+from probes.reference.gpt_probe import (
     ProbeConfig,
     ProbeInputError,
     ProbeOutOfMemory,
     largest_fitting_batch,
     run_probe,
 )
-from probes.models import PRESETS
-from probes.models.convention import ATTENTION_CONVENTION
-from probes.models.gpt2 import PRESETS as GPT_PRESETS
-from probes.models.gpt2 import GptShape, count_params, flops_per_token
 from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,7 +194,7 @@ def test_probe_without_torch_says_one_line():
 
 
 def test_imports_pull_in_neither_torch_nor_textual():
-    check = ("import sys; import tui.cli, probes.gpt_probe, probes.progress, probes.models.peaks, "
+    check = ("import sys; import tui.cli, probes.reference.gpt_probe, probes.sensors.progress, probes.models.peaks, "
              "probes.models.gpt2, probes.models.mfu; bad = [m for m in ('torch', 'textual') if m in sys.modules]; "
              "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from h200 import recording
 
-from probes.monitor import fold
-from probes.recording import read_recording
+from probes.monitoring.monitor import fold
+from probes.outputs.recording import read_recording
 
 REPO = Path(__file__).resolve().parent.parent
 

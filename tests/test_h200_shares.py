@@ -16,8 +16,8 @@ from h200 import fixture, recording
 
 from probes.compare import compare_runs, load_run, render_text
 from probes.diagnosis.shares import shares_summary
-from probes.monitor import fold
-from probes.recording import read_recording
+from probes.monitoring.monitor import fold
+from probes.outputs.recording import read_recording
 
 REPO = Path(__file__).resolve().parent.parent
 

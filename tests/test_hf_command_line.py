@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from probes.baseline import compare_progress, load_comparison_inputs
 from probes.frame import ProgressReading
 from probes.models.hf_command_line import read_command_line
 from probes.models.hf_config import load_config
 from probes.models.stated import read_job_command_line
+from probes.reference.baseline import compare_progress, load_comparison_inputs
 
 LLAMA = {  # grouped-query attention: 4 query heads share 2 K/V heads
     "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import wait_for
 
-from probes.hostcpu import HostCpuProbe
+from probes.sensors.hostcpu import HostCpuProbe
 
 STAT = """cpu  {u} 0 {s} {i} 0 0 0 {st} 0 0
 cpu0 {u0} 0 0 {i0} 0 0 0 {st0} 0 0

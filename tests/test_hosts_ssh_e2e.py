@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TARGETS, wait_for
 
-from probes.cluster import ClusterMonitor
-from probes.recording import read_recording
+from probes.monitoring.cluster import ClusterMonitor
+from probes.outputs.recording import read_recording
 
 TIMEOUT_S = 180.0
 MASTER_PORT = "29500"  # free: n1 has a network namespace of its own

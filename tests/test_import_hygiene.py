@@ -25,13 +25,14 @@ def test_probes_never_import_textual_or_torch():
     # walk_packages, not iter_modules: the registries (probes/jobs/launchers/, probes/logformats/, ...) are
     # subpackages, and a module in one of them importing Textual must fail here too.
     names = [m.name for m in pkgutil.walk_packages(probes.__path__, "probes.")]
-    assert "probes.engine" in names
+    assert "probes.monitoring.engine" in names
     modules = loaded_after("\n".join(f"import {n}" for n in names))
     assert not any(m == "textual" or m.startswith("textual.") for m in modules)
     assert "torch" not in modules
 
 
 def test_headless_cli_path_does_not_import_textual_or_torch():
-    modules = loaded_after("import tui.cli; tui.cli.build_parser()\nimport probes.engine, probes.snapshot")
+    modules = loaded_after("import tui.cli; tui.cli.build_parser()\n"
+                           "import probes.monitoring.engine, probes.outputs.snapshot")
     assert "textual" not in modules
     assert "torch" not in modules

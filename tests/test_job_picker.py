@@ -261,7 +261,7 @@ def test_gpus_read_as_runs():
 
 def test_the_census_adds_torch_processes_once_each_and_never_gputops_own_ancestors():
     from probes.jobs.follow import find_training_jobs
-    from probes.proctree import NodeProcess
+    from probes.sensors.proctree import NodeProcess
 
     # PIDs far above any real one (resolve_root finds nothing there and keeps each as named), and gputop (this
     # process) placed in the table under a Python shell that imported torch: a tree that holds gputop is no job.
@@ -295,7 +295,7 @@ def test_a_training_process_started_by_a_torch_importing_python_is_its_own_job()
     # imported torch and hid the test's training job). Its DataLoader worker (forked: the same command line)
     # stays part of the trainer's job.
     from probes.jobs.follow import find_training_jobs
-    from probes.proctree import NodeProcess
+    from probes.sensors.proctree import NodeProcess
 
     base = 4_000_000_000
     driver, trainer, its_worker = (base + i for i in range(3))
@@ -314,7 +314,7 @@ sys.path.insert(0, "tests")
 import pynvml
 from fake_pynvml import GIB, FakeGpu, FakeNvml
 from probes.jobs.census import JobCensus
-from probes.nvml import NvmlGpuProbe
+from probes.sensors.nvml import NvmlGpuProbe
 
 holder = int(sys.argv[1])
 out = {}

@@ -23,7 +23,6 @@ import psutil
 import pytest
 from conftest import REPO, TARGETS, wait_for
 
-from probes.engine import Engine, EngineConfig
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
     ROLE_LAUNCHER,
@@ -56,8 +55,9 @@ from probes.jobs.launchers.mp_spawn import SPAWN_MAIN_MARKER, is_spawn_child
 from probes.jobs.launchers.torchrun import is_torchrun
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.tracker import JobTracker
-from probes.nvml import NvmlGpuProbe
-from probes.textfiles import read_text
+from probes.monitoring.engine import Engine, EngineConfig
+from probes.sensors.nvml import NvmlGpuProbe
+from probes.sensors.textfiles import read_text
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml
 
 # --- environment ------------------------------------------------------------------------------------------
@@ -820,7 +820,7 @@ def test_spawn_context_dataloader_workers_are_not_mp_spawn_ranks(spawn_target):
 def test_tracker_takes_start_times_from_the_tree_read_without_reading_stat_again(spawn_target, tmp_path, monkeypatch):
     """The engine passes proctree's start times of this tick to the tracker: it reads no /proc/PID/stat of its own
     for them, keys each process on the same start time, and lays out the same job as when it reads them itself."""
-    from probes.proctree import ProcessTreeProbe
+    from probes.sensors.proctree import ProcessTreeProbe
     ready_file = tmp_path / "pids.json"
     proc = spawn_target("proctree_family.py", str(ready_file), ready=lambda _: ready_file.exists())
     probe = ProcessTreeProbe(proc.pid)

@@ -24,7 +24,7 @@ from conftest import REPO, TARGETS, wait_for
 from test_jobs import START_TIMEOUT_S, free_port, kill_job, ranks_of, watching
 
 from probes.frame import ROLE_LAUNCHER
-from probes.monitor import Monitor
+from probes.monitoring.monitor import Monitor
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # torch's import in every rank on a busy 2-core machine
 

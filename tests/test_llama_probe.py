@@ -1,5 +1,6 @@
 """`gputop probe` at a Llama-shaped or mixture-of-experts model's shape: the modules
-(probes/llama_probe_model.py, probes/moe_probe_model.py) have their family's parameter count, the Llama one
+(probes/reference/llama_probe_model.py, probes/reference/moe_probe_model.py) have their family's parameter count, the
+Llama one
 computes what transformers' own models compute, a tiny config.json trains end to end through the CLI on the
 CPU, ``--layers N`` scales and says so, and bad input is one line with exit 2."""
 
@@ -15,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from probes.gpt_probe import MODEL_BUILDERS, ProbeConfig, run_probe
-from probes.llama_probe_model import ROPE_THETA, llama_class
 from probes.models import FAMILIES, PRESETS
 from probes.models.hf_config import shape_from_config
 from probes.models.llama import FAMILY, LlamaShape
 from probes.models.moe import FAMILY as MOE_FAMILY
 from probes.models.moe import MoeShape
-from probes.moe_probe_model import moe_class
+from probes.reference.gpt_probe import MODEL_BUILDERS, ProbeConfig, run_probe
+from probes.reference.llama_probe_model import ROPE_THETA, llama_class
+from probes.reference.moe_probe_model import moe_class
 from tui import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -205,7 +206,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 
 def test_a_model_too_large_for_host_memory_is_refused_before_it_is_built(monkeypatch):
     """On the CPU the OOM killer ends the process instead of raising: the probe says so first, with --layers."""
-    from probes import gpt_probe
+    from probes.reference import gpt_probe
 
     shape = tiny()
     logits_bytes = 2 * 4 * 2 * 32 * TINY_LLAMA["vocab_size"]
@@ -218,7 +219,7 @@ def test_a_model_too_large_for_host_memory_is_refused_before_it_is_built(monkeyp
 
 
 def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
-    from probes import gpt_probe
+    from probes.reference import gpt_probe
 
     monkeypatch.setattr(gpt_probe, "_host_memory_available", lambda: 40 * 2**30)
     code, out, err = run_cli(["probe", "--model", "llama-3-8b", "--device", "cpu", "--batch-size", "1"], capsys)
@@ -229,7 +230,7 @@ def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
 
 def test_a_llama_probe_result_is_a_baseline(tmp_path):
     """`gputop --pid P --baseline probe.json` takes what `gputop probe --config ... --json` wrote."""
-    from probes.baseline import BaselineError, load_baseline, load_comparison_inputs
+    from probes.reference.baseline import BaselineError, load_baseline, load_comparison_inputs
 
     result = run_probe(ProbeConfig(tiny(), "tiny.json", batch_size=2, steps=1, warmup=1, device="cpu", layers=1))
     path = tmp_path / "probe.json"

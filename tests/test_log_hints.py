@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import wait_for
 
 from probes.jobs.environment import python_writes_unbuffered
-from probes.progress import BUFFERED_AFTER_S, LogProgressProbe
+from probes.sensors.progress import BUFFERED_AFTER_S, LogProgressProbe
 
 NANOGPT_LIKE = Path(__file__).resolve().parent / "targets" / "nanogpt_like.py"
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import REPO, TARGETS, stop_process_tree, wait_for
 
-from probes.engine import Engine, EngineConfig
+from probes.monitoring.engine import Engine, EngineConfig
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from probes.baseline import BaselineError, PeakOptions, compare_progress, load_comparison_inputs
 from probes.frame import ProgressReading
 from probes.models import PRESETS, family_of
 from probes.models.convention import ATTENTION_CONVENTION
+from probes.reference.baseline import BaselineError, PeakOptions, compare_progress, load_comparison_inputs
 from tui import cli
 from tui.commands import mfu as mfu_command
 

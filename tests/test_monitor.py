@@ -8,11 +8,19 @@ import dataclasses
 import pytest
 from test_diagnose import FORWARD, T0, TOKENIZE, h200, main_count, make_frame
 
-import probes.monitor as monitor_module
-from probes.baseline import load_comparison_inputs
+import probes.monitoring.monitor as monitor_module
 from probes.frame import ProgressReading
-from probes.monitor import NO_LOG_HINT, NO_LOG_IN_RECORDING, Monitor, Pace, fold, pace_cross_check_line, recording_meta
-from probes.recording import Recorder, load_recording
+from probes.monitoring.monitor import (
+    NO_LOG_HINT,
+    NO_LOG_IN_RECORDING,
+    Monitor,
+    Pace,
+    fold,
+    pace_cross_check_line,
+    recording_meta,
+)
+from probes.outputs.recording import Recorder, load_recording
+from probes.reference.baseline import load_comparison_inputs
 
 NANOGPT_LOG = "/home/alice/nanogpt/out.log"
 
@@ -198,7 +206,7 @@ def test_the_cross_check_sits_in_the_verdict_as_shown():
 def test_a_full_collection_comes_once_a_minute_whoever_asks(monkeypatch):
     """The interpreter's free lists are emptied only by a full collection; monitors ask for one each tick and get
     one a minute between them all (wall time, so a fast replay does not collect per minute of its frames)."""
-    import probes.monitor as monitor_module
+    import probes.monitoring.monitor as monitor_module
 
     collections: list[int] = []
     monkeypatch.setattr(monitor_module.gc, "collect", lambda *args: collections.append(1) or 0)

@@ -11,11 +11,11 @@ import sys
 import pytest
 from conftest import wait_for
 
-from probes.baseline import compare_progress, load_comparison_inputs
 from probes.frame import ProgressReading
 from probes.models.gpt2 import GptShape, count_params
 from probes.models.nanogpt_config import parameters_printed, read_command_line
 from probes.models.stated import stated_model
+from probes.reference.baseline import compare_progress, load_comparison_inputs
 
 # The shape of config/train_shakespeare_char.py in nanoGPT, with the issue's --n_layer=4 override.
 CONFIG = """# train a miniature character-level shakespeare model

@@ -1,4 +1,4 @@
-"""The GPU probe (probes/nvml.py) against a fake pynvml (tests/fake_pynvml.py), plus checks that the fake
+"""The GPU probe (probes/sensors/nvml.py) against a fake pynvml (tests/fake_pynvml.py), plus checks that the fake
 matches the real nvidia-ml-py, and the real probe with the real pynvml on this machine."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
-from probes.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
+from probes.sensors.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
 from tests.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -262,7 +262,7 @@ def test_missing_pynvml_gives_unavailable(monkeypatch):
 
 def test_pynvml_is_imported_lazily_by_the_probe_only(monkeypatch):
     imported = subprocess.run(
-        [sys.executable, "-c", "import sys, probes.nvml; print('pynvml' in sys.modules)"],
+        [sys.executable, "-c", "import sys, probes.sensors.nvml; print('pynvml' in sys.modules)"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -494,7 +494,7 @@ def test_fake_constants_errors_and_structures_are_the_real_ones():
 
 def test_every_nvml_name_the_probe_uses_exists_in_real_pynvml():
     """Attribute names the probe reads from the module, and function/constant names it looks up by string."""
-    source = (REPO / "probes" / "nvml.py").read_text()
+    source = (REPO / "probes" / "sensors" / "nvml.py").read_text()
     tree = ast.parse(source)
     names = {
         node.attr
@@ -512,7 +512,7 @@ def test_every_nvml_name_the_probe_uses_exists_in_real_pynvml():
     missing = sorted(name for name in names if not hasattr(pynvml, name))
     assert missing == []
 
-    import probes.nvml as probe_module
+    import probes.sensors.nvml as probe_module
 
     # Each reason under either name, except the newest, which an older nvidia-ml-py lacks altogether (13.610.43,
     # on a real H100 machine, has no BoardLimit or Reliability): their bits are then named unknown_0x...

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from conftest import wait_for
 
-from probes.progress import LogProgressProbe
+from probes.sensors.progress import LogProgressProbe
 
 pytestmark = pytest.mark.slow
 

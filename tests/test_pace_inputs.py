@@ -1,4 +1,5 @@
-"""probes/pace_inputs.py: the model, tokens per iteration, peak and baseline gputop resolved live travel in the
+"""probes/reference/pace_inputs.py: the model, tokens per iteration, peak and baseline gputop resolved live travel in
+the
 recording's header and the snapshot, and come back as the same ComparisonInputs on replay, for every family; a
 header from an older gputop (model name only) or a newer one (fields this one does not know) is read as far as it
 honestly can be, never with a crash; the options given on replay win and are said."""
@@ -12,12 +13,12 @@ import pytest
 from test_baseline import CASE_TOKENS, H200, nanogpt_reading, xl_probe_on_h200
 from test_monitor import gpu_bound_frames
 
-from probes.baseline import ComparisonInputs, PeakOptions, compare_progress, load_comparison_inputs
 from probes.models import FAMILIES
 from probes.models.stated import StatedModel
-from probes.monitor import Monitor, recording_meta
-from probes.pace_inputs import pace_inputs_document, recorded_inputs, replayed_comparison_inputs
-from probes.recording import Recorder, read_header
+from probes.monitoring.monitor import Monitor, recording_meta
+from probes.outputs.recording import Recorder, read_header
+from probes.reference.baseline import ComparisonInputs, PeakOptions, compare_progress, load_comparison_inputs
+from probes.reference.pace_inputs import pace_inputs_document, recorded_inputs, replayed_comparison_inputs
 
 
 def through_json(inputs: ComparisonInputs, **header) -> ComparisonInputs | None:

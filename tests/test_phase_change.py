@@ -7,7 +7,7 @@ A real target prepares data on its main thread (a tokenize-like Python loop) unt
 then trains an MLP on the CPU. The real command watches it, headless and recording. The test waits for states,
 not for guessed times: the verdict is data_bound and py-spy runs at the settled rate in a window that has
 been going for a while (the case where, before the wake, the new phase waited for the window to end). Then it
-switches the target and measures, on the recording's frames folded by probes.monitor.fold, the time from the
+switches the target and measures, on the recording's frames folded by probes.monitoring.monitor.fold, the time from the
 switch (the target prints it) to the verdict turning cpu_bound.
 
 The second test (issue 19) is the switch that only the stacks show: with ``--torch-threads 1`` the main thread
@@ -29,8 +29,8 @@ import pytest
 from conftest import wait_for
 from recorded import frames_so_far
 
-from probes.monitor import fold
-from probes.sampling_policy import SETTLED_RATE_HZ
+from probes.monitoring.monitor import fold
+from probes.sampling.sampling_policy import SETTLED_RATE_HZ
 
 REPO = Path(__file__).resolve().parent.parent
 SETTLED_WINDOW_RUNNING_S = 2.0  # how long the settled window has run when the test switches the target

@@ -9,7 +9,7 @@ import random
 import statistics
 from collections import deque
 
-from probes.sampling_policy import DETECTOR_HISTORY_TICKS, PhaseChangeDetector, PhaseSignals, _jitter
+from probes.sampling.sampling_policy import DETECTOR_HISTORY_TICKS, PhaseChangeDetector, PhaseSignals, _jitter
 
 
 def _jitter_two_sorts(recent):

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from probes.baseline import PeakOptions, compare_progress, load_comparison_inputs
 from probes.compare import load_run
 from probes.frame import ProgressReading
 from probes.logformats import format_named, parse_line
 from probes.logformats.composer import reader as composer_reader
 from probes.models import PRESETS, family_of
-from probes.monitor import Pace, pace_line
-from probes.progress import LogProgressProbe
+from probes.monitoring.monitor import Pace, pace_line
+from probes.reference.baseline import PeakOptions, compare_progress, load_comparison_inputs
+from probes.sensors.progress import LogProgressProbe
 from tui.panes.verdict import pace_text
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"

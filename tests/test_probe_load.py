@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from probes.probe_load import ProbeLoad, judge
+from probes.reference.probe_load import ProbeLoad, judge
 
 REPO = Path(__file__).resolve().parent.parent
 pytest.importorskip("torch")
@@ -78,7 +78,7 @@ def test_other_processes_on_the_gpu_make_it_not_clean():
 def test_the_gpus_other_processes_are_read_through_nvml_and_only_on_the_probes_gpu():
     from fake_pynvml import FakeGpu, FakeNvml
 
-    from probes.probe_load import LoadWatch
+    from probes.reference.probe_load import LoadWatch
 
     mine, other = "GPU-11111111-0000-0000-0000-000000000000", "GPU-22222222-0000-0000-0000-000000000000"
     nvml = FakeNvml([FakeGpu(uuid=mine, processes=[(os.getpid(), 1 << 30), (4242, 1 << 30)]),
@@ -95,10 +95,10 @@ def test_the_gpus_other_processes_are_read_through_nvml_and_only_on_the_probes_g
 def test_a_baseline_that_was_not_clean_says_so_in_the_comparison(tmp_path):
     import dataclasses
 
-    from probes.baseline import compare_progress, load_comparison_inputs
     from probes.frame import ProgressReading
-    from probes.gpt_probe import ProbeConfig, run_probe
     from probes.models import PRESETS
+    from probes.reference.baseline import compare_progress, load_comparison_inputs
+    from probes.reference.gpt_probe import ProbeConfig, run_probe
 
     result = run_probe(ProbeConfig(PRESETS["tiny"], "tiny", batch_size=2, steps=2, warmup=1, device="cpu"),
                        measure_load=False)

@@ -17,7 +17,6 @@ import psutil
 import pytest
 from conftest import wait_for
 
-from probes import proctree
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -26,7 +25,8 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RESOURCE_TRACKER,
 )
-from probes.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, _python_version, target_exists
+from probes.sensors import proctree
+from probes.sensors.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, _python_version, target_exists
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""probes.progress: the probe on fixture logs, incremental tailing, and a live target (the line parsers are
+"""probes.sensors.progress: the probe on fixture logs, incremental tailing, and a live target (the line parsers are
 tests/test_logformats.py's)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from conftest import wait_for
 
 from probes.frame import ProgressReading
-from probes.progress import INITIAL_TAIL_BYTES, LogProgressProbe
+from probes.sensors.progress import INITIAL_TAIL_BYTES, LogProgressProbe
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -234,7 +234,7 @@ def test_target_writing_to_a_pipe_needs_log(spawn_target):
 
 def test_log_owners_prefer_the_lowest_live_rank_then_the_training_process():
     from probes.frame import ProcessSample
-    from probes.progress import log_owners
+    from probes.sensors.progress import log_owners
 
     tree = [ProcessSample(pid=10, ppid=1, role="launcher", name="torchrun"),
             ProcessSample(pid=12, ppid=10, role="rank", name="python", rank=1),
@@ -248,7 +248,7 @@ def test_log_owners_prefer_the_lowest_live_rank_then_the_training_process():
 
 def test_no_pace_is_said_in_the_snapshot_and_the_view():
     from probes.frame import Frame, ProgressReading, TargetInfo
-    from probes.monitor import Monitor
+    from probes.monitoring.monitor import Monitor
 
     why = "no pace: the job writes no step lines to a file gputop can read (the stdout of PID 5 is a pipe)"
     monitor = Monitor()

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 
 from probes.logformats import lightning_csv, parse_line
-from probes.progress import LogProgressProbe
+from probes.sensors.progress import LogProgressProbe
 
 FIXTURE = REPO / "tests" / "fixtures" / "logs" / "lightning_csv.log"
 

@@ -1,4 +1,4 @@
-"""probes.pyspy against real processes with the real py-spy, plus its parsers on py-spy's real formats."""
+"""probes.sampling.pyspy against real processes with the real py-spy, plus its parsers on py-spy's real formats."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import psutil
 import pytest
 from conftest import TARGETS, wait_for
 
-from probes.pyspy import StackSampler, explain_failure, find_pyspy
-from probes.sampling_policy import LOOK_AGAIN_RATE_FACTOR
-from probes.stacks import frame_matches, hot_frames
+from probes.sampling.pyspy import StackSampler, explain_failure, find_pyspy
+from probes.sampling.sampling_policy import LOOK_AGAIN_RATE_FACTOR
+from probes.sampling.stacks import frame_matches, hot_frames
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
 

@@ -1,11 +1,11 @@
-"""probes.pyspy_output: py-spy's raw and JSON formats, on text copied from py-spy 0.4.3 (no py-spy needed)."""
+"""probes.sampling.pyspy_output: py-spy's raw and JSON formats, on text copied from py-spy 0.4.3 (no py-spy needed)."""
 
 from __future__ import annotations
 
 import json
 
 from probes.frame import StackCount, StackFrame, ThreadStack
-from probes.pyspy_output import (
+from probes.sampling.pyspy_output import (
     dominant_position,
     main_thread_position,
     main_thread_positions,
@@ -147,7 +147,7 @@ def test_the_shared_stacks_are_bounded_and_keep_the_stacks_still_seen():
     """_STACK_CACHE_SIZE stacks at most, however many new ones a loop prints, and full once filled (it gives up
     one for each new one, never all at once); a stack seen again and again stays shared, one not seen since
     _STACK_CACHE_SIZE new ones goes."""
-    import probes.pyspy_output as output
+    import probes.sampling.pyspy_output as output
 
     steady = "thread (1): MainThread;<module> (t.py:1);step (t.py:3) 1\n"
     kept = parse_raw(steady, pid=1)[0].frames

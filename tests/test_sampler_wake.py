@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from probes.pyspy import StackSampler
-from probes.sampling_policy import (
+from probes.sampling.pyspy import StackSampler
+from probes.sampling.sampling_policy import (
     LOOK_AGAIN_RATE_FACTOR,
     SETTLED_WINDOW_S,
     STACK_CHECK_CONFIRMATIONS,

@@ -1,4 +1,4 @@
-"""probes.sampling_policy: the stack sampler's rates, windows and dump cadence, driven without py-spy."""
+"""probes.sampling.sampling_policy: the stack sampler's rates, windows and dump cadence, driven without py-spy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from probes.sampling_policy import (
+from probes.sampling.sampling_policy import (
     CONFIRM_AFTER_S,
     DEFAULT_DUMP_EVERY_S,
     DEFAULT_RATE_HZ,

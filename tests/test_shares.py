@@ -26,7 +26,7 @@ from test_diagnose import (
 from probes.diagnosis.shares import TimeShares, max_speedup, shares_summary, time_shares
 from probes.diagnosis.stacks import is_evaluation, is_logging
 from probes.frame import GpuProcess
-from probes.monitor import fold
+from probes.monitoring.monitor import fold
 
 # nanoGPT's evaluation: a forward pass under estimate_loss.
 ESTIMATE_LOSS = (fr("GPT.forward", "/home/alice/nanogpt/model.py", 180), fr("estimate_loss", TRAIN, 120)) + ROOT

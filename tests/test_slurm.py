@@ -1,4 +1,4 @@
-"""probes/slurm.py and the slurm launcher: Slurm's marks parsed from fixtures (stepd titles, cgroup paths of
+"""probes/sensors/slurm.py and the slurm launcher: Slurm's marks parsed from fixtures (stepd titles, cgroup paths of
 proctrack/cgroup, `scontrol -o` records), a client whose job trains elsewhere judged never hung, and Slurm's real
 commands against the test cluster (tests/slurm_cluster.py), with `gputop --slurm-job`'s bad input."""
 
@@ -16,7 +16,7 @@ from probes.diagnosis.job import diagnose_job
 from probes.frame import Frame, JobInfo, ProcessSample, TargetInfo
 from probes.jobs.facts import NoteContext, ProcessFacts, WatchedTree
 from probes.jobs.launchers.slurm import Slurm, task_step
-from probes.slurm import (
+from probes.sensors.slurm import (
     SlurmError,
     SlurmStep,
     cgroup_step,
@@ -208,7 +208,7 @@ OTHER_AGENT = ("/opt/venv/bin/python", "-m", "tui", "agent", "--slurm-job", "12"
 def two_merges_table():
     """Job 12 on one node: step 0 runs two tasks; step 1 is a first merge's agent (with its py-spy); step 2 is
     this agent's own; step 3 is a second merge's agent whose task is not started yet (Slurm names it)."""
-    from probes.proctree import NodeProcess
+    from probes.sensors.proctree import NodeProcess
 
     b = AGENT_BASE
     rows = [
@@ -225,7 +225,7 @@ def two_merges_table():
 
 
 def test_an_agent_command_is_told_from_a_training_command():
-    from probes.slurm import is_agent_command
+    from probes.sensors.slurm import is_agent_command
 
     assert is_agent_command(OTHER_AGENT) and is_agent_command(("/usr/bin/gputop", "agent", "--follow"))
     assert is_agent_command(("python3", "-X", "utf8", "-m", "tui", "agent", "--pid", "3"))
@@ -236,8 +236,8 @@ def test_an_agent_command_is_told_from_a_training_command():
 def test_the_jobs_newest_task_step_is_never_another_merges_agent_step(monkeypatch):
     """The defect: a second merge's agent took the first merge's agent step (the newest step not its own) for
     the job, and watched that agent and its py-spy instead of the tasks."""
-    import probes.slurm as slurm
-    from probes.slurm import AGENT_STEP_NAME, StepInfo, task_stepd
+    import probes.sensors.slurm as slurm
+    from probes.sensors.slurm import AGENT_STEP_NAME, StepInfo, task_stepd
 
     table = two_merges_table()
     monkeypatch.setattr(slurm, "node_processes", lambda: table)
@@ -256,7 +256,7 @@ def test_the_jobs_newest_task_step_is_never_another_merges_agent_step(monkeypatc
 
 def test_a_census_leaves_out_other_gputop_agents_their_steps_and_their_py_spy():
     from probes.jobs.follow import find_training_jobs
-    from probes.slurm import agent_processes
+    from probes.sensors.slurm import agent_processes
 
     table = two_merges_table()
     b = AGENT_BASE

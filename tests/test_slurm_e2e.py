@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, TARGETS, stop_process_tree, wait_for
 from jobwatch import TIMEOUT_S, settled, watch_job_until
 
-from probes.slurm import SlurmError, SlurmStep, list_pids, show_steps
+from probes.sensors.slurm import SlurmError, SlurmStep, list_pids, show_steps
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
@@ -169,8 +169,8 @@ def test_across_nodes_starts_the_agents_through_srun_and_lists_each_rank_with_it
     import os
     import signal
 
-    from probes.cluster import ClusterMonitor
-    from probes.recording import read_recording
+    from probes.monitoring.cluster import ClusterMonitor
+    from probes.outputs.recording import read_recording
 
     job = srun_job("straggler")
     record, snapshot = tmp_path / "across.jsonl", tmp_path / "across.json"
@@ -224,9 +224,9 @@ def test_a_second_merge_of_the_same_job_never_takes_the_first_merges_agent_step_
     import os
     import signal
 
-    from probes.cluster import ClusterMonitor
-    from probes.recording import read_recording
-    from probes.slurm import is_agent_command
+    from probes.monitoring.cluster import ClusterMonitor
+    from probes.outputs.recording import read_recording
+    from probes.sensors.slurm import is_agent_command
 
     job = srun_job("straggler")
     env = {**os.environ, **job.cluster.env, "PYTHONPATH": str(REPO)}

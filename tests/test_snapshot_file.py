@@ -7,7 +7,7 @@ import os
 import stat
 import threading
 
-from probes.snapshot import write_json_atomic
+from probes.outputs.snapshot import write_json_atomic
 
 
 def test_atomic_write_replaces_a_regular_file_and_leaves_no_temp(tmp_path):

@@ -4,7 +4,7 @@ The hour-long run (``python benchmarks/soak.py``) owns the strict claims (RSS wi
 warm-up); this one checks what must already hold after 40 s whatever the machine's load: gputop exits
 0 with a snapshot, its fds, threads and py-spy children end no higher than the level they reached in
 warm-up (plus a small fixed slack), it never runs more py-spy children than two per sampled process
-(probes/pyspy.py: one record window and one dump each), no zombie child lingers, and no py-spy is
+(probes/sampling/pyspy.py: one record window and one dump each), no zombie child lingers, and no py-spy is
 left on the target once gputop has exited.
 """
 

@@ -1,9 +1,9 @@
-"""Pure unit tests of probes.stacks on constructed StackCounts (no processes, no py-spy)."""
+"""Pure unit tests of probes.sampling.stacks on constructed StackCounts (no processes, no py-spy)."""
 
 from __future__ import annotations
 
 from probes.frame import StackCount, StackFrame
-from probes.stacks import (
+from probes.sampling.stacks import (
     call_tree,
     drill_counts,
     frame_matches,

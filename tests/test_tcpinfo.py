@@ -1,4 +1,4 @@
-"""probes.tcpinfo against the real kernel: loopback connections, their byte counters and silence."""
+"""probes.sensors.tcpinfo against the real kernel: loopback connections, their byte counters and silence."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from probes import tcpinfo
-from probes.tcpinfo import (
+from probes.sensors import tcpinfo
+from probes.sensors.tcpinfo import (
     SOCKET_RELIST_S,
     SOCKET_RELIST_UNCHANGED_S,
     TCP_ESTABLISHED,

@@ -1,4 +1,5 @@
-"""The policy over a tree's processes (probes/tree_sampling.py), driven on constructed windows and signals with a
+"""The policy over a tree's processes (probes/sampling/tree_sampling.py), driven on constructed windows and signals
+with a
 simulated clock: alike workers take turns and each comes round within the bound, a worker or rank whose signals
 move samples at once, agreeing ranks rest half the time and one that differs does not."""
 
@@ -6,8 +7,8 @@ from __future__ import annotations
 
 import itertools
 
-from probes.sampling_policy import PhaseChangeDetector, PhaseSignals
-from probes.tree_sampling import (
+from probes.sampling.sampling_policy import PhaseChangeDetector, PhaseSignals
+from probes.sampling.tree_sampling import (
     NODE_TURNS,
     POLL_S,
     TURN_REST_S,

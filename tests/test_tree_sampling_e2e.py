@@ -14,8 +14,8 @@ import pytest
 from jobwatch import TIMEOUT_S, settled, watch_until
 
 from probes.frame import ROLE_DATALOADER_WORKER
-from probes.sampling_policy import SETTLED_RATE_HZ
-from probes.tree_sampling import TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S
+from probes.sampling.sampling_policy import SETTLED_RATE_HZ
+from probes.sampling.tree_sampling import TURN_REST_S, TURN_START_SLACK_S, TURN_WINDOW_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 

@@ -20,9 +20,9 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from probes.engine import EngineConfig
 from probes.frame import GpuDevice, GpuReading
-from probes.recording import read_recording
+from probes.monitoring.engine import EngineConfig
+from probes.outputs.recording import read_recording
 from tui.app import GputopApp, StatusBar, make_app
 from tui.panes.help import HelpScreen
 from tui.panes.stacks import StacksPane, StackTree
@@ -46,7 +46,7 @@ def frames_of(name: str):
 
 
 class RecordedEngine:
-    """Stands in for probes.engine.Engine: each tick() returns the next recorded frame (the last one again
+    """Stands in for probes.monitoring.engine.Engine: each tick() returns the next recorded frame (the last one again
     once they run out). `hold_first` makes the first tick wait, to catch the screen before any data."""
 
     def __init__(self, frames, *, interval_s: float = 0.25, fail_with: Exception | None = None,

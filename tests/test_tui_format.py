@@ -1,5 +1,5 @@
 """Unit tests of the panes' pure parts: formatters, the process tree order, GPU and CPU texts, the verdict
-text and timeline, and the call-tree cut that feeds probes.stacks.call_tree."""
+text and timeline, and the call-tree cut that feeds probes.sampling.stacks.call_tree."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from probes.frame import (
     TargetInfo,
     Verdict,
 )
-from probes.monitor import NO_LOG_HINT, MonitorView, Pace, VerdictChange
+from probes.monitoring.monitor import NO_LOG_HINT, MonitorView, Pace, VerdictChange
 from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
 from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
 from tui.panes.stacks import hot_column_widths, window_counts
@@ -169,8 +169,8 @@ def test_window_counts_and_column_widths():
 def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
     from test_monitor import gpu_bound_frames
 
-    from probes.baseline import load_comparison_inputs
-    from probes.monitor import fold
+    from probes.monitoring.monitor import fold
+    from probes.reference.baseline import load_comparison_inputs
 
     view = fold(gpu_bound_frames(), comparison=load_comparison_inputs(None, "gpt2-xl", 1_048_576)).view
     assert pace_text(view.pace).plain == ("pace iter 7 · 21.0 s/iter ████████ · 49.9k tok/s · 513 TFLOP/s · MFU 52% "
@@ -184,9 +184,9 @@ def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
 
 def test_the_mfu_the_log_printed_keeps_its_decimals_on_screen():
     # Issue 20: nanoGPT printed "mfu 0.01%" (a CPU run) and the pace line said "log 0%", which reads as a bug.
-    from probes.baseline import mfu_percent, printed_percent
     from probes.logformats import parse_line
-    from probes.monitor import Pace
+    from probes.monitoring.monitor import Pace
+    from probes.reference.baseline import mfu_percent, printed_percent
     from tui.panes.verdict import pace_text
 
     printed = parse_line("iter 120: loss 4.2113, time 812.35ms, mfu 0.01%").reported_mfu_pct

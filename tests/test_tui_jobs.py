@@ -16,7 +16,7 @@ from pathlib import Path
 from textual.widgets import Static
 
 from probes.frame import JobInfo, JobVerdict, ProcessSample, RankVerdict, StackCount, StackFrame, Verdict
-from probes.recording import read_recording
+from probes.outputs.recording import read_recording
 from tests.test_tui_app import (
     RecordedEngine,
     frames_of,

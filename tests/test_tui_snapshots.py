@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.recording import read_recording
+from probes.outputs.recording import read_recording
 from tui.app import make_app
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"

@@ -1,5 +1,6 @@
 """`gputop --slurm-job J` across nodes: one `gputop agent` per node of the job, started through Slurm
-(`srun --jobid J --overlap` on each node, probes/slurm.py), their streams merged by probes/cluster.py into one
+(`srun --jobid J --overlap` on each node, probes/sensors/slurm.py), their streams merged by
+probes/monitoring/cluster.py into one
 job: every rank with its node, the job's verdict across nodes, a line per node, lost nodes said.
 
 It is the path where this node runs no task of the job (a login node), or where --across-nodes asks for it.
@@ -46,8 +47,8 @@ def agent_argv(args: argparse.Namespace, target: list[str] | None = None) -> lis
 
 def agent_specs(args: argparse.Namespace):
     """One AgentSpec per node: from the test-only --agent-command, or one srun per node of the Slurm job."""
-    from probes.cluster import AgentSpec
-    from probes.slurm import SlurmError, agent_step_command, job_nodes
+    from probes.monitoring.cluster import AgentSpec
+    from probes.sensors.slurm import SlurmError, agent_step_command, job_nodes
 
     if args.agent_command:
         return [AgentSpec(f"agent-{i + 1}", tuple(shlex.split(command)))
@@ -96,8 +97,8 @@ def ssh_agent_command(host: str, argv: list[str]) -> tuple[str, ...]:
 
 
 def run_across_nodes(args: argparse.Namespace) -> int:
-    from probes.cluster import AgentStreams, ClusterMonitor, run_merge
-    from probes.snapshot import write_json_atomic
+    from probes.monitoring.cluster import AgentStreams, ClusterMonitor, run_merge
+    from probes.outputs.snapshot import write_json_atomic
 
     if args.hosts and (args.slurm_job is not None or args.agent_command):
         raise UsageError("--hosts starts the agents over ssh: give it without --slurm-job (Slurm starts them)")
@@ -151,8 +152,8 @@ def run_across_nodes(args: argparse.Namespace) -> int:
 
 
 def _recorder(args: argparse.Namespace):
-    from probes.monitor import recording_meta
-    from probes.recording import Recorder
+    from probes.monitoring.monitor import recording_meta
+    from probes.outputs.recording import Recorder
 
     if not args.record:
         return None

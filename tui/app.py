@@ -1,7 +1,8 @@
 """The gputop screen: one Textual app for live monitoring, replays and the demo.
 
 `make_app()` is the single factory the CLI and the tests use. Live, a thread worker loops
-`engine.tick()` through `probes.engine.run_ticks`, folds each frame into a `probes.monitor.Monitor`
+`engine.tick()` through `probes.monitoring.engine.run_ticks`, folds each frame into a
+`probes.monitoring.monitor.Monitor`
 (history, verdict, timeline, recording, the job's pace) and posts one `FrameArrived` message carrying its
 immutable `MonitorView`; the UI thread only renders what arrives, so a slow py-spy or GPU driver never
 freezes the screen.
@@ -31,13 +32,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from probes.baseline import ComparisonInputs
-from probes.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
 from probes.doctor import Check
-from probes.engine import Engine, run_ticks
 from probes.frame import Frame, JobInfo
-from probes.monitor import Monitor, MonitorView, recording_meta
-from probes.recording import Recorder
+from probes.monitoring.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
+from probes.monitoring.engine import Engine, run_ticks
+from probes.monitoring.monitor import Monitor, MonitorView, recording_meta
+from probes.outputs.recording import Recorder
+from probes.reference.baseline import ComparisonInputs
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
@@ -139,7 +140,8 @@ class GputopApp(App[None]):
                 tooltip="Hot frames per function, or per line (file:line)"),
         Binding("n", "native", "Native", tooltip="Native (C/C++) frames: needs a restart with --native"),
         Binding("f", "flight_recorder_dump", "FR dump", show=False,
-                # NCCL's debug-info pipe written once per rank, a worker server read now (probes/flight_recorder.py)
+                # NCCL's debug-info pipe written once per rank, a worker server read now
+                # (probes/sensors/flight_recorder.py)
                 tooltip="Flight Recorder dump: ask the ranks whose job enabled one"),
     ]
 
@@ -149,7 +151,8 @@ class GputopApp(App[None]):
                  recorder: Recorder | None = None, replay_notice: str | None = None,
                  comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
                  start_notice: str | None = None, cluster=None) -> None:
-        """cluster: (probes.cluster.AgentStreams, probes.cluster.ClusterMonitor) for a job merged across nodes,
+        """cluster: (probes.monitoring.cluster.AgentStreams, probes.monitoring.cluster.ClusterMonitor) for a job
+        merged across nodes,
         live, instead of an engine."""
         super().__init__()
         if sum(x is not None for x in (engine, replay_frames, cluster)) != 1:
@@ -163,7 +166,7 @@ class GputopApp(App[None]):
         if cluster is not None:
             self.monitor = cluster[1]
         elif replay_frames is not None and any(f.node is not None for f in self.replay_frames):
-            from probes.cluster import ClusterMonitor  # a recording of a job merged across nodes
+            from probes.monitoring.cluster import ClusterMonitor  # a recording of a job merged across nodes
 
             self.monitor = ClusterMonitor(hang_after_s=hang_after_s, comparison=comparison, replay=True)
         else:
@@ -283,7 +286,7 @@ class GputopApp(App[None]):
     @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
     def _merge_nodes(self) -> None:
         """The live loop of a job merged across nodes: the agents' frames, one merged view an interval."""
-        from probes.cluster import run_merge
+        from probes.monitoring.cluster import run_merge
 
         streams, monitor = self.cluster
         error = None

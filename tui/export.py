@@ -1,4 +1,4 @@
-"""Saving what the screen shows (`s`): the snapshot JSON (probes.snapshot, schema gputop.snapshot/1) and
+"""Saving what the screen shows (`s`): the snapshot JSON (probes.outputs.snapshot, schema gputop.snapshot/1) and
 an SVG screenshot beside it, named after the target's PID and the time of the latest reading."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probes.frame import Frame
-from probes.private_files import write_private_text
-from probes.snapshot import write_json_atomic
+from probes.outputs.private_files import write_private_text
+from probes.outputs.snapshot import write_json_atomic
 
 
 @dataclass(frozen=True)

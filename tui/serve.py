@@ -2,7 +2,7 @@
 (--follow), and the --listen address it serves on. The command itself (options, checks, the HTTP endpoint)
 is tui/commands/serve.py.
 
-One sampling thread ticks every watched target's Engine once per interval (probes/node_watch.py, which
+One sampling thread ticks every watched target's Engine once per interval (probes/monitoring/node_watch.py, which
 `gputop agent` shares), folds the frame into that target's Monitor and publishes the views as one immutable
 tuple; the HTTP server (prometheus_client's, on its own thread) reads only that tuple on a scrape, so a
 scrape never samples and never waits for a tick.
@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from probes.node_watch import DEFAULT_FOLLOW_SCAN_S, NodeWatch
+from probes.monitoring.node_watch import DEFAULT_FOLLOW_SCAN_S, NodeWatch
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 9407  # near dcgm-exporter's 9400, not on it: both run on one GPU node
@@ -49,14 +49,15 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class Server:
-    """The sampling loop behind /metrics: ticks the node's watched targets (probes.node_watch), folds each frame
+    """The sampling loop behind /metrics: ticks the node's watched targets (probes.monitoring.node_watch), folds each
+    frame
     into its target's Monitor, publishes the views."""
 
     def __init__(self, config, *, pid: int | None, follow: bool, hang_after_s: float, comparison=None,
                  mfu_floor: float | None = None, scan_interval_s: float = DEFAULT_FOLLOW_SCAN_S,
                  log=lambda line: print(f"gputop: {line}", file=sys.stderr, flush=True), gpu=None) -> None:
-        """gpu: the shared GPU reader (probes.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
-        from probes.exporter import WatchedView
+        """gpu: the shared GPU reader (probes.sensors.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
+        from probes.outputs.exporter import WatchedView
 
         self._hang_after_s = hang_after_s
         self._comparison = comparison
@@ -85,8 +86,8 @@ class Server:
 
     def step(self) -> None:
         """One tick of every watched target, each frame folded into its monitor; the views published whole."""
-        from probes.exporter import WatchedView
-        from probes.monitor import Monitor
+        from probes.monitoring.monitor import Monitor
+        from probes.outputs.exporter import WatchedView
 
         published = []
         for each in self.node.tick():

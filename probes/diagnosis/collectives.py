@@ -1,5 +1,5 @@
 """collective_gaps(reading) -> the collectives some ranks wait in and others never entered, from the ranks'
-Flight Recorders (Frame.collectives, read by probes/flight_recorder.py).
+Flight Recorders (Frame.collectives, read by probes/sensors/flight_recorder.py).
 
 Every rank numbers its process group's collectives the same way (collective_seq_id), so comparing where each
 rank stands names the gap: in group G, the highest collective any rank entered is #N; the ranks that entered

@@ -38,9 +38,9 @@ from probes.frame import (
     StackFrame,
     ThreadStack,
 )
-from probes.history import recent_frames
 from probes.jobs.environment import is_python_command
-from probes.pyspy_output import is_worker_stack
+from probes.monitoring.history import recent_frames
+from probes.sampling.pyspy_output import is_worker_stack
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change
@@ -74,7 +74,7 @@ COMPILE_FRAME_SHARE = 0.1  # a sample window "compiled" if this share of its mai
 SPIN_UTIL_PCT = 70.0
 SPIN_SM_ACTIVE_PCT = 35.0
 SPIN_POWER_FRACTION = 0.35
-# Who held the GIL: GIL windows last 10 s (probes/pyspy.py), so look back over about three of them.
+# Who held the GIL: GIL windows last 10 s (probes/sampling/pyspy.py), so look back over about three of them.
 GIL_WINDOW_S = 30.0
 # A rank's main thread on a CPU or queued for one less than this share of wall time barely works: its
 # backward samples are waits for the other ranks, whatever py-spy's idle flag caught.
@@ -111,7 +111,8 @@ _frame_cache: OrderedDict[int, tuple[int, _FrameStacks]] = OrderedDict()
 
 def reserve_cached_ranks(ranks: int) -> None:
     """Let the cache hold `ranks` ranks' look-back windows, never fewer than CACHED_RANKS: a job merged across
-    nodes (probes/cluster.py) has many more ranks' frames alive at once than one node, and a cache smaller than
+    nodes (probes/monitoring/cluster.py) has many more ranks' frames alive at once than one node, and a cache smaller
+    than
     them re-summarises every frame each tick (64 nodes of 2 ranks: 0.87 core instead of 0.16). Entries still go
     with their frames, so this bounds nothing the History does not already hold."""
     global _FRAME_CACHE_LIMIT

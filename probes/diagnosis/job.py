@@ -64,7 +64,7 @@ from probes.frame import (
     TargetInfo,
     Verdict,
 )
-from probes.history import recent_frames
+from probes.monitoring.history import recent_frames
 
 # A straggler: the other ranks wait in collectives at least WAITING_SHARE of their samples, and it waits at
 # least STRAGGLER_MARGIN less than the least-waiting of them. Once named, it stays named while the picture
@@ -162,7 +162,8 @@ class RankHistory(Sequence):
         return len(self._history)
 
     def recent(self, seconds: float | None, limit: int | None = None) -> list[Frame]:
-        """probes.history.recent_frames of this view: the window found on the unprojected frames (a projection
+        """probes.monitoring.history.recent_frames of this view: the window found on the unprojected frames (a
+        projection
         keeps its frame's time) and projected, once per window asked for (diagnose() asks for the same few
         windows several times a tick)."""
         key = (seconds, limit)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from probes.frame import StackCount, StackFrame
 from probes.lru import LruCache
-from probes.stacks import frame_matches
+from probes.sampling.stacks import frame_matches
 
 # Activities, most specific first: when one stack holds several markers, the first listed wins
 # (a collective inside a distributed checkpoint is the checkpoint; a socket read inside a DataLoader

@@ -12,6 +12,6 @@ init) with the Python training process under it. The package owns what a job is,
 * follow.py: follow mode's census of the training jobs on the node; census.py: the same jobs described for
   the job picker and `gputop --list` (launcher, ranks, workers, GPUs, CPU%, age, command).
 
-The /proc tree walk stays in probes/proctree.py; this package reads only single files of processes the walk
+The /proc tree walk stays in probes/sensors/proctree.py; this package reads only single files of processes the walk
 found. docs/jobs.md says what users see.
 """

@@ -4,8 +4,8 @@
 Python process that imports torch (its /proc/PID/maps holds libtorch or torch's _C), a launcher LAUNCHERS
 knows, a process whose environment names its rank, or one holding a GPU context: probes/jobs/follow.py finds
 them, each once from its root, exactly as `gputop serve --follow` does. Each job is then read the way
-`gputop --pid` reads it: its tree through probes/proctree.py, its launcher, ranks and workers through
-probes/jobs/tracker.py, its GPUs through probes/nvml.py and probes/jobs/gpus.py. CPU% is a rate, so a job's
+`gputop --pid` reads it: its tree through probes/sensors/proctree.py, its launcher, ranks and workers through
+probes/jobs/tracker.py, its GPUs through probes/sensors/nvml.py and probes/jobs/gpus.py. CPU% is a rate, so a job's
 first scan has none: :func:`list_jobs` scans twice, a short window apart.
 
 Sorting and filtering (:func:`sort_jobs`, :func:`job_matches`) are pure functions shared by the picker's
@@ -26,10 +26,10 @@ from probes.jobs.follow import find_training_jobs
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.launchers import launcher_label
 from probes.jobs.tracker import JobTracker
-from probes.nvml import NvmlGpuProbe, for_target
-from probes.proctree import ProcessTreeProbe, process_started_at
 from probes.redact import redact_argv
-from probes.textfiles import read_text
+from probes.sensors.nvml import NvmlGpuProbe, for_target
+from probes.sensors.proctree import ProcessTreeProbe, process_started_at
+from probes.sensors.textfiles import read_text
 
 JSON_SCHEMA = "gputop.jobs/1"
 # Paths that only a process that imported torch has mapped: the C++ library and the extension module.

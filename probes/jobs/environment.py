@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from probes.textfiles import read_text
+from probes.sensors.textfiles import read_text
 
 _PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*$")
 NOTE_COMMAND_CHARS = 60

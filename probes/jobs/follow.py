@@ -23,8 +23,8 @@ from probes.jobs.facts import ancestors
 from probes.jobs.launchers import launcher_of_process, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.root import resolve_root
-from probes.proctree import NodeProcess, node_processes
-from probes.slurm import agent_processes
+from probes.sensors.proctree import NodeProcess, node_processes
+from probes.sensors.slurm import agent_processes
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def find_training_jobs(gpu_pids: Iterable[int] = (), exclude: Iterable[int] = ()
     (local PIDs, from NVML); `exclude`: PIDs never to report; `imports_torch`: when given, a Python process
     (not part of a job found already) for which it says True is a job too. What the caller started (py-spy) is
     never a job, nor are the caller's ancestors (a tree that holds gputop is never watched, as in root.py), nor
-    other gputops' agents with their Slurm steps and py-spy (probes.slurm.agent_processes)."""
+    other gputops' agents with their Slurm steps and py-spy (probes.sensors.slurm.agent_processes)."""
     me = os.getpid()
     procs = dict(node_processes() if procs is None else procs)
     parent_of = {pid: proc.ppid for pid, proc in procs.items()}

@@ -12,7 +12,7 @@ import os
 from probes.jobs.environment import NO_ENV, is_python_command, process_cmdline, process_executable, process_name
 from probes.jobs.facts import Attachment, RootChoice
 from probes.jobs.launchers import LAUNCHERS, read_dist_env
-from probes.proctree import child_pids, parent_pid
+from probes.sensors.proctree import child_pids, parent_pid
 
 
 def _our_ancestors() -> set[int]:

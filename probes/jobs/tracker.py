@@ -20,7 +20,7 @@ from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.root import resolve_root_safely
 from probes.jobs.world import WorldAccount, WorldWatch
-from probes.textfiles import read_text
+from probes.sensors.textfiles import read_text
 
 # A Python launcher waits for its child in the kernel's wait4: /proc/PID/wchan says do_wait.
 _WAITING_WCHAN = "do_wait"
@@ -64,7 +64,7 @@ class JobTracker:
     def update(self, processes: Sequence[ProcessSample], stacks: StacksReading | None = None,
                started: Mapping[int, int] | None = None) -> tuple[JobInfo | None, tuple[ProcessSample, ...]]:
         """This tick's JobInfo (None for a lone process) and the samples with roles, ranks and owners set.
-        ``started``: start times (clock ticks since boot) the caller read this tick (probes/proctree.py's
+        ``started``: start times (clock ticks since boot) the caller read this tick (probes/sensors/proctree.py's
         started_ticks); a process not in it has its /proc/PID/stat read here."""
         try:
             return self._update(processes, stacks, started or {})

@@ -7,7 +7,7 @@ header of the logged names, sorted (``epoch,step,train_loss,val_loss``), then on
 (``0,49,0.78,``), flushed every ``flush_logs_every_n_steps`` (100 by default). A row carries no time and means
 nothing without its header, so ``parse`` (the registry's one-line interface) recognises the header, which says a
 file is this format, and ``row`` reads a row against the header's names. Rows come in bursts at each flush: the
-pace is how fast ``step`` moves between them (probes/progress.py times the sightings).
+pace is how fast ``step`` moves between them (probes/sensors/progress.py times the sightings).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from probes.proctree import ProcessTreeProbe
+from probes.sensors.proctree import ProcessTreeProbe
 
 TARGET = Path(__file__).with_name("busy_loop.py")
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"

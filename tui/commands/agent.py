@@ -65,9 +65,9 @@ class AgentCommand:
 def stream_frames(args: argparse.Namespace, out) -> int:
     """Write the header, then every tick's frames, to `out` until the job ends, `out` closes or a signal."""
     from probes.frame import to_jsonable
-    from probes.monitor import recording_meta
-    from probes.node_watch import NodeWatch
-    from probes.recording import json_line, recording_header
+    from probes.monitoring.monitor import recording_meta
+    from probes.monitoring.node_watch import NodeWatch
+    from probes.outputs.recording import json_line, recording_header
 
     node = node_name()
     meta = recording_meta(args.pid, hang_after(args))

@@ -122,7 +122,7 @@ class AttachCommand:
                              "FILE: it sets how long a headless run samples before writing them")
         if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
-        from probes.engine import Engine
+        from probes.monitoring.engine import Engine
         from tui.app import make_app
 
         startup_checks = attach_checks(args)
@@ -140,7 +140,7 @@ class AttachCommand:
 def runs_here(step) -> bool:
     """Whether this node runs a task of the Slurm job (then --slurm-job watches it here); Slurm missing or no
     such job is a UsageError, said before anything starts."""
-    from probes.slurm import SlurmError, show_job, slurm_missing, step_root
+    from probes.sensors.slurm import SlurmError, show_job, slurm_missing, step_root
 
     problem = slurm_missing() or show_job(step)
     if isinstance(problem, SlurmError):
@@ -217,8 +217,8 @@ def tell_flight_recorder_asks(frame) -> None:
 
 def open_recorder(args: argparse.Namespace, comparison=None):
     """The Recorder for --record (None without it); a file that cannot be opened is a usage error."""
-    from probes.monitor import recording_meta
-    from probes.recording import Recorder
+    from probes.monitoring.monitor import recording_meta
+    from probes.outputs.recording import Recorder
 
     if not args.record:
         return None
@@ -230,9 +230,9 @@ def open_recorder(args: argparse.Namespace, comparison=None):
 
 def run_headless(args: argparse.Namespace, comparison=None) -> int:
     """Sample for --duration seconds; write the snapshot and/or the recording. Ctrl-C still writes."""
-    from probes.engine import Engine, run_ticks
-    from probes.monitor import Monitor
-    from probes.snapshot import write_json_atomic
+    from probes.monitoring.engine import Engine, run_ticks
+    from probes.monitoring.monitor import Monitor
+    from probes.outputs.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
     monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison),
@@ -240,7 +240,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     engine = Engine(args.pid, engine_config(args))
     profile = None
     if args.flamegraph is not None:
-        from probes.pyspy import ProfileRecording
+        from probes.sampling.pyspy import ProfileRecording
 
         profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()

@@ -1,7 +1,7 @@
 """`gputop probe`: time a reference training step (nanoGPT's GPT or a Llama-shaped model) on this machine and
 print the report; ``--layers N`` builds N of the layers and says on screen that the times were scaled.
 
-torch is imported only when the probe runs (probes/gpt_probe.py), so the rest of gputop works without it.
+torch is imported only when the probe runs (probes/reference/gpt_probe.py), so the rest of gputop works without it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import dataclasses
 import json
 import sys
 
-from probes.gpt_probe import (
+from probes.models.convention import ATTENTION_CONVENTION
+from probes.reference.gpt_probe import (
     DTYPE_CHOICES,
     TORCH_MISSING,
     ProbeConfig,
@@ -20,7 +21,6 @@ from probes.gpt_probe import (
     run_probe,
     torch_available,
 )
-from probes.models.convention import ATTENTION_CONVENTION
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
 from tui.commands.shared import UsageError, add_peak_tflops_argument, positive_int
 from tui.exitcodes import EXIT_OK

@@ -37,7 +37,7 @@ class ReplayCommand:
             return _replay_to_speedscope(args)
         if args.snapshot is not None:
             return _replay_to_snapshot(args)
-        from probes.recording import RecordingError, load_recording
+        from probes.outputs.recording import RecordingError, load_recording
 
         try:
             recording = load_recording(args.recording)
@@ -59,17 +59,17 @@ class ReplayCommand:
 def _comparison(args: argparse.Namespace):
     """What the replayed pace is measured with: what the recording's header carries (the model, tokens per iteration,
     peak and baseline resolved live, from files this machine may not have) under the options given now."""
-    from probes.pace_inputs import recorded_inputs
-    from probes.recording import read_header
+    from probes.outputs.recording import read_header
+    from probes.reference.pace_inputs import recorded_inputs
 
     return comparison_inputs(args, recorded=recorded_inputs(read_header(args.recording)))
 
 
 def _replay_to_snapshot(args: argparse.Namespace) -> int:
     """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
-    from probes.monitor import Monitor
-    from probes.recording import RecordingError, read_recording, skipped_notice
-    from probes.snapshot import write_json_atomic
+    from probes.monitoring.monitor import Monitor
+    from probes.outputs.recording import RecordingError, read_recording, skipped_notice
+    from probes.outputs.snapshot import write_json_atomic
 
     comparison = _comparison(args)
     check_writable(args.snapshot, "snapshot")
@@ -79,7 +79,7 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
     try:
         for frame in read_recording(args.recording, skipped):
             if monitor is None:  # frames that carry their node (agents' streams) are merged node by node
-                from probes.cluster import ClusterMonitor
+                from probes.monitoring.cluster import ClusterMonitor
 
                 kind = ClusterMonitor if frame.node is not None else Monitor
                 monitor = kind(hang_after_s=hang_after(args), comparison=comparison, replay=True)
@@ -102,9 +102,9 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
 def _replay_to_speedscope(args: argparse.Namespace) -> int:
     """`gputop replay REC --speedscope OUT`: every stack sample the recording kept, for speedscope.app."""
     from probes import __version__
-    from probes.recording import RecordingError, load_recording
-    from probes.snapshot import write_json_atomic
-    from probes.speedscope import speedscope_document
+    from probes.outputs.recording import RecordingError, load_recording
+    from probes.outputs.snapshot import write_json_atomic
+    from probes.outputs.speedscope import speedscope_document
 
     check_writable(args.speedscope, "speedscope file")
     try:

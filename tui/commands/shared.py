@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable
 
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
-from probes.engine import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
 from probes.models import PRESETS
 from probes.models.peaks import DTYPES as PEAK_DTYPES
+from probes.monitoring.engine import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
 
 
 class UsageError(Exception):
@@ -70,7 +70,7 @@ def pid(text: str) -> int:
 
 
 def slurm_job(text: str):
-    from probes.slurm import parse_step_id
+    from probes.sensors.slurm import parse_step_id
 
     step = parse_step_id(text)
     if step is None:
@@ -193,13 +193,14 @@ def comparison_inputs(args: argparse.Namespace, recorded=None):
     """What the target's progress is compared with (--baseline, --model, --tokens-per-iter, and the peak's
     --gpu, --peak-tflops, --dtype), over what the job says of itself: live, the shape and tokens per iteration
     its command line states (nanoGPT's, or a Hugging Face config.json it names); on replay, `recorded`
-    (probes.pace_inputs.RecordedInputs), what the recording's header carries. None when nothing gives a model."""
-    from probes.baseline import BaselineError, PeakOptions, load_comparison_inputs
+    (probes.reference.pace_inputs.RecordedInputs), what the recording's header carries. None when nothing gives a
+    model."""
+    from probes.reference.baseline import BaselineError, PeakOptions, load_comparison_inputs
 
     peak = PeakOptions(args.gpu, args.peak_tflops, args.dtype)
     try:
         if recorded is not None:
-            from probes.pace_inputs import replayed_comparison_inputs
+            from probes.reference.pace_inputs import replayed_comparison_inputs
 
             return replayed_comparison_inputs(recorded, args.baseline, args.model, args.tokens_per_iter, peak)
         stated = None
@@ -236,7 +237,7 @@ def resolve_slurm_job(args: argparse.Namespace) -> None:
     no process of it here is a UsageError."""
     if getattr(args, "slurm_job", None) is None:
         return
-    from probes.slurm import SlurmError, step_root
+    from probes.sensors.slurm import SlurmError, step_root
 
     found = step_root(args.slurm_job)
     if isinstance(found, SlurmError):
@@ -245,7 +246,7 @@ def resolve_slurm_job(args: argparse.Namespace) -> None:
 
 
 def check_target(target_pid: int) -> None:
-    from probes.proctree import target_exists
+    from probes.sensors.proctree import target_exists
 
     if not target_exists(target_pid):
         raise UsageError(f"no process with PID {target_pid} (check it with: ps -p {target_pid})")

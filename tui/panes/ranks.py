@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
 from probes.jobs.world import ranges_text
-from probes.monitor import MonitorView
+from probes.monitoring.monitor import MonitorView
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import bottleneck_words, clip, percent
 
@@ -25,7 +25,7 @@ TITLE = "5 Ranks"
 # (heading, width, right-aligned); the verdict column takes whatever room is left.
 RANK_COLUMNS = (("rank", 5, True), ("local", 5, True), ("PID", 7, True), ("GPU", 3, True), ("CPU%", 5, True),
                 ("waits", 5, True))
-# A job merged across nodes (probes/cluster.py) shows each rank's node after its number.
+# A job merged across nodes (probes/monitoring/cluster.py) shows each rank's node after its number.
 NODE_COLUMN = ("node", 8, False)
 RANK_COLUMNS_ACROSS_NODES = (RANK_COLUMNS[0], NODE_COLUMN, *RANK_COLUMNS[1:])
 # DataTable pads each cell by one column either side; the vertical scrollbar takes two more.
@@ -36,7 +36,8 @@ WAITING_RATIO = 0.5
 SELECTED_MARK = "▶"
 # Rows of ranks with no process here (the job knows its world size): keyed apart from the PIDs of real rows.
 ABSENT_KEY = "absent:"
-# The row that stands for a group of agreeing ranks (probes.cluster.agreeing_ranks), under the group's first rank.
+# The row that stands for a group of agreeing ranks (probes.monitoring.cluster.agreeing_ranks), under the group's
+# first rank.
 GROUP_KEY = "group:"
 MISSING_WORDS = "gone (exited before attach)"
 ELSEWHERE_WORDS = "not on this node"
@@ -118,7 +119,7 @@ def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False) 
 
 
 def group_cells(group, verdict_room: int) -> tuple[Text, ...]:
-    """The row of a probes.cluster.RankGroup: how many ranks, their nodes, and which rank they are like."""
+    """The row of a probes.monitoring.cluster.RankGroup: how many ranks, their nodes, and which rank they are like."""
     dash = Text("-", style="dim", justify="right")
     cpus = [r.cpu_pct for r in group.others if r.cpu_pct is not None]
     waits = group.waits
@@ -249,7 +250,8 @@ class RanksPane(Vertical):
 
     def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_key: str | None,
              kind: str | None = None, absent: Sequence[tuple[str, str]] = (), groups: Sequence = ()) -> None:
-        """groups: probes.cluster.RankGroup of a job of many ranks: each group's other ranks are one row, under
+        """groups: probes.monitoring.cluster.RankGroup of a job of many ranks: each group's other ranks are one row,
+        under
         its first rank's."""
         self._shown = (rows, job, selected_key, kind, absent, groups)
         self.display = bool(rows)

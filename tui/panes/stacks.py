@@ -6,7 +6,7 @@ Three views, one at a time:
         idle threads toggle with `i`, `/` filters by function or file.
   tree  `enter` on a hot frame: who calls it and what it calls, as expandable trees.
   now   `d`: each thread's current stack, innermost first, like `py-spy dump`.
-`esc` goes back one step: tree -> hot, thread -> process -> all processes. Aggregation is probes.stacks.
+`esc` goes back one step: tree -> hot, thread -> process -> all processes. Aggregation is probes.sampling.stacks.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from textual.widgets.tree import TreeNode
 
 from probes.diagnosis.stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
-from probes.history import recent_frames
-from probes.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
+from probes.monitoring.history import recent_frames
+from probes.sampling.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import forget_rows, sync_rows
 from tui.panes.text import clip, clip_left, duration, node_title, process_role_words
 

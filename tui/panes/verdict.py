@@ -12,10 +12,10 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from probes.baseline import mfu_percent, printed_percent
 from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
-from probes.monitor import MonitorView, Pace, VerdictChange
+from probes.monitoring.monitor import MonitorView, Pace, VerdictChange
+from probes.reference.baseline import mfu_percent, printed_percent
 from tui.panes.ranks import SELECTED_MARK, RankRow, finding_words, rank_label, rank_verdict_words
 from tui.panes.text import bottleneck_words, duration, liveness_words, offset, sparkline
 

@@ -1,7 +1,7 @@
 """gil_contention: another thread of the training process holds its GIL so much of the time that the training
 thread waits for it: each return from a torch op (which runs with the GIL released) needs the GIL back.
 
-It reads the GIL windows (``py-spy record --gil``, probes/pyspy.py), which say at each look which thread held
+It reads the GIL windows (``py-spy record --gil``, probes/sampling/pyspy.py), which say at each look which thread held
 the GIL, and the training thread's own schedstat (on a CPU, queued for one, or off CPU): a thread that waits
 for the GIL sleeps on a futex, so it is off CPU while its Python stack still shows the line it runs.
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from probes.jobs.environment import DistEnv, int_or_none, short_command, torch_distributed_env
 from probes.jobs.facts import HELPER_ROLES, Attachment, JobLayout, NoteContext, ProcessFacts, RootChoice, WatchedTree
 from probes.jobs.launchers.base import Launcher
-from probes.proctree import DATALOADER_WORKER_COMM
+from probes.sensors.proctree import DATALOADER_WORKER_COMM
 
 # All three are set on every child Lightning starts; a process with RANK was started by something else.
 _CHILD_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from probes.frame import ROLE_DATALOADER_WORKER
 from probes.jobs.facts import HELPER_ROLES, Attachment, JobLayout, ProcessFacts, RootChoice, WatchedTree
 from probes.jobs.launchers.base import Launcher
-from probes.proctree import DATALOADER_WORKER_COMM
+from probes.sensors.proctree import DATALOADER_WORKER_COMM
 
 SPAWN_MAIN_MARKER = "from multiprocessing.spawn import spawn_main"
 # The parent's main thread waits in ProcessContext.join here.

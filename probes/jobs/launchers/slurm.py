@@ -8,7 +8,7 @@ SLURM_STEP_ID: it is not a rank. A task carries SLURM_PROCID (its rank), SLURM_L
 SLURM_STEP_NUM_TASKS (the world), SLURM_JOB_ID and SLURM_STEP_ID; Slurm sets no RANK or WORLD_SIZE.
 
 So the root of a Slurm job is its step's slurmstepd on this node, whichever of the job's processes the user
-named: a task (its parent), ``srun`` (the step it started, asked of Slurm through probes/slurm.py), the batch
+named: a task (its parent), ``srun`` (the step it started, asked of Slurm through probes/sensors/slurm.py), the batch
 script (the job's newest task step here). A client whose step is not on this node stays the root, and the job
 is said to train elsewhere: nothing in its tree is judged, so it is never called hung.
 """
@@ -29,7 +29,7 @@ from probes.jobs.facts import (
     WatchedTree,
 )
 from probes.jobs.launchers.base import Launcher
-from probes.slurm import (
+from probes.sensors.slurm import (
     STEPD_COMM,
     SlurmStep,
     process_cgroup_step,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from probes.frame import Frame, StackCount, StackFrame
-from probes.stacks import merge_counts
+from probes.sampling.stacks import merge_counts
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

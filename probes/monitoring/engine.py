@@ -15,18 +15,18 @@ from dataclasses import dataclass
 
 import psutil
 
-from probes.cgroup import CgroupCpuProbe
-from probes.flight_recorder import FlightRecorderProbe
 from probes.frame import ROLE_DATALOADER_WORKER, ROLE_RANK, Frame, GpuReading, MonitorOverhead, StacksReading
-from probes.hostcpu import HostCpuProbe
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.tracker import JobTracker
-from probes.nvml import NvmlGpuProbe
-from probes.proctree import ProcessTreeProbe
-from probes.progress import LogProgressProbe, log_owners
-from probes.pyspy import StackSampler
 from probes.redact import redact_argv, redact_environ
-from probes.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
+from probes.sampling.pyspy import StackSampler
+from probes.sampling.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
+from probes.sensors.cgroup import CgroupCpuProbe
+from probes.sensors.flight_recorder import FlightRecorderProbe
+from probes.sensors.hostcpu import HostCpuProbe
+from probes.sensors.nvml import NvmlGpuProbe
+from probes.sensors.proctree import ProcessTreeProbe
+from probes.sensors.progress import LogProgressProbe, log_owners
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.25
@@ -64,7 +64,7 @@ def phase_signals(processes) -> dict[int, PhaseSignals]:
 
 
 def sampling_roles(processes) -> dict[int, tuple[str, int | None] | None]:
-    """Each live process's part for the sampler's policy over the tree (probes/tree_sampling.py): a DataLoader
+    """Each live process's part for the sampler's policy over the tree (probes/sampling/tree_sampling.py): a DataLoader
     worker of a known training process, a rank, or neither (it samples on its own)."""
     roles: dict[int, tuple[str, int | None] | None] = {}
     for p in processes:

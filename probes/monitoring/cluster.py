@@ -32,8 +32,8 @@ from probes.diagnosis.job import diagnose_job_across_nodes, reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable
 from probes.jobs.world import ranges_text, rank_ranges
-from probes.monitor import Monitor, MonitorView, VerdictChange
-from probes.recording import RECORDING_SCHEMA, Recorder
+from probes.monitoring.monitor import Monitor, MonitorView, VerdictChange
+from probes.outputs.recording import RECORDING_SCHEMA, Recorder
 
 LOST_AFTER_INTERVALS = 5  # a node silent this many ticks is lost (an agent writes a frame every tick)
 MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login node must not lose a node
@@ -208,7 +208,7 @@ class ClusterMonitor:
 
     def snapshot(self) -> dict[str, Any]:
         """The snapshot document: the lead node's frames, the job verdict across nodes, and `nodes`."""
-        from probes.snapshot import build_snapshot
+        from probes.outputs.snapshot import build_snapshot
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")

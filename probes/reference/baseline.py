@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 from probes.frame import Frame, ProgressReading, from_jsonable
-from probes.gpt_probe import PROBE_SCHEMA, ProbeResult
 from probes.logformats import known_format
 from probes.models import FAMILIES, ModelShape, family_of
 from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, explain_nanogpt_mfu
@@ -27,6 +26,7 @@ from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
 from probes.models.peaks import PeakFlops, peak_flops, user_peak
 from probes.models.stated import StatedModel
+from probes.reference.gpt_probe import PROBE_SCHEMA, ProbeResult
 
 HOW_TO_WRITE = "write one with: gputop probe --model MODEL --json > FILE"
 

@@ -7,7 +7,7 @@ With --follow the set changes by itself: every few seconds the node is searched 
 root (the launcher, or the top of the training process), so a job found through two of its processes is
 watched once.
 
-GPUs are read once a tick for every target (probes.nvml.SharedGpuReading), not once per target: on an 8-GPU
+GPUs are read once a tick for every target (probes.sensors.nvml.SharedGpuReading), not once per target: on an 8-GPU
 node with several jobs, NVML is the costly read.
 """
 
@@ -49,7 +49,7 @@ class NodeWatch:
 
     def __init__(self, config, *, pid: int | None, follow: bool, scan_interval_s: float = DEFAULT_FOLLOW_SCAN_S,
                  log: Callable[[str], None] = _log_to_stderr, gpu=None) -> None:
-        """gpu: the shared GPU reader (probes.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
+        """gpu: the shared GPU reader (probes.sensors.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
         self.config = config
         self.follow = follow
         self._scan_interval_s = scan_interval_s
@@ -58,7 +58,7 @@ class NodeWatch:
         self._last_scan: float | None = None
         self._gpu = gpu
         if gpu is None and config.read_gpu:
-            from probes.nvml import SharedGpuReading
+            from probes.sensors.nvml import SharedGpuReading
 
             self._gpu = SharedGpuReading()
         if pid is not None:
@@ -88,8 +88,8 @@ class NodeWatch:
 
     def watch(self, pid: int, why: str) -> bool:
         """Watch `pid`'s job; False (and nothing started) when its root is watched already."""
-        from probes.engine import Engine
         from probes.jobs.root import resolve_root_safely
+        from probes.monitoring.engine import Engine
 
         # The job's root, as gputop --pid finds it: asked first, so a job watched already costs no Engine.
         root = pid if self.config.process_only else resolve_root_safely(pid).root_pid

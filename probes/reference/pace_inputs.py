@@ -24,12 +24,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.baseline import BaselineError, ComparisonInputs, PeakOptions, baseline_from_data, load_comparison_inputs
 from probes.frame import to_jsonable
-from probes.gpt_probe import ProbeResult
 from probes.models import FAMILIES, PRESETS, ModelShape, family_of
 from probes.models.peaks import DTYPES
 from probes.models.stated import StatedModel
+from probes.reference.baseline import (
+    BaselineError,
+    ComparisonInputs,
+    PeakOptions,
+    baseline_from_data,
+    load_comparison_inputs,
+)
+from probes.reference.gpt_probe import ProbeResult
 
 PACE_INPUTS_VERSION = 1
 DEFAULT_DTYPE = "bf16"  # --dtype's default: given on replay, it does not override the dtype the run was measured in

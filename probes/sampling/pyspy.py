@@ -1,7 +1,7 @@
 """The stack sampler: the only module that runs the py-spy binary.
 
 It owns the py-spy children (starting, reaping, retrying, their CPU cost) and the idle marking of their
-samples. Reading py-spy's output is probes/pyspy_output.py; the rates, window lengths and dump cadence
+samples. Reading py-spy's output is probes/sampling/pyspy_output.py; the rates, window lengths and dump cadence
 each process gets are decided by its probes/sampling_policy.SamplingPolicy, which this module only obeys; who of
 a many-process tree samples at all (alike DataLoader workers in turns, agreeing ranks about two at a time) by one
 probes/tree_sampling.TreeSamplingPolicy over the tree, which each record window and dump waits for.
@@ -36,7 +36,7 @@ The default rate, 5 Hz, was measured with this sampler (records, dumps and start
 100-idle-thread target: 0.047 core at 2 Hz, 0.076 at 5 Hz, 0.146 at 10 Hz; with one thread, 0.009
 core at 5 Hz.
 
-A wake (the cheap per-tick signals moved, see probes/sampling_policy.py) ends the running record windows
+A wake (the cheap per-tick signals moved, see probes/sampling/sampling_policy.py) ends the running record windows
 with SIGINT, on which py-spy 0.4 writes what it sampled so far ("Stopped sampling because Control-C pressed");
 SIGTERM or SIGKILL would lose it. Once two windows since the last wake are in, a process's dumps come every
 second or two and double as stack checks: when three in a row catch the main thread in a function its recent
@@ -73,7 +73,7 @@ from pathlib import Path
 import psutil
 
 from probes.frame import GilSamples, SampledWindow, StackCount, StackFrame, StacksReading, ThreadStack
-from probes.pyspy_output import (
+from probes.sampling.pyspy_output import (
     KNOWN_WAITS,
     dominant_position,
     is_worker_stack,
@@ -84,7 +84,7 @@ from probes.pyspy_output import (
     parse_raw,
     samples_in,
 )
-from probes.sampling_policy import (
+from probes.sampling.sampling_policy import (
     DEFAULT_DUMP_EVERY_S,
     DEFAULT_RATE_HZ,
     FIRST_WINDOW_S,
@@ -96,9 +96,9 @@ from probes.sampling_policy import (
     WindowPlan,
     stack_check_interval_s,
 )
-from probes.stacks import frame_matches, merge_counts
-from probes.textfiles import read_text
-from probes.tree_sampling import TreeSamplingPolicy
+from probes.sampling.stacks import frame_matches, merge_counts
+from probes.sampling.tree_sampling import TreeSamplingPolicy
+from probes.sensors.textfiles import read_text
 
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
@@ -476,7 +476,7 @@ class StackSampler:
         # Idle flags the dumps gave to innermost Python frames: per thread, and for any thread.
         self._thread_position_idle: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
         self._position_idle: OrderedDict[tuple[str, str, int], bool] = OrderedDict()
-        # Waking on a change of phase (see probes/sampling_policy.py): the detector, and the mark the next
+        # Waking on a change of phase (see probes/sampling/sampling_policy.py): the detector, and the mark the next
         # reading carries once the windows that were ended early are in.
         self._detector = PhaseChangeDetector()
         self._mark: str | None = None
@@ -484,7 +484,8 @@ class StackSampler:
         self._mark_epochs: dict[int, int] = {}  # per pid, the first epoch after the wake
         self._awaiting_cut: set[int] = set()  # pids whose ended-early window has not been delivered yet
         self._marked_epochs: dict[int, int] = {}  # per pid, the epoch the latest mark put on a reading began
-        # Over the whole tree: who may sample now (probes/tree_sampling.py); everyone, until set_roles says more.
+        # Over the whole tree: who may sample now (probes/sampling/tree_sampling.py); everyone, until set_roles says
+        # more.
         self._tree = TreeSamplingPolicy()
 
     def _new_policy(self) -> SamplingPolicy:
@@ -557,7 +558,7 @@ class StackSampler:
 
     def set_roles(self, roles: dict[int, tuple[str, int | None] | None]) -> None:
         """Each sampled process's part in the tree, for the tree's policy: ("worker", its training process),
-        ("rank", None), or None (samples on its own). See probes/tree_sampling.py."""
+        ("rank", None), or None (samples on its own). See probes/sampling/tree_sampling.py."""
         with self._lock:
             self._tree.set_roles(roles)
 
@@ -582,7 +583,7 @@ class StackSampler:
         it has, so they arrive now rather than at the window's end. The reading that carries them is marked
         with ``reason`` (phase_change): stack counts up to it describe the phase before. ``wait_for_cut``
         False: the mark does not wait for those samples (the next reading carries it; they come late and are
-        dropped). ``spared``: what the tree's policy says did not move (probes/tree_sampling.py)."""
+        dropped). ``spared``: what the tree's policy says did not move (probes/sampling/tree_sampling.py)."""
         to_cut = []
         with self._lock:
             if self._closed:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from probes.frame import CpuReading
-from probes.textfiles import read_text
+from probes.sensors.textfiles import read_text
 
 DEFAULT_SYS_ROOT = "/sys/fs/cgroup"
 

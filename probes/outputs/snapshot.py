@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from probes import __version__
-from probes.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT, gil_summary
 from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
-from probes.pace_inputs import pace_inputs_document
-from probes.stacks import hot_frames
+from probes.reference.baseline import ComparisonInputs, compare_progress, target_gpu_name
+from probes.reference.pace_inputs import pace_inputs_document
+from probes.sampling.stacks import hot_frames
 
 if TYPE_CHECKING:
     from probes.diagnosis.shares import TimeShares
-    from probes.monitor import Pace
+    from probes.monitoring.monitor import Pace
 
 SNAPSHOT_SCHEMA = "gputop.snapshot/1"
 HOT_FRAMES_LIMIT = 30
@@ -99,7 +99,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "errors": errors,
         },
         "progress": _progress(latest, comparison, pace),
-        # What the pace is measured with, as resolved (probes/pace_inputs.py): the model, its FLOPs per token, the
+        # What the pace is measured with, as resolved (probes/reference/pace_inputs.py): the model, its FLOPs per
+        # token, the
         # tokens per iteration, the peak asked for and the baseline, each with its source, for compare and replay.
         "pace_inputs": pace_inputs_document(comparison),
         # Why there is no progress to show, in one line (the job's stdout is a pipe, its log has no step lines).

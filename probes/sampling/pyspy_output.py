@@ -1,10 +1,10 @@
 """Reading py-spy's output: ``record --format raw`` and ``dump --json`` text into probes.frame types.
 
 Pure functions of text (no processes, no files, no clock), so py-spy's formats are tested here without
-py-spy: the stack sampler (probes/pyspy.py) runs the binary and hands its output to these parsers (a
+py-spy: the stack sampler (probes/sampling/pyspy.py) runs the binary and hands its output to these parsers (a
 ``record --gil`` window is the same raw format, holding the GIL holder's stacks only), asks
 ``other_thread_working`` of a dump whether a GIL window is worth running, and the sampling policy
-(probes/sampling_policy.py) compares the ``dominant_position`` of successive windows, and a dump's
+(probes/sampling/sampling_policy.py) compares the ``dominant_position`` of successive windows, and a dump's
 ``main_thread_position`` with the ``main_thread_positions`` its windows saw.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.lru import LruCache
-from probes.stacks import frame_matches
+from probes.sampling.stacks import frame_matches
 
 _THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
 _PROCESS_PART = re.compile(r'^process \d+:"')

@@ -1,9 +1,9 @@
 """Sampling a whole tree at the cost of a few processes: which process may start a py-spy window now.
 
-Pure: no processes, no files, no clock of its own (``now`` is any monotonic time). probes/sampling_policy.py
+Pure: no processes, no files, no clock of its own (``now`` is any monotonic time). probes/sampling/sampling_policy.py
 decides each process's own rate and window length; this decides, over the set of processes, who samples at all,
 so that a node's job (8 ranks x 8 DataLoader workers: 73 processes) costs about what a dozen would. The stack
-sampler (probes/pyspy.py) asks :meth:`TreeSamplingPolicy.wait_s` before each record window and each dump of a
+sampler (probes/sampling/pyspy.py) asks :meth:`TreeSamplingPolicy.wait_s` before each record window and each dump of a
 process, and tells it when a window starts and ends and what it showed; the engine says each tick which
 process plays which part (:meth:`set_roles`) and which ones' cheap signals moved (:meth:`called_up`).
 

@@ -35,8 +35,8 @@ from probes.frame import (
     ProcessSample,
     TargetInfo,
 )
-from probes.tcpinfo import TCP_ESTABLISHED, SocketInodeCache, TcpSocket, read_tcp_sockets
-from probes.textfiles import read_text
+from probes.sensors.tcpinfo import TCP_ESTABLISHED, SocketInodeCache, TcpSocket, read_tcp_sockets
+from probes.sensors.textfiles import read_text
 
 # torch names each DataLoader worker's main thread (and so /proc/PID/comm) this, in _worker_loop.
 DATALOADER_WORKER_COMM = "pt_data_worker"

@@ -20,7 +20,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.baseline import (
+from probes.diagnosis.job import diagnose_job
+from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
+from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
+from probes.doctor import Check, blind_spots
+from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
+from probes.logformats import known_format
+from probes.monitoring.history import DEFAULT_HISTORY_FRAMES, History
+from probes.outputs.recording import Recorder
+from probes.reference.baseline import (
     ComparisonInputs,
     ProgressComparison,
     compare_progress,
@@ -28,15 +36,7 @@ from probes.baseline import (
     printed_percent,
     target_gpu_name,
 )
-from probes.diagnosis.job import diagnose_job
-from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
-from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
-from probes.doctor import Check, blind_spots
-from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
-from probes.history import DEFAULT_HISTORY_FRAMES, History
-from probes.logformats import known_format
-from probes.pace_inputs import pace_inputs_document
-from probes.recording import Recorder
+from probes.reference.pace_inputs import pace_inputs_document
 
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
@@ -115,7 +115,8 @@ class MonitorView:
     # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
     # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
     cannot_see: tuple[Check, ...] = ()
-    # A job merged across nodes (probes/cluster.py): each node's probes.cluster.NodeStatus, lost ones included;
+    # A job merged across nodes (probes/monitoring/cluster.py): each node's probes.monitoring.cluster.NodeStatus, lost
+    # ones included;
     # () on a one-node run.
     nodes: tuple[Any, ...] = ()
     # A job merged across nodes: each answering node's own frames by node name ({} on a one-node run). `frames`
@@ -219,7 +220,7 @@ class Monitor:
     def snapshot(self, partial: str | None = None) -> dict[str, Any]:
         """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
         why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
-        from probes.snapshot import build_snapshot
+        from probes.outputs.snapshot import build_snapshot
 
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")

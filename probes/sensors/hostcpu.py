@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from probes.frame import HostCpuReading
-from probes.textfiles import read_text
+from probes.sensors.textfiles import read_text
 
 # /proc/stat cpuN fields: user nice system idle iowait irq softirq steal guest guest_nice (USER_HZ ticks).
 _IDLE, _IOWAIT, _STEAL = 3, 4, 7

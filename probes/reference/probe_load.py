@@ -1,5 +1,6 @@
-"""What else loads the machine while `gputop probe` times its reference step: the host CPUs (probes/hostcpu.py,
-/proc/stat) and the other compute processes on the GPUs (probes/nvml.py), read before, during and after the timed
+"""What else loads the machine while `gputop probe` times its reference step: the host CPUs (probes/sensors/hostcpu.py,
+/proc/stat) and the other compute processes on the GPUs (probes/sensors/nvml.py), read before, during and after the
+timed
 steps. A probe timed beside other work measured torch 48x slower than on a quiet machine and said nothing; with
 this reading its figure says when it is not a clean baseline, on screen and in its JSON.
 
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from probes.hostcpu import HostCpuProbe
+from probes.sensors.hostcpu import HostCpuProbe
 
 LOAD_WINDOW_S = 1.0  # each of the before and after readings: /proc/stat counts in 10 ms ticks
 # Others using at least this many CPUs make it a busy machine for a probe on the CPU: torch sizes its thread pool by
@@ -78,7 +79,7 @@ class LoadWatch:
     def __init__(self, gpu: bool, pid: int | None = None, sleep: Callable[[float], None] = time.sleep,
                  nvml=None) -> None:
         self._pid = pid or os.getpid()
-        self._nvml = nvml  # a pynvml module; None: the real one, through probes/nvml.py
+        self._nvml = nvml  # a pynvml module; None: the real one, through probes/sensors/nvml.py
         self._host = HostCpuProbe(self._pid)
         self._sleep = sleep
         self._gpu = gpu
@@ -137,7 +138,7 @@ class LoadWatch:
         if not self._gpu:
             return
         try:
-            from probes.nvml import NvmlGpuProbe
+            from probes.sensors.nvml import NvmlGpuProbe
 
             probe = NvmlGpuProbe(self._nvml)
             try:

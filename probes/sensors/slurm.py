@@ -19,10 +19,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from probes.cgroup import parse_proc_cgroup
 from probes.jobs.facts import ancestors
-from probes.proctree import in_nested_pid_namespace, node_processes
-from probes.textfiles import read_text
+from probes.sensors.cgroup import parse_proc_cgroup
+from probes.sensors.proctree import in_nested_pid_namespace, node_processes
+from probes.sensors.textfiles import read_text
 
 STEPD_COMM = "slurmstepd"
 COMMAND_TIMEOUT_S = 10.0
@@ -173,7 +173,7 @@ def agent_steps(step: SlurmStep, stepds: dict[int, SlurmStep]) -> set[SlurmStep]
 
 
 def agent_processes(procs) -> set[int]:
-    """Of a process table ({pid: probes.proctree.NodeProcess}): the gputop agents, the slurmstepd of each one's
+    """Of a process table ({pid: probes.sensors.proctree.NodeProcess}): the gputop agents, the slurmstepd of each one's
     step, and what the agents started (their py-spy). None of them is ever a training job: a census (follow
     mode, the picker) leaves them out."""
     agents = {pid for pid, proc in procs.items() if is_agent_command(proc.cmdline)}

@@ -1,6 +1,6 @@
 """The mixture-of-experts model behind ``gputop probe`` for probes/models/moe.py's shapes (Mixtral, Qwen-MoE).
 
-The Llama-shaped model (probes/llama_probe_model.py) with each layer's MLP replaced by routed experts: a
+The Llama-shaped model (probes/reference/llama_probe_model.py) with each layer's MLP replaced by routed experts: a
 router (d × num_experts, no bias) scores the experts, each token goes to its ``experts_per_token`` best,
 weighted by their softmax probabilities renormalised over the chosen ones (Mixtral's rule; the cost does
 not depend on it), and each expert is a SwiGLU MLP of ``expert_intermediate_size``. Where the shape has a
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 
-from probes.llama_probe_model import llama_class
 from probes.models.moe import MoeShape
+from probes.reference.llama_probe_model import llama_class
 
 
 @functools.cache

@@ -29,11 +29,11 @@ from prometheus_client.core import (
 
 from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
-from probes.monitor import MonitorView
+from probes.monitoring.monitor import MonitorView
 
 JOB_FINDINGS: tuple[JobFinding, ...] = ("straggler", "hung_rank", "rank_exited", "shared", "mixed", "single",
                                         "elsewhere")
-# The clock event reasons NVML names (probes/nvml.py): every one is a state of the state set, so a reason
+# The clock event reasons NVML names (probes/sensors/nvml.py): every one is a state of the state set, so a reason
 # that stops is a 0, not a series that vanishes.
 CLOCK_EVENT_REASONS = (
     "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown",

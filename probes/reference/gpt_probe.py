@@ -7,8 +7,8 @@ the same shape loses the difference elsewhere (input pipeline, host, collectives
 
 The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/models/) to its torch
 module, nanoGPT's GPT here (our own implementation, same module names and initialisation) and the
-Llama-shaped decoder in probes/llama_probe_model.py, and the mixture of experts built on it in
-probes/moe_probe_model.py (its experts in a plain loop). Every family in probes/models has a builder
+Llama-shaped decoder in probes/reference/llama_probe_model.py, and the mixture of experts built on it in
+probes/reference/moe_probe_model.py (its experts in a plain loop). Every family in probes/models has a builder
 (tests/test_llama_probe.py checks).
 
 ``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
@@ -37,14 +37,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from probes.llama_probe_model import llama_class
 from probes.models import ModelShape, family_of
 from probes.models.gpt2 import GptShape
 from probes.models.llama import LlamaShape
 from probes.models.moe import MoeShape
 from probes.models.peaks import peak_flops, user_peak
-from probes.moe_probe_model import moe_class
-from probes.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
+from probes.reference.llama_probe_model import llama_class
+from probes.reference.moe_probe_model import moe_class
+from probes.reference.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
 
 PROBE_SCHEMA = "gputop.probe/1"
 DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32")
@@ -147,7 +147,8 @@ class ProbeResult:
     peak_memory_bytes: int | None  # CUDA max_memory_allocated; None on the CPU
     losses: tuple[float, ...]  # every step's loss, warm-up included
     schema: str = PROBE_SCHEMA
-    # The other load before, during and after the timed steps (probes/probe_load.py); its `clean` False says the
+    # The other load before, during and after the timed steps (probes/reference/probe_load.py); its `clean` False says
+    # the
     # figure is not this machine's quiet baseline. None in results written before it was measured.
     other_load: ProbeLoad | None = None
     family: str = "gpt2"  # probes/models' family name (results written before there were others are GPT)

@@ -7,7 +7,7 @@ MLP of three ``intermediate_size`` matrices, a final RMSNorm and an ``lm_head`` 
 when the shape says so. Its parameters are exactly ``llama.count_params(shape)``; Gemma's GeGLU is built
 as SwiGLU (the same matrices and FLOPs: the probe times cost, not the activation's curve).
 
-The mixture-of-experts model (probes/moe_probe_model.py) is this one with routed experts as each layer's
+The mixture-of-experts model (probes/reference/moe_probe_model.py) is this one with routed experts as each layer's
 MLP (``make_mlp``; the SwiGLU MLP is ``GatedMlp`` on the class). The module offers what the probe's
 trainer expects of every family's model: ``forward(idx, targets)`` returning ``(logits, loss)`` and
 ``num_params(non_embedding=True)``.
@@ -104,7 +104,7 @@ def llama_class():
 
         @staticmethod
         def make_mlp(shape) -> nn.Module:
-            """Each layer's MLP; the mixture-of-experts model (probes/moe_probe_model.py) routes instead."""
+            """Each layer's MLP; the mixture-of-experts model (probes/reference/moe_probe_model.py) routes instead."""
             return GatedMlp(shape.hidden_size, shape.intermediate_size)
 
         @staticmethod

@@ -1,6 +1,6 @@
 """The stack sampler's policy: how fast to sample one process, in windows of what length, how often to dump.
 
-Pure: no processes, no files, no clock. The stack sampler (probes/pyspy.py) asks a :class:`SamplingPolicy`
+Pure: no processes, no files, no clock. The stack sampler (probes/sampling/pyspy.py) asks a :class:`SamplingPolicy`
 for the next record window's rate and length and the wait before the next dump, and tells it what each
 finished window showed; tests drive it the same way, with no py-spy.
 
@@ -8,7 +8,7 @@ The policy, per process:
 
 * Look closely first: ``rate_hz`` (5 Hz by default) in short windows, 1 s and doubling up to
   ``max_window_s``. ``py-spy record`` writes nothing until a window ends, so short windows make the first
-  verdict come fast and longer ones spread py-spy's start-up cost (see probes/pyspy.py).
+  verdict come fast and longer ones spread py-spy's start-up cost (see probes/sampling/pyspy.py).
 * Settle: once a full-length window shows the same dominant position (innermost busy function and file,
   known waits left out) as the window before it, sample at ``settled_rate_hz`` (1 Hz) in
   ``settled_window_s`` windows (10 s) and dump every ``settled_dump_every_s`` (15 s): py-spy's cost to the
@@ -188,8 +188,8 @@ class SamplingPolicy:
     def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
                         main_positions: frozenset[Position] = frozenset(), moved_with_peers: bool = False) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
-        (probes.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
-        file) on the main thread's sampled stacks (probes.pyspy_output.main_thread_positions). Decides the
+        (probes.sampling.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
+        file) on the main thread's sampled stacks (probes.sampling.pyspy_output.main_thread_positions). Decides the
         next window's rate and length. ``moved_with_peers``: a settled picture that moved to one its peers show
         (the sampler says so for a rank whose new picture another rank shows: the job's step caught at another
         moment) stays settled; the cheap signals and the stack checks still wake it on a change of its own."""
@@ -350,7 +350,8 @@ class PhaseChangeDetector:
     recent ticks are forgotten: the next ticks are the new phase settling in, and comparing them with the old
     one would fire again and again. ``now`` (seconds, any monotonic clock) only orders the observations.
 
-    ``steady`` processes (alike DataLoader workers taking turns, probes/tree_sampling.py) count as moved only when
+    ``steady`` processes (alike DataLoader workers taking turns, probes/sampling/tree_sampling.py) count as moved only
+    when
     they moved on two ticks running: on a busy machine a worker's queued time jitters past its step every few
     seconds, and each call-up of one cost a py-spy start and a fast look. A real change holds: it is seen a tick
     later. (A move of another process on the tick between clears the recent ticks; the worker is then still
@@ -377,7 +378,7 @@ class PhaseChangeDetector:
         pids = frozenset(signals)
         reason = self._process_set_moved(pids)
         # Every process that moved, not only the first: over a node's tree only they are called up at once
-        # (probes/tree_sampling.py), so each must be named.
+        # (probes/sampling/tree_sampling.py), so each must be named.
         moved = {pid: r for pid in sorted(signals) if (r := self._moved(pid, signals[pid])) is not None}
         held = {pid for pid in moved if pid in steady and pid not in self._unconfirmed}
         self._unconfirmed = frozenset(held)

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from probes import __version__
 from probes.frame import Frame, from_jsonable, to_jsonable
-from probes.private_files import open_private
+from probes.outputs.private_files import open_private
 
 RECORDING_SCHEMA = "gputop.recording/1"
 SKIPPED_LINES_NAMED = 3  # in the notice; the rest are counted
