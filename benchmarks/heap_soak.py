@@ -70,7 +70,7 @@ def _describe(obj: object) -> str:
 def frame_census(out: Path, elapsed: float) -> str:
     """How many gputop Frames are alive, and (into OUT/holders.txt) what holds the oldest one: the History keeps
     DEFAULT_HISTORY_FRAMES, so more than that alive means something else keeps frames the History let go."""
-    from probes.diagnosis import evidence, job, stacks
+    from probes.diagnosis import frame_stacks, rank_projection, stacks
     from probes.frame import Frame
     from probes.monitoring.history import DEFAULT_HISTORY_FRAMES
     from probes.sampling.pyspy import StackSampler
@@ -82,10 +82,10 @@ def frame_census(out: Path, elapsed: float) -> str:
     del objects
     census = (f" frames_alive={len(frames)} stack_cache={stack_cache_size()} frame_cache={frame_cache_size()}"
               f" classify_cache={len(stacks._classify_cache)}"
-              f" frame_summaries={len(evidence._frame_cache)} projections={len(job._projections)}")
+              f" frame_summaries={len(frame_stacks._frame_cache)} projections={len(rank_projection._projections)}")
     for sampler in samplers:  # its idle flags per (thread, position) and per position
-        census += (f" thread_position_idle={len(sampler._thread_position_idle)}"
-                   f" position_idle={len(sampler._position_idle)}")
+        census += (f" thread_position_idle={len(sampler._results.idle.by_thread)}"
+                   f" position_idle={len(sampler._results.idle.anywhere)}")
     del samplers
     if len(frames) > DEFAULT_HISTORY_FRAMES + 5:
         oldest = min(frames, key=lambda f: f.seq)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.node_overhead import start_job, stop_job  # noqa: E402
 from probes.jobs import tracker  # noqa: E402
 from probes.monitoring import engine, monitor  # noqa: E402
-from probes.sampling import pyspy, sampling_policy, tree_sampling  # noqa: E402
+from probes.sampling import pyspy, pyspy_binary, sampling_policy, tree_sampling  # noqa: E402
 from probes.sensors import proctree  # noqa: E402
 
 # (owner, attribute): the functions whose thread CPU time is summed
@@ -72,21 +72,28 @@ class Breakdown:
         """Wrap the sampler's child bookkeeping, the tree policy's call-ups, the wakes and TIMED."""
         counts = self
 
-        original_init = pyspy._PyspyRun.__init__
+        original_init = pyspy_binary.PyspyRun.__init__
 
         def init(run, target_pid, argv, *args, **kwargs):
             run.breakdown_argv = list(argv)
             original_init(run, target_pid, argv, *args, **kwargs)
 
-        original_finish = pyspy.StackSampler._finish
+        original_tree_init = tree_sampling.TreeSamplingPolicy.__init__
+        trees = []  # each sampler's tree policy: which part of the tree a child sampled
 
-        def finish(sampler, child):
-            original_finish(sampler, child)
+        def tree_init(policy, *args, **kwargs):
+            original_tree_init(policy, *args, **kwargs)
+            trees.append(policy)
+
+        original_finish = pyspy_binary.PyspyChildren.finish
+
+        def finish(children, child):
+            original_finish(children, child)
             if not counts.measuring:
                 return
             argv = getattr(child, "breakdown_argv", ["?", "?"])
             kind = "gil" if "--gil" in argv else argv[1]
-            member = sampler._tree._members.get(child.target_pid)
+            member = next((t._members[child.target_pid] for t in trees if child.target_pid in t._members), None)
             part = (member.role if member is not None else None) or "other"
             with counts.lock:
                 counts.children[(kind, part)] += 1
@@ -112,8 +119,9 @@ class Breakdown:
                 counts.wakes[re.sub(r"\d+", "N", reason)[:100]] += 1
             return original_wake(sampler, reason, *args, **kwargs)
 
-        pyspy._PyspyRun.__init__ = init
-        pyspy.StackSampler._finish = finish
+        pyspy_binary.PyspyRun.__init__ = init
+        tree_sampling.TreeSamplingPolicy.__init__ = tree_init
+        pyspy_binary.PyspyChildren.finish = finish
         tree_sampling.TreeSamplingPolicy.called_up = called_up
         pyspy.StackSampler.wake = wake
         for owner, name in TIMED:

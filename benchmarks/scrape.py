@@ -38,7 +38,7 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
-from probes.monitoring.monitor import MonitorView, Pace
+from probes.monitoring.view import MonitorView, Pace
 from probes.outputs.exporter import GputopCollector, WatchedView
 
 HISTORY = 120  # frames per view, as a Monitor keeps them (only the latest is read)

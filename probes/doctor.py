@@ -1,10 +1,10 @@
 """What gputop can and cannot see here, and how to fix each: the checks behind `gputop doctor` and behind the
 "cannot see" line of the attach TUI, the headless run and the snapshot.
 
-Each check asks the module that owns its outside system (py-spy: probes/sampling/pyspy.py, NVML: probes/sensors/nvml.py,
-cgroups: probes/sensors/cgroup.py, a process's environment: probes/jobs/environment.py, small /proc files:
-probes/sensors/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one line of what it
-means and one of how to fix it. Nothing here runs py-spy or touches pynvml itself, and nothing raises.
+Each check asks the module that owns its outside system (py-spy: probes/sampling/pyspy_binary.py, NVML:
+probes/sensors/nvml.py, cgroups: probes/sensors/cgroup.py, a process's environment: probes/jobs/environment.py, small
+/proc files: probes/sensors/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one
+line of what it means and one of how to fix it. Nothing here runs py-spy or touches pynvml itself, and nothing raises.
 
 "Cannot see the process" (:attr:`DoctorReport.cannot_see_process`) means gputop cannot read the target's
 stacks at all (ptrace denied, py-spy missing or unable to read that Python, the PID not visible from here):
@@ -30,7 +30,7 @@ from probes.jobs.environment import (
     torch_distributed_env,
 )
 from probes.redact import redact_environ
-from probes.sampling.pyspy import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
+from probes.sampling.pyspy_binary import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
 from probes.sensors.cgroup import CgroupCpuProbe
 from probes.sensors.nvml import NvmlCapabilities, nvml_capabilities
 from probes.sensors.proctree import child_pids

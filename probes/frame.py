@@ -15,34 +15,28 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 from probes.logformats.interface import LogFormat
 
 FRAME_SCHEMA = "gputop.frame/1"
 
-# Roles a process of the target's tree can play.
-ROLE_MAIN = "main"
-ROLE_DATALOADER_WORKER = "dataloader_worker"
-ROLE_COMPILE_WORKER = "compile_worker"
-ROLE_FORKSERVER = "forkserver"
-ROLE_RESOURCE_TRACKER = "resource_tracker"
-ROLE_OTHER = "other"
+# Roles a process of the target's tree can play, declared once: the names below are its members, and ROLES lists
+# them in this order.
+Role = Literal["main", "launcher", "rank", "dataloader_worker", "compile_worker", "forkserver", "resource_tracker",
+               "other"]
+ROLE_MAIN: Final[Role] = "main"
+ROLE_DATALOADER_WORKER: Final[Role] = "dataloader_worker"
+ROLE_COMPILE_WORKER: Final[Role] = "compile_worker"
+ROLE_FORKSERVER: Final[Role] = "forkserver"
+ROLE_RESOURCE_TRACKER: Final[Role] = "resource_tracker"
+ROLE_OTHER: Final[Role] = "other"
 # Distributed jobs: the process that started the ranks (torchrun's agent, mp.spawn's parent, a shell script,
 # srun), and one training process per GPU. A rank's own DataLoader workers keep their role and name their rank
 # in ProcessSample.owner_pid.
-ROLE_LAUNCHER = "launcher"
-ROLE_RANK = "rank"
-ROLES = (
-    ROLE_MAIN,
-    ROLE_LAUNCHER,
-    ROLE_RANK,
-    ROLE_DATALOADER_WORKER,
-    ROLE_COMPILE_WORKER,
-    ROLE_FORKSERVER,
-    ROLE_RESOURCE_TRACKER,
-    ROLE_OTHER,
-)
+ROLE_LAUNCHER: Final[Role] = "launcher"
+ROLE_RANK: Final[Role] = "rank"
+ROLES: tuple[Role, ...] = typing.get_args(Role)
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,7 @@ class ProcessSample:
 
     pid: int
     ppid: int | None
-    role: str  # one of ROLES
+    role: Role
     name: str  # /proc/PID/comm
     cmdline: tuple[str, ...] = ()  # redacted
     state: str | None = None  # psutil status: running, sleeping, disk-sleep, zombie, ...
@@ -192,6 +186,9 @@ class StackFrame:
     file: str  # full path as the interpreter sees it
     line: int = 0
     native: bool = False  # a native (C/C++) frame, present only with native sampling
+    # Set on each instance by __post_init__; declared ClassVar so that it is no field (never compared, recorded or
+    # part of the snapshot).
+    _hash: ClassVar[int]
 
     def __post_init__(self) -> None:
         # The diagnosis keys counters and caches on whole stacks (tuples of these) for every rank's window each

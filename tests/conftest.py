@@ -1,47 +1,19 @@
-"""Shared fixtures: start real target processes (tests/targets/*.py) and always clean them up."""
+"""Shared fixtures: start real target processes (tests/targets/*.py) and always clean them up. And the line between
+the two layers: a test that starts a process is end to end and marked slow; the fast layer (`-m "not slow"`) runs in
+this interpreter alone, and a test there that starts a process fails, saying which."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+import uuid
 
-import psutil
 import pytest
-
-TARGETS = Path(__file__).parent / "targets"
-REPO = Path(__file__).resolve().parent.parent
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL pid and every process under it, and wait (a zombie counts as gone)."""
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    procs = parent.children(recursive=True) + [parent]
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    # Only our direct child is ours to reap; orphaned grandchildren become zombies that wait_procs would
-    # wait on until its timeout when pid 1 does not reap them, so a zombie counts as gone.
-    deadline = time.monotonic() + 5
-    for proc in procs:
-        while time.monotonic() < deadline:
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE and proc.pid != pid:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            if proc.pid == pid:
-                break  # reaped by the fixture's Popen.wait()
-            time.sleep(0.02)
-
+from support.paths import REPO, TARGETS
+from support.picker_jobs import Jobs
+from support.processes import processes_started, stop_process_tree
 
 BUSY_LOOP = "while True: pass"
 
@@ -54,15 +26,48 @@ def pytest_addoption(parser):
     )
 
 
-@pytest.fixture(scope="session", autouse=True)
-def busy_neighbours(request):
-    """With --busy N (or GPUTOP_TEST_BUSY=N): N CPU-burning processes run beside the whole session."""
-    count = request.config.getoption("--busy")
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session):
+    """With --busy N (or GPUTOP_TEST_BUSY=N): N CPU-burning processes run beside the whole run (started here, outside
+    any test, so that no test counts them as its own)."""
+    count = session.config.getoption("--busy")
     procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(count)]
-    yield procs
-    for proc in procs:
-        proc.kill()
-        proc.wait(timeout=5)
+    try:
+        return (yield)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+STARTED_IN_SETUP = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """Note the processes a fast test's fixtures start (a module-scoped one included, set up for its first test)."""
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    with processes_started() as started:
+        try:
+            return (yield)
+        finally:
+            item.stash[STARTED_IN_SETUP] = started
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test not marked slow that started a process fails: it belongs to the end-to-end layer."""
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    with processes_started() as started:
+        result = yield
+    started = item.stash.get(STARTED_IN_SETUP, []) + started
+    if started:
+        pytest.fail(f"this test started {len(started)} process(es), first `{started[0][:200]}`: a test that starts "
+                    f"a process is end to end; mark it @pytest.mark.slow (the fast layer is -m 'not slow')",
+                    pytrace=False)
+    return result
 
 
 def pytest_report_header(config):
@@ -104,32 +109,25 @@ def spawn_target():
         stop_process_tree(proc, wait_s=5)
 
 
-def stop_process_tree(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
-    """Kill a target started with start_new_session, everything under it and its process group; reap it."""
-    kill_tree(proc.pid)
+@pytest.fixture
+def jobs(tmp_path):
+    """The job picker's real jobs (tests/support/picker_jobs.py), started from a folder no other test uses and
+    ready; stopped when the test ends."""
+    folder = tmp_path / f"picker-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    started = Jobs(folder)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(timeout=wait_s)
-
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
-    """Poll predicate() until it returns something truthy; return it, or fail the test on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout}s: {predicate}")
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop()
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
-    """A real one-node Slurm cluster (tests/slurm_cluster.py) for the whole session, stopped at its end, failed
-    tests or not; the tests that use it skip with the reason when it cannot start here."""
-    from slurm_cluster import ClusterUnavailable, start_cluster
+    """A real one-node Slurm cluster (tests/support/slurm_cluster.py) for the whole session, stopped at its end,
+    failed tests or not; the tests that use it skip with the reason when it cannot start here."""
+    from support.slurm_cluster import ClusterUnavailable, start_cluster
 
     try:
         cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
@@ -143,10 +141,10 @@ def slurm_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def slurm_two_nodes(tmp_path_factory):
-    """A real two-node Slurm cluster (tests/slurm_cluster.py's start_namespaced_cluster): slurmctld here, a
-    slurmd in each of two namespaced nodes n1, n2 (tests/ns_nodes.py), up once sinfo shows both idle; for one
-    test module, torn down at its end (nodes, bridge and daemons). Skips with the reason where it cannot run."""
-    from slurm_cluster import ClusterUnavailable, start_namespaced_cluster
+    """A real two-node Slurm cluster (tests/support/slurm_cluster.py's start_namespaced_cluster): slurmctld here,
+    a slurmd in each of two namespaced nodes n1, n2 (tests/support/ns_nodes.py), up once sinfo shows both idle; for
+    one test module, torn down at its end (nodes, bridge and daemons). Skips with the reason where it cannot run."""
+    from support.slurm_cluster import ClusterUnavailable, start_namespaced_cluster
 
     try:
         cluster = start_namespaced_cluster(tmp_path_factory.mktemp("slurm2"))

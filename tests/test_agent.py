@@ -15,10 +15,14 @@ import sys
 from pathlib import Path
 
 import psutil
-from conftest import REPO, wait_for
+import pytest
+from support.paths import REPO
+from support.processes import wait_for
 
 from probes.monitoring.monitor import fold
 from probes.outputs.recording import RECORDING_SCHEMA, load_recording
+
+pytestmark = pytest.mark.slow  # every test here runs `gputop agent` or a target
 
 
 def start_agent(*args: str, stdout, node: str = "n7") -> subprocess.Popen:

@@ -357,6 +357,7 @@ def _throttled_window(probe: CgroupCpuProbe, pid: int, tree_cpu: bool, throttled
             return reading
 
 
+@pytest.mark.slow
 def test_real_quota_throttles_a_busy_target(real_cgroups, spawn_target):
     target = spawn_target("loop_threads.py", "--threads", "0", "--seconds", "90")
     group = real_cgroups.make("limited", quota_us=20000, with_cpuacct=True)
@@ -374,6 +375,7 @@ def test_real_quota_throttles_a_busy_target(real_cgroups, spawn_target):
     assert 0.0 < reading.usage_cpus <= 0.23, reading  # never above its quota (a crowded machine gives it less)
 
 
+@pytest.mark.slow
 def test_real_quota_on_an_ancestor_binds(real_cgroups, spawn_target):
     target = spawn_target("loop_threads.py", "--threads", "0", "--seconds", "90")
     parent = real_cgroups.make("outer", quota_us=30000)

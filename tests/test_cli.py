@@ -8,33 +8,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import wait_for
-from recorded import frames_so_far
+from support.cli import assert_one_line_usage_error, gputop, ready
+from support.paths import REPO
+from support.processes import wait_for
+from support.recorded import frames_so_far
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def gputop(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.update(kwargs.pop("env", {}))
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=kwargs.pop("cwd", REPO), **kwargs)
-
-
-def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
-    assert result.returncode == 2, result
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in lines[0]
-
-
-def ready(proc) -> bool:
-    return proc.stdout.readline().strip() == b"ready"
+pytestmark = pytest.mark.slow  # every test here runs the gputop command
 
 
 def test_version():
@@ -78,7 +59,6 @@ def test_replay_of_a_file_that_is_not_a_recording(tmp_path):
     assert_one_line_usage_error(gputop("replay", str(tmp_path / "missing.jsonl")), "cannot read")
 
 
-@pytest.mark.slow
 def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -96,7 +76,6 @@ def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
     assert snap["gpus"]["available"] is False and snap["gpus"]["reason"]
 
 
-@pytest.mark.slow
 def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tmp_path):
     # The target ends when the test has seen it sampled, not after a fixed time: on a busy machine gputop
     # may take seconds just to start.
@@ -124,7 +103,6 @@ def test_target_that_exits_during_snapshot_is_written_as_exited(spawn_target, tm
     assert snap["stacks"]["samples"] > 0
 
 
-@pytest.mark.slow
 def test_snapshot_and_recording_keep_secrets_out(spawn_target, tmp_path):
     secrets = ["hf_SUPERSECRETTOKEN", "sk-APIKEYVALUE", "hunter2pass", "AWSSECRETVALUE", "wandbKEYVALUE"]
     target = spawn_target(
@@ -148,7 +126,6 @@ def test_snapshot_and_recording_keep_secrets_out(spawn_target, tmp_path):
     assert env["HF_TOKEN"] == "<redacted>"
 
 
-@pytest.mark.slow
 def test_record_then_replay_snapshot(spawn_target, tmp_path):
     target = spawn_target("busy_loop.py", stdout=subprocess.PIPE, ready=ready)
     record = tmp_path / "run.jsonl"
@@ -163,7 +140,6 @@ def test_record_then_replay_snapshot(spawn_target, tmp_path):
     assert any(h["function"] == "train_step_for_gputop" for h in snap["stacks"]["hot_frames"])
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root (to start a target that drops to another user) and setpriv")
 def test_untraceable_target_runs_and_says_how_to_fix(spawn_target):
@@ -183,7 +159,6 @@ def test_untraceable_target_runs_and_says_how_to_fix(spawn_target):
     assert snap["processes"][0]["pid"] == target.pid  # CPU data still there
 
 
-@pytest.mark.slow
 def test_snapshot_of_dataloader_lists_workers_and_their_hot_frames(spawn_target):
     target = spawn_target("dataloader_loop.py", "--num-workers", "2", "--item-ms", "20", "--step-ms", "5",
                           stdout=subprocess.PIPE, ready=ready, timeout=60)

@@ -3,49 +3,27 @@ node-local PIDs, the straggler and the hung rank named with their node, a lost n
 while the other goes on, a node whose GPUs clock lower, the snapshot's `nodes` and ranks' `node`, and a
 recording of the merged job folding back to the same verdict.
 
-Frames are built with tests/test_diagnose_job.py's helpers (gloo DDP ranks as py-spy shows them).
+Frames are built with tests/support/cluster_frames.py (gloo DDP ranks as py-spy shows them, on several nodes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from probes.diagnosis.job import diagnose_job_across_nodes
-from probes.frame import GpuDevice, GpuReading, to_jsonable
-from probes.monitoring.cluster import ClusterMonitor, parse_frame_line
-from probes.outputs.recording import json_line, read_recording, recording_header
-from tests.test_diagnose_job import (
+import pytest
+from support.cluster_frames import PID, many_ranks_round, node_frame, straggler_round
+from support.job_frames import (
     ALL_REDUCE,
-    DDP_WAIT,
     FLUSH_METRICS,
     FORWARD,
-    SLOW_AUGMENT,
     T0,
-    ThreadStack,
     count,
-    job_frame,
-    job_info,
-    rank_proc,
 )
 
-PID = 501  # each node's rank has this PID in its own namespace: the merge must never mix them
-
-
-def node_frame(node: str, i: int, rank: int, counts, cpu: float, main_cpu: float | None = None, threads=(),
-               gpu: GpuReading | None = None):
-    frame = job_frame(i, [rank_proc(PID, rank, cpu=cpu, main_cpu=main_cpu)], counts=counts, threads=threads,
-                      job=dataclasses.replace(job_info(ranks=(PID,)), world_size=2), gpu=gpu)
-    return dataclasses.replace(frame, node=node)
-
-
-def straggler_round(i: int, gpu_n1=None, gpu_n2=None):
-    """n1's rank 0 waits in DDP's all-reduce; n2's rank 1 augments its batch in Python."""
-    return [
-        node_frame("n1", i, 0, [count(PID, DDP_WAIT, n=8, idle=True), count(PID, FORWARD, n=2)], cpu=15.0,
-                   gpu=gpu_n1),
-        node_frame("n2", i, 1, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),
-                                count(PID, DDP_WAIT, n=1, idle=True)], cpu=100.0, gpu=gpu_n2),
-    ]
+from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.frame import GpuDevice, GpuReading, ThreadStack, to_jsonable
+from probes.monitoring.cluster import ClusterMonitor, parse_frame_line
+from probes.outputs.recording import json_line, read_recording, recording_header
 
 
 def fold_rounds(rounds, **kw) -> ClusterMonitor:
@@ -189,6 +167,7 @@ def test_no_node_with_a_job_gives_no_verdict():
     assert diagnose_job_across_nodes({"n1": [frame]}) is None
 
 
+@pytest.mark.slow
 def test_a_node_that_cannot_run_the_agent_is_lost_with_what_it_said():
     from probes.monitoring.cluster import AgentSpec, AgentStreams
 
@@ -209,6 +188,7 @@ def test_a_node_that_cannot_run_the_agent_is_lost_with_what_it_said():
     assert events["n2"].ended.startswith("cannot start /nonexistent/gputop: No such file or directory")
 
 
+@pytest.mark.slow
 def test_hosts_over_ssh_that_refuse_are_each_said_in_one_line():
     """Real ssh (BatchMode=yes) to two names that never resolve (RFC 6761's .invalid): each host's own error."""
     import os
@@ -251,6 +231,7 @@ def test_gputop_ssh_command_replaces_ssh_and_batch_mode_is_still_added(monkeypat
     assert ssh_agent_command("n7", argv)[0] == "ssh"
 
 
+@pytest.mark.slow
 def test_a_gputop_ssh_command_that_does_not_split_is_one_line_and_nothing_starts():
     import os
     import subprocess
@@ -278,14 +259,6 @@ def test_a_host_whose_agent_names_its_node_otherwise_is_one_node_not_two():
     assert monitor.view.job.responsible_rank == 1
     monitor.renamed("n2", "n2-again")  # a node that already sent frames under its name keeps it
     assert "n2" in monitor.nodes
-
-
-def many_ranks_round(i: int, nodes: int = 20, slow: int = 7):
-    """One rank a node on `nodes` nodes, all with PID 501: rank `slow` augments its batch, the others wait."""
-    return [node_frame(f"n{k + 1}", i, k, [count(PID, SLOW_AUGMENT, n=8), count(PID, FORWARD, n=1),
-                                           count(PID, DDP_WAIT, n=1, idle=True)] if k == slow else
-                       [count(PID, DDP_WAIT, n=8 + k % 2, idle=True), count(PID, FORWARD, n=2 - k % 2)],
-                       cpu=100.0 if k == slow else 15.0) for k in range(nodes)]
 
 
 def test_ranks_that_agree_are_one_group_like_their_first_and_the_straggler_stays_apart():

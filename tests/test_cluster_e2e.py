@@ -21,21 +21,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, wait_for
+from support.paths import REPO
+from support.processes import free_port, wait_for
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording
 
 TIMEOUT_S = 180.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * TIMEOUT_S + 60)]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_two_nodes(spawn_target, tmp_path: Path, mode: str = "straggler"):

@@ -1,5 +1,5 @@
 """Pilot tests of a job merged across nodes on screen, replayed from a recording of two nodes' frames (built
-with tests/test_cluster.py's helpers): the rank table's node column, a header line per node, the lost node said
+with tests/support/cluster_frames.py): the rank table's node column, a header line per node, the lost node said
 in red with its time, and the verdict naming the straggler rank and its node; selecting a rank by its node and
 PID (both nodes' ranks have one PID) with the GPU, CPU and Stacks panes following its node; and the live path,
 the app reading two real subprocesses' streams (each writes a saved agent stream, then stays open) through the
@@ -8,12 +8,14 @@ merge.
 
 from __future__ import annotations
 
+import pytest
+from support.cluster_frames import PID, straggler_round
+from support.job_frames import T0
+from support.pilot import hot_functions, pilot_test, table_rows, wait_until
+
 from probes.frame import GpuDevice, GpuReading, to_jsonable
 from probes.monitoring.cluster import AgentSpec, AgentStreams, ClusterMonitor
 from probes.outputs.recording import json_line, recording_header
-from tests.test_cluster import PID, straggler_round
-from tests.test_diagnose_job import T0
-from tests.test_tui_app import hot_functions, pilot_test, table_rows, wait_until
 from tui.app import JobNote, make_app
 
 WIDE = (160, 48)
@@ -99,6 +101,7 @@ async def test_a_rank_is_selected_by_node_and_pid_and_the_other_panes_follow_its
         assert pane_node(app) == ("n2", "n2", "n2")
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_live_the_app_reads_the_agents_streams_and_merges_them(tmp_path):
     specs = []
@@ -123,7 +126,7 @@ async def test_live_the_app_reads_the_agents_streams_and_merges_them(tmp_path):
 
 @pilot_test
 async def test_beyond_sixteen_ranks_those_that_agree_are_one_row_under_their_first():
-    from tests.test_cluster import many_ranks_round
+    from support.cluster_frames import many_ranks_round
 
     frames = [f for i in range(8) for f in many_ranks_round(i)]
     app = make_app(replay_frames=frames, clock=lambda: T0 + 9)

@@ -59,6 +59,7 @@ def test_command_names_are_distinct_and_one_command_is_the_default():
     assert set(command_parsers()) == set(names)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=command_id)
 def test_every_command_has_a_help_that_runs(command):
     argv = [command.name, "--help"] if command.name else ["--help"]
@@ -68,6 +69,7 @@ def test_every_command_has_a_help_that_runs(command):
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_gputop_help_lists_every_command():
     listing = gputop("--help").stdout
     for command in COMMANDS:

@@ -148,6 +148,7 @@ def gputop(*args: str) -> subprocess.CompletedProcess:
                           env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_comparison(seed_case):
     done = gputop("compare", *map(str, seed_case), "--label", "embd384,embd768")
     assert done.returncode == 0, done.stderr
@@ -159,6 +160,7 @@ def test_the_command_prints_the_comparison(seed_case):
     assert to_json(compare_runs(load_run(str(seed_case[0]), "A"), load_run(str(seed_case[1]), "B"))) == document
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["missing.json", "{b}"], "missing.json: no such file"),
     (["{a}", "/"], "/: not a file"),

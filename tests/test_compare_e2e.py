@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, stop_process_tree, wait_for
-from recorded import frames_so_far
+from support.paths import REPO
+from support.processes import stop_process_tree, wait_for
+from support.recorded import frames_so_far
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.models.gpt2 import FAMILY, GptShape

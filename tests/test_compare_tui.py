@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_tui_tmux import Tmux
+from support.tmux import Tmux
 
 from probes.compare import compare_runs, load_run, measure_rows
 from tui.compare_app import CompareTable, CompareVerdict, RunsHeader, make_compare_app
@@ -86,6 +86,7 @@ def gputop(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "message"), [
     (["missing.jsonl", str(GPU_BOUND), "--tui"], "missing.jsonl: no such file"),
     ([str(DATA_BOUND), str(GPU_BOUND), "--tui", "--json"], "not allowed with argument --tui"),

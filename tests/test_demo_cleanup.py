@@ -11,8 +11,10 @@ import time
 
 import psutil
 import pytest
-from conftest import kill_tree, wait_for
-from test_tui_tmux import Tmux, pytestmark  # noqa: F401  (tmux and py-spy or skip, slow)
+from support.processes import kill_tree, wait_for
+from support.tmux import TMUX_MARKS, Tmux
+
+pytestmark = TMUX_MARKS  # tmux and py-spy, or skip; slow
 
 
 def _gputop_demo(pane_shell: int) -> psutil.Process | None:

@@ -9,7 +9,8 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, stop_process_tree, wait_for
+from support.paths import REPO
+from support.processes import stop_process_tree, wait_for
 
 from probes.sensors.progress import LogProgressProbe
 from tui.demo_target import TIME_AVERAGE_S

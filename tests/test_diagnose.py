@@ -8,10 +8,40 @@ GPU; the CPU-side cases are also run against real processes in test_diagnose_e2e
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
 import pytest
+from support.frames import (
+    ALL_REDUCE,
+    BACKWARD,
+    COMPILING,
+    DATALOADER_WAIT,
+    FORWARD,
+    LOCK_WAIT,
+    LONG_MATMUL,
+    PEER_LOCK_WAIT,
+    PID,
+    QUEUE_GET,
+    ROOT,
+    SITE,
+    SLEEP,
+    SOCKET_READ,
+    STDLIB,
+    T0,
+    TOKENIZE,
+    TORCH_SAVE,
+    TRAIN,
+    WORKER_GETITEM,
+    fr,
+    h200,
+    main_count,
+    make_frame,
+    proc,
+    run,
+    text,
+)
 
 from probes.diagnosis.stacks import (
     COMPILE,
@@ -24,160 +54,20 @@ from probes.diagnosis.stacks import (
     classify_stack,
 )
 from probes.diagnosis.verdict import diagnose
+from probes.diagnosis.verdict_lines import kind_of
 from probes.frame import (
     CpuReading,
     Frame,
     GilSamples,
-    GpuDevice,
     GpuProcess,
     GpuReading,
     HostCpuReading,
-    ProcessSample,
     ProgressReading,
     StackCount,
-    StackFrame,
-    StacksReading,
-    TargetInfo,
     ThreadStack,
     Verdict,
 )
 from probes.outputs.recording import read_recording
-
-PID = 4242
-T0 = 1_700_000_000.0
-SITE = "/opt/venv/lib/python3.11/site-packages/"
-STDLIB = "/usr/lib/python3.11/"
-TRAIN = "/home/alice/nanogpt/train.py"
-GiB = 2**30
-
-
-def fr(function: str, file: str, line: int = 1) -> StackFrame:
-    return StackFrame(function=function, file=file, line=line)
-
-
-ROOT = (fr("main", TRAIN, 300), fr("<module>", TRAIN, 320))
-DATALOADER_WAIT = (
-    fr("_PollLikeSelector.select", STDLIB + "selectors.py", 415),
-    fr("Queue.get", STDLIB + "multiprocessing/queues.py", 113),
-    fr("_MultiProcessingDataLoaderIter._try_get_data", SITE + "torch/utils/data/dataloader.py", 1291),
-    fr("_MultiProcessingDataLoaderIter._get_data", SITE + "torch/utils/data/dataloader.py", 1464),
-    fr("_MultiProcessingDataLoaderIter._next_data", SITE + "torch/utils/data/dataloader.py", 1505),
-    fr("_BaseDataLoaderIter.__next__", SITE + "torch/utils/data/dataloader.py", 725),
-) + ROOT
-WORKER_GETITEM = (
-    fr("ImageDataset.__getitem__", "/home/alice/nanogpt/data.py", 57),
-    fr("_MapDatasetFetcher.fetch", SITE + "torch/utils/data/_utils/fetch.py", 52),
-    fr("_worker_loop", SITE + "torch/utils/data/_utils/worker.py", 349),
-) + DATALOADER_WAIT[3:]  # forked workers keep the parent's frames under _worker_loop
-TOKENIZE = (
-    fr("tokenize_text", TRAIN, 20),
-    fr("get_batch", TRAIN, 31),
-) + ROOT
-SOCKET_READ = (
-    fr("SocketIO.readinto", STDLIB + "socket.py", 706),
-    fr("HTTPResponse._safe_read", STDLIB + "http/client.py", 638),
-    fr("HTTPResponse.read", STDLIB + "http/client.py", 489),
-    fr("fetch_shard", TRAIN, 15),
-) + ROOT
-FORWARD = (
-    fr("Linear.forward", SITE + "torch/nn/modules/linear.py", 125),
-    fr("Module._call_impl", SITE + "torch/nn/modules/module.py", 1789),
-    fr("GPT.forward", "/home/alice/nanogpt/model.py", 180),
-    fr("train_step", TRAIN, 250),
-) + ROOT
-BACKWARD = (
-    fr("_engine_run_backward", SITE + "torch/autograd/graph.py", 829),
-    fr("backward", SITE + "torch/autograd/__init__.py", 353),
-    fr("Tensor.backward", SITE + "torch/_tensor.py", 625),
-    fr("train_step", TRAIN, 252),
-) + ROOT
-LONG_MATMUL = (fr("one_long_matmul", TRAIN, 22),) + ROOT
-SLEEP = (fr("main", TRAIN, 33), fr("<module>", TRAIN, 320))
-LOCK_WAIT = (fr("rotate_logs", TRAIN, 27),) + ROOT
-QUEUE_GET = (
-    fr("Connection._recv", STDLIB + "multiprocessing/connection.py", 395),
-    fr("Connection._recv_bytes", STDLIB + "multiprocessing/connection.py", 430),
-    fr("_ConnectionBase.recv_bytes", STDLIB + "multiprocessing/connection.py", 216),
-    fr("Queue.get", STDLIB + "multiprocessing/queues.py", 103),
-) + ROOT
-TORCH_SAVE = (
-    fr("_save", SITE + "torch/serialization.py", 1229),
-    fr("save", SITE + "torch/serialization.py", 966),
-    fr("save_checkpoint", TRAIN, 280),
-) + ROOT
-COMPILING = (
-    fr("InstructionTranslatorBase.run", SITE + "torch/_dynamo/symbolic_convert.py", 1950),
-    fr("trace_frame", SITE + "torch/_dynamo/convert_frame.py", 954),
-    fr("_compile", SITE + "torch/_dynamo/convert_frame.py", 2102),
-    fr("CatchErrorsWrapper.__call__", SITE + "torch/_dynamo/convert_frame.py", 2628),
-    fr("Module._call_impl", SITE + "torch/nn/modules/module.py", 1789),
-    fr("OptimizedModule.__call__", SITE + "torch/_dynamo/eval_frame.py", 511),
-    fr("train_step", TRAIN, 250),
-) + ROOT
-ALL_REDUCE = (
-    fr("all_reduce", SITE + "torch/distributed/distributed_c10d.py", 2501),
-    fr("_c10d_wrapper", SITE + "torch/distributed/c10d_logger.py", 81),
-    fr("average_gradients", TRAIN, 200),
-    fr("train_step", TRAIN, 255),
-) + ROOT
-PEER_LOCK_WAIT = (
-    fr("flush_metrics", TRAIN, 19),
-    fr("Thread.run", STDLIB + "threading.py", 982),
-    fr("Thread._bootstrap", STDLIB + "threading.py", 1002),
-)
-
-
-def main_count(stack, n: int = 5, idle: bool = False) -> StackCount:
-    return StackCount(pid=PID, tid=PID, thread_name="MainThread", idle=idle, frames=stack, count=n)
-
-
-def proc(pid: int = PID, role: str = "main", cpu: float | None = 100.0, **kw) -> ProcessSample:
-    name = {"main": "python", "dataloader_worker": "pt_data_worker"}.get(role, "python")
-    return ProcessSample(pid=pid, ppid=None if role == "main" else PID, role=role, name=name, cpu_pct=cpu,
-                         **kw)
-
-
-def h200(util=100.0, sm=1980, power=690.0, sm_active=92.0, reasons=(), mem_used=60 * GiB) -> GpuReading:
-    device = GpuDevice(index=0, name="NVIDIA H200", sm_clock_mhz=sm, max_sm_clock_mhz=1980, power_w=power,
-                       power_limit_w=700.0, util_gpu_pct=util, mem_used_bytes=mem_used,
-                       mem_total_bytes=141 * GiB, temperature_c=62.0, clock_event_reasons=reasons,
-                       gpm_sm_active_pct=sm_active, processes=(GpuProcess(pid=PID, in_target=True),),
-                       in_target=True)
-    return GpuReading(available=True, devices=(device,))
-
-
-def make_frame(i: int, counts=(), processes=None, cpu_reading: CpuReading | None = None,
-               gpu: GpuReading | None = None, threads=(), alive: bool = True,
-               progress: ProgressReading | None = None, **proc_kw) -> Frame:
-    """Frame number i (ending at T0 + i + 1). proc_kw (cpu=..., read_chars_per_s=...) describe the main
-    process when `processes` is not given."""
-    return Frame(
-        seq=i + 1,
-        time=T0 + i + 1.0,
-        interval_s=1.0,
-        target=TargetInfo(pid=PID, alive=alive, exited_at=None if alive else T0 + i + 1.0,
-                          exit_reason=None if alive else "process ended"),
-        processes=tuple(processes) if processes is not None else (proc(**proc_kw),),
-        cpu=cpu_reading or CpuReading(effective_cpus=8.0, affinity_cpus=8),
-        gpu=gpu or GpuReading(available=False, reason="no NVIDIA driver"),
-        stacks=StacksReading(available=True, rate_hz=5.0, samples=sum(c.count for c in counts),
-                             counts=tuple(counts), threads=tuple(threads)),
-        progress=progress,
-    )
-
-
-def run(frames, hang_after_s: float = 5.0) -> list[Verdict]:
-    """The verdict after each frame, fed as the CLI does (previous verdict passed back in)."""
-    verdicts, verdict = [], None
-    for i in range(1, len(frames) + 1):
-        verdict = diagnose(frames[:i], verdict, hang_after_s=hang_after_s)
-        verdicts.append(verdict)
-    return verdicts
-
-
-def text(verdict: Verdict) -> str:
-    return "\n".join(verdict.evidence + verdict.advice)
-
 
 # --- classification ----------------------------------------------------------------------------------
 
@@ -693,7 +583,7 @@ def test_a_new_shape_long_after_the_warm_up_is_timed_from_its_own_start():
 
 
 def test_compile_history_counts_a_long_compile_once_and_each_return_after_running():
-    from probes.diagnosis.evidence import compile_history
+    from probes.diagnosis.compile_history import compile_history
 
     long_once = [make_frame(i, counts=[main_count(FORWARD, n=5)]) for i in range(5)]
     long_once += [make_frame(i, counts=[main_count(COMPILING, n=5)] if i % 3 else []) for i in range(5, 25)]
@@ -873,6 +763,29 @@ def test_cpus_shared_with_other_processes_are_said_with_numbers():
     # A VM losing time to its neighbours says so too.
     stolen = [dataclasses.replace(f, host=_host(0.5, steal=25.0)) for f in frames]
     assert "the hypervisor took 25% of their time (steal)" in "\n".join(run(stolen)[-1].evidence)
+
+
+def test_a_held_verdict_keeps_its_findings_once_and_its_notes_are_told_by_kind():
+    """The notes a held verdict leaves out of what it keeps (how thin, holding, the shared CPUs added afresh each
+    tick) are picked by their kind, never by their words: each is said once, and each line is still its text."""
+    frames = [make_frame(i, counts=[main_count(TOKENIZE, n=5)], cpu=45.0) for i in range(12)]
+    frames += [make_frame(i, cpu=45.0) for i in range(12, 22)]  # the tokenising samples age out of the window
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=1)], cpu=45.0) for i in range(22, 25)]
+    frames = [dataclasses.replace(f, host=_host(1.95)) for f in frames]
+    verdicts = run(frames)
+    held = verdicts[24]
+    assert held.bottleneck == "data_bound"
+    kinds = [kind_of(line) for line in held.evidence]
+    assert kinds.count("holding") == 1 and kinds.count("contention") == 1 and "provisional" not in kinds
+    assert [kind_of(line) for line in held.advice].count("contention") == 1
+    holding = held.evidence[kinds.index("holding")]
+    assert holding == "holding: the latest 3 samples point to cpu_bound, too few (10 needed) to change the verdict"
+    assert json.loads(json.dumps(list(held.evidence))) == [str(line) for line in held.evidence]
+    # The rule's findings are plain lines, kept as they were however long the verdict is held.
+    assert [line for line in held.evidence if kind_of(line) == "finding"] == \
+        [line for line in verdicts[22].evidence if kind_of(line) == "finding"]
+    first = diagnose([make_frame(0, counts=[main_count(TOKENIZE, n=4)], cpu=None)])
+    assert [kind_of(line) for line in first.evidence].count("provisional") == 1
 
 
 def test_a_sleepy_loop_on_a_crowded_machine_stays_idle_and_queueing_is_said():

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, wait_for
-from recorded import frames_so_far
+from support.paths import REPO
+from support.processes import start_logged, wait_for
+from support.recorded import frames_so_far
 
 from probes.diagnosis.verdict import diagnose
 from probes.outputs.recording import read_recording
@@ -34,21 +35,6 @@ DURATION_S = 8.0
 HANG_AFTER_S = 5.0
 FIXTURES = Path(__file__).parent / "fixtures" / "frames"
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
-
-
-def _ready_file(tmp_path: Path, name: str) -> Path:
-    return tmp_path / f"{name}.out"
-
-
-def start(spawn_target, tmp_path: Path, script: str, *args: str, timeout: float = 90.0):
-    """Start a target whose stdout goes to a file; wait for its 'ready' line."""
-    out = _ready_file(tmp_path, Path(script).stem)
-    handle = out.open("w")
-    try:
-        return spawn_target(script, *args, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout,
-                            ready=lambda proc: "ready" in out.read_text())
-    finally:
-        handle.close()
 
 
 def watch(pid: int, tmp_path: Path, case: str, duration: float = DURATION_S, extra: tuple[str, ...] = ()):
@@ -159,7 +145,7 @@ def check(case: str, verdict: dict, frames, bottleneck: str, liveness: str, name
 
 
 def test_dataloader_with_slow_workers_is_data_bound(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_dataloader.py")
+    target = start_logged(spawn_target, tmp_path, "diag_dataloader.py")
     verdict, frames = watch(target.pid, tmp_path, "dataloader")
     check("DataLoader, 2 slow workers", verdict, frames, "data_bound", "progressing",
           "waiting for the next batch in _BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py")
@@ -168,7 +154,7 @@ def test_dataloader_with_slow_workers_is_data_bound(spawn_target, tmp_path):
 
 
 def test_main_thread_tokenization_is_data_bound(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_tokenize.py")
+    target = start_logged(spawn_target, tmp_path, "diag_tokenize.py")
     verdict, frames = watch(target.pid, tmp_path, "tokenize")
     check("tokenization on the main thread", verdict, frames, "data_bound", "progressing",
           "preparing data on the main thread in tokenize_text (diag_tokenize.py")
@@ -176,14 +162,14 @@ def test_main_thread_tokenization_is_data_bound(spawn_target, tmp_path):
 
 
 def test_cpu_training_loop_is_cpu_bound(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_cpu_train.py")
+    target = start_logged(spawn_target, tmp_path, "diag_cpu_train.py")
     verdict, frames = watch(target.pid, tmp_path, "cpu_train")
     check("CPU training loop", verdict, frames, "cpu_bound", "progressing", "running on the CPU")
     assert "train_step (diag_cpu_train.py" in "\n".join(verdict["evidence"])
 
 
 def test_deadlock_is_hung_with_where(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_deadlock.py")
+    target = start_logged(spawn_target, tmp_path, "diag_deadlock.py")
     verdict, frames = watch(target.pid, tmp_path, "deadlock")
     timeline = check("lock-order deadlock", verdict, frames, "unknown", "hung",
                      "stuck in rotate_logs (diag_deadlock.py:")
@@ -196,7 +182,7 @@ def test_deadlock_is_hung_with_where(spawn_target, tmp_path):
 def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_path):
     # The producer dies while gputop watches (it stays an unreaped zombie, as in real jobs), so the run
     # shows progress first and then the hang; --hang-after 3 leaves time to see both.
-    target = start(spawn_target, tmp_path, "diag_dead_producer.py", "--die-after", "2.5")
+    target = start_logged(spawn_target, tmp_path, "diag_dead_producer.py", "--die-after", "2.5")
     verdict, frames = watch(target.pid, tmp_path, "dead_producer", extra=("--hang-after", "3"))
     timeline = check("queue whose producer died (--hang-after 3)", verdict, frames, "unknown", "hung",
                      "stuck in Queue.get (multiprocessing/queues.py:", hang_after_s=3.0)
@@ -208,7 +194,7 @@ def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_pat
 
 
 def test_one_long_native_op_is_cpu_bound_not_hung(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_native_op.py")
+    target = start_logged(spawn_target, tmp_path, "diag_native_op.py")
     verdict, frames = watch(target.pid, tmp_path, "native_op")
     check("one long native op", verdict, frames, "cpu_bound", "progressing",
           "one_long_matmul (diag_native_op.py")
@@ -216,7 +202,7 @@ def test_one_long_native_op_is_cpu_bound_not_hung(spawn_target, tmp_path):
 
 
 def test_sleepy_loop_is_idle_not_hung(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_sleepy.py")
+    target = start_logged(spawn_target, tmp_path, "diag_sleepy.py")
     verdict, frames = watch(target.pid, tmp_path, "sleepy")
     # Quiet, py-spy sees it waiting in the sleep; on a crowded machine a woken sleeper queues for a core with its
     # stack still on the sleep and py-spy counts it active, so schedstat's "asleep" line may name it instead.
@@ -224,14 +210,14 @@ def test_sleepy_loop_is_idle_not_hung(spawn_target, tmp_path):
 
 
 def test_torch_save_loop_is_checkpoint_save(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_checkpoint.py", str(tmp_path))
+    target = start_logged(spawn_target, tmp_path, "diag_checkpoint.py", str(tmp_path))
     verdict, frames = watch(target.pid, tmp_path, "checkpoint")
     check("torch.save loop", verdict, frames, "checkpoint_save", "progressing",
           "saving a checkpoint in save (torch/serialization.py")
 
 
 def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
-    target = start(spawn_target, tmp_path, "diag_compile.py", timeout=180.0)
+    target = start_logged(spawn_target, tmp_path, "diag_compile.py", timeout=180.0)
     # A storm shows once two sample windows have caught a recompile after training: how many seconds that
     # takes depends on how fast this machine compiles, so wait for it.
     verdict, frames = watch_until(target.pid, tmp_path, "compile", lambda v: v.bottleneck == "compile_warmup"
@@ -244,7 +230,7 @@ def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
 
 def test_the_first_compile_of_a_deep_model_is_the_warm_up_not_a_storm(spawn_target, tmp_path):
     # As nanoGPT's GPT-2 XL on an H200 (issue 29): a long first compile, no training step before it.
-    target = start(spawn_target, tmp_path, "diag_compile_once.py", timeout=120.0)
+    target = start_logged(spawn_target, tmp_path, "diag_compile_once.py", timeout=120.0)
     warm_up = re.compile(r"torch\.compile warm-up: compiling for (\d+) s so far")
 
     def seen_for_a_while(verdict) -> bool:
@@ -265,7 +251,7 @@ def test_the_first_compile_of_a_deep_model_is_the_warm_up_not_a_storm(spawn_targ
 
 def test_a_compiled_model_on_cpu_is_named_as_compiled_code_not_advised_to_compile(spawn_target, tmp_path):
     # nanochat's base_train and litgpt's pretrain on CPU (issue 29): the hot frame is Inductor's generated code.
-    target = start(spawn_target, tmp_path, "diag_compiled_cpu.py", timeout=300.0)
+    target = start_logged(spawn_target, tmp_path, "diag_compiled_cpu.py", timeout=300.0)
     # Wait for a settled verdict that names a hot frame (once enough samples are in), then read its words.
     verdict, frames = watch_until(target.pid, tmp_path, "compiled_cpu", lambda v: v.bottleneck == "cpu_bound"
                                   and not any(line.startswith("provisional:") for line in v.evidence)
@@ -285,7 +271,7 @@ def test_streaming_from_a_slow_http_server_is_io_bound(spawn_target, tmp_path):
         spawn_target("diag_slow_http_server.py", "--lifetime", "60", stdout=handle,
                      ready=lambda proc: "port" in server_out.read_text())
     port = server_out.read_text().split()[1]
-    target = start(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
+    target = start_logged(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
     verdict, frames = watch(target.pid, tmp_path, "http")
     check("samples streamed from a slow HTTP server", verdict, frames, "io_bound", "progressing",
           "blocked reading in SocketIO.readinto (socket.py:")
@@ -295,7 +281,7 @@ def test_streaming_from_a_slow_http_server_is_io_bound(spawn_target, tmp_path):
 def test_deadlock_beside_a_busy_heartbeat_thread_is_still_hung(spawn_target, tmp_path):
     # A third thread burns ~20% of a core and writes a log line every 50 ms: the process is never quiet,
     # but its main thread is, and that is the thread whose silence means hung.
-    target = start(spawn_target, tmp_path, "diag_deadlock.py", "--heartbeat", str(tmp_path / "beat.log"))
+    target = start_logged(spawn_target, tmp_path, "diag_deadlock.py", "--heartbeat", str(tmp_path / "beat.log"))
     verdict, frames = watch(target.pid, tmp_path, "deadlock_heartbeat")
     timeline = check("deadlock beside a busy heartbeat thread", verdict, frames, "unknown", "hung",
                      "stuck in rotate_logs (diag_deadlock.py:")
@@ -310,7 +296,7 @@ def test_stream_from_a_server_gone_silent_is_hung_and_names_the_peer(spawn_targe
         server = spawn_target("diag_slow_http_server.py", "--lifetime", "60", stdout=handle,
                               ready=lambda proc: "port" in server_out.read_text())
     port = server_out.read_text().split()[1]
-    target = start(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
+    target = start_logged(spawn_target, tmp_path, "diag_http_stream.py", f"http://127.0.0.1:{port}/shard")
     os.kill(server.pid, signal.SIGUSR1)  # the server keeps the connection open and sends nothing more
     verdict, frames = watch(target.pid, tmp_path, "http_silent", extra=("--hang-after", "3"))
     timeline = check("stream from a server gone silent (--hang-after 3)", verdict, frames, "io_bound", "hung",
@@ -356,7 +342,7 @@ def tiny_cpu_quota():
 
 
 def test_loop_in_a_tiny_cpu_quota_is_cpu_throttled(spawn_target, tmp_path, tiny_cpu_quota):
-    target = start(spawn_target, tmp_path, "diag_cpu_train.py", "--threads", "8")
+    target = start_logged(spawn_target, tmp_path, "diag_cpu_train.py", "--threads", "8")
     tiny_cpu_quota(target.pid)
     wait_for(lambda: "gputop_diag" in Path(f"/proc/{target.pid}/cgroup").read_text(), timeout=5)
     verdict, frames = watch(target.pid, tmp_path, "cpu_quota")

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from conftest import wait_for
+from support.fake_pynvml import FakeGpu, FakeNvml
+from support.processes import wait_for
 
 from probes import doctor
 from probes.diagnosis.verdict import diagnose
 from probes.doctor import Check, DoctorReport, check_nvml, ptrace_expectation
 from probes.frame import CpuReading, Frame, ProcessSample, StacksReading, TargetInfo
 from probes.sensors.nvml import nvml_capabilities
-from tests.fake_pynvml import FakeGpu, FakeNvml
 from tui.commands.doctor import exit_status, format_report
 from tui.exitcodes import EXIT_CANNOT_SEE, EXIT_LIMITED, EXIT_OK
 
@@ -116,6 +116,7 @@ def test_nvml_missing_is_cannot_with_its_own_fix(error, words):
     assert checks[0].fix and not checks[0].sees_process  # no GPU is not "cannot see the process"
 
 
+@pytest.mark.slow
 def test_no_such_pid_on_the_host_is_one_line_and_exit_2():
     if doctor.in_child_pid_namespace():
         pytest.skip("gputop runs in a container here: a missing PID may be one outside, which doctor explains")
@@ -241,7 +242,7 @@ def test_flight_recorder_variables_are_read_from_the_rank_under_a_launcher():
         assert environment["details"]["variables"] == {"NCCL_DEBUG": "INFO"}
         assert f"read from its rank process PID {rank.pid}" in environment["finding"]
     finally:
-        from conftest import stop_process_tree
+        from support.processes import stop_process_tree
 
         stop_process_tree(launcher)
 
@@ -355,7 +356,7 @@ def test_doctor_outside_sees_a_target_in_a_child_namespace(spawn_target, tmp_pat
         assert namespace["status"] == "ok" and "PID namespace below ours (PID 1 inside it)" in namespace["finding"]
         assert checks_by_name(document)["stacks"]["status"] == "ok"  # py-spy reads it across the namespace
     finally:
-        from conftest import stop_process_tree
+        from support.processes import stop_process_tree
 
         stop_process_tree(inner)
 

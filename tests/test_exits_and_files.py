@@ -13,15 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
-from recorded import frames_so_far
-from test_cli import REPO, assert_one_line_usage_error, gputop, ready
+from support.cli import assert_one_line_usage_error, gputop, ready
+from support.paths import REPO
+from support.processes import wait_for
+from support.recorded import frames_so_far
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+@pytest.mark.slow
 def test_duration_without_snapshot_or_record_is_one_line_and_exit_2():
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -101,6 +103,7 @@ def test_tui_save_writes_json_and_svg_0600(tmp_path):
     assert _mode(saved.svg_path) == 0o600
 
 
+@pytest.mark.slow
 def test_mfu_into_a_closed_pipe_exits_quietly():
     # `gputop mfu ... | head -1`: the reader is gone before gputop writes (its end of the pipe closed before the
     # start, so the write fails every time, not only when head wins the race).
@@ -117,6 +120,7 @@ def test_mfu_into_a_closed_pipe_exits_quietly():
     assert done.returncode == 1  # EXIT_INCOMPLETE: not all of it was written, and not a crash
 
 
+@pytest.mark.slow
 def test_mfu_piped_into_head_prints_one_line_and_nothing_else():
     shell = (f"{sys.executable} -m tui mfu --model gpt2-xl --tokens-per-iter 1048576 --iter-time 21 --gpu H200 "
              "| head -1")

@@ -13,19 +13,11 @@ import sys
 import urllib.request
 
 import pytest
-from conftest import REPO
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
-from test_diagnose import (
-    FORWARD,
-    LOCK_WAIT,
-    PEER_LOCK_WAIT,
-    PID,
-    main_count,
-    make_frame,
-    proc,
-)
-from test_monitor import gpu_bound_frames
+from support.frames import FORWARD, LOCK_WAIT, PEER_LOCK_WAIT, PID, main_count, make_frame, proc
+from support.nanogpt_case import gpu_bound_frames
+from support.paths import REPO
 
 from probes.frame import (
     CpuReading,
@@ -41,7 +33,8 @@ from probes.frame import (
 )
 from probes.jobs.follow import _top, find_training_jobs
 from probes.jobs.launchers import launcher_of_process
-from probes.monitoring.monitor import MonitorView, fold
+from probes.monitoring.monitor import fold
+from probes.monitoring.view import MonitorView
 from probes.outputs.exporter import GputopCollector, WatchedView, build_metrics, job_id_label, training_job_label
 from probes.reference.baseline import load_comparison_inputs
 from probes.sensors.proctree import NodeProcess
@@ -90,7 +83,7 @@ def deadlock_view() -> MonitorView:
 def test_the_h200_recording_exports_what_the_screen_says(tmp_path):
     # gpt2xl_s2 replayed with the compiled probe (tests/fixtures/h200): the screen says 53% MFU and 98% of the
     # reference's rate; the metrics say the same. Without the job's tokens per iteration neither is claimed.
-    from h200 import fixture, recording, remade_recording
+    from support.h200 import fixture, recording, remade_recording
 
     from probes.outputs.recording import read_header, read_recording
     from probes.reference.pace_inputs import recorded_inputs, replayed_comparison_inputs
@@ -274,6 +267,7 @@ def test_no_timestamps_and_build_metrics_is_pure():
     assert all(s.timestamp is None for m in first for s in m.samples)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("promtool") is None,
                     reason="promtool not installed (apt-get install prometheus; .ci/run does it as root)")
 def test_exposition_passes_promtool_check_metrics():
@@ -284,6 +278,7 @@ def test_exposition_passes_promtool_check_metrics():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("promtool") is None,
                     reason="promtool not installed (apt-get install prometheus; .ci/run does it as root)")
 def test_shipped_alert_rules_pass_promtool_check_and_their_unit_tests():
@@ -344,6 +339,7 @@ def run_gputop(*args: str) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (("serve",), "gputop serve --pid PID, --slurm-job JOBID, or gputop serve --follow"),
     (("serve", "--pid", "999999999"), "no process with PID 999999999"),
@@ -359,6 +355,7 @@ def test_serve_usage_errors_are_one_line_and_exit_2(args, says):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_a_usage_error():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -452,9 +449,10 @@ def test_follow_drops_a_target_once_it_has_ended_and_keeps_the_others():
     assert server.views()[0].view.latest.process(77) is not None
 
 
+@pytest.mark.slow
 def test_every_watched_target_shares_one_nvml_read_per_tick():
     """Two real targets, each on its own fake GPU: one NVML read per tick, each target sees its own GPU."""
-    from fake_pynvml import GIB, FakeGpu, FakeNvml
+    from support.fake_pynvml import GIB, FakeGpu, FakeNvml
 
     from probes.monitoring.engine import EngineConfig
     from probes.sensors.nvml import NvmlGpuProbe, SharedGpuReading
@@ -507,6 +505,7 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported():
         assert used <= recorded, (where, sorted(used - recorded))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("promtool") is None,
                     reason="promtool not installed (apt-get install prometheus; .ci/run does it as root)")
 def test_dashboard_queries_are_valid_promql(tmp_path):
@@ -527,7 +526,7 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
 def test_a_deadlocked_rank_folded_by_the_monitor_reads_as_a_hung_job_with_its_culprit():
     """The real fold (Monitor → diagnose_job) on a torchrun job whose rank 1 deadlocks in flush_metrics while
     rank 0 waits for it in all_reduce: the job is hung, rank 1 is the one to blame, and where."""
-    from test_diagnose_job import ALL_REDUCE, FLUSH_METRICS, LAUNCHER, RANK0, RANK1, count, job_frame, rank_proc
+    from support.job_frames import ALL_REDUCE, FLUSH_METRICS, LAUNCHER, RANK0, RANK1, count, job_frame, rank_proc
 
     from probes.frame import ThreadStack as Thread
 

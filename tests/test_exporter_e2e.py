@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,8 +21,8 @@ import urllib.request
 
 import psutil
 import pytest
-from conftest import REPO, wait_for
-from test_diagnose_e2e import start
+from support.paths import REPO
+from support.processes import free_port, start_logged, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +30,6 @@ needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
     reason="prometheus/promtool not installed (apt-get install prometheus; .ci/run does it as root)")
 SERVING = re.compile(r"serving /metrics on (http://\S+/metrics)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Served:
@@ -161,7 +154,7 @@ def promtool_check(exposition: str) -> None:
 
 @needs_prometheus
 def test_prometheus_sees_the_deadlocked_target_hung_and_where(spawn_target, tmp_path, serve, prometheus):
-    target = start(spawn_target, tmp_path, "diag_deadlock.py")
+    target = start_logged(spawn_target, tmp_path, "diag_deadlock.py")
     served = serve("--pid", str(target.pid), "--no-gpu", "--hang-after", "5")
     server = prometheus(served.url)
     hung = f'gputop_liveness{{gputop_liveness="hung",pid="{target.pid}"}} == 1'
@@ -179,7 +172,7 @@ def test_prometheus_sees_the_deadlocked_target_hung_and_where(spawn_target, tmp_
 
 @needs_prometheus
 def test_prometheus_sees_the_dataloader_starved_target_data_bound(spawn_target, tmp_path, serve, prometheus):
-    target = start(spawn_target, tmp_path, "diag_dataloader.py")
+    target = start_logged(spawn_target, tmp_path, "diag_dataloader.py")
     served = serve("--pid", str(target.pid), "--no-gpu")
     server = prometheus(served.url)
     data_bound = f'gputop_bottleneck{{gputop_bottleneck="data_bound",pid="{target.pid}"}} == 1'

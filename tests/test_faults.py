@@ -16,13 +16,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, TARGETS, wait_for
-from test_tui_app import RecordedEngine, capture_notes, frames_of, pilot_test, wait_until
+from support.paths import REPO, TARGETS
+from support.pilot import RecordedEngine, capture_notes, frames_of, pilot_test, wait_until
+from support.processes import wait_for
 
 from probes.frame import Frame
 from probes.monitoring.engine import Engine, EngineConfig
 from probes.outputs.recording import Recorder, load_recording, read_recording
-from probes.sampling.pyspy import find_pyspy
+from probes.sampling.pyspy_binary import find_pyspy
 from tui.app import make_app
 
 needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
@@ -294,6 +295,7 @@ def test_headless_record_to_a_full_disk_says_so_and_the_snapshot_goes_on(spawn_t
     assert snap["processes"][0]["pid"] == target.pid
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_tui_record_to_a_full_disk_warns_and_keeps_running(full_disk):
     engine = RecordedEngine(frames_of("data_bound"), interval_s=0.1)

@@ -15,7 +15,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO
+from support.paths import REPO
 from targets.nccl_dumps import GRAD_ELEMENTS, T0_NS, nccl_dump, nccl_entry
 
 from probes.diagnosis.collectives import collective_gaps, gap_line, size_text
@@ -66,6 +66,7 @@ def test_the_environment_names_the_ways_in():
 # --- NCCL dump files --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_torchs_fr_trace_reads_the_constructed_dumps_and_agrees(nccl_dumps, tmp_path):
     """torch's own analyser reads the same files (it fails on a dump in another format) and finds the same gap."""
     result = subprocess.run(
@@ -258,6 +259,7 @@ def test_an_unreadable_rank_says_so_and_the_trigger_is_offered_never_pulled(nccl
 # --- the probe on real processes -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_probe_reads_only_processes_whose_environment_shows_a_recorder(spawn_target, tmp_path):
     from probes.frame import ProcessSample
     from probes.sensors.flight_recorder import FlightRecorderProbe

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support.paths import REPO
+from support.pilot import capture_notes, pilot_test, wait_until
 from targets.nccl_dumps import nccl_dump
-from test_tui_app import capture_notes, pilot_test, wait_until
 
 from probes.frame import ProcessSample
 from probes.sensors.flight_recorder import (
@@ -113,6 +113,7 @@ def test_the_pipe_alone_enables_the_trigger_with_torchs_default_buffer():
 # --- the probe on real processes -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_asked_once_the_rank_dumps_and_the_dump_is_read_at_once(spawn_target, tmp_path):
     proc, out = start_rank(spawn_target, tmp_path, rank=1)
     stale = tmp_path / "fr_1"  # a previous run's dump: not the answer
@@ -137,6 +138,7 @@ def test_asked_once_the_rank_dumps_and_the_dump_is_read_at_once(spawn_target, tm
     assert lines_of(out).count("pipe read 1 bytes") == 1
 
 
+@pytest.mark.slow
 def test_a_rank_whose_pipe_has_no_reader_is_said_in_one_line(spawn_target, tmp_path):
     proc, _ = start_rank(spawn_target, tmp_path, "--no-reader")
     probe = FlightRecorderProbe()
@@ -152,6 +154,7 @@ def test_a_rank_whose_pipe_has_no_reader_is_said_in_one_line(spawn_target, tmp_p
     assert probe.awaited_lines() == []
 
 
+@pytest.mark.slow
 def test_ranks_without_a_trigger_are_told_what_to_set(spawn_target, tmp_path):
     recording = spawn_target("busy_loop.py", env={"RANK": "0", "TORCH_FR_BUFFER_SIZE": "100"},
                              stdout=subprocess.PIPE, text=True, ready=lambda p: p.stdout.readline())
@@ -170,6 +173,7 @@ def test_ranks_without_a_trigger_are_told_what_to_set(spawn_target, tmp_path):
     assert probe.read([rank_sample(plain.pid, 1)]) is None  # asked once: the next tick says nothing
 
 
+@pytest.mark.slow
 def test_a_worker_server_is_read_now_on_request_not_at_the_next_scheduled_read(spawn_target, tmp_path):
     short = tempfile.mkdtemp(prefix="gputop-frd-", dir="/tmp")  # a Unix socket's path must stay under 108 bytes
     sock = Path(short) / "w.sock"
@@ -235,6 +239,7 @@ def test_fr_dump_names_the_collective_and_without_it_nothing_is_written(spawn_ta
         [(0, "pipe_written"), (1, "pipe_written"), (0, "dumped"), (1, "dumped")]
 
 
+@pytest.mark.slow
 def test_fr_dump_on_a_pipe_nobody_reads_and_on_a_rank_without_trigger(spawn_target, tmp_path):
     proc, _ = start_rank(spawn_target, tmp_path, "--no-reader")
     result = gputop(proc.pid, "--duration", "2", "--fr-dump")
@@ -253,6 +258,7 @@ def test_fr_dump_on_a_pipe_nobody_reads_and_on_a_rank_without_trigger(spawn_targ
     assert "set TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/fr_pipe_" in said[0]
 
 
+@pytest.mark.slow
 @pilot_test
 async def test_the_f_key_asks_and_says_what_it_asked(spawn_target, tmp_path):
     from probes.monitoring.engine import Engine, EngineConfig

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from jobwatch import TIMEOUT_S, watch_job_until
+from support.jobwatch import TIMEOUT_S, watch_job_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 

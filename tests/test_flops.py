@@ -160,6 +160,7 @@ def test_mfu_bad_input_is_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and message in err
 
 
+@pytest.mark.slow
 def test_mfu_through_the_gputop_command():
     """The H200 case through `python -m tui`, the installed command's entry point, in a process of its own."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -172,6 +173,7 @@ def test_mfu_through_the_gputop_command():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_gets_no_traceback():
     """`gputop mfu ... | head -1`: the reader is gone before gputop writes (the read end is closed at once, so the
     write always meets a broken pipe); gputop stops quietly, exit 1, nothing on stderr."""

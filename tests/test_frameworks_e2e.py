@@ -2,34 +2,27 @@
 a PyTorch Lightning DDP job started as ``python train.py`` (a straggler, a hung rank), a Hugging Face Trainer
 job starved by its Dataset, and an accelerate ``Accelerator`` job under torchrun with a hung rank.
 
-Each job is watched by the real command through tests/jobwatch.py's watch_job_until: the recording is folded
+Each job is watched by the real command through tests/support/jobwatch.py's watch_job_until: the recording is folded
 as it grows until the job verdict reaches the expected state (never a fixed wait), then the command is stopped
 and every process the test started is killed (the spawn_target fixture).
 """
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from jobwatch import TIMEOUT_S, settled, watch_job_until, watch_until
+from support.jobwatch import TIMEOUT_S, settled, watch_job_until, watch_until
+from support.processes import free_port
 
 from probes.frame import ROLE_DATALOADER_WORKER
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
-
-
-def free_port() -> int:
-    """A port for the job's gloo rendezvous (MASTER_PORT), so jobs of parallel tests never meet."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_lightning(spawn_target, tmp_path: Path, mode: str):

@@ -18,17 +18,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, wait_for
-from recorded import frames_so_far
+from support.paths import REPO
+from support.processes import wait_for
+from support.recorded import frames_so_far
 
-from probes.diagnosis.evidence import gil_summary
+from probes.diagnosis.gil import gil_summary
 from probes.monitoring.monitor import Monitor
 from probes.outputs.recording import read_recording
 
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 150.0
-# Negative cases run until the GIL look-back (probes/diagnosis/evidence.py GIL_WINDOW_S, 30 s) is full of frames
+# Negative cases run until the GIL look-back (probes/diagnosis/gil.py GIL_WINDOW_S, 30 s) is full of frames
 # and the verdict has settled on what the loop does, so a gil_contention verdict had every chance to come.
 WATCHED_SPAN_S = 35.0
 

@@ -170,6 +170,7 @@ def test_cli_text_report(capsys):
            f"{ATTENTION_CONVENTION}\n" in out
 
 
+@pytest.mark.slow
 def test_probe_json_through_a_real_process():
     done = run_cli_process("probe", "--model", "tiny", "--steps", "3", "--warmup", "1", "--device", "cpu",
                            "--json")
@@ -186,6 +187,7 @@ def test_probe_json_through_a_real_process():
     assert "gputop probe: timing 3 steps" in done.stderr  # progress goes to stderr, JSON alone on stdout
 
 
+@pytest.mark.slow
 def test_probe_without_torch_says_one_line():
     done = run_cli_process("probe", "--model", "tiny", prelude="import sys; sys.modules['torch'] = None; ")
     assert done.returncode == 2
@@ -193,6 +195,7 @@ def test_probe_without_torch_says_one_line():
     assert done.stderr == "gputop: the probe needs torch: pip install 'gputop[probe]'\n"
 
 
+@pytest.mark.slow
 def test_imports_pull_in_neither_torch_nor_textual():
     check = ("import sys; import tui.cli, probes.reference.gpt_probe, probes.sensors.progress, probes.models.peaks, "
              "probes.models.gpt2, probes.models.mfu; bad = [m for m in ('torch', 'textual') if m in sys.modules]; "

@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from h200 import recording
+import pytest
+from support.h200 import recording
 
 from probes.monitoring.monitor import fold
 from probes.outputs.recording import read_recording
@@ -59,6 +60,7 @@ def test_the_first_compile_of_gpt2_xl_is_no_recurring_phase(tmp_path):
     assert shares.recurring == (), shares.recurring
 
 
+@pytest.mark.slow
 def test_gputop_replay_of_the_first_compile_says_warm_up_in_the_snapshot(tmp_path):
     result = subprocess.run([sys.executable, "-m", "tui", "replay", str(recording("gpt2xl_s1", tmp_path)),
                              "--snapshot", "-"], capture_output=True, text=True, timeout=120, cwd=REPO,

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from h200 import fixture, recording, remade_recording
+from support.h200 import fixture, recording, remade_recording
+
+pytestmark = pytest.mark.slow  # every test here runs the gputop command
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE_COMPILED = str(fixture("gpt2xl_probe_compile.json"))

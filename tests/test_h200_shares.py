@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from h200 import fixture, recording
+from support.h200 import fixture, recording
 
 from probes.compare import compare_runs, load_run, render_text
 from probes.diagnosis.shares import shares_summary
@@ -29,6 +29,7 @@ def _replay_snapshot(path: Path) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_the_gpt2xl_steady_state_shares_name_waiting_for_the_gpu_not_idle(tmp_path):
     # gpt2xl_s2: 40 s at steady state, GPU util 100%, the main thread idle in _engine_run_backward 45% of its samples.
     snapshot = _replay_snapshot(recording("gpt2xl_s2", tmp_path))
@@ -70,6 +71,7 @@ def test_compare_of_two_gpu_bound_snapshots_lists_no_idle_or_gpu_wait_difference
     assert any("idle share" in line for line in compare_runs(a, b).verdict)
 
 
+@pytest.mark.slow
 def test_a_compiled_gpu_bound_run_is_not_advised_to_torch_compile(tmp_path):
     # seed004_a_rec: nanoGPT compiled; its main thread runs Inductor's generated code
     # (/tmp/torchinductor_root/he/ches4dgb….py) and Triton's launchers. The live run advised "torch.compile".

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.sensors.hostcpu import HostCpuProbe
 

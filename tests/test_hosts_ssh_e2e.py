@@ -1,5 +1,5 @@
-"""`gputop --hosts` over real ssh, from the host, to two namespaced nodes (tests/ns_nodes.py) that each see only
-their own processes and run an sshd of the test's (tests/ssh_nodes.py): a 2-node gloo job, one torchrun
+"""`gputop --hosts` over real ssh, from the host, to two namespaced nodes (tests/support/ns_nodes.py) that each see only
+their own processes and run an sshd of the test's (tests/support/ssh_nodes.py): a 2-node gloo job, one torchrun
 launcher inside each node (`--nnodes 2 --node_rank 0|1 --nproc_per_node 1`, MASTER_ADDR = n1's address,
 GLOO_SOCKET_IFNAME = the node's veth), rank 1 on n2 slow in its augmentation (tests/targets/ddp_job.py).
 
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TARGETS, wait_for
+from support.paths import REPO, TARGETS
+from support.processes import wait_for
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording
@@ -99,8 +100,8 @@ def stop_merge(merge: subprocess.Popen, stderr: Path) -> str:
 def ssh_job(tmp_path_factory):
     """Nodes n1, n2 with an sshd each and the straggler job across them, for this module; all torn down at its
     end (the nodes' teardown ends every process inside them). Skips with the reason where it cannot run."""
-    from ns_nodes import NodesUnavailable, make_nodes
-    from ssh_nodes import SshUnavailable, check_available, start_sshds
+    from support.ns_nodes import NodesUnavailable, make_nodes
+    from support.ssh_nodes import SshUnavailable, check_available, start_sshds
 
     try:
         check_available()
@@ -167,7 +168,7 @@ def test_over_ssh_the_straggler_rank_and_its_node_are_named_and_a_lost_node_is_s
 
 
 def test_a_host_that_refuses_the_key_is_one_line_and_the_other_works(ssh_job, tmp_path):
-    from ssh_nodes import make_key
+    from support.ssh_nodes import make_key
 
     job = ssh_job
     authorized = job.ssh.authorized_keys["n2"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import probes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,6 +23,7 @@ def loaded_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
+@pytest.mark.slow
 def test_probes_never_import_textual_or_torch():
     # walk_packages, not iter_modules: the registries (probes/jobs/launchers/, probes/logformats/, ...) are
     # subpackages, and a module in one of them importing Textual must fail here too.
@@ -31,6 +34,7 @@ def test_probes_never_import_textual_or_torch():
     assert "torch" not in modules
 
 
+@pytest.mark.slow
 def test_headless_cli_path_does_not_import_textual_or_torch():
     modules = loaded_after("import tui.cli; tui.cli.build_parser()\n"
                            "import probes.monitoring.engine, probes.outputs.snapshot")

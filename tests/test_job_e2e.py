@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from jobwatch import TIMEOUT_S, settled, watch_job_until
+from support.jobwatch import TIMEOUT_S, settled, watch_job_until
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.

@@ -4,7 +4,7 @@ Real targets, run from a folder of their own (a copy of tests/targets/job_train.
 name no other test uses), so that on a machine shared with other test runs each check can single out its own
 jobs: a plain torch training loop with one DataLoader worker, a torchrun 2-rank gloo job with one worker per
 rank, and a Python process that never imports torch (it must not be listed). GPUs come through the real NVML
-probe driven by tests/fake_pynvml.py (no GPU here), in a census process of its own. The pure parts (sorting,
+probe driven by tests/support/fake_pynvml.py (no GPU here), in a census process of its own. The pure parts (sorting,
 filtering, the words of a row) are unit-tested on constructed summaries; the picker's screen is an SVG snapshot
 of a fixed list (tests/test_tui_snapshots.py); the picker in a real terminal is tests/test_job_picker_tmux.py.
 """
@@ -17,19 +17,17 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from conftest import stop_process_tree
+from support.picker_jobs import START_TIMEOUT_S, Jobs
+from support.processes import stop_process_tree
 
 from probes.jobs.census import JobSummary, imports_torch, job_matches, sort_jobs
 from tui.exitcodes import EXIT_NO_JOB, EXIT_OK, EXIT_USAGE
 from tui.joblist import job_cells, job_words
 
 REPO = Path(__file__).resolve().parent.parent
-TARGETS = REPO / "tests" / "targets"
-START_TIMEOUT_S = 240.0  # torch's import in every rank and worker, and gloo's rendezvous, on a busy 2-core box
 
 
 def gputop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -37,67 +35,6 @@ def gputop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=REPO, env=env, stdin=subprocess.DEVNULL, check=False)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Jobs:
-    """The three targets of one test, started from `folder`; ready() once both trainings printed 'ready'."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        for name in ("job_train.py", "job_torchrun.py"):
-            shutil.copy(TARGETS / name, folder / name)
-        env = dict(os.environ, PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo")
-        env.pop("RANK", None)
-        self.plain_log = folder / "plain.log"
-        self.torchrun_log = folder / "torchrun.log"
-        self.started: list[subprocess.Popen] = []
-        with open(self.plain_log, "w") as log:
-            self.plain = self._start([str(folder / "job_train.py"), "--workers", "1"], log, env)
-        with open(self.torchrun_log, "w") as log:
-            self.torchrun = self._start([str(folder / "job_torchrun.py"), str(free_port()), "2", "0",
-                                         "--workers", "1"], log, env)
-        self.not_torch = self._start(["-c", "import time\nwhile True: time.sleep(0.05)", str(folder)],
-                                     subprocess.DEVNULL, env)
-
-    def _start(self, args: list[str], log, env) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, cwd=self.folder)
-        self.started.append(proc)
-        return proc
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            for proc in self.started:
-                assert proc.poll() is None, f"a target exited early: {proc.args}"
-            if "ready" in self.plain_log.read_text() and self.torchrun_log.read_text().count("ready ") >= 2:
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"targets not ready in {START_TIMEOUT_S} s:\n{self.torchrun_log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        for proc in self.started:
-            stop_process_tree(proc)
-
-
-@pytest.fixture
-def jobs(tmp_path):
-    folder = tmp_path / f"picker-{uuid.uuid4().hex[:8]}"
-    folder.mkdir()
-    started = Jobs(folder)
-    try:
-        started.wait_ready()
-        yield started
-    finally:
-        started.stop()
 
 
 def ours(document: dict, folder: Path) -> dict[int, dict]:
@@ -163,6 +100,7 @@ def test_without_a_terminal_and_without_a_pid_the_list_is_printed(jobs):
     assert "no terminal to pick in: attach with gputop --pid PID" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_process_that_imported_torch_is_told_from_one_that_did_not(tmp_path):
     ready = tmp_path / "ready"
     code = "import sys, time, pathlib\n{}\npathlib.Path(sys.argv[1]).write_text('x')\nwhile True: time.sleep(0.05)"
@@ -182,6 +120,7 @@ def test_a_process_that_imported_torch_is_told_from_one_that_did_not(tmp_path):
         stop_process_tree(without)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare for a PID namespace with nothing in it")
 def test_no_job_is_one_line_and_its_own_exit_status():
@@ -201,6 +140,7 @@ def test_no_job_is_one_line_and_its_own_exit_status():
             assert result.stdout == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["--json"], "--json prints the job list: use it with --list"),
     (["--list", "--pid", "1"], "give --list or --pid, not both"),
@@ -312,7 +252,7 @@ CENSUS_WITH_FAKE_NVML = """
 import json, sys
 sys.path.insert(0, "tests")
 import pynvml
-from fake_pynvml import GIB, FakeGpu, FakeNvml
+from support.fake_pynvml import GIB, FakeGpu, FakeNvml
 from probes.jobs.census import JobCensus
 from probes.sensors.nvml import NvmlGpuProbe
 
@@ -328,9 +268,10 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_gpu_context_makes_a_job_and_its_gpu_is_shown_through_nvml(tmp_path):
     # The census runs in a process of its own (what the caller started is never a job), with the fake NVML
-    # (tests/fake_pynvml.py) listing a Python process that never imported torch on GPU 1.
+    # (tests/support/fake_pynvml.py) listing a Python process that never imported torch on GPU 1.
     ready = tmp_path / "ready"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib\npathlib.Path(sys.argv[1]).touch()\n"
                                "while True: time.sleep(0.05)", str(ready)], start_new_session=True)

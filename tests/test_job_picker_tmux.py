@@ -1,12 +1,12 @@
 """The job picker in a real terminal: `python -m tui` with no PID, run inside tmux and read back with
 `tmux capture-pane -p`, as a person would use it.
 
-Against real jobs (tests/test_job_picker.py's targets: a torchrun 2-rank gloo job and a plain loop, from a folder
-of their own): the list shows, `/` filters it down to this test's jobs (the machine may run others), `n` sorts by
-command and `n` again turns the order round, Enter attaches and the attach screen shows the chosen job. And with
-exactly one job (a PID namespace holding one training loop): it is attached at once, with a note that says so.
+Against real jobs (the `jobs` fixture, tests/support/picker_jobs.py: a torchrun 2-rank gloo job and a plain loop,
+from a folder of their own): the list shows, `/` filters it down to this test's jobs (the machine may run others),
+`n` sorts by command and `n` again turns the order round, Enter attaches and the attach screen shows the chosen job.
+And with exactly one job (a PID namespace holding one training loop): it is attached at once, with a note that says so.
 
-Each test uses its own tmux server (tests/test_tui_tmux.py's Tmux) and kills every process it started.
+Each test uses its own tmux server (tests/support/tmux.py's Tmux) and kills every process it started.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import shutil
 import sys
 
 import pytest
-
-from tests.test_job_picker import START_TIMEOUT_S
-from tests.test_job_picker import jobs as jobs  # the fixture, re-exported
-from tests.test_tui_tmux import REPO, Tmux
-from tests.test_tui_tmux import pytestmark as TMUX_MARKS
+from support.paths import REPO
+from support.picker_jobs import START_TIMEOUT_S
+from support.tmux import TMUX_MARKS, Tmux
 
 pytestmark = [*TMUX_MARKS, pytest.mark.timeout(int(START_TIMEOUT_S) + 300)]
 ATTACH_TIMEOUT_S = 90  # the attach screen's first readings (py-spy on every process) on a busy 2-core machine

@@ -7,21 +7,28 @@ through the agent, a rank and --process-only; mp.spawn; `bash train.sh`; torchru
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, TARGETS, wait_for
+from support.fake_pynvml import GIB, FakeGpu, FakeNvml
+from support.paths import REPO
+from support.processes import free_port, wait_for
+from support.real_jobs import (
+    START_TIMEOUT_S,
+    children_with,
+    kill_job,
+    ranks_of,
+    start_job,
+    watching,
+    whole_job,
+    workers_of,
+)
 
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
@@ -30,7 +37,6 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RANK,
     ROLE_RESOURCE_TRACKER,
-    Frame,
     GpuReading,
     ProcessSample,
     StackFrame,
@@ -55,10 +61,7 @@ from probes.jobs.launchers.mp_spawn import SPAWN_MAIN_MARKER, is_spawn_child
 from probes.jobs.launchers.torchrun import is_torchrun
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.tracker import JobTracker
-from probes.monitoring.engine import Engine, EngineConfig
 from probes.sensors.nvml import NvmlGpuProbe
-from probes.sensors.textfiles import read_text
-from tests.fake_pynvml import GIB, FakeGpu, FakeNvml
 
 # --- environment ------------------------------------------------------------------------------------------
 
@@ -481,109 +484,6 @@ def test_process_only_flag_reaches_the_engine_config():
 
 # --- real jobs --------------------------------------------------------------------------------------------
 
-TICK_S = 0.5
-START_TIMEOUT_S = 180.0  # torch imports in every rank and worker; a busy 2-core machine takes its time
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def children_with(parent: int, **wanted: str) -> list[int]:
-    """The children of `parent` whose environment holds these variables."""
-    found = []
-    for child in psutil.Process(parent).children():
-        environ = parse_environ(read_text(f"/proc/{child.pid}/environ"))
-        if all(environ.get(k) == v for k, v in wanted.items()):
-            found.append(child.pid)
-    return found
-
-
-def kill_job(proc: subprocess.Popen) -> None:
-    """Every process the job started (torchrun gives each rank its own session), then its process group."""
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    for p in family:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
-    # Orphans are reaped by whoever adopts them: a zombie counts as gone.
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_lives(p) for p in family):
-        time.sleep(0.05)
-
-
-def _lives(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def start_job(script: str, *args: str, log: Path) -> subprocess.Popen:
-    """The target in its own session, its output (and its ranks') into `log`: a pipe nobody reads could fill."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, str(TARGETS / script), *args], env=env, start_new_session=True,
-                                stdout=out, stderr=subprocess.STDOUT)
-
-
-@dataclass
-class Watch:
-    """Frames of one engine, and which PIDs' stacks have arrived in them so far."""
-
-    engine: Engine
-    frame: Frame | None = None
-    sampled: set[int] = field(default_factory=set)
-    seen: list[Frame] = field(default_factory=list)
-
-    def until(self, predicate, timeout: float = START_TIMEOUT_S) -> Frame:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.frame = self.engine.tick()
-            self.seen.append(self.frame)
-            self.sampled |= {c.pid for c in self.frame.stacks.counts}
-            if predicate(self.frame):
-                return self.frame
-            time.sleep(TICK_S)
-        pytest.fail(f"not reached within {timeout}s; last job {self.frame.job if self.frame else None}, "
-                    f"roles {[(p.pid, p.role, p.rank) for p in self.frame.processes] if self.frame else None}")
-
-
-@contextlib.contextmanager
-def watching(pid: int, **config):
-    engine = Engine(pid, EngineConfig(interval_s=TICK_S, read_gpu=False, **config))
-    try:
-        yield Watch(engine)
-    finally:
-        engine.close()
-
-
-def ranks_of(frame: Frame) -> list[ProcessSample]:
-    return sorted((p for p in frame.processes if p.role == ROLE_RANK and p.alive), key=lambda p: p.rank)
-
-
-def workers_of(frame: Frame, owner: int) -> list[ProcessSample]:
-    return [p for p in frame.processes if p.role == ROLE_DATALOADER_WORKER and p.owner_pid == owner and p.alive]
-
-
-def whole_job(watch: Watch, ranks: int = 2, workers: int = 1, restart_count: int | None = None):
-    """A predicate: the job shows `ranks` live ranks, each with its workers, and every rank's stacks arrived."""
-    def ready(frame: Frame) -> bool:
-        found = ranks_of(frame)
-        return (frame.job is not None and len(frame.job.rank_pids) == ranks and len(found) == ranks
-                and all(len(workers_of(frame, r.pid)) == workers for r in found)
-                and (restart_count is None or all(r.restart_count == restart_count for r in found))
-                and {r.pid for r in found} <= watch.sampled)
-    return ready
-
-
 @pytest.fixture(scope="module")
 def torchrun_job(tmp_path_factory):
     """A 2-rank torchrun gloo job (one DataLoader worker per rank), shared by the attach tests below."""
@@ -757,6 +657,7 @@ def shells():
         kill_job(proc)
 
 
+@pytest.mark.slow
 def test_ranks_started_by_a_script_and_a_restarted_rank_keeps_the_selection(shells):
     script = (f'RANK=0 WORLD_SIZE=2 "$PY" -c "{SLEEPER}" & '
               f'while true; do RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=2,3 "$PY" -c "{SLEEPER}"; done')
@@ -777,6 +678,7 @@ def test_ranks_started_by_a_script_and_a_restarted_rank_keeps_the_selection(shel
     assert frame.process(frame.job.selected_pid).rank == 1 and rank1 not in frame.job.rank_pids
 
 
+@pytest.mark.slow
 def test_a_shell_running_python_makes_it_main_and_a_lone_python_stays_alone(shells):
     proc = shells(f'"$PY" -c "{SLEEPER}"; echo done')
     child = wait_for(lambda: psutil.Process(proc.pid).children())[0].pid
@@ -790,6 +692,7 @@ def test_a_shell_running_python_makes_it_main_and_a_lone_python_stays_alone(shel
     assert frame.job is None and frame.process(child).role == ROLE_MAIN, "attached to the Python child itself"
 
 
+@pytest.mark.slow
 def test_a_python_launcher_waiting_for_its_child(shells):
     launcher = f'import subprocess, sys; subprocess.run([sys.executable, "-c", "{SLEEPER}"])'
     proc = shells(f"exec \"$PY\" -c '{launcher}'")
@@ -817,6 +720,7 @@ def test_spawn_context_dataloader_workers_are_not_mp_spawn_ranks(spawn_target):
         assert not any(p.role in (ROLE_RANK, ROLE_LAUNCHER) for p in f.processes)
 
 
+@pytest.mark.slow
 def test_tracker_takes_start_times_from_the_tree_read_without_reading_stat_again(spawn_target, tmp_path, monkeypatch):
     """The engine passes proctree's start times of this tick to the tracker: it reads no /proc/PID/stat of its own
     for them, keys each process on the same start time, and lays out the same job as when it reads them itself."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO
-from test_launchers import FIXTURES, fixture_attachment, fixture_facts, load_fixture
+from support.launcher_fixtures import FIXTURES, fixture_attachment, fixture_facts, load_fixture
+from support.paths import REPO
 
 from probes.jobs.facts import NoteContext
 from probes.jobs.launchers import LAUNCHERS, launcher_label, launcher_of_kind, parse_dist_env

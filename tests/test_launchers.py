@@ -5,20 +5,17 @@ tests/fixtures/launchers/ (a constructed process table) that it recognises and t
 
 from __future__ import annotations
 
-import json
 import typing
 
 import pytest
-from conftest import REPO
+from support.launcher_fixtures import FIXTURES, fixture_attachment, fixture_facts, load_fixture
+from support.paths import REPO
 
-from probes.frame import ROLE_OTHER, JobKind
-from probes.jobs.environment import is_python_command
-from probes.jobs.facts import Attachment, ProcessFacts, WatchedTree
-from probes.jobs.launchers import LAUNCHERS, parse_dist_env
-from probes.jobs.launchers.mp_spawn import is_spawn_child
+from probes.frame import JobKind
+from probes.jobs.facts import WatchedTree
+from probes.jobs.launchers import LAUNCHERS
 from probes.jobs.layout import find_layout
 
-FIXTURES = REPO / "tests" / "fixtures" / "launchers"
 KINDS = [launcher.kind for launcher in LAUNCHERS]
 
 
@@ -40,35 +37,6 @@ def test_every_launcher_has_a_row_in_the_docs_table():
     assert [row[0].strip("`") for row in rows] == KINDS, "docs/jobs.md: one Launchers row per launcher, in order"
     for row in rows:
         assert len(row) == 4 and all(row), f"a row says how it is recognised, where ranks come from, how tested: {row}"
-
-
-def load_fixture(kind: str) -> dict:
-    return json.loads((FIXTURES / f"{kind}.json").read_text())
-
-
-def fixture_facts(fixture: dict) -> list[ProcessFacts]:
-    """The fixture's process table as the tracker would read it: environments through the launchers' own
-    readers, Python and spawn_main from the command line."""
-    facts = []
-    for p in fixture["processes"]:
-        cmdline = tuple(p["cmdline"])
-        facts.append(ProcessFacts(
-            pid=p["pid"], ppid=p["ppid"], role=p.get("role", ROLE_OTHER), name=p["name"], cmdline=cmdline,
-            alive=p.get("alive", True), started=p.get("started", p["pid"]), python=is_python_command(cmdline),
-            env=parse_dist_env(p.get("environ", {})), spawn_child=is_spawn_child(cmdline),
-            waiting_for_child=p.get("waiting_for_child", False), cpu_seconds=p.get("cpu_seconds")))
-    return facts
-
-
-def fixture_attachment(fixture: dict, facts: list[ProcessFacts]) -> Attachment:
-    """The fixture's `attach` process as resolve_root would read it from /proc."""
-    by_pid = {f.pid: f for f in facts}
-    attached = by_pid[fixture["attach"]["pid"]]
-    parent = by_pid[attached.ppid]
-    return Attachment(
-        pid=attached.pid, name=attached.name, cmdline=attached.cmdline, env=attached.env, parent_pid=parent.pid,
-        parent_name=parent.name, parent_cmdline=parent.cmdline, parent_python=parent.python, parent_env=parent.env,
-        ranked_siblings=sum(1 for f in facts if f.ppid == parent.pid and f.env.rank is not None))
 
 
 def test_every_fixture_is_a_launchers():

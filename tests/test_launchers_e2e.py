@@ -20,8 +20,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, TARGETS, wait_for
-from test_jobs import START_TIMEOUT_S, free_port, kill_job, ranks_of, watching
+from support.paths import REPO, TARGETS
+from support.processes import free_port, wait_for
+from support.real_jobs import START_TIMEOUT_S, kill_job, ranks_of, watching
 
 from probes.frame import ROLE_LAUNCHER
 from probes.monitoring.monitor import Monitor

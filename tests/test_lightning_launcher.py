@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import REPO
+from support.paths import REPO
 
 from probes.frame import ROLE_DATALOADER_WORKER, ROLE_OTHER, ROLE_RANK, ProcessSample
 from probes.jobs.environment import is_python_command

@@ -137,6 +137,7 @@ def test_sliding_window_shape_trains():
     assert all(math.isfinite(loss) for loss in result.losses) and result.losses[-1] < result.losses[0]
 
 
+@pytest.mark.slow
 def test_tiny_config_through_a_real_cli_process(tmp_path):
     config = write_config(tmp_path)
     done = subprocess.run([sys.executable, "-m", "tui", "probe", "--config", config, *FAST, "--json"],

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import wait_for
+import pytest
+from support.processes import wait_for
 
 from probes.jobs.environment import python_writes_unbuffered
 from probes.sensors.progress import BUFFERED_AFTER_S, LogProgressProbe
@@ -30,6 +31,7 @@ def _stop(*processes: subprocess.Popen) -> None:
         process.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_piped_stdout_says_pass_log_and_names_the_file_tee_writes(tmp_path):
     log = tmp_path / "train.log"
     tee = subprocess.Popen(["tee", str(log)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
@@ -52,6 +54,7 @@ def _read_until(probe: LogProgressProbe, done, timeout: float):
     return wait_for(lambda: (lambda r: r if done(r) else None)(probe.read()), timeout=timeout, interval=0.5)
 
 
+@pytest.mark.slow
 def test_block_buffered_log_says_so_and_how_to_fix_it(tmp_path):
     log = tmp_path / "train.log"
     with open(log, "w") as out:  # nanoGPT's `python train.py > train.log`: plain print, no -u
@@ -71,6 +74,7 @@ def test_block_buffered_log_says_so_and_how_to_fix_it(tmp_path):
     assert "--log" not in reading.no_pace  # the log is found: --log would send the user the wrong way
 
 
+@pytest.mark.slow
 def test_the_same_job_unbuffered_gets_its_pace(tmp_path):
     log = tmp_path / "train.log"
     with open(log, "w") as out:

@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, TARGETS, stop_process_tree, wait_for
+from support.paths import REPO, TARGETS
+from support.processes import stop_process_tree, wait_for
 
 from probes.monitoring.engine import Engine, EngineConfig
 

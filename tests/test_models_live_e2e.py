@@ -1,6 +1,6 @@
 """The live monitor on a real job whose model is a Hugging Face config.json: a tiny Llama trained by
 tests/targets/hf_llama_job.py from its model folder, watched by the real `gputop --pid P` command
-(tests/jobwatch.py) until its recording holds timed steps. Given as `--model config.json`, the snapshot's pace
+(tests/support/jobwatch.py) until its recording holds timed steps. Given as `--model config.json`, the snapshot's pace
 counts the Llama family's FLOPs for that config against the peak given, and an implausible MFU comes with its
 doubts; not given, the config.json the job's command line names (`--model_name_or_path model`) is read, at the
 sequence its `--block_size` trains, and the pace says where the model came from; an explicit --model wins."""
@@ -11,8 +11,8 @@ import dataclasses
 import json
 
 import pytest
-from conftest import wait_for
-from jobwatch import watch_until
+from support.jobwatch import watch_until
+from support.processes import wait_for
 
 from probes.models.hf_config import load_config
 from probes.models.llama import flops_per_token

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_diagnose import FORWARD, T0, TOKENIZE, h200, main_count, make_frame
+from support.frames import FORWARD, T0, TOKENIZE, main_count, make_frame
+from support.nanogpt_case import gpu_bound_frames
 
 import probes.monitoring.monitor as monitor_module
 from probes.frame import ProgressReading
@@ -21,20 +22,6 @@ from probes.monitoring.monitor import (
 )
 from probes.outputs.recording import Recorder, load_recording
 from probes.reference.baseline import load_comparison_inputs
-
-NANOGPT_LOG = "/home/alice/nanogpt/out.log"
-
-
-def nanogpt_progress(i: int, seconds: float = 21.0) -> ProgressReading:
-    """What the log probe reads from nanoGPT's "iter N: loss L, time T ms, mfu M%" lines: one per iteration."""
-    iteration = i // 21  # a new line every 21 ticks
-    return ProgressReading(source=NANOGPT_LOG, format="nanogpt", iteration=iteration, seconds_per_iter=seconds,
-                           reported_mfu_pct=164.0, last_update=1_700_000_000.0 + 21.0 * iteration)
-
-
-def gpu_bound_frames(n: int = 8, seconds: float = 21.0):
-    return [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=35.0, gpu=h200(),
-                       progress=nanogpt_progress(i * 21, seconds)) for i in range(n)]
 
 
 def test_views_carry_history_verdict_and_a_timeline_of_changes():
@@ -149,7 +136,7 @@ def test_the_diagnosis_caches_keep_no_frame_the_history_has_let_go():
     frames' stacks alive when the History held 600."""
     import weakref
 
-    from probes.diagnosis import evidence as diagnosis_evidence
+    from probes.diagnosis import frame_stacks
 
     monitor = Monitor(hang_after_s=5.0, history_frames=20)
     refs = []
@@ -160,15 +147,15 @@ def test_the_diagnosis_caches_keep_no_frame_the_history_has_let_go():
         del frame
     stacks_alive, frames_alive = _live_entries(refs)
     assert frames_alive == 20 and stacks_alive == 20  # the history's, no more
-    assert len(diagnosis_evidence._frame_cache) <= 20 + 1
+    assert len(frame_stacks._frame_cache) <= 20 + 1
 
 
 def test_a_jobs_rank_projections_go_with_their_frames():
     import weakref
 
-    from test_diagnose_job import straggler_frames
+    from support.job_frames import straggler_frames
 
-    from probes.diagnosis import job as diagnosis_job
+    from probes.diagnosis import rank_projection
 
     monitor = Monitor(hang_after_s=5.0, history_frames=10)
     refs = []
@@ -178,7 +165,7 @@ def test_a_jobs_rank_projections_go_with_their_frames():
     del frame
     _, frames_alive = _live_entries(refs)
     assert frames_alive == 10
-    assert 0 < len(diagnosis_job._projections) <= 10 * 2  # two ranks, each projected once per frame alive
+    assert 0 < len(rank_projection._projections) <= 10 * 2  # two ranks, each projected once per frame alive
 
 
 def test_a_printed_time_the_counter_overruled_is_said_for_what_it_is():

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.frame import ProgressReading
 from probes.models.gpt2 import GptShape, count_params
+from probes.models.job_command_line import stated_model
 from probes.models.nanogpt_config import parameters_printed, read_command_line
-from probes.models.stated import stated_model
 from probes.reference.baseline import compare_progress, load_comparison_inputs
 
 # The shape of config/train_shakespeare_char.py in nanoGPT, with the issue's --n_layer=4 override.
@@ -76,6 +76,7 @@ def test_not_nanogpt(tmp_path):
     assert read_command_line(["python", "other.py"], str(tmp_path)) is None
 
 
+@pytest.mark.slow
 def test_a_running_job_states_its_shape_and_the_pace_says_where_from(nanogpt_folder, tmp_path):
     log = tmp_path / "train.log"
     log.write_text("number of parameters: 7.10M\n", encoding="utf-8")
@@ -99,6 +100,7 @@ def test_a_running_job_states_its_shape_and_the_pace_says_where_from(nanogpt_fol
                                 "--batch_size=8 (vocab ")
 
 
+@pytest.mark.slow
 def test_attach_without_model_takes_the_shape_the_job_states(nanogpt_folder):
     from tui.cli import build_parser
     from tui.commands.shared import comparison_inputs

@@ -1,4 +1,4 @@
-"""The namespaced test nodes (tests/ns_nodes.py): two nodes reach each other over their bridge, and each sees
+"""The namespaced test nodes (tests/support/ns_nodes.py): two nodes reach each other over their bridge, and each sees
 only its own processes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from ns_nodes import NodesUnavailable, make_nodes
+from support.ns_nodes import NodesUnavailable, make_nodes
 
 # Answers one connection with this node's hostname: what a node's own server says proves which node answered.
 LISTENER = """

@@ -1,5 +1,5 @@
-"""The GPU probe (probes/sensors/nvml.py) against a fake pynvml (tests/fake_pynvml.py), plus checks that the fake
-matches the real nvidia-ml-py, and the real probe with the real pynvml on this machine."""
+"""The GPU probe (probes/sensors/nvml.py) against a fake pynvml (tests/support/fake_pynvml.py), plus checks that the
+fake matches the real nvidia-ml-py, and the real probe with the real pynvml on this machine."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from support.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
 from probes.sensors.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
-from tests.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -260,6 +260,7 @@ def test_missing_pynvml_gives_unavailable(monkeypatch):
     assert "nvidia-ml-py is not installed" in reading.reason
 
 
+@pytest.mark.slow
 def test_pynvml_is_imported_lazily_by_the_probe_only(monkeypatch):
     imported = subprocess.run(
         [sys.executable, "-c", "import sys, probes.sensors.nvml; print('pynvml' in sys.modules)"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.sensors.progress import LogProgressProbe
 

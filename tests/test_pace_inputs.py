@@ -10,8 +10,7 @@ import dataclasses
 import json
 
 import pytest
-from test_baseline import CASE_TOKENS, H200, nanogpt_reading, xl_probe_on_h200
-from test_monitor import gpu_bound_frames
+from support.nanogpt_case import CASE_TOKENS, H200, gpu_bound_frames, nanogpt_reading, xl_probe_on_h200
 
 from probes.models import FAMILIES
 from probes.models.stated import StatedModel

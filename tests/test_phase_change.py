@@ -26,8 +26,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
-from recorded import frames_so_far
+from support.processes import wait_for
+from support.recorded import frames_so_far
 
 from probes.monitoring.monitor import fold
 from probes.sampling.sampling_policy import SETTLED_RATE_HZ

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.reference.probe_load import ProbeLoad, judge
 
@@ -76,7 +76,7 @@ def test_other_processes_on_the_gpu_make_it_not_clean():
 
 
 def test_the_gpus_other_processes_are_read_through_nvml_and_only_on_the_probes_gpu():
-    from fake_pynvml import FakeGpu, FakeNvml
+    from support.fake_pynvml import FakeGpu, FakeNvml
 
     from probes.reference.probe_load import LoadWatch
 

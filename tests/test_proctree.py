@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.frame import (
     ROLE_COMPILE_WORKER,
@@ -25,8 +25,9 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RESOURCE_TRACKER,
 )
-from probes.sensors import proctree
-from probes.sensors.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, _python_version, target_exists
+from probes.sensors import proc_readers, proctree
+from probes.sensors.proc_readers import python_version
+from probes.sensors.proctree import SIDE_THREAD_CHILDREN_S, ProcessTreeProbe, target_exists
 
 
 @pytest.fixture
@@ -41,6 +42,7 @@ def _by_pid(samples):
     return {s.pid: s for s in samples}
 
 
+@pytest.mark.slow
 def test_reads_whole_tree_with_roles_and_cpu(family):
     proc, pids = family
     probe = ProcessTreeProbe(proc.pid, redact=lambda argv: tuple(a.replace("600", "<n>") for a in argv))
@@ -86,6 +88,7 @@ def test_reads_whole_tree_with_roles_and_cpu(family):
     assert 500_000 <= by_pid[proc.pid].write_chars_per_s <= 1_100_000, by_pid[proc.pid]
 
 
+@pytest.mark.slow
 def test_psutil_walk_finds_the_same_tree(family):
     """Kernels without /proc/PID/task/TID/children fall back to psutil's walk; both must agree."""
     proc, pids = family
@@ -97,6 +100,7 @@ def test_psutil_walk_finds_the_same_tree(family):
     assert set(via_psutil) == {proc.pid, *pids.values()}
 
 
+@pytest.mark.slow
 def test_pid_aliases_cover_the_tree(family):
     proc, pids = family
     probe = ProcessTreeProbe(proc.pid)
@@ -110,6 +114,7 @@ def test_pid_aliases_cover_the_tree(family):
     assert set(aliases.values()) == {proc.pid, *pids.values()}
 
 
+@pytest.mark.slow
 def test_target_exit_keeps_last_readings(family):
     proc, pids = family
     probe = ProcessTreeProbe(proc.pid)
@@ -132,6 +137,7 @@ def test_target_exit_keeps_last_readings(family):
     assert not target_exists(proc.pid)
 
 
+@pytest.mark.slow
 def test_zombie_target_counts_as_exited(spawn_target, tmp_path):
     ready_file = tmp_path / "pids.json"
     proc = spawn_target("proctree_family.py", str(ready_file), ready=lambda _: ready_file.exists())
@@ -152,6 +158,7 @@ def test_missing_pid_never_raises():
     assert probe.pid_aliases() == {}
 
 
+@pytest.mark.slow
 def test_dataloader_workers_fork_and_forkserver(spawn_target):
     # Both targets start at once so their torch imports overlap.
     targets = {ctx: spawn_target("proctree_dataloader.py", ctx) for ctx in ("fork", "forkserver")}
@@ -190,9 +197,10 @@ def test_dataloader_workers_fork_and_forkserver(spawn_target):
     ],
 )
 def test_python_version_from_the_interpreter_path(exe, expected):
-    assert _python_version(exe, pid=os.getpid()) == expected
+    assert python_version(exe, pid=os.getpid()) == expected
 
 
+@pytest.mark.slow
 def test_non_python_target_has_no_python_version():
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
@@ -204,6 +212,7 @@ def test_non_python_target_has_no_python_version():
         sleeper.wait()
 
 
+@pytest.mark.slow
 def test_zombie_child_stays_in_the_tree_as_dead(spawn_target):
     target = spawn_target("proctree_zombie.py", stdout=subprocess.PIPE)
     child = int(target.stdout.readline())
@@ -254,6 +263,7 @@ def test_main_thread_counters_and_tcp_bytes_of_a_slow_stream(spawn_target, tmp_p
     assert main.main_thread_read_chars_per_s == 0 and main.main_thread_write_chars_per_s == 0
 
 
+@pytest.mark.slow
 def test_cached_command_line_is_read_again_at_once_after_an_exec(spawn_target, tmp_path):
     """Command lines are cached between ticks; a process that execs the same interpreter (same PID, start time and
     comm) is seen running its new program at the next read, not only at the periodic re-read."""
@@ -273,6 +283,7 @@ def test_cached_command_line_is_read_again_at_once_after_an_exec(spawn_target, t
     assert time.monotonic() - started < 5.0  # the first read after the exec, far inside the 10 s re-read
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_is_noticed_at_the_next_read(family):
     """Cached command lines and socket tables must not hide a death: the next read shows the child dead."""
     proc, pids = family
@@ -285,6 +296,7 @@ def test_a_child_that_dies_is_noticed_at_the_next_read(family):
     assert not idle.alive and idle.cmdline == ()
 
 
+@pytest.mark.slow
 def test_children_of_the_main_thread_at_the_next_read_and_of_other_threads_within_their_cadence(spawn_target, tmp_path):
     """The main thread's children files are read every tick, the other threads' every SIDE_THREAD_CHILDREN_S: a
     child the main thread starts is in the next read, one a helper thread starts comes within that cadence."""
@@ -315,17 +327,18 @@ def side_thread(spawn_target, tmp_path):
 def _side_stat_reads(monkeypatch, pid: int, tid: int) -> list[float]:
     """Counts the reads of the other thread's /proc/PID/task/TID/stat (the probe's own reads, passed through)."""
     reads: list[float] = []
-    real_read_text = proctree.read_text
+    real_read_text = proc_readers.read_text
 
     def counting(path):
         if path == f"/proc/{pid}/task/{tid}/stat":
             reads.append(time.monotonic())
         return real_read_text(path)
 
-    monkeypatch.setattr(proctree, "read_text", counting)
+    monkeypatch.setattr(proc_readers, "read_text", counting)
     return reads
 
 
+@pytest.mark.slow
 def test_a_sleeping_side_threads_state_is_read_only_every_bound(side_thread, monkeypatch):
     """A thread that neither runs nor was R or D is not read each tick, but at least every SIDE_THREAD_STATES_S."""
     target, tid, _ = side_thread
@@ -345,6 +358,7 @@ def test_a_sleeping_side_threads_state_is_read_only_every_bound(side_thread, mon
     assert max(gaps) <= proctree.SIDE_THREAD_STATES_S + 1.0, gaps
 
 
+@pytest.mark.slow
 def test_a_side_thread_that_starts_to_spin_is_counted_at_the_next_tick(side_thread, monkeypatch):
     """Its CPU shows in the process's and not the main thread's: its state is read at once, not at the bound (set
     far off here so that only the CPU can have caused the read), and each tick while it runs."""
@@ -370,6 +384,7 @@ def test_a_side_thread_that_starts_to_spin_is_counted_at_the_next_tick(side_thre
 FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
+@pytest.mark.slow
 def test_a_side_thread_stuck_in_d_without_cpu_is_counted_within_the_bound(side_thread, tmp_path):
     """A thread held in D uses no CPU: it is seen at the next bound (SIDE_THREAD_STATES_S), then every tick until it
     leaves D. Held there for real: a cgroup v1 freezer takes the one thread (frozen tasks show D)."""

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.frame import ProgressReading
 from probes.sensors.progress import INITIAL_TAIL_BYTES, LogProgressProbe
@@ -184,6 +184,7 @@ def test_never_raises_and_says_why(tmp_path):
 # --- a real process with stdout redirected to a file ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_live_target_stdout_file(spawn_target, tmp_path):
     log = tmp_path / "train.log"
     with log.open("w") as stdout:
@@ -202,6 +203,7 @@ def test_live_target_stdout_file(spawn_target, tmp_path):
         probe.close()
 
 
+@pytest.mark.slow
 def test_live_target_untimed_lines(spawn_target, tmp_path):
     log = tmp_path / "train.log"
     with log.open("w") as stdout:
@@ -219,6 +221,7 @@ def test_live_target_untimed_lines(spawn_target, tmp_path):
         probe.close()
 
 
+@pytest.mark.slow
 def test_target_writing_to_a_pipe_needs_log(spawn_target):
     import subprocess
 

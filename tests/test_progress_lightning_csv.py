@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from support.paths import REPO
 
 from probes.logformats import lightning_csv, parse_line
 from probes.sensors.progress import LogProgressProbe
@@ -41,6 +41,7 @@ def idle_process(tmp_path):
     proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_the_probe_times_the_step_of_the_newest_metrics_csv(idle_process, tmp_path):
     loggers = pytest.importorskip("pytorch_lightning.loggers")
     logger = loggers.CSVLogger(tmp_path, flush_logs_every_n_steps=50)  # what Trainer() makes, cwd/lightning_logs
@@ -71,6 +72,7 @@ def test_the_probe_times_the_step_of_the_newest_metrics_csv(idle_process, tmp_pa
     probe.close()
 
 
+@pytest.mark.slow
 def test_a_log_on_stdout_is_preferred_to_the_csv(tmp_path):
     loggers = pytest.importorskip("pytorch_lightning.loggers")
     loggers.CSVLogger(tmp_path, flush_logs_every_n_steps=1).log_metrics({"epoch": 0, "train_loss": 0.9}, step=0)

@@ -9,9 +9,11 @@ import time
 
 import psutil
 import pytest
-from conftest import TARGETS, wait_for
+from support.paths import TARGETS
+from support.processes import wait_for
 
-from probes.sampling.pyspy import StackSampler, explain_failure, find_pyspy
+from probes.sampling.pyspy import StackSampler
+from probes.sampling.pyspy_binary import explain_failure, find_pyspy
 from probes.sampling.sampling_policy import LOOK_AGAIN_RATE_FACTOR
 from probes.sampling.stacks import frame_matches, hot_frames
 
@@ -74,6 +76,7 @@ def test_permission_failure_says_what_to_do():
     assert "as root" in reason and "SYS_PTRACE" in reason and "ptrace_scope" in reason
 
 
+@pytest.mark.slow
 def test_missing_pyspy_is_unavailable_with_install_command(sampler_factory):
     sampler = sampler_factory(pyspy_path="/nonexistent/py-spy")
     sampler.set_targets([psutil.Process().pid])
@@ -85,6 +88,7 @@ def test_missing_pyspy_is_unavailable_with_install_command(sampler_factory):
 # --- real processes ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_busy_function_tops_hot_frames_and_idle_threads_are_marked(spawn_target, sampler_factory):
     target = spawn_target("loop_threads.py", "--threads", "6", "--sleepers", "2", stdout=subprocess.PIPE,
                           text=True, ready=_ready)
@@ -129,6 +133,7 @@ def test_busy_function_tops_hot_frames_and_idle_threads_are_marked(spawn_target,
     assert not sampler.collect().available
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
 def test_dataloader_workers_found_by_their_stacks(spawn_target, sampler_factory, context):
     target = spawn_target("dataloader_loop.py", "--num-workers", "2", "--context", context,
@@ -170,6 +175,7 @@ def test_dataloader_workers_found_by_their_stacks(spawn_target, sampler_factory,
     assert "_worker_loop" not in main_frames and "main" in main_frames
 
 
+@pytest.mark.slow
 def test_non_python_process_is_unavailable_with_reason(sampler_factory):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -189,6 +195,7 @@ def test_non_python_process_is_unavailable_with_reason(sampler_factory):
         sleeper.wait()
 
 
+@pytest.mark.slow
 def test_target_exiting_mid_sampling_is_reported_and_leaves_no_children(spawn_target):
     target = spawn_target("loop_threads.py", "--threads", "2", "--seconds", "2.5", stdout=subprocess.PIPE,
                           text=True, ready=_ready)
@@ -207,6 +214,7 @@ def test_target_exiting_mid_sampling_is_reported_and_leaves_no_children(spawn_ta
     assert not _pyspy_children()
 
 
+@pytest.mark.slow
 def test_native_sampling_marks_native_frames(spawn_target, sampler_factory):
     target = spawn_target("loop_threads.py", "--threads", "1", stdout=subprocess.PIPE, text=True, ready=_ready)
     sampler = sampler_factory(native=True)
@@ -222,6 +230,7 @@ def test_native_sampling_marks_native_frames(spawn_target, sampler_factory):
     assert hot[0].function == "busy_spin_for_gputop"
 
 
+@pytest.mark.slow
 def test_failing_sampler_is_retried_until_the_process_becomes_python(sampler_factory):
     # The same pid is a shell first, then Python: py-spy fails, backs off, and succeeds later.
     script = f"sleep 1.5; exec {sys.executable} {TARGETS / 'loop_threads.py'} --threads 1 --seconds 30"
@@ -252,6 +261,7 @@ def _record_rates() -> set[str]:
     return rates
 
 
+@pytest.mark.slow
 def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factory):
     target = spawn_target("loop_threads.py", "--threads", "1", "--sleepers", "0", "--seconds", "60",
                           stdout=subprocess.PIPE, text=True, ready=_ready)
@@ -262,6 +272,7 @@ def test_rate_settles_while_the_picture_holds_still(spawn_target, sampler_factor
     assert wait_for(lambda: "2" in _record_rates(), timeout=30)  # then, the same busy function: gently
 
 
+@pytest.mark.slow
 def test_wake_ends_a_settled_window_and_samples_come_again(spawn_target, sampler_factory):
     # py-spy 0.4 writes what it sampled when it gets SIGINT ("Stopped sampling because Control-C pressed"),
     # but only at its next sample: whether the ended window's samples make the mark's wait depends on how fast

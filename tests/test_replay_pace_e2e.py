@@ -17,8 +17,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, TARGETS, stop_process_tree, wait_for
-from jobwatch import watch_until
+from support.jobwatch import watch_until
+from support.paths import REPO, TARGETS
+from support.processes import stop_process_tree, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

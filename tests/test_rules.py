@@ -136,13 +136,13 @@ def test_the_docs_table_lists_the_rules_in_order_with_every_bottleneck():
 
 # --- the rules on constructed frames: waiting on the GPU, and models that already run compiled (issue 29) -------
 def _frames(counts, gpu=None, cpu: float = 100.0, n: int = 8):
-    from test_diagnose import make_frame
+    from support.frames import make_frame
 
     return [make_frame(i, counts=counts, cpu=cpu, gpu=gpu) for i in range(n)]
 
 
 def _last(frames):
-    from test_diagnose import run
+    from support.frames import run
 
     return run(frames)[-1]
 
@@ -154,7 +154,7 @@ def _said(verdict) -> str:
 def test_a_main_thread_waiting_on_a_busy_gpu_is_never_called_idle():
     # The GPU runs kernels all the time but few SMs are at work (not gpu_bound); the main thread waits on it in
     # backward 60% of its samples, with little CPU. The idle rule's advice (shorten a sleep) would be wrong.
-    from test_diagnose import BACKWARD, FORWARD, h200, main_count
+    from support.frames import BACKWARD, FORWARD, h200, main_count
 
     gpu = h200(util=100.0, power=300.0, sm_active=40.0)
     verdict = _last(_frames([main_count(BACKWARD, n=6, idle=True), main_count(FORWARD, n=4)], gpu=gpu, cpu=10.0))
@@ -167,17 +167,18 @@ def test_a_main_thread_waiting_on_a_busy_gpu_is_never_called_idle():
 
 
 def _compiled_model_stack(line: int = 224):
-    """The real backward of a compiled model on CPU (tests/test_stacks.py), at one line of the generated code."""
+    """The real backward of a compiled model on CPU (tests/support/compiled_code.py), at one line of the generated
+    code."""
     import dataclasses
 
-    from test_stacks import COMPILED_BACKWARD
+    from support.compiled_code import COMPILED_BACKWARD
 
     return (dataclasses.replace(COMPILED_BACKWARD[0], line=line),) + COMPILED_BACKWARD[1:]
 
 
 def test_a_cpu_bound_compiled_model_is_named_as_compiled_code_and_not_advised_to_compile():
     # nanochat's base_train and litgpt's pretrain on CPU: the hot frame is Inductor's generated Runner.call.
-    from test_diagnose import main_count
+    from support.frames import main_count
 
     # Two lines of the generated code, as a running loop shows (one stack all along is one long native call).
     verdict = _last(_frames([main_count(_compiled_model_stack(224), n=6), main_count(_compiled_model_stack(207), n=4)]))
@@ -191,7 +192,7 @@ def test_a_cpu_bound_compiled_model_is_named_as_compiled_code_and_not_advised_to
 
 
 def test_own_python_beside_a_compiled_model_is_not_advised_to_compile_either():
-    from test_diagnose import ROOT, fr, main_count
+    from support.frames import ROOT, fr, main_count
 
     own_loop = (fr("shuffle_tokens", "/home/alice/compiled_train.py", 30),) + ROOT
     verdict = _last(_frames([main_count(own_loop, n=7), main_count(_compiled_model_stack(), n=3)]))
@@ -205,7 +206,7 @@ def test_own_python_beside_a_compiled_model_is_not_advised_to_compile_either():
 
 
 def test_a_gpu_bound_compiled_model_is_not_advised_to_compile():
-    from test_diagnose import FORWARD, h200, main_count
+    from support.frames import FORWARD, h200, main_count
 
     compiled = _last(_frames([main_count(_compiled_model_stack(), n=10)], gpu=h200(), cpu=35.0))
     assert compiled.bottleneck == "gpu_bound"
@@ -215,7 +216,7 @@ def test_a_gpu_bound_compiled_model_is_not_advised_to_compile():
 
 
 def test_a_launch_bound_compiled_model_is_told_of_cuda_graphs_not_to_compile():
-    from test_diagnose import h200, main_count
+    from support.frames import h200, main_count
 
     gpu = h200(util=97.0, sm=1980, power=180.0, sm_active=12.0)
     verdict = _last(_frames([main_count(_compiled_model_stack(), n=10)], gpu=gpu, cpu=100.0))

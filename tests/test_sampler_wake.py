@@ -1,4 +1,4 @@
-"""StackSampler.wake against a stand-in py-spy (tests/fake_pyspy.py): a settled window is ended with SIGINT,
+"""StackSampler.wake against a stand-in py-spy (tests/support/fake_pyspy.py): a settled window is ended with SIGINT,
 its samples arrive at once on a reading marked with the phase change, and the next windows look again, fast.
 The real py-spy's side of it (writing its samples on SIGINT) is checked in test_pyspy.py. Also the stack check
 (issue 19): settled dumps that catch the main thread somewhere new wake that process the same way."""
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from support.processes import wait_for
 
 from probes.sampling.pyspy import StackSampler
 from probes.sampling.sampling_policy import (
@@ -23,7 +23,9 @@ from probes.sampling.sampling_policy import (
     PhaseSignals,
 )
 
-FAKE = Path(__file__).parent / "fake_pyspy.py"
+pytestmark = pytest.mark.slow  # every test here runs the stand-in py-spy as a process
+
+FAKE = Path(__file__).parent / "support" / "fake_pyspy.py"
 FAST_HZ, SETTLED_HZ = 5.0, 1.0
 
 

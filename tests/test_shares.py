@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from test_diagnose import (
+from support.frames import (
     BACKWARD,
     DATALOADER_WAIT,
     FORWARD,
@@ -100,7 +100,7 @@ def test_a_phase_that_never_ends_does_not_recur():
 def test_one_long_phase_split_by_the_samplers_gaps_does_not_recur():
     # As in the first compile of GPT-2 XL (tests/fixtures/h200/gpt2xl_s1): ticks with no window, and once a window of
     # two samples outside compiling (a stack py-spy caught mid-change). One compile, not one "every 14 s".
-    from test_diagnose import COMPILING
+    from support.frames import COMPILING
 
     samples = [[main_count(COMPILING, n=4)], [], [], [main_count(FORWARD[:1], n=2)], [], [main_count(COMPILING, n=5)]]
     frames = [make_frame(i, counts=samples[i % len(samples)]) for i in range(60)]
@@ -110,7 +110,7 @@ def test_one_long_phase_split_by_the_samplers_gaps_does_not_recur():
 
 def _compile_runs(runs: int) -> list:
     """`runs` runs of compiling, 6 s each, with 10 s of training after each."""
-    from test_diagnose import COMPILING
+    from support.frames import COMPILING
 
     return [make_frame(i, counts=[main_count(COMPILING if i % 16 < 6 else FORWARD, n=5)]) for i in range(16 * runs)]
 
@@ -123,7 +123,7 @@ def test_compiling_twice_is_a_warm_up_and_from_a_third_time_a_recurring_phase():
 
 
 def test_a_warm_up_promises_no_speed_up_and_a_storm_what_stopping_it_wins():
-    from test_diagnose import COMPILING
+    from support.frames import COMPILING
 
     warm_up = fold([make_frame(i, counts=[main_count(COMPILING, n=5)]) for i in range(12)], replay=False)
     verdict = warm_up.view.verdict
@@ -196,7 +196,7 @@ def test_the_summary_puts_the_largest_share_first_with_the_periods():
 
 
 def test_a_jobs_shares_follow_its_lowest_rank_not_the_launcher():
-    from test_diagnose_job import straggler_frames
+    from support.job_frames import straggler_frames
 
     # Rank 0 waits in backward for rank 1 8 samples in 10; the launcher (the tree's root) has no samples at all.
     # (Its wait counts as idle here: the diagnosis, which knows it is a rank, calls it a collective wait.)

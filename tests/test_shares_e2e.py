@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from jobwatch import watch_until
+from support.jobwatch import watch_until
 
 TIMEOUT_S = 150.0
 # pytest's own limit covers the bounded wait for the verdict plus the job's start and the command's stop.

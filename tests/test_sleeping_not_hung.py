@@ -8,9 +8,7 @@ import json
 import subprocess
 
 import pytest
-from test_cli import gputop, ready
-
-pytestmark = pytest.mark.slow
+from support.cli import gputop, ready
 
 
 def _verdict_of(pid: int) -> dict:
@@ -19,6 +17,7 @@ def _verdict_of(pid: int) -> dict:
     return json.loads(result.stdout)["verdict"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["sleep", "600"], ["bash", "-c", "sleep 600; echo done"]],
                          ids=["sleep", "bash-waiting-for-its-child"])
 def test_a_process_sleeping_in_the_kernel_is_sleeping_not_hung(command):
@@ -34,6 +33,7 @@ def test_a_process_sleeping_in_the_kernel_is_sleeping_not_hung(command):
     assert "not a Python process" in verdict["evidence"][0]
 
 
+@pytest.mark.slow
 def test_a_deadlocked_python_process_is_still_hung(spawn_target):
     target = spawn_target("diag_deadlock.py", stdout=subprocess.PIPE, ready=ready)
     verdict = _verdict_of(target.pid)
@@ -47,9 +47,10 @@ def test_sleeping_has_words_of_its_own_on_screen():
     assert liveness_words("hung") == "HUNG"
 
 
+@pytest.mark.slow
 def test_an_idle_dataloader_worker_is_sleeping_not_hung(spawn_target):
     import psutil
-    from conftest import wait_for
+    from support.processes import wait_for
 
     # The main loop "trains" for 10 minutes per batch: its worker fills the prefetch queue and sleeps.
     target = spawn_target("dataloader_loop.py", "--num-workers", "1", "--item-ms", "5", "--step-ms", "600000",

@@ -1,6 +1,6 @@
 """probes/sensors/slurm.py and the slurm launcher: Slurm's marks parsed from fixtures (stepd titles, cgroup paths of
 proctrack/cgroup, `scontrol -o` records), a client whose job trains elsewhere judged never hung, and Slurm's real
-commands against the test cluster (tests/slurm_cluster.py), with `gputop --slurm-job`'s bad input."""
+commands against the test cluster (tests/support/slurm_cluster.py), with `gputop --slurm-job`'s bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, wait_for
+from support.paths import REPO
+from support.processes import wait_for
+from support.slurm_cluster import list_pids
 
 from probes.diagnosis.job import diagnose_job
 from probes.frame import Frame, JobInfo, ProcessSample, TargetInfo
@@ -20,7 +22,6 @@ from probes.sensors.slurm import (
     SlurmError,
     SlurmStep,
     cgroup_step,
-    list_pids,
     parse_step_id,
     show_job,
     show_steps,
@@ -81,6 +82,7 @@ def _srun_tree() -> WatchedTree:
     ])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (unshare --pid) needs root")
 def test_a_slurmstepd_in_a_nested_pid_namespace_is_another_nodes(tmp_path):
     """Two real processes titled as the slurmstepd of step 4242.0: one beside this test, one in a PID namespace
@@ -123,6 +125,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.slow
 def test_an_srun_whose_tasks_are_elsewhere_is_never_judged_hung():
     layout = Slurm().find(_srun_tree())
     assert layout is not None and layout.training_elsewhere and layout.ranks == ()
@@ -162,7 +165,7 @@ def sleep_job(slurm_cluster):
         wait_for(lambda: not isinstance(pids := list_pids(step), SlurmError) and len(pids) == 2, timeout=60)
         yield srun, step
     finally:
-        from conftest import stop_process_tree
+        from support.processes import stop_process_tree
 
         stop_process_tree(srun)
         if job_id is not None:

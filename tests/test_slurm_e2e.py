@@ -1,4 +1,4 @@
-"""Slurm jobs end to end on the real test cluster (tests/slurm_cluster.py): 2-task gloo jobs of
+"""Slurm jobs end to end on the real test cluster (tests/support/slurm_cluster.py): 2-task gloo jobs of
 tests/targets/slurm_ddp_job.py started by `srun` and by `sbatch`, watched by the real command
 (`python -m tui --pid PID | --slurm-job JOB --snapshot OUT --record REC`) until the job verdict reaches the
 expected state (never a fixed wait), as tests/test_job_e2e.py does for torchrun.
@@ -9,26 +9,21 @@ exports them: gputop must find the job, its ranks and the straggler or stuck tas
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TARGETS, stop_process_tree, wait_for
-from jobwatch import TIMEOUT_S, settled, watch_job_until
+from support.jobwatch import TIMEOUT_S, settled, watch_job_until
+from support.paths import REPO, TARGETS
+from support.processes import free_port, stop_process_tree, wait_for
+from support.slurm_cluster import list_pids
 
-from probes.sensors.slurm import SlurmError, SlurmStep, list_pids, show_steps
+from probes.sensors.slurm import SlurmError, SlurmStep, show_steps
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_env(cluster) -> dict[str, str]:

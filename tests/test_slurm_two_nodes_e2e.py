@@ -1,6 +1,6 @@
 """One Slurm job across two real nodes, watched from outside both: the two-node cluster of the
 `slurm_two_nodes` fixture (slurmctld on this machine, a slurmd in each of the namespaced nodes n1 and n2 of
-tests/ns_nodes.py, each seeing only its own processes), a 2-node x 1-task gloo job of
+tests/support/ns_nodes.py, each seeing only its own processes), a 2-node x 1-task gloo job of
 tests/targets/slurm_ddp_job.py submitted with sbatch (`srun -N2 --ntasks 2`, ranks from SLURM_PROCID and
 SLURM_NTASKS, MASTER_ADDR = n1's address, GLOO_SOCKET_IFNAME = the nodes' veth), rank 1 on n2 slow or stuck.
 
@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TARGETS, wait_for
+from support.paths import REPO, TARGETS
+from support.processes import wait_for
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording

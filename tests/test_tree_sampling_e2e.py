@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from jobwatch import TIMEOUT_S, settled, watch_until
+from support.jobwatch import TIMEOUT_S, settled, watch_until
 
 from probes.frame import ROLE_DATALOADER_WORKER
 from probes.sampling.sampling_policy import SETTLED_RATE_HZ

@@ -8,93 +8,30 @@ recorded frames one per tick where the real engine would read /proc, NVML and py
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
-import io
 import json
 import threading
-from pathlib import Path
 
 import pytest
-from rich.console import Console
+from support.pilot import (
+    RecordedEngine,
+    capture_notes,
+    frames_of,
+    hot_functions,
+    pilot_test,
+    table_rows,
+    text_of,
+    wait_until,
+)
 from textual.widgets import DataTable, Static
 
 from probes.frame import GpuDevice, GpuReading
-from probes.monitoring.engine import EngineConfig
 from probes.outputs.recording import read_recording
-from tui.app import GputopApp, StatusBar, make_app
+from tui.app import StatusBar, make_app
 from tui.panes.help import HelpScreen
 from tui.panes.stacks import StacksPane, StackTree
 
-RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 WIDE = (160, 48)
-
-
-def pilot_test(test):
-    """Run an async Pilot test with asyncio (no async pytest plugin needed)."""
-
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-def frames_of(name: str):
-    return list(read_recording(RECORDINGS / f"{name}.jsonl"))
-
-
-class RecordedEngine:
-    """Stands in for probes.monitoring.engine.Engine: each tick() returns the next recorded frame (the last one again
-    once they run out). `hold_first` makes the first tick wait, to catch the screen before any data."""
-
-    def __init__(self, frames, *, interval_s: float = 0.25, fail_with: Exception | None = None,
-                 hold_first: threading.Event | None = None) -> None:
-        self.frames = frames
-        self.pid = frames[0].target.pid
-        self.config = EngineConfig(interval_s=interval_s)
-        self.ticks = 0
-        self.fail_with = fail_with
-        self.hold_first = hold_first
-
-    def tick(self):
-        if self.hold_first is not None and self.ticks == 0:
-            self.hold_first.wait(10)
-        if self.fail_with is not None and self.ticks >= 1:
-            raise self.fail_with
-        frame = self.frames[min(self.ticks, len(self.frames) - 1)]
-        self.ticks += 1
-        return frame
-
-
-def text_of(renderable, width: int = 200) -> str:
-    console = Console(width=width, file=io.StringIO(), record=True)
-    console.print(renderable)
-    return console.export_text()
-
-
-def table_rows(app: GputopApp, table_id: str) -> list[list[str]]:
-    table = app.query_one(f"#{table_id}", DataTable)
-    return [[getattr(cell, "plain", str(cell)) for cell in table.get_row_at(i)] for i in range(table.row_count)]
-
-
-def hot_functions(app: GputopApp) -> list[str]:
-    return [row[2] for row in table_rows(app, "hot")]
-
-
-def capture_notes(app: GputopApp) -> list[str]:
-    notes: list[str] = []
-    app.notify = lambda message, **_: notes.append(str(message))
-    return notes
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"not reached within {timeout_s} s: {predicate}")
 
 
 @pilot_test
@@ -326,11 +263,12 @@ async def test_live_target_exit_keeps_the_data_and_the_clock_moving(tmp_path):
 
 @pilot_test
 async def test_native_key_explains_the_restart_flag():
-    app = make_app(engine=RecordedEngine(frames_of("data_bound")))
+    engine = RecordedEngine(frames_of("data_bound"))
+    app = make_app(engine=engine)
     async with app.run_test(size=WIDE) as pilot:
         notes = capture_notes(app)
         await pilot.press("n")
-        assert len(notes) == 1 and f"gputop --pid {app.engine.pid} --native" in notes[0]
+        assert len(notes) == 1 and f"gputop --pid {engine.pid} --native" in notes[0]
 
 
 @pilot_test

@@ -20,7 +20,8 @@ from probes.frame import (
     TargetInfo,
     Verdict,
 )
-from probes.monitoring.monitor import NO_LOG_HINT, MonitorView, Pace, VerdictChange
+from probes.monitoring.monitor import NO_LOG_HINT
+from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
 from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
 from tui.panes.stacks import hot_column_widths, window_counts
@@ -167,7 +168,7 @@ def test_window_counts_and_column_widths():
 
 
 def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
-    from test_monitor import gpu_bound_frames
+    from support.nanogpt_case import gpu_bound_frames
 
     from probes.monitoring.monitor import fold
     from probes.reference.baseline import load_comparison_inputs
@@ -185,7 +186,7 @@ def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
 def test_the_mfu_the_log_printed_keeps_its_decimals_on_screen():
     # Issue 20: nanoGPT printed "mfu 0.01%" (a CPU run) and the pace line said "log 0%", which reads as a bug.
     from probes.logformats import parse_line
-    from probes.monitoring.monitor import Pace
+    from probes.monitoring.view import Pace
     from probes.reference.baseline import mfu_percent, printed_percent
     from tui.panes.verdict import pace_text
 

@@ -2,32 +2,24 @@
 tmux and read back with `tmux capture-pane -p`, as a person would: the job's note, the Ranks pane with the
 straggler named, `]` selecting a rank and scoping the panes to it, and the same at 80x24.
 
-Each test uses its own tmux server (tests/test_tui_tmux.py's Tmux) and kills every process it started.
+Each test uses its own tmux server (tests/support/tmux.py's Tmux) and kills every process it started.
 """
 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import stop_process_tree
-
-from tests.test_tui_tmux import REPO, Tmux
-from tests.test_tui_tmux import pytestmark as TMUX_MARKS
+from support.paths import REPO
+from support.processes import free_port, stop_process_tree
+from support.tmux import TMUX_MARKS, Tmux
 
 TARGET = REPO / "tests" / "targets" / "tui_ddp_straggler.py"
 VERDICT_TIMEOUT_S = 120  # torch's import and gloo's rendezvous on a crowded 2-core machine, then a few samples
 
 pytestmark = TMUX_MARKS  # slow; needs tmux and py-spy
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

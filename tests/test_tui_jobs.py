@@ -13,19 +13,11 @@ import dataclasses
 import threading
 from pathlib import Path
 
+from support.pilot import RecordedEngine, frames_of, hot_functions, pilot_test, table_rows, text_of, wait_until
 from textual.widgets import Static
 
 from probes.frame import JobInfo, JobVerdict, ProcessSample, RankVerdict, StackCount, StackFrame, Verdict
 from probes.outputs.recording import read_recording
-from tests.test_tui_app import (
-    RecordedEngine,
-    frames_of,
-    hot_functions,
-    pilot_test,
-    table_rows,
-    text_of,
-    wait_until,
-)
 from tui.app import make_app
 from tui.panes.ranks import RankRow, finding_words, rank_verdict_words
 

@@ -111,10 +111,11 @@ def test_job_picker_sorted_by_age_and_filtered(snap_compare):
 
 
 def merged_replay_app():
-    """A 2-node job merged across nodes (tests/test_cluster.py's constructed frames; both nodes' ranks have one
-    PID, n2's GPU clocks lower): the panes follow the selected rank's node and say which it is."""
+    """A 2-node job merged across nodes (tests/support/cluster_frames.py's constructed frames; both nodes' ranks have
+    one PID, n2's GPU clocks lower): the panes follow the selected rank's node and say which it is."""
+    from support.cluster_frames import straggler_round
+
     from probes.frame import GpuDevice, GpuReading
-    from tests.test_cluster import straggler_round
 
     def gpu(clock: int) -> GpuReading:
         return GpuReading(available=True, devices=(GpuDevice(index=0, name="NVIDIA H200", sm_clock_mhz=clock,

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

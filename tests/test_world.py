@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_diagnose_job import ALL_REDUCE, RANK0, count, job_frame, job_info, rank_proc, run_job, straggler_frames
+from support.job_frames import ALL_REDUCE, RANK0, count, job_frame, job_info, rank_proc, run_job, straggler_frames
 
 from probes.frame import JobInfo, from_jsonable, to_jsonable
 from probes.jobs.facts import ProcessFacts

@@ -1,16 +1,15 @@
 """The gputop screen: one Textual app for live monitoring, replays and the demo.
 
-`make_app()` is the single factory the CLI and the tests use. Live, a thread worker loops
-`engine.tick()` through `probes.monitoring.engine.run_ticks`, folds each frame into a
-`probes.monitoring.monitor.Monitor`
-(history, verdict, timeline, recording, the job's pace) and posts one `FrameArrived` message carrying its
-immutable `MonitorView`; the UI thread only renders what arrives, so a slow py-spy or GPU driver never
-freezes the screen.
+`make_app()` is the single factory the CLI and the tests use: it picks where the views come from
+(tui/view_sources.py: a process watched live, a job merged across nodes, or a recording) and the app reads
+them all alike. Live, a thread worker runs the source, which posts one `FrameArrived` message per immutable
+`MonitorView`; the UI thread only renders what arrives, so a slow py-spy or GPU driver never freezes the
+screen.
 
-A replay folds every recorded frame through the same `Monitor` at start-up and shows the end state at
-once (all at once, not at the recorded pace: the screen is deterministic, which tests and screenshots
-need; the verdict timeline still tells how the run changed). "Since" texts are measured against
-`clock()`: wall time live, the last frame's time in a replay, or whatever a test freezes.
+A replay is folded at start-up and shows the end state at once (all at once, not at the recorded pace: the
+screen is deterministic, which tests and screenshots need; the verdict timeline still tells how the run
+changed). "Since" texts are measured against `clock()`: wall time live, the last frame's time in a replay, or
+whatever a test freezes.
 """
 
 from __future__ import annotations
@@ -25,27 +24,31 @@ from typing import ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Container, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from probes.doctor import Check
-from probes.frame import Frame, JobInfo
-from probes.monitoring.cluster import SUMMARY_MIN_RANKS, agreeing_ranks
-from probes.monitoring.engine import Engine, run_ticks
-from probes.monitoring.monitor import Monitor, MonitorView, recording_meta
+from probes.frame import Frame
+from probes.monitoring.cluster import SUMMARY_MIN_RANKS, AgentStreams, ClusterMonitor, RankGroup, agreeing_ranks
+from probes.monitoring.engine import Engine
+from probes.monitoring.monitor import Monitor, recording_meta
+from probes.monitoring.view import MonitorProtocol, MonitorView
 from probes.outputs.recording import Recorder
 from probes.reference.baseline import ComparisonInputs
+from tui import header
+from tui.header import JobNote, StatusBar
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
 from tui.panes.help import HelpScreen
-from tui.panes.ranks import RankRow, RanksPane, absent_ranks, pid_of_key, rank_group, rank_key, rank_label, rank_rows
+from tui.panes.ranks import RankRow, RanksPane, absent_ranks, pid_of_key, rank_group, rank_label, rank_rows
 from tui.panes.stacks import HotTable, StacksPane
-from tui.panes.text import duration
 from tui.panes.verdict import VerdictPane
+from tui.rank_choice import RankChoice
+from tui.view_sources import ClusterSource, LiveSource, ReplaySource, ViewSource
 
 WIDE_LAYOUT_MIN_COLUMNS = 140
 SHORT_LAYOUT_MAX_ROWS = 32
@@ -77,27 +80,6 @@ class FlightRecorderAsked(Message):
         self.lines = lines  # (line, whether it is a problem)
 
 
-class StatusBar(Static):
-    """The top line: what is watched, live/paused/replay, and what gputop itself costs."""
-
-
-class JobNote(Static):
-    """The header's second line, for a job only: what gputop found from the PID it was given (JobInfo.note),
-    e.g. "attached to bash (PID 10): watching python train.py (PID 12) under it"."""
-
-
-def job_words(job: JobInfo) -> str:
-    """The job in a few words when discovery left no note: "torchrun job, 2 ranks"."""
-    ranks = job.world_size or len(job.rank_pids)
-    words = f"{job.kind} job"
-    if ranks:
-        words += f", {ranks} rank{'s' if ranks != 1 else ''}"
-    # torchrun names a run "none" unless told otherwise: no use to anyone
-    if job.slurm_step:
-        words += f" (Slurm step {job.slurm_step})"
-    return words + (f" (run {job.run_id})" if job.run_id and job.run_id != "none" else "")
-
-
 def rank_scope_words(row: RankRow, group: frozenset[int]) -> str:
     """What the CPU and Stacks panes are scoped to: "rank 1 (PID 12) + 2 workers" (their titles name the node)."""
     workers = len(group) - 1
@@ -119,7 +101,7 @@ class GputopApp(App[None]):
                 tooltip="Go to the Ranks pane: j / k move, enter selects that rank"),
     ]
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="Quit gputop (the target keeps running)"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Show every key"),
@@ -145,35 +127,11 @@ class GputopApp(App[None]):
                 tooltip="Flight Recorder dump: ask the ranks whose job enabled one"),
     ]
 
-    def __init__(self, *, engine: Engine | None, replay_frames: Sequence[Frame] | None,
-                 record_path: str | Path | None, hang_after_s: float,
-                 clock: Callable[[], float] | None, save_dir: str | Path | None,
-                 recorder: Recorder | None = None, replay_notice: str | None = None,
-                 comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
-                 start_notice: str | None = None, cluster=None) -> None:
-        """cluster: (probes.monitoring.cluster.AgentStreams, probes.monitoring.cluster.ClusterMonitor) for a job
-        merged across nodes,
-        live, instead of an engine."""
+    def __init__(self, *, source: ViewSource, clock: Callable[[], float] | None,
+                 save_dir: str | Path | None) -> None:
+        """source: where the views come from (tui/view_sources.py); make_app() picks it."""
         super().__init__()
-        if sum(x is not None for x in (engine, replay_frames, cluster)) != 1:
-            raise ValueError("give exactly one of engine (live), replay_frames (replay) or cluster (live, merged)")
-        self.engine = engine
-        self.cluster = cluster
-        self.replay_frames = tuple(replay_frames or ())
-        if record_path is not None and recorder is None:
-            recorder = Recorder(record_path, meta=recording_meta(engine.pid if engine else None, hang_after_s,
-                                                                 comparison))
-        if cluster is not None:
-            self.monitor = cluster[1]
-        elif replay_frames is not None and any(f.node is not None for f in self.replay_frames):
-            from probes.monitoring.cluster import ClusterMonitor  # a recording of a job merged across nodes
-
-            self.monitor = ClusterMonitor(hang_after_s=hang_after_s, comparison=comparison, replay=True)
-        else:
-            self.monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
-                                   replay=replay_frames is not None, startup_checks=startup_checks)
-        self.replay_notice = replay_notice  # what a replay left out of a damaged recording, shown on start
-        self.start_notice = start_notice  # how the job was chosen when no PID was given, shown on start
+        self.source = source
         self._record_problem_shown = False
         self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
         self._clock = clock
@@ -189,10 +147,18 @@ class GputopApp(App[None]):
         self._drawn_view: MonitorView | None = None  # the view the panes show (older than self.view when paused)
         # The distributed job's rank the panes are scoped to, by RankRow.key: its PID, and its node in a job merged
         # across nodes (two nodes may each have a rank with the same PID).
-        self.selected_rank_key: str | None = None
-        self._rank_selection_started = False  # JobInfo.selected_pid is applied once, when ranks first show
-        self._selected_rank_number: int | None = None  # followed when the selected rank restarts
+        self.rank_choice = RankChoice()
         self._ranks_shown = False
+
+    @property
+    def monitor(self) -> MonitorProtocol:
+        """The source's monitor: what `s` snapshots."""
+        return self.source.monitor
+
+    @property
+    def selected_rank_key(self) -> str | None:
+        """The distributed job's rank the panes are scoped to (RankChoice.key); None for all ranks."""
+        return self.rank_choice.key
 
     @property
     def selected_rank_pid(self) -> int | None:
@@ -220,36 +186,29 @@ class GputopApp(App[None]):
                 with Vertical(id="left"):
                     yield RanksPane()
                     yield CpuPane()
-                yield StacksPane(native_available=bool(self.engine and self.engine.config.native))
+                yield StacksPane(native_available=self.source.native)
         yield Footer()
 
     def on_mount(self) -> None:
         self._apply_size(*self.size)
         self.query_one(StacksPane).focus_view()
-        if self.engine is not None:
-            waiting = f"Attaching to PID {self.engine.pid}: the first reading comes within a second."
-            for pane in (self.query_one(VerdictPane), self.query_one(GpuPane), self.query_one(CpuPane),
-                         self.query_one(StacksPane)):
-                pane.show_waiting(waiting if isinstance(pane, VerdictPane) else "waiting for the first reading…")
-            self._render_status()
-            self._sample()
-            if self.start_notice:
-                self.notify(self.start_notice, timeout=20)
-        elif self.cluster is not None:
-            self.query_one(VerdictPane).show_waiting("Starting an agent on every node of the job: the first "
-                                                     "frames come within seconds.")
-            self._merge_nodes()
+        source = self.source
+        if source.live:
+            waiting = source.waiting
+            if waiting is not None:
+                self.query_one(VerdictPane).show_waiting(waiting.verdict)
+                if waiting.panes is not None:
+                    for pane in (self.query_one(GpuPane), self.query_one(CpuPane), self.query_one(StacksPane)):
+                        pane.show_waiting(waiting.panes)
+                if waiting.status:
+                    self._render_status()
+            self._follow_source()
         else:
             self._sampling_done.set()
-            view = None
-            for frame in self.replay_frames:
-                view = self.monitor.ingest(frame)
-            if hasattr(self.monitor, "merge"):  # nodes merged: the last round, whichever node sent last
-                view = self.monitor.merge(now=self.replay_frames[-1].time)
-            self.view = view
+            self.view = source.replay()
             self._render_all()
-            if self.replay_notice:
-                self.notify(self.replay_notice, severity="warning", timeout=15)
+        if source.notice is not None:
+            self.notify(source.notice.text, severity=source.notice.severity, timeout=source.notice.timeout_s)
 
     def on_resize(self, event) -> None:
         self._apply_size(*event.size)
@@ -262,53 +221,20 @@ class GputopApp(App[None]):
     # --- sampling (off the UI thread) -----------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
-    def _sample(self) -> None:
+    def _follow_source(self) -> None:
         worker = get_current_worker()
         error = None
         try:
-            # The first tick at once, not after one interval, so the screen has data within a second.
-            frame = self.engine.tick()
-            self._deliver(frame)
-            if frame.target.alive:
-                for frame in run_ticks(self.engine, self._stop_sampling):
-                    if worker.is_cancelled:
-                        break
-                    self._deliver(frame)
-                    if not frame.target.alive:  # nothing more to read: keep its last readings on screen
-                        break
-        except Exception as exc:  # a probe bug must not kill the screen: say so, keep the data on it
-            error = f"sampling stopped: {type(exc).__name__}: {exc}"
-        finally:
-            self.monitor.close()
-            self._sampling_done.set()
-            self.post_message(SamplingStopped(error))
-
-    @work(thread=True, exclusive=True, group="sampling", exit_on_error=False)
-    def _merge_nodes(self) -> None:
-        """The live loop of a job merged across nodes: the agents' frames, one merged view an interval."""
-        from probes.monitoring.cluster import run_merge
-
-        streams, monitor = self.cluster
-        error = None
-
-        def deliver(view: MonitorView) -> None:
-            self._newest_view = view
-            self.post_message(FrameArrived(view))
-
-        try:
-            run_merge(streams, monitor, self._stop_sampling, interval_s=monitor.interval_s, on_view=deliver)
-        except Exception as exc:  # a merge bug must not kill the screen: say so, keep the data on it
-            error = f"merging stopped: {type(exc).__name__}: {exc}"
+            error = self.source.run(self._deliver, self._stop_sampling, lambda: worker.is_cancelled)
         finally:
             self._sampling_done.set()
             self.post_message(SamplingStopped(error))
 
-    def _deliver(self, frame: Frame) -> None:
-        view = self.monitor.ingest(frame)
+    def _deliver(self, view: MonitorView, asks: Sequence[tuple[str, bool]]) -> None:
+        """On the source's thread: hand one view to the UI thread."""
         self._newest_view = view  # one reference, assigned atomically: the UI thread reads it
-        if frame.collectives is not None and frame.collectives.asks:  # its own message: frames may merge
-            self.post_message(FlightRecorderAsked([(ask.line, ask.action in ("not_asked", "no_dump"))
-                                                   for ask in frame.collectives.asks]))
+        if asks:  # its own message: frames may merge
+            self.post_message(FlightRecorderAsked(list(asks)))
         self.post_message(FrameArrived(view))
 
     async def on_unmount(self) -> None:
@@ -389,9 +315,9 @@ class GputopApp(App[None]):
         # Across nodes the GPU, CPU and Stacks panes show the selected rank's node (the lead node's otherwise).
         shown = view.shown_frames_on(selected.node if selected is not None else None)
         group = rank_group(shown, selected.pid) if selected is not None else None
-        scope_words = rank_scope_words(selected, group) if selected is not None else None
+        scope_words = rank_scope_words(selected, group) if selected is not None and group is not None else None
         job_info = view.shown.job
-        groups = ()
+        groups: tuple[RankGroup, ...] = ()
         if view.nodes and len(rows) > SUMMARY_MIN_RANKS:  # many ranks across nodes: those that agree as one row
             groups = agreeing_ranks(view.job, keep=[(selected.node, selected.pid)] if selected is not None else ())
         self.query_one(RanksPane).show(rows, view.job, self.selected_rank_key, job_info.kind if job_info else None,
@@ -404,22 +330,9 @@ class GputopApp(App[None]):
         stacks.show(shown)
 
     def _follow_rank_selection(self, view: MonitorView, rows: list[RankRow]) -> None:
-        """The rank the user attached to is selected when ranks first show. A selected rank that torchrun
-        restarted under a new PID stays selected by its number; one that is gone altogether lets go. Showing
-        or hiding the rank table switches the keys that work on it."""
-        keys = [row.key for row in rows]
-        if rows and not self._rank_selection_started:
-            self._rank_selection_started = True
-            job_info = view.shown.job
-            attached = rank_key(job_info.selected_pid, view.shown.node) \
-                if job_info is not None and job_info.selected_pid is not None else None
-            if attached in keys:
-                self.selected_rank_key = attached
-        if self.selected_rank_key is not None and self.selected_rank_key not in keys:
-            same_rank = next((row.key for row in rows if row.rank is not None
-                              and row.rank == self._selected_rank_number), None)
-            self.selected_rank_key = same_rank
-        self._selected_rank_number = next((row.rank for row in rows if row.key == self.selected_rank_key), None)
+        """The selected rank follows the view (RankChoice.follow); showing or hiding the rank table switches the
+        keys that work on it."""
+        self.rank_choice.follow(view, rows)
         if bool(rows) != self._ranks_shown:
             self._ranks_shown = bool(rows)
             self.screen.set_class(self._ranks_shown, "-job")
@@ -429,7 +342,7 @@ class GputopApp(App[None]):
         return next((row for row in rank_rows(view) if row.key == self.selected_rank_key), None)
 
     def _select_rank(self, key: str | None) -> None:
-        self.selected_rank_key = key
+        self.rank_choice.key = key
         if self._drawn_view is not None:  # paused: the frozen view, scoped to the new rank
             self._draw(self._drawn_view)
 
@@ -447,82 +360,16 @@ class GputopApp(App[None]):
             job_note.display = note is not None
 
     def job_note_text(self) -> Text | None:
-        """The job's note, on its own line: on the status line it would be the first thing a narrow terminal
-        cuts, and it is what tells a person who named a shell script or one rank what gputop is watching.
-        What hides the target's stacks (ptrace denied, py-spy missing) comes first on that line: every verdict
-        below it is then "cannot see"."""
-        blind = self.cannot_see_text()
-        if self.view is not None and self.view.nodes:  # a job across nodes: a line per node
-            # One line a node where the header has room for them (two), else side by side on one.
-            joint = Text("\n" if len(self.view.nodes) <= 2 else " │ ")
-            lines = joint.join(Text(f" {n.line()}", style="bold red" if n.state == "lost" else "bold")
-                               for n in self.view.nodes)
-            return lines if blind is None else Text.assemble(blind, "\n", lines)
-        job = self.view.shown.job if self.view is not None else None
-        if job is None or not job.note:
-            return blind
-        note = Text(f" {job.note}", style="bold")
-        return note if blind is None else Text.assemble(blind, "\n", note)
+        return header.job_note_text(self.view)
 
     def cannot_see_text(self) -> Text | None:
-        if self.view is None:
-            return None
-        hidden = [c for c in self.view.cannot_see if c.sees_process and c.status == "cannot"]
-        if not hidden:
-            return None
-        pid = self.view.latest.target.pid
-        words = "; ".join(dict.fromkeys(c.finding.split(":", 1)[0] for c in hidden))
-        return Text(f" ⚠ cannot see PID {pid}'s stacks: {words} · gputop doctor --pid {pid} says how to fix it",
-                    style="bold white on dark_red")
+        return header.cannot_see_text(self.view)
 
     def status_text(self) -> Text:
-        """Most important first, so a narrow terminal cuts the command line, not the state."""
-        text = Text()
-        text.append(" gputop ", style="bold reverse")
-        view = self.view
-        if view is None:
-            pid = self.engine.pid if self.engine is not None else "?"
-            text.append(f" PID {pid} · attaching…")
-            return text
-        target = view.latest.target
-        text.append(f" PID {target.pid}", style="bold")
-        if view.replay:
-            span = view.latest.time - view.frames[0].time
-            text.append(f" · replay of {len(view.frames)} frames, {duration(span)}", style="bold cyan")
-        if not target.alive:
-            exited = "" if target.exited_at is None else f" {duration(self.now() - target.exited_at)} ago"
-            text.append(f" · EXITED{exited}", style="bold red")
-        elif self.paused:
-            text.append(f" · PAUSED, sampling goes on ({self._frames_while_paused} new): p resumes",
-                        style="bold black on yellow")
-        elif not view.replay and self.engine is not None:
-            text.append(f" · live every {self.engine.config.interval_s:g} s")
-        if view.nodes:
-            lost = sum(1 for n in view.nodes if n.state == "lost")
-            text.append(f" · {len(view.nodes)} nodes merged" + (f", {lost} lost" if lost else ""),
-                        style="bold red" if lost else "")
-        if self._sampling_error:
-            text.append(f" · {self._sampling_error}", style="bold red")
-        if self._record_problem_shown:
-            text.append(" · ⚠ recording stopped", style="bold red")
-        overhead = view.latest.overhead
-        if not view.replay and target.alive:
-            if overhead.behind:
-                text.append(f" · ⚠ sampling behind ({overhead.tick_seconds or 0:.1f} s per reading)",
-                            style="bold yellow")
-            costs = [f"{label} {value:.0f}%" for label, value in
-                     (("gputop", overhead.monitor_cpu_pct), ("py-spy", overhead.sampler_cpu_pct)) if value is not None]
-            if costs:
-                text.append(" · CPU " + ", ".join(costs), style="dim")
-        job = view.shown.job
-        if job is not None and not job.note:  # with a note, the line under this one says what is watched
-            text.append(f" · {job_words(job)}", style="bold")
-        if self._last_saved:
-            text.append(f" · saved {self._last_saved}", style="green")
-        if target.cmdline:
-            command = " ".join([target.cmdline[0].rsplit("/", 1)[-1], *target.cmdline[1:]])
-            text.append(f" · {command}", style="dim")
-        return text
+        return header.status_text(self.view, pid=self.source.pid, interval_s=self.source.interval_s, now=self.now(),
+                                  paused=self.paused, frames_while_paused=self._frames_while_paused,
+                                  error=self._sampling_error, recording_stopped=self._record_problem_shown,
+                                  last_saved=self._last_saved)
 
     # --- actions --------------------------------------------------------------------------------
 
@@ -536,7 +383,7 @@ class GputopApp(App[None]):
         """Every documented key, grouped by where it works: generated from the bindings themselves."""
         everywhere = [b for b in self.BINDINGS if isinstance(b, Binding) and b.tooltip]
         focus_moves = [b for b in Screen.BINDINGS if isinstance(b, Binding) and "focus" in b.action]
-        stacks = StacksPane.HELP_BINDINGS + [b for b in HotTable.BINDINGS if b.tooltip]
+        stacks = StacksPane.HELP_BINDINGS + [b for b in HotTable.BINDINGS if isinstance(b, Binding) and b.tooltip]
         groups = [("Everywhere", [b for b in everywhere if b not in self.JOB_BINDINGS] + focus_moves),
                   ("Stacks pane", stacks)]
         if self._ranks_shown:
@@ -556,12 +403,8 @@ class GputopApp(App[None]):
         self._step_rank(-1)
 
     def _step_rank(self, step: int) -> None:
-        """All ranks, rank 0, rank 1, ..., all ranks again."""
-        if self._drawn_view is None:
-            return
-        choices: list[str | None] = [None, *(row.key for row in rank_rows(self._drawn_view))]
-        index = choices.index(self.selected_rank_key) if self.selected_rank_key in choices else 0
-        self._select_rank(choices[(index + step) % len(choices)])
+        if self._drawn_view is not None:
+            self._select_rank(self.rank_choice.stepped(rank_rows(self._drawn_view), step))
 
     def action_pause(self) -> None:
         if self.view is not None and self.view.replay:
@@ -620,25 +463,20 @@ class GputopApp(App[None]):
         self.query_one(StacksPane).toggle_now()
 
     def action_flight_recorder_dump(self) -> None:
-        if self.engine is None:
-            where = "a replay asks nothing of a job" if self.cluster is None else \
-                "merged across nodes, ask on the node where the ranks run: gputop --pid PID --fr-dump"
-            self.notify(f"no Flight Recorder dump asked: {where}", severity="warning", timeout=6)
+        why_not = self.source.ask_flight_recorder_dump(running=not self._sampling_done.is_set())
+        if why_not is not None:
+            self.notify(f"no Flight Recorder dump asked: {why_not}", severity="warning", timeout=6)
             return
-        if self._sampling_done.is_set():
-            self.notify("no Flight Recorder dump asked: sampling has stopped", severity="warning", timeout=6)
-            return
-        self.engine.request_flight_recorder_dump()
         self.notify("asking the ranks for a Flight Recorder dump at the next reading…", timeout=4)
 
     def action_native(self) -> None:
         if self.view is not None and self.view.replay:
             native = self.view.latest.stacks.native
             self.notify(f"this recording was made {'with' if native else 'without'} native frames", timeout=5)
-        elif self.engine is not None and self.engine.config.native:
+        elif self.source.native:
             self.notify("native frames are on (started with --native)", timeout=5)
         else:
-            pid = self.engine.pid if self.engine is not None else "PID"
+            pid = self.source.pid if self.source.pid is not None else "PID"
             self.notify(f"native frames need a restart: gputop --pid {pid} --native "
                         "(py-spy then pauses the target for each sample)", timeout=8)
 
@@ -648,14 +486,33 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
              recorder: Recorder | None = None, replay_notice: str | None = None,
              comparison: ComparisonInputs | None = None, startup_checks: tuple[Check, ...] = (),
-             start_notice: str | None = None, cluster=None) -> GputopApp:
-    """The app, live (engine=...) or replaying (replay_frames=...). `clock` freezes "since" texts for
+             start_notice: str | None = None,
+             cluster: tuple[AgentStreams, ClusterMonitor] | None = None) -> GputopApp:
+    """The app, live (engine=...), replaying (replay_frames=...) or merging a job's nodes live (cluster=(the
+    agents' streams, the ClusterMonitor)): exactly one of them. `clock` freezes "since" texts for
     tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
     (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against; `startup_checks` what
     `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots); `start_notice`, shown on
     start, says which job `gputop` chose when no PID was given."""
-    return GputopApp(engine=engine, replay_frames=replay_frames, record_path=record_path,
-                     hang_after_s=hang_after_s, clock=clock, save_dir=save_dir, recorder=recorder,
-                     replay_notice=replay_notice, comparison=comparison, startup_checks=startup_checks,
-                     start_notice=start_notice, cluster=cluster)
+    if sum(x is not None for x in (engine, replay_frames, cluster)) != 1:
+        raise ValueError("give exactly one of engine (live), replay_frames (replay) or cluster (live, merged)")
+    if record_path is not None and recorder is None:
+        recorder = Recorder(record_path, meta=recording_meta(engine.pid if engine else None, hang_after_s,
+                                                             comparison))
+    source: ViewSource
+    if engine is not None:
+        source = LiveSource(engine, Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder,
+                                            startup_checks=startup_checks), start_notice)
+    elif cluster is not None:
+        source = ClusterSource(*cluster)
+    else:
+        frames = tuple(replay_frames or ())
+        monitor: MonitorProtocol
+        if any(f.node is not None for f in frames):  # a recording of a job merged across nodes
+            monitor = ClusterMonitor(hang_after_s=hang_after_s, comparison=comparison, replay=True)
+        else:
+            monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, recorder=recorder, replay=True,
+                              startup_checks=startup_checks)
+        source = ReplaySource(frames, monitor, replay_notice)
+    return GputopApp(source=source, clock=clock, save_dir=save_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from probes import __version__
 from tui.commands import COMMANDS
@@ -20,7 +21,7 @@ from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_USAGE
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) so scripts get a readable stderr."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"gputop: {message} (see gputop --help)\n")
 
 
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(command=default)
     subcommands = parser.add_subparsers(metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
-        if command is default:
+        if command.name is None:  # the default command: its options are on gputop's own parser, above
             continue
         subparser = subcommands.add_parser(command.name, help=command.help, description=command.description)
         command.prepare_parser(subparser)

@@ -14,7 +14,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Static
 
 from probes.compare import Comparison, RunSummary, measure_rows, source
@@ -37,7 +37,7 @@ class CompareVerdict(Static):
 class CompareTable(DataTable):
     """A row per measure, a column per run."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False, tooltip="Move down (also ↓; k / ↑ moves up)"),
         Binding("k", "cursor_up", "Up", show=False),
     ]
@@ -49,7 +49,7 @@ class CompareApp(App[None]):
     TITLE = "gputop compare"
     ENABLE_COMMAND_PALETTE = False
     CSS_PATH = Path(__file__).with_name("compare_app.tcss")
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Show every key"),
@@ -104,7 +104,7 @@ class CompareApp(App[None]):
     def help_bindings(self) -> list[tuple[str, list[Binding]]]:
         """Every documented key, generated from the bindings themselves."""
         return [("Everywhere", [b for b in self.BINDINGS if isinstance(b, Binding) and b.tooltip]),
-                ("Table", [b for b in CompareTable.BINDINGS if b.tooltip])]
+                ("Table", [b for b in CompareTable.BINDINGS if isinstance(b, Binding) and b.tooltip])]
 
 
 def _run_line(run: RunSummary, label_width: int) -> Text:

@@ -158,7 +158,9 @@ def run_checkpoint_phase(trainer: Trainer, hidden: int, directory: str, seconds:
         print(f"saving checkpoint to {path}", flush=True)
         checkpoint_file = SharedFilesystemFile(path, bytes_per_s=CHECKPOINT_BYTES_PER_S)
         try:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_file)
+            # torch.save writes to any object with write() and flush(), but is annotated for real files only.
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                       checkpoint_file)  # type: ignore[arg-type]
         finally:
             checkpoint_file.close()
 

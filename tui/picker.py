@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
 from probes.jobs.census import CensusReading, job_matches, sort_jobs
@@ -37,7 +37,7 @@ class JobPicker(App[int | None]):
     #picker-filter { display: none; }
     #picker-filter.-shown { display: block; }
     """
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "attach", "Attach", priority=False),
         Binding("c", "sort('cpu')", "Sort CPU%"),
         Binding("a", "sort('age')", "Sort age"),
@@ -159,7 +159,9 @@ class JobPicker(App[int | None]):
         self.query_one(DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.exit(int(event.row_key.value))
+        pid = event.row_key.value
+        if pid is not None:  # every row is added with its job's root PID as its key
+            self.exit(int(pid))
 
     def action_attach(self) -> None:
         table = self.query_one(DataTable)

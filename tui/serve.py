@@ -15,8 +15,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from probes.monitoring.node_watch import DEFAULT_FOLLOW_SCAN_S, NodeWatch
+
+if TYPE_CHECKING:  # imported where first used, as the other heavy parts
+    from probes.monitoring.monitor import Monitor
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 9407  # near dcgm-exporter's 9400, not on it: both run on one GPU node
@@ -65,7 +69,7 @@ class Server:
         self._log = log
         self.node = NodeWatch(config, pid=pid, follow=follow, scan_interval_s=scan_interval_s, log=log, gpu=gpu)
         self._interval_s = config.interval_s
-        self._monitors: dict[int, object] = {}  # by the target's root PID
+        self._monitors: dict[int, Monitor] = {}  # by the target's root PID
         self._published: tuple[WatchedView, ...] = ()
         self.stop = threading.Event()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from probes.frame import CollectiveRecord, CollectivesReading
+from probes.frame import CollectiveRecord, CollectivesReading, GroupCollectives
 
 RANKS_LISTED = 4
 
@@ -42,12 +42,12 @@ def collective_gaps(reading: CollectivesReading | None) -> tuple[CollectiveGap, 
     """Each process group's gap, if its ranks disagree on the last collective entered; () when none do."""
     if reading is None:
         return ()
-    read = [r for r in reading.ranks if r.available and r.rank is not None]
+    read = [(r.rank, r) for r in reading.ranks if r.available and r.rank is not None]
     unread = tuple(sorted(r.rank for r in reading.ranks if not r.available and r.rank is not None))
-    groups: dict[str, list] = {}
-    for rank in read:
+    groups: dict[str, list[tuple[int, GroupCollectives]]] = {}
+    for number, rank in read:
         for group in rank.groups:
-            groups.setdefault(group.pg_id, []).append((rank.rank, group))
+            groups.setdefault(group.pg_id, []).append((number, group))
     gaps = []
     for pg_id, members in groups.items():
         entered = [g.last_entered for _, g in members if g.last_entered is not None]
@@ -61,9 +61,9 @@ def collective_gaps(reading: CollectivesReading | None) -> tuple[CollectiveGap, 
         # Nobody known to be missing, but ranks unread: still where the readable ones wait.
         if not waiting or not (missing or unread):
             continue
-        records = [_record_of(g.pending, seq) or (g.last if g.last is not None and g.last.seq == seq else None)
-                   for _, g in waiting]
-        records = [r for r in records if r is not None]
+        found = [_record_of(g.pending, seq) or (g.last if g.last is not None and g.last.seq == seq else None)
+                 for _, g in waiting]
+        records = [r for r in found if r is not None]
         first = records[0] if records else None
         since = [r.entered_at for r in records if r.entered_at is not None]
         pg_name = next((g.pg_name for _, g in members if g.pg_name), None)

@@ -1,9 +1,11 @@
 """CPUs shared with other work: other processes busy on the CPUs the job may use, or a hypervisor's steal. Not a
-bottleneck of its own: a line and a piece of advice that qualify whichever verdict the rules reach."""
+bottleneck of its own: a line and a piece of advice that qualify whichever verdict the rules reach, both of kind
+"contention" (verdict_lines.py), so that a held verdict leaves them out of what it keeps and they do not pile up."""
 
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.verdict_lines import VerdictLine
 
 # Other processes using at least this many CPUs' worth, and this share of the CPUs the job may use, is
 # contention worth a line in any verdict: the job's numbers mean something else on a shared machine.
@@ -11,16 +13,9 @@ CONTENTION_MIN_CPUS = 0.5
 CONTENTION_MIN_SHARE = 0.25
 STEAL_NOTABLE_PCT = 10.0
 LINE_PREFIX = "CPUs shared with other work: "
-_ADVICE_PREFIXES = ("The job gets ", "This VM loses CPU time")
 
 
-def is_contention_text(text: str) -> bool:
-    """Whether an evidence line or advice is the one contention() adds: a held verdict drops it from what it
-    keeps, so that the line added afresh each tick does not pile up."""
-    return text.startswith(LINE_PREFIX) or text.startswith(_ADVICE_PREFIXES)
-
-
-def contention(ev: Evidence) -> tuple[str, str] | None:
+def contention(ev: Evidence) -> tuple[VerdictLine, VerdictLine] | None:
     """(evidence line, advice) when the CPUs the job may use are busy with other work, else None."""
     others, allowed = ev.others_busy_cpus, ev.allowed_cpus
     steal = ev.steal_pct or 0.0
@@ -45,4 +40,4 @@ def contention(ev: Evidence) -> tuple[str, str] | None:
                   "cpuset); its figures here are those of a shared machine.")
     else:
         advice = "This VM loses CPU time to its neighbours (steal): a dedicated or larger instance avoids it."
-    return line, advice
+    return VerdictLine(line, "contention"), VerdictLine(advice, "contention")

@@ -14,11 +14,13 @@ from probes.diagnosis.stacks import (
     IO,
     QUEUE_WAIT,
     WAIT,
+    Activity,
     classify_stack,
     describe,
     format_where,
     is_library,
 )
+from probes.frame import StackFrame
 
 
 def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
@@ -27,7 +29,7 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
         f"no progress in the {ev.stuck_for_s:.0f} s watched so far"
     lines = [f"{silent} (hang threshold {hang_after_s:g} s): {_quiet_signals(ev)}"]
     advice = []
-    activity = None
+    activity: Activity | None = None
     if ev.stuck_stack:
         stuck = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
         activity = stuck.activity
@@ -114,9 +116,9 @@ def _quiet_signals(ev: Evidence) -> str:
     return ", ".join(quiet)
 
 
-def _other_waiting_threads(ev: Evidence) -> list[tuple[str, object]]:
+def _other_waiting_threads(ev: Evidence) -> list[tuple[str, StackFrame]]:
     """Other threads of the main process that wait inside the user's own code (lock-order suspects)."""
-    found = []
+    found: list[tuple[str, StackFrame]] = []
     for thread in ev.latest.stacks.threads:
         if thread.pid != ev.main_pid or not thread.idle or thread.frames == ev.stuck_stack:
             continue

@@ -3,9 +3,9 @@ mp.spawn) from each rank's own verdict and how much of its time each rank waits 
 diagnose_job_across_nodes({node: history}, ...) is the same judgement (judge_ranks) over every node's ranks, each
 diagnosed on its own node's frames and named with its node ("rank 3 on n2 is the straggler").
 
-Each rank is diagnosed as a lone process: project_rank() cuts a frame down to that rank and its helper
-processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the previous
-JobVerdict's ranks). The ranks are then compared, in this order:
+Each rank is diagnosed as a lone process: project_rank() (rank_projection.py) cuts a frame down to that rank and
+its helper processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the
+previous JobVerdict's ranks). The ranks are then compared, in this order:
 
 1. rank_exited: a rank is gone while others live: they wait for it until the collective timeout. A rank this
    node should hold that was never seen (JobInfo.missing_ranks: it exited before gputop attached) is gone too.
@@ -17,24 +17,24 @@ JobVerdict's ranks). The ranks are then compared, in this order:
 5. mixed: otherwise; the job's verdict is that of the rank that waits least.
 
 Pure, like diagnose(): frames in, a JobVerdict out, no I/O and no clock. Projections are memoised by frame
-identity, so each frame is projected once per rank and a tick costs one diagnose() per rank.
+identity, so each frame is projected once per rank and a tick costs one diagnose() per rank. A rank's notes on thin
+evidence are picked out by their kind (verdict_lines.py) and said once for the job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import weakref
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from probes.diagnosis.collectives import collective_gaps, gap_line
-from probes.diagnosis.evidence import CACHED_RANKS, MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, Evidence
-from probes.diagnosis.evidence import reserve_cached_ranks as reserve_evidence_cache
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
     ACTIVITIES,
     COMMS,
     PEER_WAIT_SYNC,
+    ThreadProfile,
     classify_stack,
     describe,
     format_where,
@@ -50,18 +50,18 @@ from probes.diagnosis.verdict import (
     diagnose,
     diagnose_with_evidence,
 )
+from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, without
+from probes.diagnosis.windows import STACK_WINDOW_S
 from probes.frame import (
     ROLE_MAIN,
     ROLE_RANK,
     Frame,
-    GpuReading,
     JobFinding,
+    JobInfo,
     JobVerdict,
     Liveness,
     ProcessSample,
     RankVerdict,
-    StacksReading,
-    TargetInfo,
     Verdict,
 )
 from probes.monitoring.history import recent_frames
@@ -76,108 +76,6 @@ STAY_MARGIN = 0.15
 # Default collective timeouts (init_process_group's timeout), minutes.
 COLLECTIVE_TIMEOUT_MIN = {"gloo": 30, "nccl": 10}
 RANKS_LISTED = 4  # ranks named one by one in a line; the rest are counted
-
-# --- projection ----------------------------------------------------------------------------------------
-
-
-def project_rank(frame: Frame, pid: int) -> Frame:
-    """The frame as a lone-process frame for one rank: target = that rank (alive from its sample), processes =
-    it (role main) and the processes working for it (owner_pid; workers keep their roles), stacks of those
-    processes only, its own GPU marked as the target's; the cgroup, host, progress and the rest as they are."""
-    sample = frame.process(pid)
-    members = {pid} | {p.pid for p in frame.processes if p.owner_pid == pid}
-    processes = [dataclasses.replace(sample, role=ROLE_MAIN)] if sample is not None else []
-    processes += [p for p in frame.processes if p.pid in members and p.pid != pid]
-    alive = sample is not None and sample.alive and sample.state != "zombie"
-    root = frame.target
-    target = TargetInfo(
-        pid=pid, alive=alive, cmdline=sample.cmdline if sample is not None else (), exe=root.exe,
-        python_version=root.python_version, exited_at=None if alive else frame.time,
-        exit_reason=None if alive else "the rank's process ended", environment=root.environment,
-        ranks_on_node=max(1, sum(1 for p in frame.processes if p.role == ROLE_RANK and p.alive)))
-    stacks = frame.stacks
-    counts = tuple(c for c in stacks.counts if c.pid in members)
-    stacks = StacksReading(
-        available=stacks.available, reason=stacks.reason, sampler=stacks.sampler, rate_hz=stacks.rate_hz,
-        achieved_rate_hz=stacks.achieved_rate_hz, samples=sum(c.count for c in counts), native=stacks.native,
-        threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
-        errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked)
-    return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
-                               gpu=_rank_gpu(frame.gpu, sample), job=None)
-
-
-def _rank_gpu(gpu: GpuReading, sample: ProcessSample | None) -> GpuReading:
-    """The GPU reading with only the rank's own device marked as the target's (by its gpu_index, else by the
-    compute processes NVML lists). Unchanged when neither says which device is the rank's."""
-    if not gpu.available or sample is None:
-        return gpu
-    if sample.gpu_index is not None:
-        mine = {sample.gpu_index}
-    else:
-        mine = {d.index for d in gpu.devices for p in d.processes if sample.pid in (p.local_pid, p.pid)}
-    if not mine:
-        return gpu
-    devices = tuple(dataclasses.replace(d, in_target=d.index in mine) for d in gpu.devices)
-    return dataclasses.replace(gpu, devices=devices)
-
-
-# Projections of the frames the per-rank diagnoses look back over. An entry goes when its source frame does (a
-# weakref finalizer), so no projection outlives the History's frames; the bound is a look-back window per rank,
-# as for the evidence cache.
-_PROJECTION_CACHE_LIMIT = CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
-_projections: OrderedDict[tuple[int, int], Frame] = OrderedDict()
-
-
-def reserve_cached_ranks(ranks: int) -> None:
-    """Size the projection cache, and the evidence cache under it, for `ranks` ranks alive at once (a job merged
-    across nodes); see probes.diagnosis.evidence.reserve_cached_ranks."""
-    global _PROJECTION_CACHE_LIMIT
-    _PROJECTION_CACHE_LIMIT = max(CACHED_RANKS, ranks) * (MAX_LOOKBACK_FRAMES + 16)
-    reserve_evidence_cache(ranks)
-
-
-def _projected(frame: Frame, pid: int) -> Frame:
-    key = (id(frame), pid)  # unique while the frame lives, and the entry goes when it does
-    cached = _projections.get(key)
-    if cached is not None:
-        return cached
-    projection = project_rank(frame, pid)
-    weakref.finalize(frame, _projections.pop, key, None)
-    while len(_projections) >= _PROJECTION_CACHE_LIMIT:
-        _projections.popitem(last=False)
-    _projections[key] = projection
-    return projection
-
-
-class RankHistory(Sequence):
-    """A history seen through project_rank for one rank, projected lazily: diagnose() reads only the recent
-    end, so only those frames are projected (each once, then cached)."""
-
-    def __init__(self, history: Sequence[Frame], pid: int) -> None:
-        self._history = history
-        self._pid = pid
-        self._recent: dict[tuple[float | None, int | None], list[Frame]] = {}
-
-    def __len__(self) -> int:
-        return len(self._history)
-
-    def recent(self, seconds: float | None, limit: int | None = None) -> list[Frame]:
-        """probes.monitoring.history.recent_frames of this view: the window found on the unprojected frames (a
-        projection
-        keeps its frame's time) and projected, once per window asked for (diagnose() asks for the same few
-        windows several times a tick)."""
-        key = (seconds, limit)
-        window = self._recent.get(key)
-        if window is None:
-            window = [_projected(f, self._pid) for f in recent_frames(self._history, seconds, limit)]
-            self._recent[key] = window
-        return list(window)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return _projected(self._history[index], self._pid)
-
 
 # --- the ranks ---------------------------------------------------------------------------------------------
 
@@ -233,7 +131,7 @@ def _members(history: Sequence[Frame], previous: JobVerdict | None) -> list[_Mem
     latest = history[-1]
     job = latest.job
     if job is not None and job.kind == "launched":
-        return _launched(latest)
+        return _launched(latest, job)
     samples = [p for p in latest.processes if p.role == ROLE_RANK]
     order = {pid: i for i, pid in enumerate(job.rank_pids)} if job is not None else {}
     unnumbered = sorted((p for p in samples if p.rank is None), key=lambda p: (order.get(p.pid, len(order)), p.pid))
@@ -254,10 +152,9 @@ def _members(history: Sequence[Frame], previous: JobVerdict | None) -> list[_Mem
     return [by_rank[number] for number in sorted(by_rank)]
 
 
-def _launched(latest: Frame) -> list[_Member]:
+def _launched(latest: Frame, job: JobInfo) -> list[_Member]:
     """The one training process under a launcher (a shell script, srun)."""
-    job = latest.job
-    candidates = [job.selected_pid, *job.rank_pids] if job is not None else []
+    candidates = [job.selected_pid, *job.rank_pids]
     candidates += [p.pid for p in latest.processes if p.role in (ROLE_RANK, ROLE_MAIN)]
     pid = next((c for c in candidates if c is not None and c != job.launcher_pid), None)
     if pid is None:
@@ -307,11 +204,6 @@ def _ranks_text(ranks: Sequence[_Diagnosed]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(numbers)
 
 
-def _current_stack(d: _Diagnosed):
-    ev = d.evidence
-    return ev.stuck_stack if ev is not None else None
-
-
 def _in_collective_now(d: _Diagnosed) -> bool:
     """It waits for the other ranks now: hung with its main thread in a collective, or waiting in most of its
     recent samples."""
@@ -346,12 +238,11 @@ def _is_collective_frame(frame) -> bool:
     return classify_stack((frame,), idle=False).activity == COMMS
 
 
-def _busy_place(d: _Diagnosed) -> tuple[str, float]:
-    """(where the rank spends the samples it does not wait in, share of all its samples there)."""
-    ev = d.evidence
+def _busy_place(main: ThreadProfile) -> tuple[str, float]:
+    """(where a rank's main thread spends the samples it does not wait in, share of all its samples there)."""
     working = [a for a in ACTIVITIES if a != COMMS]
-    responsible, user_frame, share_of_working = ev.main.top(*working)
-    return format_where(responsible, user_frame), share_of_working * ev.main.share(*working)
+    responsible, user_frame, share_of_working = main.top(*working)
+    return format_where(responsible, user_frame), share_of_working * main.share(*working)
 
 
 def _backend(history: Sequence[Frame], members: Sequence[_Diagnosed]) -> tuple[str | None, str]:
@@ -391,7 +282,7 @@ def _job_liveness(ranks: Sequence[_Diagnosed]) -> Liveness:
 
 def _evidence_of(d: _Diagnosed, limit: int = 3) -> list[str]:
     """A rank's own evidence, each line naming the rank, without its thin-evidence notes (said once)."""
-    lines = [line for line in d.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    lines = without(d.verdict.evidence, *THIN_EVIDENCE_NOTES)
     return [f"rank {d.rank}: {line}" for line in lines[:limit]]
 
 
@@ -436,7 +327,7 @@ def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_D
     for d in live[:RANKS_LISTED]:
         if d in waiting:
             lines.append(f"rank {d.rank} waits in {_wait_place(d)}" +
-                         (f", silent for {d.evidence.stuck_for_s:.0f} s" if d.hung else ""))
+                         (f", silent for {d.evidence.stuck_for_s:.0f} s" if d.hung and d.evidence else ""))
         else:
             lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
     bottleneck = "comms_bound" if waiting else live[0].verdict.bottleneck
@@ -457,7 +348,7 @@ def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed], missing: Seq
     attached): the live ranks cannot finish a collective without them."""
     job = history[-1].job
     missing = list(missing)
-    if not missing or not live:
+    if job is None or not missing or not live:  # (missing ranks are the job's: never without one)
         return None
     backend, why = _backend(history, live)
     timeout = (_timeout_text(backend, why) if backend is not None
@@ -489,11 +380,10 @@ def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed], missing: Seq
 
 
 def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
-    stuck = [d for d in live if d.hung and d.evidence is not None and not _in_collective_now(d)]
+    stuck = [(d, d.evidence) for d in live if d.hung and d.evidence is not None and not _in_collective_now(d)]
     if not stuck:
         return None
-    culprit = max(stuck, key=lambda d: (d.evidence.stuck_for_s, -d.rank))
-    ev = culprit.evidence
+    culprit, ev = max(stuck, key=lambda s: (s[1].stuck_for_s, -s[0].rank))
     where = "an unknown place (no stack of its main thread was sampled)"
     if ev.stuck_stack:
         found = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
@@ -520,27 +410,30 @@ def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | N
 
 def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid: int | None,
                now: float) -> _Finding | None:
-    measured = [d for d in live if d.wait is not None]
+    # Each rank with samples, with its main thread's profile and its share waiting for the others.
+    measured = [(d, d.evidence.main, d.evidence.main.share(COMMS)) for d in live
+                if d.evidence is not None and d.evidence.main.samples]
     if len(measured) < 2:
         return None
-    slow = min(measured, key=lambda d: (d.wait, d.rank))
-    others = [d for d in measured if d is not slow]
-    least = min(d.wait for d in others)
+    slow, slow_main, slow_wait = min(measured, key=lambda m: (m[2], m[0].rank))
+    others = [(d, wait) for d, _, wait in measured if d is not slow]
+    least = min(wait for _, wait in others)
     named_before = previous is not None and previous.finding == "straggler" and \
         previous.responsible_rank == slow.rank
     need_wait, need_margin = (STAY_WAITING_SHARE, STAY_MARGIN) if named_before else (WAITING_SHARE, STRAGGLER_MARGIN)
-    if least < need_wait or least - slow.wait < need_margin:
+    if least < need_wait or least - slow_wait < need_margin:
         return None
-    where, share = _busy_place(slow)
+    where, share = _busy_place(slow_main)
+    first, first_wait = others[0]
     if len(others) == 1:
-        waits = f"rank {others[0].rank} waits for it in {_wait_place(others[0])} {_pct(others[0].wait)} of the time"
+        waits = f"rank {first.rank} waits for it in {_wait_place(first)} {_pct(first_wait)} of the time"
     else:
-        top = max(d.wait for d in others)
-        waits = (f"{_ranks_text(others)} wait for it in {_wait_place(others[0])} {_pct(least)}–{_pct(top)} of "
-                 "the time")
+        top = max(wait for _, wait in others)
+        waits = (f"{_ranks_text([d for d, _ in others])} wait for it in {_wait_place(first)} {_pct(least)}–"
+                 f"{_pct(top)} of the time")
     lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
     lines += _evidence_of(slow, limit=2)
-    lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in measured[:8]))
+    lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
     advice = list(slow.verdict.advice)
     watch = f"gputop --pid {launcher_pid}" if launcher_pid is not None else "gputop on the launcher"
     advice.append(
@@ -548,14 +441,14 @@ def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid
         f"backward, then all_gather them): rank {slow.rank} should be the slowest outside the all-reduce. "
         f"{watch} shows every rank's wait share beside its verdict; uneven work by rank (a larger data shard, "
         "rank-0-only logging or evaluation) is the usual cause.")
-    support = min(1.0, min(d.samples for d in measured) / CONFIDENCE_FULL_SAMPLES)
+    support = min(1.0, min(d.samples for d, _, _ in measured) / CONFIDENCE_FULL_SAMPLES)
     persistence = 0.0
-    if named_before and previous.verdict.since is not None:
+    if named_before and previous is not None and previous.verdict.since is not None:
         persistence = min(1.0, max(0.0, now - previous.verdict.since) / CONFIDENCE_FULL_SECONDS)
-    strength = min(1.0, least - slow.wait + 0.4)
+    strength = min(1.0, least - slow_wait + 0.4)
     confidence = strength * (0.45 + 0.35 * support + 0.2 * persistence)
     verdict = Verdict(slow.verdict.bottleneck, slow.verdict.liveness, confidence, tuple(lines), tuple(advice))
-    return _Finding("straggler", verdict, slow.rank, tuple(measured))
+    return _Finding("straggler", verdict, slow.rank, tuple(d for d, _, _ in measured))
 
 
 def _shared(live: list[_Diagnosed]) -> _Finding | None:
@@ -564,14 +457,14 @@ def _shared(live: list[_Diagnosed]) -> _Finding | None:
         return None
     (bottleneck,) = bottlenecks
     lead = max(live, key=lambda d: (d.verdict.confidence, -d.rank))
-    own = [line for line in lead.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES)
     head = f"all {len(live)} ranks: {bottleneck}"
     if own:
         head += f" — rank {lead.rank}: {own[0]}"
     lines = [head, *own[1:3]]
-    waits = [d for d in live if d.wait is not None]
+    waits = [(d.rank, d.wait) for d in live if d.wait is not None]
     if waits:
-        lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(d.wait)}" for d in waits[:8]))
+        lines.append("collective waits: " + ", ".join(f"rank {rank} {_pct(wait)}" for rank, wait in waits[:8]))
     confidence = min(d.verdict.confidence for d in live)
     verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice,
                       one_time_cost=lead.verdict.one_time_cost)  # a warm-up on every rank promises no speed-up
@@ -580,7 +473,7 @@ def _shared(live: list[_Diagnosed]) -> _Finding | None:
 
 def _mixed(live: list[_Diagnosed]) -> _Finding:
     lead = min(live, key=lambda d: (d.wait if d.wait is not None else 1.0, d.rank))
-    own = [line for line in lead.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES)
     waits = f", waits {_pct(lead.wait)} of the time" if lead.wait is not None else ""
     lines = [f"{lead.label} (waits least{waits}): {own[0] if own else lead.verdict.bottleneck}", *own[1:3]]
     others = [d for d in live if d is not lead]
@@ -607,18 +500,18 @@ def _settle(found: _Finding, previous: JobVerdict | None) -> _Finding:
     thinnest = min(found.ranks_involved, key=lambda d: (d.samples, d.rank))
     if thinnest.samples >= THIN_SAMPLES:
         return found
-    lines = [line for line in found.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
+    lines = without(found.verdict.evidence, *THIN_EVIDENCE_NOTES)
     n = thinnest.samples
     if previous is not None and previous.finding in _COMPARED and \
             previous.verdict.confidence >= HOLD_MIN_CONFIDENCE and previous.verdict.liveness != "hung" and \
             (previous.finding, previous.responsible_rank) != (found.finding, found.responsible_rank):
-        kept = [line for line in previous.verdict.evidence if not line.startswith(("provisional:", "holding:"))]
-        kept.append(f"holding: the latest samples point to {found.finding}, too few (rank {thinnest.rank}: {n}; "
-                    f"{THIN_SAMPLES} needed) to change the verdict")
+        kept = without(previous.verdict.evidence, *THIN_EVIDENCE_NOTES)
+        kept.append(VerdictLine(f"holding: the latest samples point to {found.finding}, too few (rank "
+                                f"{thinnest.rank}: {n}; {THIN_SAMPLES} needed) to change the verdict", "holding"))
         return _Finding(previous.finding, dataclasses.replace(previous.verdict, evidence=tuple(kept)),
                         previous.responsible_rank, found.ranks_involved)
-    lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of rank {thinnest.rank}'s main thread so "
-                 f"far ({THIN_SAMPLES} make a verdict)")
+    lines.append(VerdictLine(f"provisional: only {n} sample{'s' if n != 1 else ''} of rank {thinnest.rank}'s main "
+                             f"thread so far ({THIN_SAMPLES} make a verdict)", "provisional"))
     verdict = dataclasses.replace(found.verdict, evidence=tuple(lines),
                                   confidence=min(found.verdict.confidence, PROVISIONAL_CONFIDENCE))
     return dataclasses.replace(found, verdict=verdict)
@@ -661,15 +554,16 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
                  hang_after_s: float = DEFAULT_HANG_AFTER_S) -> JobVerdict | None:
     """The verdict on the job in `history` (oldest frame first); None when its latest frame has no job or no
     ranks. Pass the previous JobVerdict for stability (each rank's previous verdict rides in it)."""
-    if not history or history[-1].job is None:
+    latest = history[-1] if history else None
+    job = latest.job if latest is not None else None
+    if latest is None or job is None:
         return None
-    latest = history[-1]
     members = _members(history, previous)
     if not members:
         return _elsewhere(latest)
     prior = {r.pid: r for r in previous.ranks} if previous is not None else {}
     diagnosed = [_diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
-    if latest.job.kind == "launched":
+    if job.kind == "launched":
         return JobVerdict(verdict=diagnosed[0].verdict, finding="single", ranks=_rank_verdicts(diagnosed),
                           responsible_rank=diagnosed[0].rank)
     if not latest.target.alive:  # the launcher itself has gone: the job is over
@@ -677,7 +571,7 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
         return JobVerdict(verdict=verdict, finding=previous.finding if previous is not None else "mixed",
                           ranks=_rank_verdicts(diagnosed),
                           responsible_rank=previous.responsible_rank if previous is not None else None)
-    return judge_ranks(history, diagnosed, previous, missing=latest.job.missing_ranks)
+    return judge_ranks(history, diagnosed, previous, missing=job.missing_ranks)
 
 
 def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[_Diagnosed], previous: JobVerdict | None,
@@ -729,7 +623,8 @@ def diagnose_job_across_nodes(histories: Mapping[str, Sequence[Frame]], previous
     straggler". None when no node's latest frame has a job."""
     diagnosed: list[_Diagnosed] = []
     missing: list[int] = []
-    with_job = [node for node, history in histories.items() if history and history[-1].job is not None]
+    jobs = {node: job for node, history in histories.items() if history and (job := history[-1].job) is not None}
+    with_job = list(jobs)
     if not with_job:
         return None
     for node in with_job:
@@ -740,8 +635,9 @@ def diagnose_job_across_nodes(histories: Mapping[str, Sequence[Frame]], previous
         for member in _members(history, mine):
             member = dataclasses.replace(member, node=node)
             diagnosed.append(_diagnose_rank(history, member, prior.get(member.pid), hang_after_s))
-        missing += history[-1].job.missing_ranks
+        missing += jobs[node].missing_ranks
     diagnosed.sort(key=lambda d: (d.rank, d.member.node or ""))
     # The backend, the Flight Recorders and the clock are read from the node of the lowest rank (rank 0's).
-    lead = histories[diagnosed[0].member.node if diagnosed else with_job[0]]
+    lead_node = diagnosed[0].member.node if diagnosed else None  # (every rank here is tagged with its node)
+    lead = histories[lead_node if lead_node is not None else with_job[0]]
     return judge_ranks(lead, diagnosed, previous, missing=sorted(set(missing)), extra_evidence=extra_evidence)

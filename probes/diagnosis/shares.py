@@ -7,7 +7,7 @@ A verdict names the current window's majority; a checkpoint of 3 s every 18 s is
 costs a sixth of the run. This looks over the whole History window instead, from the main thread's sampled
 stacks: each sample counts for 1/rate seconds (the sampler's rate adapts), put in a phase by its activity
 (probes/diagnosis/stacks.py) or, for evaluation and logging, by an outer frame (is_evaluation, is_logging). A sample
-py-spy calls idle is waiting for the GPU where the GPU it runs on was busy in that frame (evidence.py
+py-spy calls idle is waiting for the GPU where the GPU it runs on was busy in that frame (gpu_summary.py
 waits_on_busy_gpu): a GPU-bound step blocks in CUDA synchronisations with the GIL released, and that is not idle.
 
 Pure: frames in, a TimeShares out, no clock reads. Summaries of a frame are memoised by its stacks' identity.
@@ -16,11 +16,14 @@ Pure: frames in, a TimeShares out, no clock reads. Summaries of a frame are memo
 from __future__ import annotations
 
 import weakref
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.diagnosis.evidence import main_pid_of, main_thread_counts, target_gpu_util_pct, waits_on_busy_gpu
+from probes.diagnosis.bottlenecks import FACTS_BY_NAME
+from probes.diagnosis.evidence import main_pid_of
+from probes.diagnosis.frame_stacks import main_thread_counts
+from probes.diagnosis.gpu_summary import target_gpu_util_pct, waits_on_busy_gpu
+from probes.diagnosis.phases import PHASE_WORDS, PHASES, Phase, phase_label
 from probes.diagnosis.stacks import (
     CHECKPOINT,
     COMMS,
@@ -40,20 +43,12 @@ from probes.monitoring.history import recent_frames
 
 SHARES_WINDOW_S = 120.0  # "the last minutes": long enough to hold several cycles of a periodic phase
 MAX_SHARES_FRAMES = 600  # bounds the walk whatever the tick
-PHASES = ("compute", "data", "checkpoint", "evaluation", "compile", "collectives", "logging", "gpu_wait", "idle")
-_PHASE_OF_ACTIVITY = {
+_PHASE_OF_ACTIVITY: dict[str, Phase] = {
     COMPUTE: "compute", DATA_WAIT: "data", DATA_PREP: "data", QUEUE_WAIT: "data", IO: "data",
     CHECKPOINT: "checkpoint", COMPILE: "compile", COMMS: "collectives", WAIT: "idle",
 }
 # Phases that recur are looked for among the ones a training step does not do every step.
-PERIODIC_PHASES = ("checkpoint", "evaluation", "compile", "logging", "data", "collectives")
-PHASE_WORDS = {
-    "compute": "computing", "data": "waiting for data", "checkpoint": "saving a checkpoint",
-    "evaluation": "evaluating", "compile": "compiling", "collectives": "in collectives", "logging": "logging",
-    "gpu_wait": "waiting for the GPU", "idle": "idle",
-}
-# A phase as a short label beside its share (the shares line, `gputop compare`'s rows), where its key is no word.
-PHASE_LABELS = {"gpu_wait": "GPU wait"}
+PERIODIC_PHASES: tuple[Phase, ...] = ("checkpoint", "evaluation", "compile", "logging", "data", "collectives")
 # A stack window shows a phase when this share of its samples is in it; the phase recurs when it shows in at
 # least RECURRING_EPISODES separate runs of windows, with windows without it between.
 EPISODE_SHARE = 0.1
@@ -68,16 +63,6 @@ RECURRING_EPISODES_OF = {"compile": 3}
 # no phase, or none), split the one 30 s compile of tests/fixtures/h200/gpt2xl_s1 into two runs "every 14 s".
 RECURRING_GAP_S = 3.0
 RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
-# Each verdict's fix removes the time of these phases, at most: 1 / (1 - their share) is the most it can win.
-_FIX_REMOVES: dict[str, tuple[tuple[str, ...], str]] = {
-    "data_bound": (("data",), "if the input pipeline kept up (it holds the step {pct} of the time)"),
-    "io_bound": (("data",), "if reads kept up (they hold the step {pct} of the time)"),
-    "checkpoint_save": (("checkpoint",), "if checkpoints were saved in the background (saving takes {pct} of the "
-                                         "time)"),
-    # Only a storm: a warm-up ends by itself, and the verdict promises nothing for it (Verdict.one_time_cost).
-    "compile_warmup": (("compile",), "if the recompiles stopped (compiling takes {pct} of the time)"),
-    "comms_bound": (("collectives",), "if collectives overlapped with compute (they take {pct} of the time)"),
-}
 MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
 
 
@@ -85,7 +70,7 @@ MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite sp
 class RecurringPhase:
     """A phase that comes back: its share of the window, its period, and how many times it was seen."""
 
-    phase: str
+    phase: Phase
     share: float
     period_s: float
     episodes: int
@@ -113,15 +98,10 @@ class MaxSpeedup:
 
 
 # (id of a frame's stacks, main PID, its GPU busy) -> seconds by phase
-_summaries: dict[tuple[int, int, bool], Counter] = {}
+_summaries: dict[tuple[int, int, bool], dict[Phase, float]] = {}
 
 
-def phase_label(phase: str) -> str:
-    """'GPU wait' for gpu_wait, the phase's own name otherwise."""
-    return PHASE_LABELS.get(phase, phase.replace("_", " "))
-
-
-def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
+def _phase_seconds(frame: Frame, main_pid: int) -> dict[Phase, float]:
     """Seconds of the main thread's samples in this frame, by phase (memoised while the frame lives)."""
     gpu_busy = waits_on_busy_gpu(frame, main_pid)
     # Unique while the stacks live, and the entry goes when they do; the GPU's part of the key because a job's
@@ -134,7 +114,7 @@ def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
     # looks again at 10 Hz when it moves); the asked-for rate where it was not measured.
     rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
     per_sample = 1.0 / rate if rate else 1.0
-    seconds: Counter = Counter()
+    seconds: dict[Phase, float] = {}
     for count in main_thread_counts(frame, main_pid):
         activity = classify_cached(count.frames, count.idle).activity
         phase = _PHASE_OF_ACTIVITY.get(activity, "compute")
@@ -144,7 +124,7 @@ def _phase_seconds(frame: Frame, main_pid: int) -> Counter:
             phase = "logging"
         if phase == "idle" and gpu_busy:
             phase = "gpu_wait"  # blocked while its GPU runs kernels: a CUDA synchronisation, not idleness
-        seconds[phase] += count.count * per_sample
+        seconds[phase] = seconds.get(phase, 0) + count.count * per_sample
     _summaries[key] = seconds
     weakref.finalize(frame.stacks, _summaries.pop, key, None)
     return seconds
@@ -159,13 +139,14 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
     if main_pid is None:
         main_pid = _watched_pid(frames[-1])
     per_frame = [(frame, _phase_seconds(frame, main_pid)) for frame in frames]
-    totals: Counter = Counter()
+    totals: dict[Phase, float] = {}
     for _, seconds in per_frame:
-        totals.update(seconds)
+        for phase, spent in seconds.items():
+            totals[phase] = spent + totals.get(phase, 0)
     total = sum(totals.values())
     if total <= 0:
         return None
-    shares = {phase: totals[phase] / total for phase in PHASES if totals[phase] > 0}
+    shares: dict[str, float] = {phase: totals[phase] / total for phase in PHASES if totals.get(phase, 0) > 0}
     span = frames[-1].time - (frames[0].time - frames[0].interval_s)
     return TimeShares(window_s=span, shares=shares, recurring=_recurring(per_frame, shares),
                       gpu_util_pct=target_gpu_util_pct(frames))
@@ -174,11 +155,12 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
 def _watched_pid(frame: Frame) -> int:
     """Whose main thread the shares follow: a distributed job's lowest rank here (the tree's root is its
     launcher, which only waits), else the training process."""
-    ranks = [p for p in frame.processes if p.rank is not None and p.alive]
-    return min(ranks, key=lambda p: p.rank).pid if ranks else main_pid_of(frame)
+    ranks = [(p.rank, p.pid) for p in frame.processes if p.rank is not None and p.alive]
+    return min(ranks, key=lambda rank_pid: rank_pid[0])[1] if ranks else main_pid_of(frame)
 
 
-def _recurring(per_frame: list[tuple[Frame, Counter]], shares: dict[str, float]) -> tuple[RecurringPhase, ...]:
+def _recurring(per_frame: list[tuple[Frame, dict[Phase, float]]],
+               shares: dict[str, float]) -> tuple[RecurringPhase, ...]:
     """Phases that show in separate runs of stack windows, RECURRING_GAP_S of other work at least between two
     runs: their starts give the period."""
     found = []
@@ -191,7 +173,7 @@ def _recurring(per_frame: list[tuple[Frame, Counter]], shares: dict[str, float])
             window = sum(seconds.values())
             if not window:
                 continue  # no window landed this tick: neither in the phase nor out of it
-            if seconds[phase] / window >= EPISODE_SHARE:
+            if seconds.get(phase, 0) / window >= EPISODE_SHARE:
                 if away >= RECURRING_GAP_S:
                     starts.append(frame.time)
                 away = 0.0
@@ -214,7 +196,8 @@ def _span(seconds: float) -> str:
 def recurring_lines(shares: TimeShares, bottleneck: Bottleneck) -> list[str]:
     """'also: saving a checkpoint 15% of the last 2 min, every ~18 s', for each recurring phase that is not
     the verdict's own."""
-    own = _FIX_REMOVES.get(bottleneck, ((),))[0]
+    facts = FACTS_BY_NAME.get(bottleneck)
+    own = facts.fix_removes.phases if facts is not None and facts.fix_removes is not None else ()
     return [f"also: {PHASE_WORDS[r.phase]} {_pct(r.share)} of the last {_span(shares.window_s)}, "
             f"every ~{r.period_s:.0f} s" for r in shares.recurring if r.phase not in own]
 
@@ -222,23 +205,24 @@ def recurring_lines(shares: TimeShares, bottleneck: Bottleneck) -> list[str]:
 def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup | None:
     """The most the verdict's fix can win, from the measured shares: a fix that removes a phase taking a share s
     of the time makes the run at most 1/(1-s) times faster. A busy GPU: what runs outside it (1 - util) is all
-    that anything else can win. None where the verdict's fix has no measured phase."""
-    if shares is None:
+    that anything else can win. None where the verdict's fix has no measured phase. What a bottleneck's fix
+    removes is its BottleneckFacts' (probes/diagnosis/rules/)."""
+    facts = FACTS_BY_NAME.get(bottleneck)
+    if shares is None or facts is None:
         return None
-    if bottleneck in ("gpu_bound", "gpu_throttled") and shares.gpu_util_pct is not None:
+    if facts.gpu_busy and shares.gpu_util_pct is not None:
         busy = max(1.0 - MAX_FIXABLE_SHARE, min(1.0, shares.gpu_util_pct / 100.0))
         return MaxSpeedup(1.0 / busy, f"nothing outside the GPU can win more than {_pct(1.0 / busy - 1.0)} "
                                       f"(it is busy {_pct(busy)} of the time)")
-    removes = _FIX_REMOVES.get(bottleneck)
+    removes = facts.fix_removes
     if removes is None:
         return None
-    phases, why = removes
-    share = min(MAX_FIXABLE_SHARE, shares.share(*phases))
+    share = min(MAX_FIXABLE_SHARE, shares.share(*removes.phases))
     if share <= 0:
         return None
     factor = 1.0 / (1.0 - share)
     times = f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
-    return MaxSpeedup(factor, f"up to {times}× faster " + why.format(pct=_pct(share)))
+    return MaxSpeedup(factor, f"up to {times}× faster " + removes.why.format(pct=_pct(share)))
 
 
 def shares_summary(shares: TimeShares) -> str:

@@ -15,33 +15,36 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
 
 from probes.frame import StackCount, StackFrame
 from probes.lru import LruCache
 from probes.sampling.stacks import frame_matches
 
-# Activities, most specific first: when one stack holds several markers, the first listed wins
-# (a collective inside a distributed checkpoint is the checkpoint; a socket read inside a DataLoader
-# fetch is I/O).
-COMPILE = "compile"
-CHECKPOINT = "checkpoint"
-COMMS = "comms"
-IO = "io"
-DATA_WAIT = "data_wait"  # the main thread waits for DataLoader workers
-DATA_PREP = "data_prep"  # the thread itself loads, decodes, tokenizes or collates samples
-QUEUE_WAIT = "queue_wait"  # blocked in a queue's get() outside the DataLoader
-WAIT = "wait"  # idle: sleeping, a lock, an event, a select
-COMPUTE = "compute"  # running (Python, or a native call under a Python line)
-ACTIVITIES = (COMPILE, CHECKPOINT, COMMS, IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT, WAIT, COMPUTE)
+# What a stack does, most specific first: when one stack holds several markers, the first listed wins (a
+# collective inside a distributed checkpoint is the checkpoint; a socket read inside a DataLoader fetch is I/O).
+# Declared once here; the names below are its members, and ACTIVITIES lists them in this order.
+Activity = Literal["compile", "checkpoint", "comms", "io", "data_wait", "data_prep", "queue_wait", "wait", "compute"]
+COMPILE: Final[Activity] = "compile"
+CHECKPOINT: Final[Activity] = "checkpoint"
+COMMS: Final[Activity] = "comms"
+IO: Final[Activity] = "io"
+DATA_WAIT: Final[Activity] = "data_wait"  # the main thread waits for DataLoader workers
+DATA_PREP: Final[Activity] = "data_prep"  # the thread itself loads, decodes, tokenizes or collates samples
+QUEUE_WAIT: Final[Activity] = "queue_wait"  # blocked in a queue's get() outside the DataLoader
+WAIT: Final[Activity] = "wait"  # idle: sleeping, a lock, an event, a select
+COMPUTE: Final[Activity] = "compute"  # running (Python, or a native call under a Python line)
+ACTIVITIES: tuple[Activity, ...] = get_args(Activity)
 
 # How a rank's main thread waits for the other ranks where no collective frame shows (classify_stack's
 # `peer_wait`): in a CPU (gloo) job, DDP's reducer waits inside backward; in a GPU job whose GPU spins (NCCL
 # kernels waiting for peers: util high, power low), the host waits at its next synchronisation.
-PEER_WAIT_BACKWARD = "backward"  # an idle backward is DDP's reducer waiting
+PeerWait = Literal["backward", "backward_quiet", "sync"]
+PEER_WAIT_BACKWARD: Final[PeerWait] = "backward"  # an idle backward is DDP's reducer waiting
 # The same, for a rank whose main thread barely wants a CPU: its backward samples are waits even where
 # py-spy caught the thread awake (its idle flag is the thread's state at one instant).
-PEER_WAIT_BACKWARD_QUIET = "backward_quiet"
-PEER_WAIT_SYNC = "sync"
+PEER_WAIT_BACKWARD_QUIET: Final[PeerWait] = "backward_quiet"
+PEER_WAIT_SYNC: Final[PeerWait] = "sync"
 
 # Frames inside these files mean torch.compile is compiling (not running compiled code, which goes
 # through eval_frame.py and the runtime wrappers instead).
@@ -258,7 +261,7 @@ def _is_queue_get(frame: StackFrame) -> bool:
 class StackActivity:
     """One stack, classified: what it does and the frame that says so."""
 
-    activity: str
+    activity: Activity
     responsible: StackFrame | None  # the marker frame (or the innermost frame for wait/compute)
     user_frame: StackFrame | None  # the innermost frame of the user's own code at or above it
 
@@ -267,7 +270,7 @@ def _innermost_user_frame(frames: Sequence[StackFrame], start: int) -> StackFram
     return next((f for f in frames[start:] if not is_library(f)), None)
 
 
-def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: str | None = None) -> StackActivity:
+def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: PeerWait | None = None) -> StackActivity:
     """Which activity a stack (innermost frame first) shows; `idle` is py-spy's judgement of the thread;
     `peer_wait` (PEER_WAIT_*), for a rank's main thread, where it also waits for the other ranks.
 
@@ -282,8 +285,8 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: str | No
     loop = next((i for i, f in enumerate(frames) if frame_matches(f, *_WORKER_LOOP)), None)
     if loop is not None:
         frames = frames[: loop + 1]
-    first: dict[str, int] = {}  # activity -> index of its innermost marker
-    last: dict[str, int] = {}  # activity -> index of its outermost marker
+    first: dict[Activity, int] = {}  # activity -> index of its innermost marker
+    last: dict[Activity, int] = {}  # activity -> index of its outermost marker
     # Code that runs while a module is imported (beneath importlib's frames) is not the phase its file names:
     # a rank importing torch._dynamo at start-up is not compiling. A compile that imports lazily still has
     # its entry point outside the import.
@@ -317,7 +320,7 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: str | No
     return StackActivity(WAIT if idle else COMPUTE, innermost, _innermost_user_frame(frames, 0))
 
 
-def _found(activity: str, frames: Sequence[StackFrame], index: int) -> StackActivity:
+def _found(activity: Activity, frames: Sequence[StackFrame], index: int) -> StackActivity:
     if activity == DATA_WAIT:  # name the DataLoader's entry, __next__, as people know it
         while index + 1 < len(frames) and frames[index + 1].file.endswith(_DATALOADER_FILE):
             index += 1
@@ -339,11 +342,11 @@ _MARKER_TESTS = (
 
 # Distinct stacks of a few windows; least recently used first, so that memory stays level (probes/lru.py).
 _CLASSIFY_CACHE_SIZE = 1024
-_classify_cache: LruCache[tuple[tuple[StackFrame, ...], bool, str | None], StackActivity] = LruCache(
+_classify_cache: LruCache[tuple[tuple[StackFrame, ...], bool, PeerWait | None], StackActivity] = LruCache(
     _CLASSIFY_CACHE_SIZE)
 
 
-def classify_cached(frames: tuple[StackFrame, ...], idle: bool, peer_wait: str | None = None) -> StackActivity:
+def classify_cached(frames: tuple[StackFrame, ...], idle: bool, peer_wait: PeerWait | None = None) -> StackActivity:
     """classify_stack, memoised: the same stacks come back tick after tick."""
     return _classify_cache.get_or_build((frames, idle, peer_wait), lambda: classify_stack(frames, idle, peer_wait))
 
@@ -353,11 +356,11 @@ class ThreadProfile:
     """One thread's (or a group of threads') samples over a window, by activity."""
 
     samples: int = 0
-    by_activity: Counter = field(default_factory=Counter)
+    by_activity: Counter[Activity] = field(default_factory=Counter)
     # activity -> Counter of (responsible frame, user frame) -> samples
-    where: dict[str, Counter] = field(default_factory=dict)
-    stacks: Counter = field(default_factory=Counter)  # exact stack -> samples
-    peer_wait: str | None = None  # a rank's main thread: how it waits for the others (classify_stack)
+    where: dict[Activity, Counter[tuple[StackFrame | None, StackFrame | None]]] = field(default_factory=dict)
+    stacks: Counter[tuple[StackFrame, ...]] = field(default_factory=Counter)  # exact stack -> samples
+    peer_wait: PeerWait | None = None  # a rank's main thread: how it waits for the others (classify_stack)
 
     def add(self, count: StackCount) -> None:
         classified = classify_cached(count.frames, count.idle, self.peer_wait)
@@ -367,12 +370,12 @@ class ThreadProfile:
             (classified.responsible, classified.user_frame)] += count.count
         self.stacks[count.frames] += count.count
 
-    def share(self, *activities: str) -> float:
+    def share(self, *activities: Activity) -> float:
         if not self.samples:
             return 0.0
         return sum(self.by_activity[a] for a in activities) / self.samples
 
-    def top(self, *activities: str) -> tuple[StackFrame | None, StackFrame | None, float]:
+    def top(self, *activities: Activity) -> tuple[StackFrame | None, StackFrame | None, float]:
         """(responsible frame, user frame, share of these activities' samples) of the commonest spot.
 
         Spots are grouped by function and file, lines aside (a hot loop spreads over several lines);

@@ -24,13 +24,14 @@ import math
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
-from probes.diagnosis.contention import contention, is_contention_text
+from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
 from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
+from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
 from probes.frame import Frame, Verdict
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
@@ -83,7 +84,7 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         confidence = _confidence(candidate, evidence, previous, latest.time)
         if candidate.held_over and previous is not None:
             confidence = previous.confidence  # neither grows nor decays on samples that are not its own
-        elif _holds(candidate, liveness, previous) and confidence < previous.confidence:
+        elif previous is not None and _holds(candidate, liveness, previous) and confidence < previous.confidence:
             step = 1.0 - math.exp(-latest.interval_s / CONFIDENCE_FALL_SECONDS)
             confidence = previous.confidence + step * (confidence - previous.confidence)
         thin = _thin(candidate, evidence, previous)
@@ -146,11 +147,11 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
             return held
         # The previous verdict's samples have aged out and too few new ones point elsewhere: keep it, and
         # say what is being held back.
-        kept = [line for line in previous.evidence
-                if not line.startswith(("holding:", "provisional:")) and not is_contention_text(line)]
-        kept.append(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point to "
-                    f"{winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict")
-        advice = [line for line in previous.advice if not is_contention_text(line)]
+        kept = without(previous.evidence, *THIN_EVIDENCE_NOTES, "contention")
+        kept.append(VerdictLine(f"holding: the latest {main_samples} sample{'s' if main_samples != 1 else ''} point "
+                                f"to {winner.bottleneck}, too few ({THIN_SAMPLES} needed) to change the verdict",
+                                "holding"))
+        advice = without(previous.advice, "contention")
         return Candidate(previous.bottleneck, previous.confidence, kept, advice, held_over=True,
                          one_time_cost=previous.one_time_cost)
     if held is None or winner.sustained:
@@ -186,12 +187,13 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
     """The rule's finding plus what qualifies it: thin evidence, and CPUs shared with other work."""
     lines, advice = list(candidate.evidence), list(candidate.advice)
     warmed_up = after_warmup_line(evidence) if candidate.bottleneck != "compile_warmup" else None
-    if warmed_up is not None and warmed_up not in lines:  # a held verdict keeps its lines
-        lines.append(warmed_up)  # when the steady state this verdict describes began
+    # A held verdict keeps its lines: the same line is not said twice.
+    if warmed_up is not None and not any(kind_of(line) == "after_warmup" and line == warmed_up for line in lines):
+        lines.append(VerdictLine(warmed_up, "after_warmup"))  # when the steady state this verdict describes began
     if thin:
         n = evidence.main.samples
-        lines.append(f"provisional: only {n} sample{'s' if n != 1 else ''} of the main thread so far "
-                     f"({THIN_SAMPLES} make a verdict)")
+        lines.append(VerdictLine(f"provisional: only {n} sample{'s' if n != 1 else ''} of the main thread so far "
+                                 f"({THIN_SAMPLES} make a verdict)", "provisional"))
     shared = contention(evidence) if _wants_cpu(candidate, evidence) else None
     if shared is not None:
         # Never before the rule's own first advice: in the first slot this generic line pushed the specific fix off

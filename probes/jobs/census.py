@@ -78,7 +78,8 @@ class JobSummary:
     def to_json(self, now: float) -> dict:
         document = asdict(self)
         document["gpus"] = list(self.gpus)
-        document["age_s"] = None if self.started_at is None else round(self.age_s(now), 1)
+        age_s = self.age_s(now)
+        document["age_s"] = None if age_s is None else round(age_s, 1)
         document["cpu_pct"] = None if self.cpu_pct is None else round(self.cpu_pct, 1)
         return document
 

@@ -2,7 +2,8 @@
 
 Launcher-neutral reading only: :class:`DistEnv` (the distributed variables a launcher gave a process),
 torch.distributed's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ..., which most launchers set), and single
-files of /proc read through probes/textfiles (environ, stat, comm) or psutil (cmdline, exe). Which launcher's
+files of /proc read through probes/textfiles (environ, stat, comm) or psutil (cmdline, exe), and for the model a
+job states on its command line (probes/models/job_command_line.py) its raw cmdline, cwd and stdout. Which launcher's
 variables a process carries is the launchers' business (probes/jobs/launchers/).
 """
 
@@ -131,6 +132,36 @@ def process_cmdline(pid: int) -> tuple[str, ...]:
         return tuple(psutil.Process(pid).cmdline())
     except psutil.Error:
         return ()
+
+
+def process_arguments(pid: int) -> list[str] | None:
+    """Its arguments byte for byte as /proc/PID/cmdline holds them (empty ones left out, what is not UTF-8
+    replaced), for readers that look for files in them; None when unreadable. Not process_cmdline: psutil splits
+    a command line the process rewrote at its spaces, which suits showing it, not opening what it names."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def process_cwd(pid: int) -> str | None:
+    """Its working directory (/proc/PID/cwd); None when it is gone or not ours to read."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def stdout_file(pid: int) -> str | None:
+    """The regular file its stdout writes to (/proc/PID/fd/1); None for a pipe, a terminal, or an fd not ours
+    to read."""
+    try:
+        path = os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None
 
 
 def process_executable(pid: int) -> str | None:

@@ -161,7 +161,7 @@ class WatchedTree:
             launcher_pid=launcher.pid if launcher is not None else (self.root_pid if self.root_pid not in pids
                                                                     else None),
             launchers=self.launchers_of(pids),
-            ranks=tuple((h.pid, h.env.rank) for h in ordered),
+            ranks=tuple((h.pid, h.env.rank) for h in ordered if h.env.rank is not None),  # all: rank heads
             run_id=_first_alive(heads, "run_id"),
             world_size=_first_alive(heads, "world_size"),
             local_world_size=(_first_alive(heads, "local_world_size")

@@ -12,6 +12,7 @@ import re
 from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
+from typing import cast
 
 from probes.logformats import (
     composer,
@@ -108,7 +109,8 @@ def format_named(name: LogFormat) -> FormatParser:
 def known_format(name: str | None) -> FormatParser | None:
     """The parser of a format name read back from a frame or a recording (which another version of gputop may
     have written), or None when this version has no such format."""
-    return _BY_NAME.get(name) if name is not None else None  # type: ignore[arg-type]: any str may be asked
+    # Any str may be asked: one that is no LogFormat of this version is simply not found.
+    return _BY_NAME.get(cast(LogFormat, name)) if name is not None else None
 
 
 def reported_format(line_format: LogFormat, seen: Collection[LogFormat]) -> LogFormat:

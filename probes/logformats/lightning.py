@@ -28,11 +28,11 @@ def parse(text: str) -> ProgressLine | None:
                             loss=tqdm.postfix_loss(text[rich.end():]))
     epoch_bar = _TQDM_EPOCH.match(text)
     bar = tqdm.BAR.search(text) if epoch_bar else None
-    if not bar:
+    if not epoch_bar or not bar:
         return None
     epoch, n = int(epoch_bar["epoch"]), int(bar["n"])
-    per_epoch = int(bar["total"]) if bar["total"] else None
-    return ProgressLine("lightning", iteration=epoch * per_epoch + n if per_epoch else n, epoch=float(epoch),
+    bar_total = int(bar["total"]) if bar["total"] else None
+    return ProgressLine("lightning", iteration=epoch * bar_total + n if bar_total else n, epoch=float(epoch),
                         seconds_per_iter=seconds_per_iter(bar["rate"], bar["unit"]),
                         loss=tqdm.postfix_loss(text[bar.end():]))
 

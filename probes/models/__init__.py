@@ -14,13 +14,17 @@ fixture of published parameter counts in tests/fixtures/models/ (tests/test_mode
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from dataclasses import Field
+from typing import Any, ClassVar, Protocol
 
 from probes.models import gpt2, llama, moe
 
 
 class ModelShape(Protocol):
     """What every family's shape (a frozen dataclass) offers the code that checks and prints it."""
+
+    # A dataclass's own mark: dataclasses.replace and asdict take any shape.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def problem(self) -> str | None:
         """Why this shape cannot be built, or None."""
@@ -35,17 +39,50 @@ class ModelShape(Protocol):
         """Tokens per sequence: tokens per iteration are batch × block_size × accumulation."""
         ...
 
+    @property
+    def vocab_size(self) -> int:
+        """Tokens the embedding and lm_head know: the probe's synthetic batch draws from them."""
+        ...
+
 
 class ModelFamily(Protocol):
-    """One architecture family: its shapes and what they cost per token."""
+    """One architecture family: its shapes and what they cost per token. Its data are read-only (a family sets
+    them as class attributes of its own, narrower types)."""
 
-    name: str  # short and unique, e.g. "gpt2"
-    description: str  # the architecture in one sentence, for docs/models.md
-    shape_type: type  # the family's ModelShape dataclass; family_of() finds a shape's family by it
-    presets: Mapping[str, Any]  # named shapes of shape_type; names are unique across families
-    formula: str  # FLOP per token in symbols, e.g. "6·N + 12·L·H·Q·T"
-    unsupported: tuple[str, ...]  # what its counts leave out or its shape cannot say, short phrases
-    hf_model_types: tuple[str, ...]  # the config.json "model_type" values from_hf_config reads
+    @property
+    def name(self) -> str:
+        """Short and unique, e.g. "gpt2"."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """The architecture in one sentence, for docs/models.md."""
+        ...
+
+    @property
+    def shape_type(self) -> type:
+        """The family's ModelShape dataclass; family_of() finds a shape's family by it."""
+        ...
+
+    @property
+    def presets(self) -> Mapping[str, Any]:
+        """Named shapes of shape_type; names are unique across families."""
+        ...
+
+    @property
+    def formula(self) -> str:
+        """FLOP per token in symbols, e.g. "6·N + 12·L·H·Q·T"."""
+        ...
+
+    @property
+    def unsupported(self) -> tuple[str, ...]:
+        """What its counts leave out or its shape cannot say, short phrases."""
+        ...
+
+    @property
+    def hf_model_types(self) -> tuple[str, ...]:
+        """The config.json "model_type" values from_hf_config reads."""
+        ...
 
     def params(self, shape: Any) -> int:
         """Parameters, counted the way the family's published figures count them (tests/fixtures/models/)."""

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from probes.models.convention import PrintedCount
 
-if TYPE_CHECKING:  # only for annotations: probes.models.mfu looks families up through this package
-    from probes.models.mfu import MfuEstimate
+if TYPE_CHECKING:  # only for annotations
     from probes.models.peaks import PeakFlops
 
 NANOGPT_PROMISED_FLOPS = 312e12  # hard-coded in nanoGPT's estimate_mfu: "A100 GPU bfloat16 peak flops"
@@ -104,7 +103,21 @@ def formula_with_values(shape: GptShape) -> str:
             f"12·{shape.n_layer}·{shape.n_head}·{shape.head_dim}·{shape.block_size}")
 
 
-def explain_nanogpt_mfu(reported_pct: float, estimate: MfuEstimate | None, gpu_name: str | None,
+class MeasuredMfu(Protocol):
+    """What explain_nanogpt_mfu reads of an estimate (probes.models.mfu.MfuEstimate is one). Named here rather
+    than imported: mfu.py finds each shape's family through probes.models, which imports this module."""
+
+    @property
+    def achieved_flops_per_s(self) -> float: ...
+
+    @property
+    def peak(self) -> PeakFlops | None: ...
+
+    @property
+    def mfu(self) -> float | None: ...
+
+
+def explain_nanogpt_mfu(reported_pct: float, estimate: MeasuredMfu | None, gpu_name: str | None,
                         peak: PeakFlops | None = None) -> list[str]:
     """Sentences that turn nanoGPT's printed mfu back into TFLOP/s and an MFU against the real peak: the
     estimate's, else `peak` (the GPU's, known where the model's shape is not)."""

@@ -94,7 +94,8 @@ def embedding_params(shape: AttentionShape) -> int:
 def attention_reach(shape: AttentionShape) -> int:
     """T of the attention term: the keys a query is counted against, the whole sequence, or the sliding window
     where it is narrower (never half of either: gputop counts the whole score matrix, convention.py)."""
-    return shape.sliding_window if shape.window_applies else shape.seq_len
+    window = shape.sliding_window
+    return window if window is not None and shape.window_applies else shape.seq_len
 
 
 def attention_score_flops(shape: AttentionShape) -> int:

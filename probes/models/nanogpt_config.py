@@ -12,8 +12,8 @@ else 50304. When the job's log has its parameter count, the vocabulary is solved
 out the position embeddings and counts the tied lm_head once: N = L·(12·d² + 2·d) + V·d + d without biases).
 Tokens per iteration follow train.py: gradient_accumulation_steps × batch_size × block_size (under DDP
 train.py divides the accumulation steps among the ranks, so the job's total stays this). The job may be
-started by torchrun: train.py is looked for anywhere on the command line. probes/models/stated.py reads the
-command line of a running job and asks this reader first.
+started by torchrun: train.py is looked for anywhere on the command line. probes/models/job_command_line.py reads
+the command line of a running job and asks this reader first.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import ast
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from probes.models.gpt2 import GptShape, count_params
 from probes.models.stated import StatedModel
@@ -47,7 +48,7 @@ def read_command_line(argv: Sequence[str], cwd: str, log_text: str | None = None
     script = is_nanogpt_train(argv, cwd)
     if script is None:
         return None
-    settings = dict(TRAIN_PY_DEFAULTS)
+    settings: dict[str, Any] = dict(TRAIN_PY_DEFAULTS)  # any literal a config file or an override sets
     stated = []
     for arg in argv[script + 1:]:
         if "=" not in arg:

@@ -200,7 +200,7 @@ def peak_flops(gpu_name: str | None, dtype: str) -> PeakFlops | None:
     """Dense peak FLOP/s for this GPU and dtype, or None when the GPU or its dtype path is unknown."""
     key = normalize_dtype(dtype)
     match = lookup_gpu(gpu_name)
-    if key is None or match is None:
+    if key is None or match is None or gpu_name is None:  # a match has a name
         return None
     tflops = match.entry.tflops(key)
     if tflops is None:

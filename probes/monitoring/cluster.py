@@ -24,16 +24,20 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from probes.diagnosis.job import diagnose_job_across_nodes, reserve_cached_ranks
+from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.diagnosis.rank_projection import reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable
 from probes.jobs.world import ranges_text, rank_ranges
-from probes.monitoring.monitor import Monitor, MonitorView, VerdictChange
+from probes.monitoring.monitor import Monitor
+from probes.monitoring.view import MonitorView, NodeStatus, VerdictChange
 from probes.outputs.recording import RECORDING_SCHEMA, Recorder
+from probes.outputs.snapshot import build_snapshot
+from probes.reference.baseline import ComparisonInputs
 
 LOST_AFTER_INTERVALS = 5  # a node silent this many ticks is lost (an agent writes a frame every tick)
 MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login node must not lose a node
@@ -45,40 +49,6 @@ STDERR_LINES_KEPT = 5
 SUMMARY_MIN_RANKS = 16
 MIN_GROUP = 3  # fewer agreeing ranks than this are shown one by one
 WAITING_SHARE = 0.5  # ranks on either side of this wait share never agree
-
-NodeState = Literal["waiting", "live", "lost"]
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """One node of the job as the merge sees it, for the per-node header line and the snapshot's `nodes`."""
-
-    name: str
-    state: NodeState
-    ranks: int = 0
-    last_frame_time: float | None = None  # Unix time of its latest frame
-    lost_at: float | None = None  # Unix time it was found lost
-    reason: str | None = None  # why it is lost (its stream ended, it went silent, what its agent said)
-    gpu_clock_mhz: float | None = None  # mean SM clock of the job's GPUs there
-    busy_cpu_share: float | None = None  # how busy its CPUs the job may run on are, by anyone (0..1)
-    bottleneck: str | None = None  # that node's own verdict, for the header line
-
-    def line(self) -> str:
-        """'n1: 2 ranks · GPUs 1980 MHz · CPUs 45% busy · idle', or 'n2: lost at 13:02:11 (its stream ended)'."""
-        if self.state == "lost":
-            at = time.strftime("%H:%M:%S", time.localtime(self.lost_at)) if self.lost_at is not None else "?"
-            return f"{self.name}: lost at {at}" + (f" ({self.reason})" if self.reason else "")
-        if self.state == "waiting":
-            return f"{self.name}: waiting for its agent's first frame"
-        parts = [f"{self.name}: {self.ranks} rank{'s' if self.ranks != 1 else ''}"]
-        if self.gpu_clock_mhz is not None:
-            parts.append(f"GPUs {self.gpu_clock_mhz:.0f} MHz")
-        if self.busy_cpu_share is not None:
-            parts.append(f"CPUs {100 * self.busy_cpu_share:.0f}% busy")
-        if self.bottleneck:
-            parts.append(self.bottleneck)
-        return " · ".join(parts)
-
 
 def node_document(status: NodeStatus) -> dict[str, Any]:
     """A node in the snapshot's `nodes` list."""
@@ -100,10 +70,10 @@ class _Node:
 
 
 class ClusterMonitor:
-    """Folds the frames of several nodes into one MonitorView; see the module docstring. Like Monitor: `ingest`,
-    `view`, `snapshot`, `close`, `record_problem`, so a front end can use either."""
+    """Folds the frames of several nodes into one MonitorView; see the module docstring. A MonitorProtocol
+    (probes/monitoring/view.py), as Monitor is, so a front end can use either."""
 
-    def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison=None,
+    def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
                  recorder: Recorder | None = None, replay: bool = False, interval_s: float = 1.0,
                  lost_after_s: float | None = None, expected_nodes: Sequence[str] = ()) -> None:
         self.hang_after_s = hang_after_s
@@ -182,12 +152,12 @@ class ClusterMonitor:
                 node.lost_at = node.last_heard + self.lost_after_s
                 node.reason = f"silent: no frame for {self.lost_after_s:.0f} s"
             node.pending = False
-        answering = {name: node for name, node in self.nodes.items()
-                     if node.lost_at is None and node.monitor.view is not None}
+        answering = {name: view for name, node in self.nodes.items()  # each answering node's latest view
+                     if node.lost_at is None and (view := node.monitor.view) is not None}
         self._statuses = tuple(self._status(name, node) for name, node in sorted(self.nodes.items()))
         if not answering:
             return self._view
-        histories = {name: node.monitor.view.frames for name, node in answering.items()}
+        histories = {name: view.frames for name, view in answering.items()}
         ranks = sum(s.ranks for s in self._statuses)
         if ranks > self._cache_ranks:  # every node's ranks diagnosed each round: keep all their summaries
             self._cache_ranks = ranks
@@ -195,26 +165,28 @@ class ClusterMonitor:
         said = _lost_lines(self._statuses) + _node_lines(self._statuses)
         self._job = diagnose_job_across_nodes(histories, self._job, self.hang_after_s, extra_evidence=said)
         lead_name = next((r.node for r in self._job.ranks if r.node in answering), None) if self._job else None
-        lead = answering[lead_name] if lead_name is not None else next(iter(answering.values()))
-        base = lead.monitor.view
+        base = answering[lead_name] if lead_name is not None else next(iter(answering.values()))  # the lead's
         verdict = self._job.verdict if self._job is not None else base.verdict
         pair = (verdict.bottleneck, verdict.liveness)
         if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
             self._timeline.append(VerdictChange(verdict.since if verdict.since is not None else now, *pair))
-        node_frames = {name: node.monitor.view.frames for name, node in answering.items()}
+        node_frames = {name: view.frames for name, view in answering.items()}
         self._view = dataclasses.replace(base, verdict=verdict, job=self._job, timeline=tuple(self._timeline),
                                          replay=self.replay, nodes=self._statuses, node_frames=node_frames)
         return self._view
 
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot document: the lead node's frames, the job verdict across nodes, and `nodes`."""
-        from probes.outputs.snapshot import build_snapshot
+    def settle(self, now: float) -> MonitorView | None:
+        """The last round at `now`, whichever node sent last (MonitorProtocol): a recording's end holds frames
+        of a round that ingest() has not merged."""
+        return self.merge(now=now)
 
+    def snapshot(self, partial: str | None = None) -> dict[str, Any]:
+        """The snapshot document: the lead node's frames, the job verdict across nodes, and `nodes`."""
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         view = self._view
         document = build_snapshot(view.frames, view.verdict, self.comparison, pace=view.pace, job=view.job,
-                                  shares=view.shares, cannot_see=view.cannot_see)
+                                  shares=view.shares, cannot_see=view.cannot_see, partial=partial)
         document["nodes"] = [node_document(s) for s in self._statuses]
         # target, processes, cpu, host, gpus and stacks are one node's (PIDs are each node's own): say whose.
         document["frames_node"] = view.latest.node
@@ -286,7 +258,7 @@ class RankGroup:
     def line(self) -> str:
         """'ranks 2–511 on n1..n256: comms_bound, waits 80–90%, like rank 1'."""
         waits = self.waits
-        said = self.like.verdict.bottleneck if self.like.verdict.liveness != "hung" else "hung"
+        said: str = self.like.verdict.bottleneck if self.like.verdict.liveness != "hung" else "hung"
         if waits is not None:
             said += f", waits {100 * waits[0]:.0f}%" + (f"–{100 * waits[1]:.0f}%" if waits[1] > waits[0] else "")
         where = f" on {self.nodes_text}" if self.nodes else ""
@@ -332,12 +304,12 @@ def _node_lines(statuses: Sequence[NodeStatus]) -> list[str]:
     """What sets a node apart from the others: GPUs that clock lower, CPUs that others' work takes."""
     live = [s for s in statuses if s.state == "live"]
     lines = []
-    clocked = [s for s in live if s.gpu_clock_mhz is not None]
+    clocked = [(s, s.gpu_clock_mhz) for s in live if s.gpu_clock_mhz is not None]
     if len(clocked) >= 2:
-        fastest = max(clocked, key=lambda s: s.gpu_clock_mhz)
-        for s in clocked:
-            if s.gpu_clock_mhz < SLOWER_CLOCK_SHARE * fastest.gpu_clock_mhz:
-                lines.append(f"{s.name}'s GPUs clock at {s.gpu_clock_mhz:.0f} MHz against {fastest.gpu_clock_mhz:.0f} "
+        fastest, fastest_mhz = max(clocked, key=lambda pair: pair[1])
+        for s, mhz in clocked:
+            if mhz < SLOWER_CLOCK_SHARE * fastest_mhz:
+                lines.append(f"{s.name}'s GPUs clock at {mhz:.0f} MHz against {fastest_mhz:.0f} "
                              f"MHz on {fastest.name}: its ranks run slower (power, heat or a clock limit there)")
     if len(live) >= 2:
         for s in live:
@@ -406,13 +378,15 @@ class AgentStreams:
     def _read(self, spec: AgentSpec, process: subprocess.Popen, stderr: threading.Thread) -> None:
         node = spec.node
         frames = 0
+        assert process.stdout is not None  # opened with PIPE
         for raw in process.stdout:
             self.bytes_read[spec.node] += len(raw)  # by the name it was started for: the one in specs
             frame = parse_frame_line(raw)
             if isinstance(frame, Frame):
                 if frame.node is None:
                     frame = dataclasses.replace(frame, node=node)
-                node = frame.node  # the agent's own name for its node wins over the one it was started for
+                else:  # the agent's own name for its node wins over the one it was started for
+                    node = frame.node
                 frames += 1
                 self._events.put(StreamEvent(node, frame=frame, heard_at=time.time(),
                                              started_as=spec.node if node != spec.node else None))
@@ -430,6 +404,7 @@ class AgentStreams:
         self._events.put(StreamEvent(node, ended=why, heard_at=time.time()))
 
     def _read_stderr(self, node: str, process: subprocess.Popen) -> None:
+        assert process.stderr is not None  # opened with PIPE
         for raw in process.stderr:
             line = raw.decode("utf-8", "replace").strip()
             if line:
@@ -445,13 +420,6 @@ class AgentStreams:
         except queue.Empty:
             pass
         return out
-
-    def stderr_of(self, node: str) -> list[str]:
-        return list(self._stderr.get(node, ()))
-
-    def stop_agent(self, index: int) -> None:
-        """Stop the index-th agent (a node lost mid-run, in tests)."""
-        self._processes[index].terminate()
 
     def close(self) -> None:
         """Stop every agent: closing its stdout ends it (it stops when its reader goes), then SIGTERM, SIGKILL."""
@@ -487,7 +455,7 @@ def parse_frame_line(raw: bytes | str) -> Frame | dict | None:
 
 
 def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Event, *, interval_s: float,
-              duration_s: float | None = None, on_view=None) -> None:
+              duration_s: float | None = None, on_view: Callable[[MonitorView], None] | None = None) -> None:
     """Read the streams and merge once an interval until `stop`, `duration_s`, or every stream has ended; then
     once more if anything came after the last round, so that the view written at the end (the snapshot) holds
     every frame the recording does."""

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import psutil
 
-from probes.frame import ROLE_DATALOADER_WORKER, ROLE_RANK, Frame, GpuReading, MonitorOverhead, StacksReading
+from probes.frame import (
+    ROLE_DATALOADER_WORKER,
+    ROLE_RANK,
+    Frame,
+    GpuReading,
+    MonitorOverhead,
+    ProcessSample,
+    Role,
+    StacksReading,
+)
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.tracker import JobTracker
 from probes.redact import redact_argv, redact_environ
 from probes.sampling.pyspy import StackSampler
 from probes.sampling.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
+from probes.sampling.tree_sampling import TreePart, TreeRoles
 from probes.sensors.cgroup import CgroupCpuProbe
 from probes.sensors.flight_recorder import FlightRecorderProbe
 from probes.sensors.hostcpu import HostCpuProbe
@@ -63,10 +73,10 @@ def phase_signals(processes) -> dict[int, PhaseSignals]:
     return signals
 
 
-def sampling_roles(processes) -> dict[int, tuple[str, int | None] | None]:
+def sampling_roles(processes) -> TreeRoles:
     """Each live process's part for the sampler's policy over the tree (probes/sampling/tree_sampling.py): a DataLoader
     worker of a known training process, a rank, or neither (it samples on its own)."""
-    roles: dict[int, tuple[str, int | None] | None] = {}
+    roles: dict[int, tuple[TreePart, int | None] | None] = {}
     for p in processes:
         if not p.alive:
             continue
@@ -105,10 +115,11 @@ class Engine:
         self._sampler: StackSampler | None = None
         if config.sample_stacks:
             if config.stack_rate_hz is not None:  # the user's rate holds still
-                rates = {"rate_hz": config.stack_rate_hz}
+                rate_hz, settled_rate_hz = config.stack_rate_hz, None
             else:  # look closely at first and whenever the picture moves, gently while it holds
-                rates = {"rate_hz": DEFAULT_RATE_HZ, "settled_rate_hz": SETTLED_RATE_HZ}
-            self._sampler = StackSampler(native=config.native, nonblocking=config.nonblocking, **rates)
+                rate_hz, settled_rate_hz = DEFAULT_RATE_HZ, SETTLED_RATE_HZ
+            self._sampler = StackSampler(rate_hz=rate_hz, native=config.native, nonblocking=config.nonblocking,
+                                         settled_rate_hz=settled_rate_hz)
         self._programs: dict[int, tuple[str, ...]] = {}  # each live process's command line, last tick
         self._me = psutil.Process()
         self._last_tick_end: float | None = None
@@ -116,9 +127,9 @@ class Engine:
 
     def tick(self) -> Frame:
         started = time.monotonic()
-        hints = {}
+        hints: dict[int, Role] = {}
         if self._sampler is not None:
-            hints = {pid: "dataloader_worker" for pid in self._sampler.worker_pids()}
+            hints = {pid: ROLE_DATALOADER_WORKER for pid in self._sampler.worker_pids()}
         target, processes = self._tree.read(role_hints=hints)
         job = None
         unsampled: set[int] = set()
@@ -127,7 +138,7 @@ class Engine:
             unsampled = self._jobs.unsampled_pids()
         live_pids = [p.pid for p in processes if p.alive and p.pid not in unsampled]
         if self._sampler is not None:
-            self._resample_new_programs(processes)
+            self._resample_new_programs(self._sampler, processes)
             self._sampler.set_targets(live_pids)
             self._sampler.set_roles(sampling_roles(processes))
             # Before collecting: when the cheap signals moved, the sampler ends its record windows now.
@@ -177,7 +188,7 @@ class Engine:
         """Dumps asked for that have not come yet, one line each."""
         return self._collectives.awaited_lines()
 
-    def _resample_new_programs(self, processes) -> None:
+    def _resample_new_programs(self, sampler: StackSampler, processes: Sequence[ProcessSample]) -> None:
         """A process whose command line changed ran a new program (exec keeps the PID): sample it afresh,
         so the old program's stacks do not linger under the new one and the new one is seen within ~1 s."""
         programs = {p.pid: p.cmdline or self._programs.get(p.pid, ()) for p in processes if p.alive}
@@ -185,7 +196,7 @@ class Engine:
             before = self._programs.get(pid)
             if before and cmdline and before != cmdline:
                 command = " ".join([cmdline[0].rsplit("/", 1)[-1], *cmdline[1:]])[:120]
-                self._sampler.restart([pid], f"PID {pid} now runs {command} (its command line changed, "
+                sampler.restart([pid], f"PID {pid} now runs {command} (its command line changed, "
                                              "as after an exec): its stacks start afresh")
         self._programs = programs
 

@@ -53,7 +53,7 @@ def recent_frames(frames: Sequence[Frame], seconds: float | None, limit: int | N
         return out
     recent = getattr(frames, "recent", None)
     if recent is not None:  # a view that finds the window without building every frame it looks at
-        return recent(seconds, limit)  # (probes/diagnosis/job.py's RankHistory)
+        return recent(seconds, limit)  # (probes/diagnosis/rank_projection.py's RankHistory)
     cutoff = None if seconds is None else frames[-1].time - seconds
     for index in range(len(frames) - 1, -1, -1):
         frame = frames[index]

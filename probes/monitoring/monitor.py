@@ -17,20 +17,22 @@ import dataclasses
 import gc
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
+from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
 from probes.doctor import Check, blind_spots
-from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, ProgressReading, Verdict
+from probes.frame import Frame, JobVerdict, ProgressReading, Verdict
 from probes.logformats import known_format
 from probes.monitoring.history import DEFAULT_HISTORY_FRAMES, History
+from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.outputs.recording import Recorder
+from probes.outputs.snapshot import build_snapshot
 from probes.reference.baseline import (
     ComparisonInputs,
-    ProgressComparison,
     compare_progress,
     mfu_percent,
     printed_percent,
@@ -42,10 +44,9 @@ TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace
 # CPython keeps freed tuples (up to 2000 of each length), dicts, lists and floats on free lists for reuse, and
 # empties them only in a full collection, which a process whose garbage all goes by reference counting seldom
-# runs (the first came 17 minutes into an hour's run). Each tick frees a frame's worth of objects leaving the
-# History, so the lists filled between those collections: tracemalloc counted 1,240 more blocks for each of
-# a frame's readings in minute 53 than in minute 20 with the same 600 frames alive, and the heap fell 1.5 MB at
-# once when a full collection came. One full collection a minute (tens of milliseconds) keeps them level.
+# runs. Each tick frees a frame's worth of objects leaving the History, so the lists fill between those
+# collections and the heap grows with the same frames alive. One full collection a minute keeps them level
+# (what it costs and what it saved: docs/benchmarks.md, "A full collection once a minute").
 FULL_COLLECTION_EVERY_S = 60.0
 _last_full_collection = time.monotonic()  # one clock for the process: the free lists are the interpreter's
 
@@ -67,89 +68,6 @@ def collect_now_and_then(now: float | None = None) -> bool:
 # process's stdout is a pipe, which file has no step lines) replaces the first where it has one.
 NO_LOG_HINT = "no pace: no log of the job's step lines found; --log PATH reads one"
 NO_LOG_IN_RECORDING = "no pace recorded (record with --log PATH for s/iter and MFU)"
-
-
-@dataclass(frozen=True)
-class VerdictChange:
-    """The verdict's (bottleneck, liveness) pair changed at `time` (Unix time)."""
-
-    time: float
-    bottleneck: Bottleneck
-    liveness: Liveness
-
-
-@dataclass(frozen=True)
-class Pace:
-    """The job's own pace, read from its log, and how it compares with the baseline and the peak."""
-
-    iteration: int | None = None
-    seconds_per_iter: float | None = None
-    recent_seconds_per_iter: tuple[float, ...] = ()  # one per new log reading, oldest first
-    tokens_per_s: float | None = None
-    reported_mfu_pct: float | None = None  # what the log printed
-    reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
-    comparison: ProgressComparison | None = None  # with --baseline / --model / --tokens-per-iter
-    gpu_name: str | None = None  # the target's GPU, whose peak the MFU is measured against
-    source: str | None = None  # the log file
-    format: str | None = None
-    log_of: str | None = None  # whose log it is when gputop chose it ("rank 0 (PID 4242)")
-    derived_from: str | None = None  # how seconds_per_iter was worked out when the log did not print it
-    printed_seconds_per_iter: float | None = None  # what the log printed, where the step counter overruled it
-    hint: str | None = None  # no pace: why, and how to get one
-
-
-@dataclass(frozen=True)
-class MonitorView:
-    """What the front ends render: one immutable picture per frame."""
-
-    frames: tuple[Frame, ...]  # the bounded history, oldest first
-    verdict: Verdict = field(default_factory=Verdict)
-    timeline: tuple[VerdictChange, ...] = ()  # oldest first
-    first_time: float | None = None  # time of the first frame ever seen (history may have dropped it)
-    replay: bool = False
-    pace: Pace | None = None
-    # A distributed job's verdict, each rank's beside it; None for a lone process. When set, `verdict` is
-    # the job's (job.verdict, with the pace line) and the timeline follows it.
-    job: JobVerdict | None = None
-    shares: TimeShares | None = None  # the main thread's time per phase over the last minutes
-    # What gputop cannot see now (probes/doctor.py: the frame's own blind spots and the checks made on attach),
-    # worst first: said in the header, on stderr when headless, and in the snapshot; never taken for a verdict.
-    cannot_see: tuple[Check, ...] = ()
-    # A job merged across nodes (probes/monitoring/cluster.py): each node's probes.monitoring.cluster.NodeStatus, lost
-    # ones included;
-    # () on a one-node run.
-    nodes: tuple[Any, ...] = ()
-    # A job merged across nodes: each answering node's own frames by node name ({} on a one-node run). `frames`
-    # are the lead node's; a front end that shows another node's rank shows that node's frames (PIDs are each
-    # node's own, so one node's PID means nothing in another's frames).
-    node_frames: dict[str, tuple[Frame, ...]] = field(default_factory=dict)
-
-    @property
-    def latest(self) -> Frame:
-        return self.frames[-1]
-
-    @property
-    def shown_frames(self) -> tuple[Frame, ...]:
-        """Frames up to the last one taken while the target lived: after it exits, the panes keep
-        showing what it was doing rather than an empty tree."""
-        return _up_to_last_alive(self.frames)
-
-    def shown_frames_on(self, node: str | None) -> tuple[Frame, ...]:
-        """shown_frames of one node of a job merged across nodes; the lead node's for None or a node that
-        sends no frames now (lost)."""
-        frames = self.node_frames.get(node) if node is not None else None
-        return _up_to_last_alive(frames) if frames else self.shown_frames
-
-    @property
-    def shown(self) -> Frame:
-        return self.shown_frames[-1]
-
-
-def _up_to_last_alive(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-    for index in range(len(frames) - 1, -1, -1):
-        if frames[index].target.alive:
-            return frames[: index + 1]
-    return frames
 
 
 def recording_meta(pid: int | None, hang_after_s: float, comparison: ComparisonInputs | None = None) -> dict[str, Any]:
@@ -217,11 +135,13 @@ class Monitor:
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
         return self._view
 
+    def settle(self, now: float) -> MonitorView | None:
+        """None: each frame is folded as it comes, so nothing waits (MonitorProtocol)."""
+        return None
+
     def snapshot(self, partial: str | None = None) -> dict[str, Any]:
         """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
         why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
-        from probes.outputs.snapshot import build_snapshot
-
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")
         return build_snapshot(self._view.frames, self._view.verdict, self.comparison, pace=self._view.pace,
@@ -270,8 +190,8 @@ class Monitor:
         )
 
 
-def fold(frames, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
-         replay: bool = True) -> Monitor:
+def fold(frames: Iterable[Frame], *, hang_after_s: float = DEFAULT_HANG_AFTER_S,
+         comparison: ComparisonInputs | None = None, replay: bool = True) -> Monitor:
     """A Monitor that has folded `frames` (a recording), in order."""
     monitor = Monitor(hang_after_s=hang_after_s, comparison=comparison, replay=replay)
     for frame in frames:
@@ -322,8 +242,8 @@ def _pace_words(verdict: Verdict, pace: Pace | None) -> list[str]:
     its step counter disagree, what the printed time is."""
     lines = []
     line = pace_line(pace)
-    if line is not None:
-        if verdict.bottleneck == "gpu_bound":
+    if line is not None and pace is not None and pace.comparison is not None:  # a line needs both
+        if FACTS_BY_NAME[verdict.bottleneck].kernels_bound:
             line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
                 else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
         lines.append(line)

@@ -17,8 +17,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from probes.frame import Frame
+
+if TYPE_CHECKING:  # at run time imported where one is made (watch)
+    from probes.monitoring.engine import Engine
 
 DEFAULT_FOLLOW_SCAN_S = 2.0  # how often --follow looks for new jobs
 
@@ -27,7 +31,7 @@ DEFAULT_FOLLOW_SCAN_S = 2.0  # how often --follow looks for new jobs
 class WatchedTarget:
     """One watched target: its engine, and why it is watched (for the log lines)."""
 
-    engine: object
+    engine: Engine
     why: str
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,16 +30,11 @@ from prometheus_client.core import (
 
 from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
-from probes.monitoring.monitor import MonitorView
+from probes.monitoring.view import MonitorView
+from probes.sensors.nvml import CLOCK_EVENT_REASONS
 
-JOB_FINDINGS: tuple[JobFinding, ...] = ("straggler", "hung_rank", "rank_exited", "shared", "mixed", "single",
-                                        "elsewhere")
-# The clock event reasons NVML names (probes/sensors/nvml.py): every one is a state of the state set, so a reason
-# that stops is a 0, not a series that vanishes.
-CLOCK_EVENT_REASONS = (
-    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown",
-    "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting", "board_limit", "reliability",
-)
+# The states of the job's finding, as probes/frame.py's vocabulary lists them.
+JOB_FINDINGS: tuple[JobFinding, ...] = typing.get_args(JobFinding)
 # torchrun's default when no --rdzv-id is given: not a name that tells one job from another.
 ANONYMOUS_RUN_IDS = ("", "none")
 
@@ -229,7 +225,8 @@ def _job_metrics(families: _Families, job: JobVerdict, frame: Frame, job_values:
     uuids = {device.index: device.uuid or "" for device in frame.gpu.devices}
     for rank in job.ranks:
         gpu = "" if rank.gpu_index is None else str(rank.gpu_index)
-        values = (*job_values, str(rank.rank), str(rank.pid), gpu, uuids.get(rank.gpu_index, ""))
+        uuid = "" if rank.gpu_index is None else uuids.get(rank.gpu_index, "")
+        values = (*job_values, str(rank.rank), str(rank.pid), gpu, uuid)
         _verdict_metrics(families, "gputop_rank", "One rank's own verdict", RANK_LABELS, values, rank.verdict)
         families.set("gputop_rank_collective_wait_ratio", "Share of the rank's main-thread samples spent waiting "
                      "in a collective, 0-1: the slowest rank waits least", RANK_LABELS, values,
@@ -281,6 +278,7 @@ def _gpu_metrics(families: _Families, device: GpuDevice, host: str) -> None:
     families.set("gputop_gpu_power_limit_watts", "The enforced power limit", GPU_LABELS, values, device.power_limit_w)
     if device.clock_event_reasons is not None:
         active = set(device.clock_event_reasons)
+        # Every reason NVML names is a state, so a reason that stops is a 0, not a series that vanishes.
         states = {reason: reason in active for reason in CLOCK_EVENT_REASONS}
         states.update({reason: True for reason in active if reason not in states})  # a bit NVML has no name for
         families.state_set("gputop_gpu_clock_event_reason", "Why the clocks are below their maximum (NVML clock "

@@ -14,21 +14,20 @@ import tempfile
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from probes import __version__
 from probes.diagnosis.collectives import collective_gaps, gap_line
-from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT, gil_summary
+from probes.diagnosis.gil import gil_summary
+from probes.diagnosis.gpu_summary import GPU_WAIT_UTIL_PCT
+from probes.diagnosis.shares import TimeShares
 from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
+from probes.monitoring.view import Pace
 from probes.reference.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.reference.pace_inputs import pace_inputs_document
 from probes.sampling.stacks import hot_frames
-
-if TYPE_CHECKING:
-    from probes.diagnosis.shares import TimeShares
-    from probes.monitoring.monitor import Pace
 
 SNAPSHOT_SCHEMA = "gputop.snapshot/1"
 HOT_FRAMES_LIMIT = 30

@@ -1,6 +1,6 @@
 """A recording's stack samples as a speedscope file (https://www.speedscope.app), to share what gputop saw.
 
-A live run gets its flame graph from py-spy itself (`--flamegraph FILE`, probes/pyspy.ProfileRecording); a
+A live run gets its flame graph from py-spy itself (`--flamegraph FILE`, probes/sampling/pyspy_binary.py); a
 recording holds only the samples gputop kept, grouped per tick (each frame's `stacks.counts`), and py-spy
 cannot read them back. speedscope's file format is data, not drawing: its "sampled" profile is a list of
 stacks (indices into one shared frame table, root first) with a weight each, which is what the counts are.
@@ -49,8 +49,8 @@ def speedscope_document(frames: Iterable[Frame], name: str, exporter: str) -> di
     for (pid, tid), counts in sorted(per_thread.items(), key=lambda item: -sum(c.count for c in item[1])):
         samples = [[index(f) for f in reversed(c.frames)] for c in counts]  # innermost first; speedscope: root first
         weights = [c.count for c in counts]
-        thread = thread_names.get((pid, tid)) or ("main thread" if tid == pid else f"thread {tid}")
-        profiles.append({"type": "sampled", "name": f"PID {pid} · {thread}", "unit": "none", "startValue": 0,
+        thread_label = thread_names.get((pid, tid)) or ("main thread" if tid == pid else f"thread {tid}")
+        profiles.append({"type": "sampled", "name": f"PID {pid} · {thread_label}", "unit": "none", "startValue": 0,
                          "endValue": sum(weights), "samples": samples, "weights": weights})
     return {"$schema": SPEEDSCOPE_SCHEMA, "shared": {"frames": shared}, "profiles": profiles, "name": name,
             "activeProfileIndex": 0, "exporter": exporter}

@@ -85,7 +85,9 @@ def baseline_from_data(data, path: str) -> ProbeResult:
         raise BaselineError(f"the baseline {path} has {problem}; {HOW_TO_WRITE}")
     try:
         # The shape's dataclass depends on the family, which from_jsonable cannot see: built here.
-        return dataclasses.replace(from_jsonable(ProbeResult, data), shape=_shape_type(data)(**data["shape"]))
+        shape_type = _shape_type(data)
+        assert shape_type is not None  # else _value_problem named the unknown family
+        return dataclasses.replace(from_jsonable(ProbeResult, data), shape=shape_type(**data["shape"]))
     except (TypeError, ValueError) as exc:  # e.g. a shape with missing or unknown fields
         raise BaselineError(f"the baseline {path} is malformed ({exc}); {HOW_TO_WRITE}") from None
 
@@ -340,6 +342,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
             lines.append(said + ("nothing in the step to win." if compute_bound >= NOTHING_TO_WIN_PCT else
                                  f"the input pipeline and other work outside the model cost ~{other:.0f}%."))
     elif other_model:
+        assert baseline is not None and inputs.shape is not None  # other_model compares the two
         lines.append(f"observed {_number(observed)} s/iter; the baseline was probed with {baseline.model} "
                      f"({baseline.shape.describe()}), not the job's model ({inputs.shape.describe()}): its step is "
                      "no reference for this job.")
@@ -360,7 +363,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         if gpu_name and gpu_name != baseline.device_name:
             lines.append(f"The baseline ran on {baseline.device_name}, the target on {gpu_name}: "
                          "the reference does not hold for this GPU.")
-        if baseline.other_load is not None and not baseline.other_load.clean:
+        if baseline.other_load is not None and not baseline.other_load.clean and baseline.other_load.note:
             # A reference timed beside other work is slower than the machine's own: the job looks better than it is.
             lines.append("The baseline was timed beside other work: "
                          f"{baseline.other_load.note.removeprefix('not a clean baseline: ')}.")
@@ -380,7 +383,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     # (gputop's convention) over 312 TFLOP/s, so re-based to the GPU's real peak it is the MFU, on nanoGPT's count.
     rebased_peak = _peak(inputs, gpu_name) if estimate is None and progress.format == "nanogpt" \
         and reported is not None and reported > 0 else None
-    if rebased_peak is not None:
+    if rebased_peak is not None and reported is not None:
         corrected = reported / 100.0 * NANOGPT_PROMISED_FLOPS / rebased_peak.flops_per_s * 100.0
         lines.append(f"MFU {corrected:.1f}% by nanoGPT's own FLOP count: the log's {printed_percent(reported)}% × "
                      f"{NANOGPT_PROMISED_FLOPS / 1e12:.0f} / {rebased_peak.flops_per_s / 1e12:.1f} TFLOP/s, "
@@ -393,6 +396,8 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         elif baseline is None or tokens:  # else the first line has said to pass --tokens-per-iter
             lines.append("Pass --tokens-per-iter N (and --model, or --baseline) for tokens/s and the MFU.")
     elif corrected is not None:
+        # corrected is the estimate's MFU, made from the shape and a peak
+        assert estimate.peak is not None and inputs.shape is not None
         lines.append(f"Corrected MFU {corrected:.1f}% ({_flops(estimate.achieved_flops_per_s)} of "
                      f"{inputs.peak.gpu or gpu or 'the GPU'}'s {_flops(estimate.peak.flops_per_s)} "
                      f"{estimate.peak.dtype} dense peak){printed}.")
@@ -406,6 +411,9 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         disagree = corrected is not None and not MFU_AGREEMENT[0] <= reported / corrected <= MFU_AGREEMENT[1]
         if progress.format != "nanogpt":  # the divide-by-312 story is nanoGPT's alone
             if disagree:
+                # corrected is the estimate's MFU here (only nanoGPT's is re-based): made from the shape and a peak
+                assert corrected is not None and estimate is not None and estimate.peak is not None \
+                    and inputs.shape is not None
                 lines.append(_why_the_logs_mfu_differs(reported, corrected, inputs.shape, estimate.peak,
                                                        progress.format))
         elif disagree or (corrected is None and reported > 100):
@@ -435,7 +443,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         model=inputs.model,
         flops_per_token=per_token,
         achieved_flops_per_s=estimate.achieved_flops_per_s if estimate is not None else
-        reported / 100.0 * NANOGPT_PROMISED_FLOPS if rebased_peak is not None else None,
+        reported / 100.0 * NANOGPT_PROMISED_FLOPS if rebased_peak is not None and reported is not None else None,
         peak_flops_per_s=peak.flops_per_s if peak is not None else None,
         peak_dtype=peak.dtype if peak is not None else None,
         peak_source=peak.source if peak is not None else None,
@@ -519,10 +527,3 @@ def _printed_tflops_line(printed: float, estimate: MfuEstimate | None, log_forma
                 f"one GPU's (give one GPU's share for a per-GPU MFU).")
     return (f"{said}: gputop's {ours:.1f} TFLOP/s{counted} is {ratio:.2g}× as much; check the shape and the "
             f"{estimate.tokens_per_iter:,} tokens per iteration given to gputop.")
-
-
-def comparison_lines(progress: ProgressReading | None, inputs: ComparisonInputs | None,
-                     gpu_name: str | None = None) -> tuple[str, ...]:
-    """compare_progress's sentences, () when there is nothing to say: what a progress pane shows."""
-    comparison = compare_progress(progress, inputs, gpu_name)
-    return comparison.lines if comparison is not None else ()

@@ -6,10 +6,10 @@ step time is the compute the model costs here; a training job that takes much lo
 the same shape loses the difference elsewhere (input pipeline, host, collectives).
 
 The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/models/) to its torch
-module, nanoGPT's GPT here (our own implementation, same module names and initialisation) and the
-Llama-shaped decoder in probes/reference/llama_probe_model.py, and the mixture of experts built on it in
-probes/reference/moe_probe_model.py (its experts in a plain loop). Every family in probes/models has a builder
-(tests/test_llama_probe.py checks).
+module: nanoGPT's GPT in probes/reference/gpt_probe_model.py (our own implementation, same module names and
+initialisation), the Llama-shaped decoder in probes/reference/llama_probe_model.py, and the mixture of experts
+built on it in probes/reference/moe_probe_model.py (its experts in a plain loop). Every family in probes/models
+has a builder (tests/test_llama_probe.py checks).
 
 ``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
 forward and backward by FLOP per token (the family's own count, so the embedding and lm_head are counted
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from probes.models import ModelShape, family_of
-from probes.models.gpt2 import GptShape
 from probes.models.llama import LlamaShape
 from probes.models.moe import MoeShape
 from probes.models.peaks import peak_flops, user_peak
+from probes.reference.gpt_probe_model import gpt_class
 from probes.reference.llama_probe_model import llama_class
 from probes.reference.moe_probe_model import moe_class
 from probes.reference.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
@@ -147,9 +147,8 @@ class ProbeResult:
     peak_memory_bytes: int | None  # CUDA max_memory_allocated; None on the CPU
     losses: tuple[float, ...]  # every step's loss, warm-up included
     schema: str = PROBE_SCHEMA
-    # The other load before, during and after the timed steps (probes/reference/probe_load.py); its `clean` False says
-    # the
-    # figure is not this machine's quiet baseline. None in results written before it was measured.
+    # The other load before, during and after the timed steps (probes/reference/probe_load.py); its `clean` False
+    # says the figure is not this machine's quiet baseline. None in results written before it was measured.
     other_load: ProbeLoad | None = None
     family: str = "gpt2"  # probes/models' family name (results written before there were others are GPT)
     scaled_from_layers: int | None = None  # layers built and timed when the times are scaled to the shape's
@@ -162,106 +161,6 @@ def torch_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-@functools.cache
-def gpt_class():
-    """nanoGPT's GPT as an nn.Module class, built on first use so that importing this module needs no torch."""
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-
-    class LayerNorm(nn.Module):
-        # nn.LayerNorm cannot drop its bias; nanoGPT trains without biases.
-        def __init__(self, ndim: int, bias: bool):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(ndim))
-            self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-        def forward(self, x):
-            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, shape: GptShape):
-            super().__init__()
-            self.c_attn = nn.Linear(shape.n_embd, 3 * shape.n_embd, bias=shape.bias)
-            self.c_proj = nn.Linear(shape.n_embd, shape.n_embd, bias=shape.bias)
-            self.n_head = shape.n_head
-            self.n_embd = shape.n_embd
-
-        def forward(self, x):
-            batch, seq, channels = x.size()
-            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-            heads = (batch, seq, self.n_head, channels // self.n_head)
-            q, k, v = (t.view(heads).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
-            return self.c_proj(y.transpose(1, 2).contiguous().view(batch, seq, channels))
-
-    class MLP(nn.Module):
-        def __init__(self, shape: GptShape):
-            super().__init__()
-            self.c_fc = nn.Linear(shape.n_embd, 4 * shape.n_embd, bias=shape.bias)
-            self.gelu = nn.GELU()
-            self.c_proj = nn.Linear(4 * shape.n_embd, shape.n_embd, bias=shape.bias)
-
-        def forward(self, x):
-            return self.c_proj(self.gelu(self.c_fc(x)))
-
-    class Block(nn.Module):
-        def __init__(self, shape: GptShape):
-            super().__init__()
-            self.ln_1 = LayerNorm(shape.n_embd, shape.bias)
-            self.attn = CausalSelfAttention(shape)
-            self.ln_2 = LayerNorm(shape.n_embd, shape.bias)
-            self.mlp = MLP(shape)
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT(nn.Module):
-        def __init__(self, shape: GptShape):
-            super().__init__()
-            self.shape = shape
-            self.transformer = nn.ModuleDict({
-                "wte": nn.Embedding(shape.vocab_size, shape.n_embd),
-                "wpe": nn.Embedding(shape.block_size, shape.n_embd),
-                "h": nn.ModuleList([Block(shape) for _ in range(shape.n_layer)]),
-                "ln_f": LayerNorm(shape.n_embd, shape.bias),
-            })
-            self.lm_head = nn.Linear(shape.n_embd, shape.vocab_size, bias=False)
-            self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
-            self.apply(self._init_weights)
-            for name, param in self.named_parameters():
-                if name.endswith("c_proj.weight"):  # GPT-2's scaled init of residual projections
-                    torch.nn.init.normal_(param, mean=0.0, std=0.02 / (2 * shape.n_layer) ** 0.5)
-
-        @staticmethod
-        def _init_weights(module):
-            if isinstance(module, nn.Linear):
-                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-                if module.bias is not None:
-                    torch.nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-        def num_params(self, non_embedding: bool = True) -> int:
-            total = sum(p.numel() for p in self.parameters())
-            if non_embedding:
-                total -= self.transformer.wpe.weight.numel()
-            return total
-
-        def forward(self, idx, targets):
-            _, seq = idx.size()
-            pos = torch.arange(0, seq, dtype=torch.long, device=idx.device)
-            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-            for block in self.transformer.h:
-                x = block(x)
-            logits = self.lm_head(self.transformer.ln_f(x))
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-            return logits, loss
-
-    return GPT
 
 
 def _rotary_problem(shape: LlamaShape | MoeShape) -> str | None:
@@ -709,7 +608,7 @@ def run_probe(config: ProbeConfig, say: Callable[[str], None] | None = None,
             return result
         watch.after()
         load = watch.result()
-        if not load.clean:
+        if not load.clean and load.note is not None:  # a load that is not clean always says why
             say(load.note)
         return dataclasses.replace(result, other_load=load)
     # Outside the except block, so the failed step's tensors (held by the traceback) can be freed.

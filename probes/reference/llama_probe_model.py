@@ -18,6 +18,7 @@ torch is imported inside ``llama_class`` only: gputop's monitor must work withou
 from __future__ import annotations
 
 import functools
+from typing import ClassVar
 
 from probes.models.llama import LlamaShape
 
@@ -55,7 +56,7 @@ def llama_class():
             q = self.q_proj(x).view(batch, seq, shape.num_heads, shape.head_dim)
             k = self.k_proj(x).view(batch, seq, shape.num_kv_heads, shape.head_dim)
             v = self.v_proj(x).view(batch, seq, shape.num_kv_heads, shape.head_dim)
-            if self.q_norm is not None:
+            if self.q_norm is not None and self.k_norm is not None:  # both or neither (shape.qk_norm)
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             q = q * cos + rotate_half(q) * sin
@@ -91,6 +92,8 @@ def llama_class():
             return x + self.mlp(self.post_attention_layernorm(x))
 
     class LlamaModel(nn.Module):
+        GatedMlp: ClassVar[type[nn.Module]]  # the SwiGLU MLP, set once the class is built
+
         def __init__(self, shape: LlamaShape):
             super().__init__()
             self.shape = shape

@@ -165,11 +165,16 @@ def _shape(document: Mapping[str, Any], unread: list[str]) -> ModelShape | None:
 def _peak(peak: Any) -> PeakOptions:
     if not isinstance(peak, Mapping):
         return PeakOptions()
-    tflops = peak.get("tflops")
-    usable = isinstance(tflops, (int, float)) and not isinstance(tflops, bool) and math.isfinite(tflops) and tflops > 0
     dtype = peak.get("dtype")
-    return PeakOptions(gpu=_text(peak.get("gpu")), tflops=float(tflops) if usable else None,
+    return PeakOptions(gpu=_text(peak.get("gpu")), tflops=_positive_number(peak.get("tflops")),
                        dtype=dtype if dtype in DTYPES else None)
+
+
+def _positive_number(value: Any) -> float | None:
+    """A finite number above zero (a bool is none), as a float; else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
 
 
 def _text(value: Any) -> str | None:

@@ -87,7 +87,10 @@ class LoadWatch:
         self.gpu_uuid: str | None = None  # the probe's device, once known: only its other processes count
         self._gpu_reason: str | None = None if gpu else "a CPU probe"
         self.on_cpu = not gpu
-        self._before = self._during = self._after = None
+        # CPUs' worth other processes used before, during and after the timed steps (ProbeLoad's figures)
+        self._before: float | None = None
+        self._during: float | None = None
+        self._after: float | None = None
         self._allowed: int | None = None
         self._timing: tuple[float, float] | None = None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from functools import partial
 
 from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
@@ -73,7 +74,7 @@ def _parse_stack(parts: list[str], native_sampling: bool) -> tuple[StackFrame, .
     """The frames of one raw stack (its ';'-separated parts, outermost first), innermost first, shared with
     every earlier window that printed the same stack."""
     return _shared_stack(tuple(
-        _shared_frames.get_or_build((part, native_sampling), lambda part=part: _parse_frame(part, native_sampling))
+        _shared_frames.get_or_build((part, native_sampling), partial(_parse_frame, part, native_sampling))
         for part in reversed(parts)))
 
 
@@ -81,7 +82,7 @@ def _dump_stack(frames: Sequence[dict]) -> tuple[StackFrame, ...]:
     """The frames of one thread of a ``py-spy dump --json``, innermost first as py-spy lists them, shared with
     every earlier dump and window that saw the same stack."""
     places = ((f.get("name", ""), f.get("filename", ""), int(f.get("line") or 0)) for f in frames)
-    return _shared_stack(tuple(_shared_frames.get_or_build(place, lambda place=place: StackFrame(*place))
+    return _shared_stack(tuple(_shared_frames.get_or_build(place, partial(StackFrame, *place))
                                for place in places))
 
 

@@ -71,9 +71,16 @@ def frame_matches(frame: StackFrame, function: str, file_suffix: str | None = No
 
 
 class _Sampled(Protocol):
-    pid: int
-    tid: int
-    idle: bool
+    """A sample of one thread: read-only here, so frozen records (StackCount) qualify."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def tid(self) -> int: ...
+
+    @property
+    def idle(self) -> bool: ...
 
 
 SampledT = TypeVar("SampledT", bound=_Sampled)

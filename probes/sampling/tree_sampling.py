@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 # A worker's turn: one window of this length at the settled rate (1 Hz: probes/sampling_policy.SETTLED_RATE_HZ),
 # whatever its own policy would plan: its siblings' windows already showed what it runs, so it need not be looked
@@ -72,9 +73,16 @@ def rank_rest_windows(agreeing_ranks: int) -> int:
     return max(1, -(-agreeing_ranks // RANK_WINDOWS_AT_ONCE) - 1)
 
 
+# A process's part in the tree's policy: a DataLoader worker of a known training process, or a rank.
+TreePart = Literal["worker", "rank"]
+# What the engine says each tick: each process's part, with a worker's training process (None for a rank), or None
+# (it samples on its own).
+TreeRoles = Mapping[int, tuple[TreePart, int | None] | None]
+
+
 @dataclass
 class _Member:
-    role: str | None = None  # "worker" or "rank"; None: samples on its own
+    role: TreePart | None = None  # None: samples on its own
     owner: int | None = None  # a worker's training process
     picture: Hashable | None = None  # the dominant position of its latest finished window
     seen: bool = False  # a window of it has finished
@@ -109,7 +117,7 @@ class TreeSamplingPolicy:
 
     # --- what the engine says -----------------------------------------------------------------------------
 
-    def set_roles(self, roles: Mapping[int, tuple[str, int | None] | None]) -> None:
+    def set_roles(self, roles: TreeRoles) -> None:
         """Each process's part: ("worker", its training process's pid), ("rank", None), or None (on its own).
         Processes not named are forgotten."""
         gone = [p for p in self._members if p not in roles]
@@ -254,8 +262,9 @@ class TreeSamplingPolicy:
         return len(self.rotating(owner)) * max(turn_s + self.turn_rest_s, shared)
 
     def _worker_wait_s(self, pid: int, member: _Member, now: float, dump: bool = False) -> float:
-        rotating = self.rotating(member.owner)
-        if pid not in rotating:
+        owner = member.owner
+        rotating = self.rotating(owner)
+        if owner is None or pid not in rotating:  # a worker of no known owner never rotates
             return 0.0
         if any(self._members[p].in_window for p in rotating if p != pid):
             return POLL_S  # a sibling has the turn
@@ -268,12 +277,12 @@ class TreeSamplingPolicy:
             return POLL_S
         if dump:  # a rotating worker's rare dump (ROTATING_DUMP_EVERY_S) takes none of the tree's turns
             return 0.0
-        wait_s = self._node_turn_wait_s(member.owner, now)
+        wait_s = self._node_turn_wait_s(owner, now)
         if wait_s <= 0:
             member.turn_granted_at = now
         return wait_s
 
-    def _node_turn_wait_s(self, owner: int | None, now: float) -> float:
+    def _node_turn_wait_s(self, owner: int, now: float) -> float:
         """0 when ``owner``'s next worker may take one of the tree's ``node_turns`` now (first come, first
         served among the training processes waiting), else POLL_S. A waiting owner that stops asking (its
         rotation ended, a worker was called up) leaves the queue after two polls."""

@@ -29,6 +29,18 @@ class _Mount:
 
 
 @dataclass(frozen=True)
+class _Place:
+    """Where a mount shows a cgroup: the mount, and the cgroup's path relative to what it shows."""
+
+    mount: _Mount
+    relative: str
+
+    @property
+    def directory(self) -> str:
+        return _join(self.mount.directory, self.relative)
+
+
+@dataclass(frozen=True)
 class _Location:
     """Where the target's CPU controller files are."""
 
@@ -170,7 +182,7 @@ class CgroupCpuProbe:
         root = self._sys_root
         if os.path.exists(os.path.join(root, "cgroup.controllers")):
             return [_Mount("/", root, "v2", frozenset())]
-        mounts = []
+        mounts: list[_Mount] = []
         for name in ("cpu,cpuacct", "cpu", "cpuacct"):
             directory = os.path.join(root, name)
             if os.path.isdir(directory) and not any(os.path.samefile(directory, m.directory) for m in mounts):
@@ -192,15 +204,15 @@ class CgroupCpuProbe:
             return path[len(mount.root) :]
         return None
 
-    def _place(self, mounts: list[_Mount], version: str, controller: str | None, path: str):
-        """(mount, relative path) for the first mount of that kind that shows `path`."""
+    def _place(self, mounts: list[_Mount], version: str, controller: str | None, path: str) -> _Place | None:
+        """Where the first mount of that kind shows `path`; None when none does."""
         for mount in mounts:
             if mount.version != version or (controller and controller not in mount.controllers):
                 continue
             relative = self._relative(mount, path)
             if relative is not None:
-                return mount, relative
-        return None, None
+                return _Place(mount, relative)
+        return None
 
     def _locate(self) -> tuple[_Location | None, str | None]:
         cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
@@ -214,34 +226,30 @@ class CgroupCpuProbe:
         v2_path = next((path for controllers, path in entries if not controllers), None)
         v1_paths = {c: path for controllers, path in entries for c in controllers}
 
-        v2_mount = v2_relative = pressure_dir = None
-        if v2_path is not None:
-            v2_mount, v2_relative = self._place(mounts, "v2", None, v2_path)
-            if v2_mount is not None:
-                pressure_dir = _join(v2_mount.directory, v2_relative)
+        v2 = None if v2_path is None else self._place(mounts, "v2", None, v2_path)
+        pressure_dir = None if v2 is None else v2.directory
 
         if "cpu" in v1_paths:
-            cpu_mount, relative = self._place(mounts, "v1", "cpu", v1_paths["cpu"])
-            if cpu_mount is None:
+            cpu = self._place(mounts, "v1", "cpu", v1_paths["cpu"])
+            if cpu is None:
                 return (
                     None,
                     f"the target's v1 cpu cgroup {v1_paths['cpu']} is not mounted where we can see it",
                 )
-            cpu_dir = _join(cpu_mount.directory, relative)
             usage_dir = None
             # cpuacct.usage speaks for the quota's cgroup only when both name the same group, and the
             # host's root group counts the whole machine, which is no measure of the target.
-            host_root = relative == "/" and cpu_mount.root == "/"
+            host_root = cpu.relative == "/" and cpu.mount.root == "/"
             if v1_paths.get("cpuacct") == v1_paths["cpu"] and not host_root:
-                acct_mount, acct_relative = self._place(mounts, "v1", "cpuacct", v1_paths["cpuacct"])
-                if acct_mount is not None:
-                    usage_dir = _join(acct_mount.directory, acct_relative)
-            location = _Location("v1", relative, cpu_dir, cpu_mount.directory, usage_dir, pressure_dir)
-        elif v2_mount is not None:
+                acct = self._place(mounts, "v1", "cpuacct", v1_paths["cpuacct"])
+                if acct is not None:
+                    usage_dir = acct.directory
+            location = _Location("v1", cpu.relative, cpu.directory, cpu.mount.directory, usage_dir, pressure_dir)
+        elif v2 is not None:
             # Only the host's root group lacks cpu.max; a container's root (cgroup namespace) has one.
-            host_root = v2_relative == "/" and not os.path.exists(os.path.join(pressure_dir, "cpu.max"))
-            usage_dir = None if host_root else pressure_dir
-            location = _Location("v2", v2_relative, pressure_dir, v2_mount.directory, usage_dir, pressure_dir)
+            host_root = v2.relative == "/" and not os.path.exists(os.path.join(v2.directory, "cpu.max"))
+            usage_dir = None if host_root else v2.directory
+            location = _Location("v2", v2.relative, v2.directory, v2.mount.directory, usage_dir, v2.directory)
         else:
             return None, "no cgroup cpu controller found for the target (neither v1 cpu nor a cgroup2 mount)"
         self._location = location
@@ -427,7 +435,8 @@ def _rate(before: float | None, after: float | None, elapsed: float) -> float | 
 
 
 def _throttled_fraction(previous: _Counters, current: _Counters) -> float | None:
-    if None in (previous.nr_periods, current.nr_periods, previous.nr_throttled, current.nr_throttled):
+    if (previous.nr_periods is None or current.nr_periods is None
+            or previous.nr_throttled is None or current.nr_throttled is None):
         return None
     periods = current.nr_periods - previous.nr_periods
     throttled = current.nr_throttled - previous.nr_throttled

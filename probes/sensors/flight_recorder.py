@@ -36,8 +36,9 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from probes.frame import (
     ROLE_MAIN,
@@ -233,7 +234,7 @@ def parse_trace(dump: Mapping) -> tuple[GroupCollectives, ...]:
     for entry in entries if isinstance(entries, (list, tuple)) else ():
         if not isinstance(entry, Mapping) or entry.get("is_p2p") or not entry.get("collective_seq_id"):
             continue
-        process_group = entry.get("process_group") or ()
+        process_group: Sequence[Any] = entry.get("process_group") or ()
         name = str(process_group[0]) if len(process_group) > 0 else str(entry.get("pg_id", "?"))
         desc = str(process_group[1]) if len(process_group) > 1 else None
         group = groups.setdefault(name, {"desc": desc, "records": []})
@@ -245,7 +246,8 @@ def parse_trace(dump: Mapping) -> tuple[GroupCollectives, ...]:
     result = []
     for name, group in groups.items():
         records = sorted(group["records"], key=lambda r: r.seq)
-        status = statuses.get(name) if isinstance(statuses.get(name), Mapping) else {}
+        found = statuses.get(name)
+        status: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         entered = _highest(records[-1].seq if records else None, _status_number(status, "last_enqueued_collective"))
         completed = _highest(max((r.seq for r in records if r.completed), default=None),
                              _status_number(status, "last_completed_collective"))
@@ -498,7 +500,7 @@ class FlightRecorderProbe:
                                          path=source.socket_path, at=now), reading
             tried = f"its worker server did not answer ({reading.reason}); "
         pipe = pipe_path(source, rank)
-        if pipe is None:
+        if pipe is None or rank is None:  # no pipe is named for a rank not known
             why = ("its rank is unknown, so its pipe cannot be named" if source.pipe_prefix else
                    f"its job enabled no dump on demand; {NO_TRIGGER_FIX}")
             return FlightRecorderAsk(rank, pid, "not_asked", f"asked {who} nothing: {tried}{why}", at=now), None

@@ -39,6 +39,7 @@ _CLOCK_EVENT_REASONS = (
     ("BoardLimit", "board_limit"),
     ("Reliability", "reliability"),
 )
+CLOCK_EVENT_REASONS: tuple[str, ...] = tuple(name for _, name in _CLOCK_EVENT_REASONS)  # the names, in bit order
 
 # GpuDevice field <- pynvml GPM metric constant.
 _GPM_METRICS = (
@@ -84,9 +85,10 @@ def gpu_names(nvml: Any = None) -> list[str]:
     no nvidia-ml-py or no GPU. Never raises. nvml: a module with pynvml's API (tests pass a fake)."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             return []
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:  # any NVML failure means the same here: no GPU name to offer
@@ -364,9 +366,9 @@ class NvmlGpuProbe:
         empty: dict[str, float | None] = {name: None for name, _ in _GPM_METRICS}
         if device.gpm_supported is None:
             device.gpm_supported = self._query_gpm_support(device)
-        if not device.gpm_supported:
-            return empty
         gpm = device.gpm
+        if not device.gpm_supported or gpm is None:  # supported: its two sample buffers are allocated
+            return empty
         now = self._clock()
         if gpm.previous_taken_at is not None and now - gpm.previous_taken_at < GPM_MIN_SAMPLE_INTERVAL_S:
             # Too soon for NVML to compute anything new: the last interval's values still describe now.

@@ -8,16 +8,17 @@ line, the socket inodes) is cached by PID and start time and read again when it 
 of 73 processes, psutil and the socket listing cost ~1 ms a process a tick). psutil is left for the root's
 liveness and the target's static facts.
 
-This module is the only one that walks /proc for the tree. One ``read()`` per tick: rates (CPU percent,
-I/O per second) are deltas against the previous read of the same process. When the target exits, the
-last readings are kept and returned marked ``alive=False`` so the screen can show what it was doing.
+This module is the only one that walks /proc for the tree. It decides which of a process's files are read each
+tick and keeps what was read between ticks; probes/sensors/proc_readers.py reads and parses them. One ``read()``
+per tick: rates (CPU percent, I/O per second) are deltas against the previous read of the same process. When the
+target exits, the last readings are kept and returned marked ``alive=False`` so the screen can show what it was
+doing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,22 @@ from probes.frame import (
     ROLE_RESOURCE_TRACKER,
     ROLES,
     ProcessSample,
+    Role,
     TargetInfo,
+)
+from probes.sensors.proc_readers import (
+    CLOCK_TICKS,
+    MainThreadCounters,
+    PreviousRead,
+    ProcStat,
+    TaskScan,
+    keyed_ints,
+    main_thread_rates,
+    python_version,
+    read_cmdline,
+    scan_tasks,
+    socket_byte_counts,
+    socket_byte_rates,
 )
 from probes.sensors.tcpinfo import TCP_ESTABLISHED, SocketInodeCache, TcpSocket, read_tcp_sockets
 from probes.sensors.textfiles import read_text
@@ -46,10 +62,7 @@ _COMPILE_WORKER_MARKERS = ("torch/_inductor/compile_worker", "torch._inductor.co
 _FORKSERVER_MARKER = "from multiprocessing.forkserver import main"
 _RESOURCE_TRACKER_MARKER = "multiprocessing.resource_tracker"
 
-_PYTHON_EXE = re.compile(r"python(\d+\.\d+)")
-_LIBPYTHON = re.compile(r"/libpython(\d+\.\d+)[^/\s]*\.so")
 MAX_PEERS_LISTED = 4  # TCP peers named per process (a rank talks to a few; evidence needs one)
-_FULL_VERSION = re.compile(r"(?<![\d.])(\d+\.\d+\.\d+)(?![\d.])")
 
 
 def target_exists(pid: int) -> bool:
@@ -67,7 +80,7 @@ def child_pids(pid: int) -> list[int]:
     watched, whether a process's parent is the launcher of a job."""
     me = os.getpid()
     if os.path.exists(f"/proc/{me}/task/{me}/children"):
-        scan = _scan_tasks(pid, with_children=True)
+        scan = scan_tasks(pid, with_children=True)
         return list(dict.fromkeys(scan.children)) if scan is not None else []
     try:
         return [child.pid for child in psutil.Process(pid).children()]
@@ -132,59 +145,9 @@ def in_nested_pid_namespace(pid: int) -> bool:
     return theirs is not None and ours is not None and theirs > ours
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-# /proc/PID/stat's state letter in psutil's words (what ProcessSample.state has always carried).
-_STATES = {
-    "R": psutil.STATUS_RUNNING, "S": psutil.STATUS_SLEEPING, "D": psutil.STATUS_DISK_SLEEP,
-    "T": psutil.STATUS_STOPPED, "t": psutil.STATUS_TRACING_STOP, "Z": psutil.STATUS_ZOMBIE,
-    "X": psutil.STATUS_DEAD, "x": psutil.STATUS_DEAD, "K": "wake-kill", "W": psutil.STATUS_WAKING,
-    "I": psutil.STATUS_IDLE, "P": psutil.STATUS_PARKED,
-}
 # A process's command line is read again at least this often (a process may rewrite its own title), and at once
 # when it is new (PID and start time) or ran a new program (its exec mark moved).
 PROGRAM_REREAD_S = 10.0
-
-
-@dataclass(frozen=True)
-class _ProcStat:
-    """One read of /proc/PID/stat: what a tick needs of a process, in one file instead of psutil's five."""
-
-    comm: str
-    state: str  # psutil's word for the state letter
-    ppid: int
-    cpu_seconds: float  # user + system, all threads
-    num_threads: int
-    started: int  # clock ticks since boot: with the PID it names one process
-    rss_bytes: int
-    # Where the program's code and stack start: an exec maps a new program, so these move (with address-space
-    # randomisation, even when it runs the same binary again; with it turned off, such an exec is seen at the
-    # periodic re-read); None where the kernel masks them (0), and the command line is then read every tick.
-    exec_mark: tuple[str, int, int, int] | None
-
-
-def _read_stat(pid: int) -> _ProcStat | None:
-    """/proc/PID/stat parsed; None when the process is gone or the line is not what Linux writes."""
-    text = read_text(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    head, _, tail = text.rpartition(")")  # comm may hold spaces and parentheses
-    fields = tail.split()
-    try:
-        comm = head.partition("(")[2]
-        start_code, end_code, start_stack = int(fields[23]), int(fields[24]), int(fields[25])
-        return _ProcStat(
-            comm=comm,
-            state=_STATES.get(fields[0], fields[0]),
-            ppid=int(fields[1]),
-            cpu_seconds=(int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
-            num_threads=int(fields[17]),
-            started=int(fields[19]),
-            rss_bytes=int(fields[21]) * _PAGE_BYTES,
-            exec_mark=(comm, start_code, end_code, start_stack) if start_stack else None,
-        )
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -196,80 +159,6 @@ class _Program:
     read_at: float
     raw: tuple[str, ...]
     redacted: tuple[str, ...]
-
-
-def _read_cmdline(pid: int) -> tuple[str, ...]:
-    """/proc/PID/cmdline's arguments (empty for a zombie, a kernel thread, or when unreadable)."""
-    text = read_text(f"/proc/{pid}/cmdline") or ""
-    if not text:
-        return ()
-    # Split as psutil does: a process that rewrote its title (setproctitle) may leave one string with spaces.
-    separator = "\0" if text.endswith("\0") else " "
-    arguments = text.removesuffix(separator).split(separator)
-    if separator == "\0" and len(arguments) == 1 and " " in arguments[0]:
-        arguments = arguments[0].split(" ")
-    return tuple(arguments)
-
-
-@dataclass(frozen=True)
-class _MainThreadCounters:
-    """Cumulative counters of a process's main thread (TID == PID): the thread whose silence means hung.
-
-    Finer than the process's CPU%: schedstat counts CPU time in nanoseconds (a thread that wakes for a
-    few microseconds per network chunk shows), and counting per thread keeps a background heartbeat
-    thread from hiding a hang of the main one.
-    """
-
-    cpu_ns: int | None  # /proc/PID/task/PID/schedstat, first field
-    runqueue_ns: int | None  # its second: time runnable but waiting for a CPU (others had them)
-    voluntary_switches: int | None  # times it blocked and was woken (status: voluntary_ctxt_switches)
-    involuntary_switches: int | None  # times it was preempted while runnable
-    read_chars: int | None  # /proc/PID/task/PID/io rchar, wchar: this thread's read()/write() bytes
-    write_chars: int | None
-
-
-def _main_thread_counters(pid: int) -> _MainThreadCounters:
-    task = f"/proc/{pid}/task/{pid}"
-    schedstat = (read_text(f"{task}/schedstat") or "").split()
-    status = _picked_ints(read_text(f"{task}/status"), ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
-    io = _keyed_ints(read_text(f"{task}/io"), ":")
-    return _MainThreadCounters(
-        cpu_ns=int(schedstat[0]) if schedstat and schedstat[0].isdigit() else None,
-        runqueue_ns=int(schedstat[1]) if len(schedstat) > 1 and schedstat[1].isdigit() else None,
-        voluntary_switches=status.get("voluntary_ctxt_switches"),
-        involuntary_switches=status.get("nonvoluntary_ctxt_switches"),
-        read_chars=io.get("rchar"),
-        write_chars=io.get("wchar"),
-    )
-
-
-def _picked_ints(text: str | None, keys: Sequence[str]) -> dict[str, int]:
-    """{key: int} of the "key:<tab>123" lines named, found without splitting the whole file (status has ~60
-    lines, read for each process each tick)."""
-    values: dict[str, int] = {}
-    if not text:
-        return values
-    for key in keys:
-        at = text.find(f"\n{key}:")
-        if at < 0:
-            continue
-        start = at + len(key) + 2
-        end = text.find("\n", start)
-        value = text[start:end if end >= 0 else None].strip()
-        if value.isdigit():
-            values[key] = int(value)
-    return values
-
-
-def _keyed_ints(text: str | None, separator: str) -> dict[str, int]:
-    """{key: int} from "key: 123" lines; lines whose value is not one integer are skipped."""
-    values = {}
-    for line in (text or "").splitlines():
-        key, _, value = line.partition(separator)
-        value = value.strip()
-        if value.isdigit():
-            values[key.strip()] = int(value)
-    return values
 
 
 # Children forked by a thread other than the main one (a helper thread starting a subprocess) are looked for this
@@ -286,7 +175,7 @@ SIDE_THREAD_CHILDREN_S = 5.0
 SIDE_THREAD_STATES_S = 5.0
 # The process's CPU counts whole clock ticks, its main thread's nanoseconds: other threads count as having run when
 # the process's CPU grew by more than the main thread's plus one clock tick (a main thread alone never passes it).
-SIDE_THREAD_CPU_SLACK_S = 1.0 / _CLOCK_TICKS
+SIDE_THREAD_CPU_SLACK_S = 1.0 / CLOCK_TICKS
 
 
 @dataclass(frozen=True)
@@ -295,150 +184,6 @@ class _SideThreadStates:
 
     read_at: float
     busy: bool
-
-
-@dataclass(frozen=True)
-class _TaskScan:
-    """One pass over /proc/PID/task: thread states, the next level of the tree, the main thread's counters."""
-
-    runnable: int
-    disk_wait: int
-    children: list[int]  # the main thread's children, and the other threads' when side_children is not None
-    main_thread: _MainThreadCounters
-    stat: _ProcStat  # /proc/PID/stat: the process, and its main thread's state
-    side_children: list[int] | None = None  # the other threads' children; None: not read this time
-    side_busy: bool | None = None  # any other thread R or D; None: their states were not read this time
-
-
-def _scan_tasks(pid: int, with_children: bool, side_children: bool = True,
-                side_states: Callable[[_ProcStat, _MainThreadCounters], bool] | None = None) -> _TaskScan | None:
-    """Thread states, child PIDs and the main thread's counters from /proc/PID/task/*; None if it is gone.
-
-    Children are listed per thread (a child belongs to the thread that forked it), so one pass over the
-    threads gives both the thread states and the next level of the tree. The main thread's state is the one in
-    /proc/PID/stat (read here once for the whole tick); ``side_children`` False leaves the other threads'
-    children files unread; ``side_states``, given the process's stat and main thread's counters, False leaves
-    the other threads' stat files unread (they count as neither R nor D: see SIDE_THREAD_STATES_S).
-    """
-    stat = _read_stat(pid)
-    if stat is None:
-        return None
-    main_thread = _main_thread_counters(pid)
-    runnable = int(stat.state == psutil.STATUS_RUNNING)
-    disk_wait = int(stat.state == psutil.STATUS_DISK_SLEEP)
-    children: list[int] = []
-    if with_children:
-        children.extend(int(c) for c in (read_text(f"/proc/{pid}/task/{pid}/children") or "").split())
-    side: list[int] | None = [] if with_children and side_children else None
-    read_states = side_states is None or side_states(stat, main_thread)
-    if not read_states and side is None:
-        return _TaskScan(runnable, disk_wait, children, main_thread, stat, None, None)
-    try:
-        entries = list(os.scandir(f"/proc/{pid}/task"))
-    except OSError:
-        return None
-    main = str(pid)
-    side_busy = 0
-    for entry in entries:
-        if entry.name == main:
-            continue
-        if read_states:
-            thread_stat = read_text(f"{entry.path}/stat")
-            if not thread_stat:
-                continue  # the thread ended between listing and reading
-            # The state follows the ")" that closes comm; comm itself may contain spaces and parentheses.
-            fields = thread_stat.rpartition(")")[2].split()
-            state = fields[0] if fields else ""
-            if state == "R":
-                side_busy += 1
-                runnable += 1
-            elif state == "D":
-                side_busy += 1
-                disk_wait += 1
-        if side is not None:
-            side.extend(int(c) for c in (read_text(f"{entry.path}/children") or "").split())
-    if side is not None:
-        children.extend(side)
-    return _TaskScan(runnable, disk_wait, children, main_thread, stat, side, bool(side_busy) if read_states else None)
-
-
-def _python_version(exe: str | None, pid: int) -> str | None:
-    """The version of a Python interpreter ("3.11.7", or "3.11" when only that shows), else None.
-
-    Cheap on purpose: the interpreter's file name (python3.11) or the libpython it maps gives major.minor;
-    a full version is taken from the same path when it carries one (pyenv's versions/3.11.7, uv's
-    cpython-3.11.7-...), since reading the interpreter's memory would cost far more.
-    """
-    candidates = []
-    if exe:
-        match = _PYTHON_EXE.search(os.path.basename(exe))
-        if match:
-            candidates.append((match.group(1), exe))
-    if not candidates:
-        maps = read_text(f"/proc/{pid}/maps") or ""
-        match = _LIBPYTHON.search(maps)
-        if match:
-            line_start = maps.rfind("\n", 0, match.start()) + 1
-            path = maps[line_start : match.end()].split()[-1]
-            candidates.append((match.group(1), path))
-    if not candidates:
-        return None
-    major_minor, path = candidates[0]
-    for full in _FULL_VERSION.findall(os.path.dirname(path)):
-        if full.startswith(major_minor + "."):
-            return full
-    return major_minor
-
-
-@dataclass
-class _Previous:
-    """What the last read of one process saw: the baseline for its CPU percent and I/O rates."""
-
-    started: int  # /proc/PID/stat's start time (clock ticks since boot): with the PID it names one process
-    at: float
-    cpu_seconds: float | None
-    io: tuple[int, int, int, int] | None  # read_bytes, write_bytes, read_chars, write_chars
-    main_thread: _MainThreadCounters | None = None
-    socket_bytes: dict[int, tuple[int, int]] | None = None  # {inode: (bytes received, bytes acked)}
-
-
-def _socket_bytes(sockets: list[TcpSocket] | None) -> dict[int, tuple[int, int]] | None:
-    """{inode: (bytes received, bytes sent and acknowledged)}; None when there is no TCP socket to count."""
-    if not sockets:
-        return None
-    return {s.inode: (s.bytes_received or 0, s.bytes_acked or 0) for s in sockets}
-
-
-def _socket_rates(now: dict[int, tuple[int, int]] | None, before: dict[int, tuple[int, int]] | None,
-                  elapsed: float) -> list[float | None]:
-    """[received, sent] bytes per second, per socket: one opened since the last read counts from zero,
-    and one that closed takes only what it had already counted (an HTTP client opens one per request)."""
-    if now is None:
-        return [None, None]
-    before = before or {}
-    received = sum(max(0, rx - before.get(inode, (0, 0))[0]) for inode, (rx, _) in now.items())
-    sent = sum(max(0, tx - before.get(inode, (0, 0))[1]) for inode, (_, tx) in now.items())
-    return [received / elapsed, sent / elapsed]
-
-
-def _thread_rates(now: _MainThreadCounters, before: _MainThreadCounters | None,
-                  elapsed: float) -> dict[str, float | None]:
-    """Per-second rates of the main thread's counters between two reads (None where either is missing)."""
-    def rate(new: int | None, old: int | None, scale: float = 1.0) -> float | None:
-        if before is None or new is None or old is None:
-            return None
-        return max(0, new - old) * scale / elapsed
-
-    cpu = rate(now.cpu_ns, before.cpu_ns if before else None, 1e-9 * 100.0)
-    runqueue = rate(now.runqueue_ns, before.runqueue_ns if before else None, 1e-9 * 100.0)
-    return {
-        "cpu_pct": round(cpu, 3) if cpu is not None else None,
-        "runqueue_pct": round(runqueue, 3) if runqueue is not None else None,
-        "wakeups_per_s": rate(now.voluntary_switches, before.voluntary_switches if before else None),
-        "preemptions_per_s": rate(now.involuntary_switches, before.involuntary_switches if before else None),
-        "read_chars_per_s": rate(now.read_chars, before.read_chars if before else None),
-        "write_chars_per_s": rate(now.write_chars, before.write_chars if before else None),
-    }
 
 
 # Environment variables worth showing beside a diagnosis: thread counts, devices, distributed setup,
@@ -464,7 +209,7 @@ class ProcessTreeProbe:
         self._redact_environ = redact_environ
         self._root: psutil.Process | None = None
         self._target_static: TargetInfo | None = None  # cmdline, exe, python_version: read again after an exec
-        self._previous: dict[int, _Previous] = {}
+        self._previous: dict[int, PreviousRead] = {}
         self._last_samples: tuple[ProcessSample, ...] = ()
         self._tree_pids: tuple[int, ...] = ()
         self._started: dict[int, int] = {}  # each process's start time as this tick's read found it
@@ -491,7 +236,7 @@ class ProcessTreeProbe:
     # --- public -----------------------------------------------------------------------------------
 
     def read(
-        self, role_hints: Mapping[int, str] | None = None
+        self, role_hints: Mapping[int, Role] | None = None
     ) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
         """The target and its process tree now. Never raises."""
         self._started = {}
@@ -526,7 +271,7 @@ class ProcessTreeProbe:
 
     # --- reading ----------------------------------------------------------------------------------
 
-    def _read(self, role_hints: Mapping[int, str]) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
+    def _read(self, role_hints: Mapping[int, Role]) -> tuple[TargetInfo, tuple[ProcessSample, ...]]:
         if self._exited_at is None and not self._root_running():
             self._mark_exited(self._exit_reason or "process ended")
         if self._exited_at is not None:
@@ -581,18 +326,19 @@ class ProcessTreeProbe:
             return True  # unreadable is not gone; the sample below will show what can be read
         return True
 
-    def _walk_tree(self) -> list[tuple[int, _TaskScan]]:
+    def _walk_tree(self) -> list[tuple[int, TaskScan]]:
         """(pid, its task scan) for the target and every descendant, parents first."""
         found = []
         if self._children_files:
-            queue, queued = [(self.pid, None)], {self.pid}
+            queue: list[tuple[int, int | None]] = [(self.pid, None)]  # (pid, its parent's)
+            queued = {self.pid}
             now = time.monotonic()
             while queue:
                 pid, parent = queue.pop(0)
                 known = self._side_children.get(pid)
                 due = known is None or now - known[0] >= SIDE_THREAD_CHILDREN_S
-                scan = _scan_tasks(pid, with_children=True, side_children=due,
-                                   side_states=self._side_states_due(pid, now))
+                scan = scan_tasks(pid, with_children=True, side_children=due,
+                                  side_states=self._side_states_due(pid, now))
                 if scan is None or (parent is not None and scan.stat.ppid != parent):
                     # gone since its parent listed it; or a side child remembered from an earlier tick that has
                     # ended since, its PID now another process's
@@ -616,17 +362,17 @@ class ProcessTreeProbe:
             pids = [self.pid]
         now = time.monotonic()
         for pid in pids:
-            scan = _scan_tasks(pid, with_children=False, side_states=self._side_states_due(pid, now))
+            scan = scan_tasks(pid, with_children=False, side_states=self._side_states_due(pid, now))
             if scan is not None:
                 found.append((pid, scan))
                 self._note_side_states(pid, scan, now)
         return found
 
-    def _side_states_due(self, pid: int, now: float) -> Callable[[_ProcStat, _MainThreadCounters], bool]:
+    def _side_states_due(self, pid: int, now: float) -> Callable[[ProcStat, MainThreadCounters], bool]:
         """Whether ``pid``'s other threads' states are read this tick, given its stat and main thread's counters
         just read (see SIDE_THREAD_STATES_S): when never read, a thread was R or D then, the bound has passed,
         or its threads other than the main one used CPU since the last tick (or that cannot be told)."""
-        def due(stat: _ProcStat, main: _MainThreadCounters) -> bool:
+        def due(stat: ProcStat, main: MainThreadCounters) -> bool:
             known = self._side_states.get(pid)
             if known is None or known.busy or now - known.read_at >= SIDE_THREAD_STATES_S:
                 return True
@@ -640,7 +386,7 @@ class ProcessTreeProbe:
             return others_s > SIDE_THREAD_CPU_SLACK_S
         return due
 
-    def _note_side_states(self, pid: int, scan: _TaskScan, now: float) -> None:
+    def _note_side_states(self, pid: int, scan: TaskScan, now: float) -> None:
         if scan.side_busy is not None:
             self._side_states[pid] = _SideThreadStates(now, scan.side_busy)
 
@@ -664,7 +410,7 @@ class ProcessTreeProbe:
         by_inode = {s.inode: s for s in found}
         return {pid: [by_inode[i] for i in owned if i in by_inode] for pid, owned in inodes.items()}
 
-    def _program(self, pid: int, stat: _ProcStat, now: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _program(self, pid: int, stat: ProcStat, now: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(raw, redacted) command line of the process: from the cache while it cannot have changed."""
         if stat.state == psutil.STATUS_ZOMBIE:
             # A zombie has no command line left, but it must stay in the tree: a dead producer whose queue
@@ -674,14 +420,14 @@ class ProcessTreeProbe:
         if (known is not None and known.started == stat.started and known.exec_mark is not None
                 and known.exec_mark == stat.exec_mark and now - known.read_at < PROGRAM_REREAD_S):
             return known.raw, known.redacted
-        raw = _read_cmdline(pid)
+        raw = read_cmdline(pid)
         redacted = known.redacted if known is not None and known.raw == raw else self._redact(raw)
         if raw:  # empty: a process between fork and exec, or one that just ended; read again next tick
             self._programs[pid] = _Program(stat.started, stat.exec_mark, now, raw, redacted)
         return raw, redacted
 
     def _sample(
-        self, pid: int, now: float, role_hints: Mapping[int, str], scan: _TaskScan,
+        self, pid: int, now: float, role_hints: Mapping[int, Role], scan: TaskScan,
         sockets: list[TcpSocket] | None,
     ) -> ProcessSample | None:
         # One read of /proc/PID/stat (the task scan's) and one of /proc/PID/io: psutil would read stat, status,
@@ -693,15 +439,15 @@ class ProcessTreeProbe:
         raw_cmdline, cmdline = self._program(pid, stat, now)
         cpu_seconds = stat.cpu_seconds
         num_threads = stat.num_threads
-        io = _keyed_ints(read_text(f"/proc/{pid}/io"), ":")  # denied for another user's process: no I/O rates
+        io = keyed_ints(read_text(f"/proc/{pid}/io"), ":")  # denied for another user's process: no I/O rates
         io_keys = ("read_bytes", "write_bytes", "rchar", "wchar")
         io_tuple = tuple(io[k] for k in io_keys) if all(k in io for k in io_keys) else None
         previous = self._previous.get(pid)
         if previous is not None and previous.started != stat.started:
             previous = None  # same PID, different process
         thread = scan.main_thread
-        socket_bytes = _socket_bytes(sockets)
-        self._previous[pid] = _Previous(stat.started, now, cpu_seconds, io_tuple, thread, socket_bytes)
+        socket_bytes = socket_byte_counts(sockets)
+        self._previous[pid] = PreviousRead(stat.started, now, cpu_seconds, io_tuple, thread, socket_bytes)
 
         cpu_pct = None
         rates: list[float | None] = [None, None, None, None]
@@ -713,8 +459,8 @@ class ProcessTreeProbe:
                 cpu_pct = round(max(0.0, cpu_seconds - previous.cpu_seconds) / elapsed * 100.0, 1)
             if io_tuple is not None and previous.io is not None:
                 rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io, strict=True)]
-            thread_rates = _thread_rates(thread, previous.main_thread, elapsed)
-            socket_rates = _socket_rates(socket_bytes, previous.socket_bytes, elapsed)
+            thread_rates = main_thread_rates(thread, previous.main_thread, elapsed)
+            socket_rates = socket_byte_rates(socket_bytes, previous.socket_bytes, elapsed)
         established = [s for s in sockets or () if s.state == TCP_ESTABLISHED]
         silent = [s.last_data_recv_s for s in established if s.last_data_recv_s is not None]
 
@@ -748,7 +494,7 @@ class ProcessTreeProbe:
             tcp_last_data_recv_s=min(silent) if silent else None,
         )
 
-    def _role(self, pid: int, comm: str, cmdline: tuple[str, ...], role_hints: Mapping[int, str]) -> str:
+    def _role(self, pid: int, comm: str, cmdline: tuple[str, ...], role_hints: Mapping[int, Role]) -> Role:
         if pid == self.pid:
             return ROLE_MAIN
         if comm == DATALOADER_WORKER_COMM:
@@ -818,7 +564,7 @@ class ProcessTreeProbe:
             alive=True,
             cmdline=cmdline,
             exe=exe,
-            python_version=_python_version(exe, self.pid),
+            python_version=python_version(exe, self.pid),
             environment=environment,
         )
 

@@ -66,8 +66,8 @@ LogOwner = tuple[int, str | None]
 def log_owners(processes: Sequence[ProcessSample], root_pid: int) -> list[LogOwner]:
     """Whose log to read, best first: the live ranks by rank (rank 0 usually logs), then the training process
     under a launcher or shell (role main), then the watched root itself."""
-    ranks = sorted((p for p in processes if p.alive and p.role == ROLE_RANK and p.rank is not None),
-                   key=lambda p: p.rank)
+    ranked = [(p.rank, p) for p in processes if p.alive and p.role == ROLE_RANK and p.rank is not None]
+    ranks = [p for _, p in sorted(ranked, key=lambda pair: pair[0])]
     owners: list[LogOwner] = [(p.pid, f"rank {p.rank} (PID {p.pid})") for p in ranks]
     owners += [(p.pid, f"{_program(p)} (PID {p.pid})") for p in processes
                if p.alive and p.role == ROLE_MAIN and p.pid != root_pid]
@@ -224,7 +224,7 @@ class LogProgressProbe:
     def _open_sources(self, owners: Sequence[LogOwner]) -> None:
         if self.log_path:
             if self._files:
-                self._reopen_if_rotated()
+                self._reopen_if_rotated(self.log_path)
             else:
                 self._open([(self.log_path, self.log_path)], None)
             return
@@ -287,16 +287,16 @@ class LogProgressProbe:
         return (f"no pace: the job writes no step lines to a file gputop can read (the stdout of {whose}"
                 f" is {kind}); --log PATH reads its log")
 
-    def _reopen_if_rotated(self) -> None:
+    def _reopen_if_rotated(self, log_path: str) -> None:
         """A --log path that now names a new file (log rotation): follow it from its start."""
         try:
-            info = os.stat(self.log_path)
+            info = os.stat(log_path)
         except OSError:
             return
         current = self._files[0]
         if (info.st_dev, info.st_ino) != current.identity:
             current.close()
-            fresh = _TailedFile(self.log_path, self.log_path, (info.st_dev, info.st_ino))
+            fresh = _TailedFile(log_path, log_path, (info.st_dev, info.st_ino))
             fresh.offset = 0
             self._files = [fresh]
 
@@ -374,11 +374,12 @@ class LogProgressProbe:
         """Why the log read has no step line yet. Said again each read: a file that stops growing under a Python
         that buffers its stdout is a different case from one that grows with lines no format knows."""
         names = ", ".join(t.display for t in self._files)
-        buffered = self._owner is not None and self._buffers_stdout(self._owner[0])
-        if buffered and all(t.size <= t.size_at_open for t in self._files):
+        owner = self._owner
+        buffered = owner is not None and self._buffers_stdout(owner[0])
+        if buffered and owner is not None and all(t.size <= t.size_at_open for t in self._files):
             quiet_s = now - min(t.opened_at for t in self._files)
             if quiet_s >= BUFFERED_AFTER_S:
-                who = self._owner[1] or f"PID {self._owner[0]}"
+                who = owner[1] or f"PID {owner[0]}"
                 # The fix first: the TUI shows this on one line and cuts its end on a narrow screen.
                 return (f"no pace: {who} writes its log block-buffered (python without -u, no PYTHONUNBUFFERED): "
                         f"restart it with python -u or PYTHONUNBUFFERED=1; {names} has not grown in {quiet_s:.0f} s, "

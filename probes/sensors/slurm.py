@@ -62,16 +62,6 @@ class SlurmError:
 
 
 @dataclass(frozen=True)
-class ListedPid:
-    """One row of ``scontrol listpids``: a process of a job step on this node."""
-
-    pid: int
-    step: SlurmStep
-    local_id: int | None
-    global_id: int | None
-
-
-@dataclass(frozen=True)
 class StepInfo:
     """One step as ``scontrol show step`` describes it."""
 
@@ -206,7 +196,8 @@ def task_stepd(step: SlurmStep) -> tuple[int, SlurmStep] | None:
         candidates = [(pid, served) for pid, served in candidates if served not in agents]
     if not candidates:
         return None
-    return max(candidates, key=lambda item: (int(item[1].step) if item[1].step.isdigit() else -1, item[0]))
+    return max(candidates, key=lambda item: (int(item[1].step) if item[1].step and item[1].step.isdigit() else -1,
+                                             item[0]))
 
 
 def slurm_missing() -> SlurmError | None:
@@ -230,21 +221,6 @@ def _scontrol(*args: str) -> str | SlurmError:
         said = (done.stderr or done.stdout).strip().splitlines()
         return SlurmError(f"`scontrol {' '.join(args)}`: {said[-1] if said else f'exit status {done.returncode}'}")
     return done.stdout
-
-
-def list_pids(step: SlurmStep) -> tuple[ListedPid, ...] | SlurmError:
-    """The processes of a job (or one step) on this node, as ``scontrol listpids`` lists them."""
-    out = _scontrol("listpids", str(step))
-    if isinstance(out, SlurmError):
-        return out
-    rows = []
-    for line in out.splitlines()[1:]:  # past the header: PID JOBID STEPID LOCALID GLOBALID
-        fields = line.split()
-        if len(fields) >= 3 and fields[0].isdigit():
-            rows.append(ListedPid(pid=int(fields[0]), step=SlurmStep(fields[1], fields[2]),
-                                  local_id=_int(fields[3]) if len(fields) > 3 else None,
-                                  global_id=_int(fields[4]) if len(fields) > 4 else None))
-    return tuple(rows)
 
 
 def _int(text: str) -> int | None:

@@ -149,7 +149,7 @@ def _dump(nl: socket.socket, family: int, wanted: set[int]) -> list[TcpSocket]:
     request = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), _ALL_STATES)
     header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
     nl.send(header + request)
-    found = []
+    found: list[TcpSocket] = []
     while True:
         data = nl.recv(1 << 16)
         offset = 0

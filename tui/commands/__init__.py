@@ -25,15 +25,21 @@ from tui.commands.serve import ServeCommand
 
 
 class Command(Protocol):
-    """One gputop command."""
+    """One gputop command. Its three texts are read-only here, so a command may declare them as plain class
+    attributes (`name = "doctor"`, `description = None`)."""
 
-    name: str | None
-    """The word after `gputop` (`gputop replay ...`); None for the one default command, whose options are
-    gputop's own (`gputop --pid PID`)."""
-    help: str
-    """One line: the command's entry in `gputop --help` (for the default command, gputop's description)."""
-    description: str | None
-    """The paragraph at the top of the command's own --help, when one line does not say enough."""
+    @property
+    def name(self) -> str | None:
+        """The word after `gputop` (`gputop replay ...`); None for the one default command, whose options are
+        gputop's own (`gputop --pid PID`)."""
+
+    @property
+    def help(self) -> str:
+        """One line: the command's entry in `gputop --help` (for the default command, gputop's description)."""
+
+    @property
+    def description(self) -> str | None:
+        """The paragraph at the top of the command's own --help, when one line does not say enough."""
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """Add the command's arguments to its parser."""

@@ -240,7 +240,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     engine = Engine(args.pid, engine_config(args))
     profile = None
     if args.flamegraph is not None:
-        from probes.sampling.pyspy import ProfileRecording
+        from probes.sampling.pyspy_binary import ProfileRecording
 
         profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()

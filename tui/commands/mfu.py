@@ -57,9 +57,9 @@ class MfuCommand:
         explanation = (explain_nanogpt_mfu(args.nanogpt_mfu, estimate, gpu)
                        if args.nanogpt_mfu is not None else None)
         if args.json:
-            print(json.dumps(_mfu_document(args, gpu, shape, estimate, doubts, explanation), indent=2))
+            print(json.dumps(_mfu_document(args, gpu, shape, estimate, peak, doubts, explanation), indent=2))
         else:
-            print("\n".join(format_mfu_report(args, shape, estimate, doubts, explanation)))
+            print("\n".join(format_mfu_report(args, shape, estimate, peak, doubts, explanation)))
         return EXIT_OK
 
 
@@ -99,9 +99,9 @@ def _this_machines_gpu() -> str:
     return names[0]
 
 
-def _mfu_document(args, gpu: str | None, shape: ModelShape, estimate: MfuEstimate, doubts: tuple[str, ...],
-                  explanation: list[str] | None) -> dict:
-    peak = estimate.peak
+def _mfu_document(args, gpu: str | None, shape: ModelShape, estimate: MfuEstimate, peak: PeakFlops,
+                  doubts: tuple[str, ...], explanation: list[str] | None) -> dict:
+    """The --json document; `peak` is the estimate's (the command always has one)."""
     family = family_of(shape)
     document = {
         "schema": MFU_SCHEMA,
@@ -146,9 +146,10 @@ def _parameters(shape: ModelShape) -> str:
     return f"{total:,}"
 
 
-def format_mfu_report(args, shape: ModelShape, estimate: MfuEstimate, doubts: tuple[str, ...],
+def format_mfu_report(args, shape: ModelShape, estimate: MfuEstimate, peak: PeakFlops, doubts: tuple[str, ...],
                       explanation: list[str] | None) -> list[str]:
-    peak = estimate.peak
+    """The plain-text report; `peak` is the estimate's (the command always has one)."""
+    assert estimate.mfu is not None  # a peak, always above zero (--peak-tflops or the table), gives an MFU
     family = family_of(shape)
     flagged = " (cannot be right: see below)" if doubts else ""
     rows = [

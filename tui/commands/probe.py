@@ -59,6 +59,7 @@ class ProbeCommand:
     def run(self, args: argparse.Namespace) -> int:
         shape = model_shape(args)
         model = model_label(args)
+        assert model is not None  # model_shape named it (the default is gpt2), or raised a UsageError
         config = ProbeConfig(
             shape=shape,
             model=model,

@@ -68,12 +68,13 @@ def _comparison(args: argparse.Namespace):
 def _replay_to_snapshot(args: argparse.Namespace) -> int:
     """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
     from probes.monitoring.monitor import Monitor
+    from probes.monitoring.view import MonitorProtocol
     from probes.outputs.recording import RecordingError, read_recording, skipped_notice
     from probes.outputs.snapshot import write_json_atomic
 
     comparison = _comparison(args)
     check_writable(args.snapshot, "snapshot")
-    monitor = None
+    monitor: MonitorProtocol | None = None
     skipped: list = []
     whole = 0
     try:
@@ -89,12 +90,11 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     notice = skipped_notice(args.recording, skipped, whole)
-    if not whole:
+    if not whole or monitor is None:  # the monitor comes with the first frame
         raise UsageError(notice or f"{args.recording} holds no frames")
     if notice:
         print(f"gputop: {notice}", file=sys.stderr)
-    if hasattr(monitor, "merge"):
-        monitor.merge(now=last.time)  # the last round, whichever node sent last
+    monitor.settle(now=last.time)  # across nodes: the last round, whichever node sent last
     write_json_atomic(monitor.snapshot(), args.snapshot)
     return EXIT_OK
 

@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
 from probes.jobs.world import ranges_text
-from probes.monitoring.monitor import MonitorView
+from probes.monitoring.view import MonitorView
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import bottleneck_words, clip, percent
 
@@ -215,6 +215,9 @@ def rank_cells(row: RankRow, finding: JobFinding | None, selected: bool, verdict
 class RankTable(FittedTable):
     """One row a rank; the rank's verdict takes the room that is left."""
 
+    # The columns last laid out: the node column comes and goes with ranks on other nodes.
+    _columns_shown: Sequence[tuple[str, int, bool]] = RANK_COLUMNS
+
     # The selected rank carries a mark; the row cursor shows only while the table has focus (5), where
     # j/k move it and enter selects, so it is never mistaken for the selection.
     def on_focus(self) -> None:
@@ -266,7 +269,7 @@ class RanksPane(Vertical):
         nodes = any(row.node is not None for row in rows)
         columns = RANK_COLUMNS_ACROSS_NODES if nodes else RANK_COLUMNS
         room = verdict_width(table.size.width or self.size.width, columns)
-        if getattr(table, "_columns_shown", RANK_COLUMNS) != columns:
+        if table._columns_shown != columns:
             table._columns_shown, table._last_room = columns, None  # the node column comes or goes: rebuild
         table.fit_columns(columns, "verdict", room)
         finding = job.finding if job is not None else None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tree
 from textual.widgets.tree import TreeNode
@@ -24,7 +24,7 @@ from probes.diagnosis.stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
 from probes.monitoring.history import recent_frames
 from probes.sampling.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
-from tui.panes.tables import forget_rows, sync_rows
+from tui.panes.tables import SyncedTable, forget_rows, sync_rows
 from tui.panes.text import clip, clip_left, duration, node_title, process_role_words
 
 WINDOW_CHOICES_S: tuple[float | None, ...] = (10.0, 30.0, 60.0, 300.0, None)  # None: the whole history
@@ -66,8 +66,8 @@ def hot_column_widths(available: int, longest_function: int) -> tuple[int, int]:
     return function, max(8, room - function)
 
 
-class HotTable(DataTable):
-    BINDINGS: ClassVar[list[Binding]] = [
+class HotTable(SyncedTable):
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False, tooltip="Move down (also ↓; k / ↑ moves up)"),
         Binding("k", "cursor_up", "Up", show=False),
     ]
@@ -87,7 +87,7 @@ class HotTable(DataTable):
 
 
 class StackTree(Tree):
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
     ]
@@ -101,7 +101,7 @@ class StacksPane(Vertical):
                 "process -> all"),
         Binding("space", "", "Expand", tooltip="Expand or collapse a node of a tree"),
     ]
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "back", "Back", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back", show=False)]
 
     def __init__(self, *, native_available: bool) -> None:
         super().__init__(id="stacks", classes="pane")

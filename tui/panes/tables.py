@@ -11,17 +11,23 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 Row = tuple[str, tuple[Text, ...]]  # (row key, cells)
 
 
-def sync_rows(table: DataTable, rows: Sequence[Row], *, follow_key: bool) -> None:
+class SyncedTable(DataTable):
+    """A DataTable that sync_rows refills: it keeps the rows it shows, to tell what changed."""
+
+    _synced_rows: list[Row] | None = None  # None: the next sync_rows redraws (a new table, or rebuilt columns)
+
+
+def sync_rows(table: SyncedTable, rows: Sequence[Row], *, follow_key: bool) -> None:
     """Show `rows` in `table`. With `follow_key`, a cursor the user moved off the top row stays on the
     same key as rows re-sort; otherwise it keeps its position."""
     rows = list(rows)
-    previous = getattr(table, "_synced_rows", None)
+    previous = table._synced_rows
     if previous == rows:
         return
     if previous is not None and [key for key, _ in previous] == [key for key, _ in rows]:
@@ -46,22 +52,24 @@ def sync_rows(table: DataTable, rows: Sequence[Row], *, follow_key: bool) -> Non
         table.move_cursor(row=keys.index(cursor_key), animate=False, scroll=False)
 
 
-def forget_rows(table: DataTable) -> None:
+def forget_rows(table: SyncedTable) -> None:
     """Make the next sync_rows redraw (after the columns were rebuilt)."""
     table._synced_rows = None
 
 
-class FittedTable(DataTable):
+class FittedTable(SyncedTable):
     """Fixed columns, then one column whose width follows the pane (a command, a verdict); j/k move the cursor."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    _last_room: int | None = None  # the room the last column was laid out for; None: lay them out again
+
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
     ]
 
     def fit_columns(self, fixed: Sequence[tuple[str, int, bool]], last: str, room: int) -> None:
         """Rebuild the columns when the room for the last one changed (a resize); none for it when room is 0."""
-        if getattr(self, "_last_room", None) == room:
+        if self._last_room == room:
             return
         self._last_room = room
         self.clear(columns=True)

@@ -24,7 +24,8 @@ from probes.frame import (
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 
 # Declared beside each bottleneck's rule (probes/diagnosis/rules/), so a new bottleneck cannot lack its words.
-BOTTLENECK_WORDS = {facts.name: facts.words for facts in BOTTLENECK_FACTS}
+# Keyed by any str: a recording may name a bottleneck this version does not have.
+BOTTLENECK_WORDS: dict[str, str] = {facts.name: facts.words for facts in BOTTLENECK_FACTS}
 
 LIVENESS_WORDS = {
     "progressing": "progressing",
@@ -34,7 +35,8 @@ LIVENESS_WORDS = {
     "unknown": "liveness unknown",
 }
 
-ROLE_WORDS = {
+# Keyed by any name: a recording made by another version of gputop may carry a role this one does not know.
+ROLE_WORDS: dict[str, str] = {
     ROLE_MAIN: "main",
     ROLE_DATALOADER_WORKER: "DataLoader worker",
     ROLE_COMPILE_WORKER: "compile worker",

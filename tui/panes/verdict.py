@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from probes.diagnosis.bottlenecks import facts_named
+from probes.diagnosis.rules.rule import BadgeTone
 from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
-from probes.monitoring.monitor import MonitorView, Pace, VerdictChange
+from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.reference.baseline import mfu_percent, printed_percent
 from tui.panes.ranks import SELECTED_MARK, RankRow, finding_words, rank_label, rank_verdict_words
 from tui.panes.text import bottleneck_words, duration, liveness_words, offset, sparkline
@@ -28,18 +30,19 @@ MORE_BELOW = "▼ more below: 1, then j"
 TIMELINE_ENTRIES = 4
 PACE_SPARKLINE_WIDTH = 12
 
-# Badge colours: red when the run is stuck or gone, yellow for a limit worth fixing, green for the
-# limit a healthy run should have (the GPU).
+# Badge colours: red when the run is stuck or gone, else by the tone of its bottleneck (its BottleneckFacts' badge):
+# green for the limit a healthy run should have (the GPU), yellow for a limit worth fixing, grey where there is no
+# limit to name, dark red for what hides a verdict.
 _LIVENESS_STYLE = {"hung": "bold white on red", "exited": "bold white on grey37"}
-_BOTTLENECK_STYLE = {"gpu_bound": "bold black on green", "unknown": "bold white on grey37",
-                     "cannot_see": "bold white on dark_red",  # not a verdict: what hides one
-                     "idle": "bold white on grey37"}
-_DEFAULT_BOTTLENECK_STYLE = "bold black on yellow"
+BADGE_STYLE: dict[BadgeTone, str] = {"healthy": "bold black on green", "worth_fixing": "bold black on yellow",
+                                     "neutral": "bold white on grey37", "blind": "bold white on dark_red"}
 
 
 def verdict_badge(verdict: Verdict) -> Text:
-    style = _LIVENESS_STYLE.get(verdict.liveness) or _BOTTLENECK_STYLE.get(
-        verdict.bottleneck, _DEFAULT_BOTTLENECK_STYLE)
+    facts = facts_named(verdict.bottleneck)
+    # A name outside the vocabulary (a recording of another version of gputop) reads as a limit worth fixing.
+    tone: BadgeTone = facts.badge if facts is not None else "worth_fixing"
+    style = _LIVENESS_STYLE.get(verdict.liveness) or BADGE_STYLE[tone]
     return Text(f" {bottleneck_words(verdict.bottleneck)} ", style=style)
 
 
@@ -77,7 +80,7 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
         lines.add_row(Text("•", style="dim"),
                       Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
-    parts = [head]
+    parts: list[RenderableType] = [head]
     if selected_rank is not None:
         parts.append(selected_rank_text(selected_rank, view))
     if view.pace is not None:
@@ -153,7 +156,7 @@ def pace_text(pace: Pace) -> Text:
         text.append(f" (log {printed_percent(pace.reported_mfu_pct)}%)", style="dim")
     if compared is not None and compared.compute_bound_pct is not None and compared.reference_seconds_per_iter:
         reference = _seconds(compared.reference_seconds_per_iter)
-        kind = {True: "compiled ", False: "eager "}.get(compared.reference_compiled, "")
+        kind = "" if compared.reference_compiled is None else "compiled " if compared.reference_compiled else "eager "
         text.append(f" · {compared.compute_bound_pct:.0f}% of the {kind}reference's rate ({reference} s)")
     return text
 
@@ -186,7 +189,7 @@ def timeline_text(view: MonitorView) -> Text:
 class VerdictPane(VerticalScroll):
     """Scrollable when the evidence is longer than the room; focus it (1) to scroll with j/k."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "scroll_down", "Scroll down", show=False),
         Binding("k", "scroll_up", "Scroll up", show=False),
     ]

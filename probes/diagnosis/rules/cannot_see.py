@@ -16,6 +16,10 @@ CANNOT_SEE = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="blind",
+    fix_removes=None,
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import byte_rate, main_share_line
-from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.stacks import CHECKPOINT
 
 CHECKPOINT_SAVE = BottleneckFacts(
@@ -14,6 +14,12 @@ CHECKPOINT_SAVE = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=False,
     hung_in=(CHECKPOINT,),
+    badge="worth_fixing",
+    fix_removes=FixRemoves(
+        phases=("checkpoint",), activities=(CHECKPOINT,),
+        why="if checkpoints were saved in the background (saving takes {pct} of the time)"),
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import gpu_line, main_share_line
-from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.rules.signs import LAUNCH_BOUND_SM_ACTIVE_PCT
 from probes.diagnosis.stacks import COMMS
 
@@ -15,6 +15,12 @@ COMMS_BOUND = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(COMMS,),
+    badge="worth_fixing",
+    fix_removes=FixRemoves(
+        phases=("collectives",), activities=(COMMS,),
+        why="if collectives overlapped with compute (they take {pct} of the time)"),
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

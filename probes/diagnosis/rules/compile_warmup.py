@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
-from probes.diagnosis.evidence import COMPILE_HISTORY_S, CompileHistory, Evidence
+from probes.diagnosis.compile_history import COMPILE_HISTORY_S, CompileHistory
+from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import percent, sample_count
-from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.stacks import COMPILE, describe
 
 # A recompilation storm that takes this share of the main thread's samples over its look-back is the verdict,
@@ -26,6 +27,13 @@ COMPILE_WARMUP = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=False,
     hung_in=(COMPILE,),
+    badge="worth_fixing",
+    # Only a storm: a warm-up ends by itself, and the verdict promises nothing for it (Verdict.one_time_cost).
+    fix_removes=FixRemoves(
+        phases=("compile",), activities=(COMPILE,),
+        why="if the recompiles stopped (compiling takes {pct} of the time)"),
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

@@ -34,6 +34,10 @@ CPU_BOUND = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=True,
     hung_in=(),
+    badge="worth_fixing",
+    fix_removes=None,
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 
@@ -110,12 +114,13 @@ def evaluate(ev: Evidence) -> Candidate | None:
                      f"no GPU readings ({g.reason or 'NVML unavailable'}): the work runs on the CPU")
         advice.append("If a GPU should do this work, move the model and each batch to it "
                       "(model.to('cuda'), batch.to('cuda', non_blocking=True)).")
-    threads = threads_per_rank(ev.effective_cpus, ev) if ev.effective_cpus else 1
-    if threads >= 2 and main_cpu is not None and main_cpu < 100.0 * (threads - 0.5):
+    cpus = ev.effective_cpus
+    threads = threads_per_rank(cpus, ev) if cpus else 1
+    if cpus and threads >= 2 and main_cpu is not None and main_cpu < 100.0 * (threads - 0.5):
         # Sized to this process's share: the ranks on the node and its DataLoader workers run on the same CPUs.
         per = " per rank" if ev.ranks_on_node > 1 else ""
         advice.append(f"It uses {main_cpu / 100:.1f} of the {threads} CPUs that are its share "
-                      f"({cpu_share_words(ev.effective_cpus, ev)}): torch.set_num_threads({threads}){per} lets CPU "
+                      f"({cpu_share_words(cpus, ev)}): torch.set_num_threads({threads}){per} lets CPU "
                       "ops use them.")
     return Candidate("cpu_bound", score, lines, advice)
 

@@ -15,6 +15,10 @@ CPU_THROTTLED = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="worth_fixing",
+    fix_removes=None,
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

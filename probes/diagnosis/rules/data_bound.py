@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import cpu_amount, hot_spot, main_share_line, percent
-from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.rules.signs import producer_busy
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, QUEUE_WAIT
 
@@ -22,6 +22,12 @@ DATA_BOUND = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=True,
     hung_in=(DATA_WAIT, DATA_PREP),
+    badge="worth_fixing",
+    fix_removes=FixRemoves(
+        phases=("data",), activities=(DATA_WAIT, DATA_PREP),
+        why="if the input pipeline kept up (it holds the step {pct} of the time)"),
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

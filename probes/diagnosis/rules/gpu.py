@@ -29,6 +29,10 @@ GPU_BOUND = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="healthy",
+    fix_removes=None,
+    gpu_busy=True,
+    kernels_bound=True,
 )
 
 GPU_THROTTLED = BottleneckFacts(
@@ -37,6 +41,10 @@ GPU_THROTTLED = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="worth_fixing",
+    fix_removes=None,
+    gpu_busy=True,
+    kernels_bound=False,
 )
 
 

@@ -16,6 +16,10 @@ IDLE = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="neutral",
+    fix_removes=None,
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 
@@ -34,7 +38,9 @@ def evaluate(ev: Evidence) -> Candidate | None:
         lines = [main_share_line(ev, waiting, "waiting", *idle_activities)]
     else:  # py-spy caught it runnable; schedstat says it slept
         where = hot_spot(ev.main, *ev.main.by_activity)
-        waiting = ev.asleep_pct() / 100.0
+        asleep_pct = ev.asleep_pct()
+        assert asleep_pct is not None  # mostly_asleep(ev) above read it
+        waiting = asleep_pct / 100.0
         lines = [f"main thread asleep {percent(waiting)} of wall time (on a CPU {ev.main_thread_cpu_pct:.0f}%, queued "
                  f"for one {ev.main_thread_runqueue_pct:.0f}%), most often in {where}: py-spy's samples catch it "
                  "only while it is runnable"]

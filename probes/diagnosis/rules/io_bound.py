@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import byte_rate, hot_spot, main_share_line, percent
-from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
+from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.stacks import DATA_WAIT, IO
 
 IO_BOUND = BottleneckFacts(
@@ -14,6 +14,12 @@ IO_BOUND = BottleneckFacts(
     runs_on_host_cpu=False,
     short_of_host_cpu=False,
     hung_in=(IO,),
+    badge="worth_fixing",
+    fix_removes=FixRemoves(
+        phases=("data",), activities=(IO,),
+        why="if reads kept up (they hold the step {pct} of the time)"),
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

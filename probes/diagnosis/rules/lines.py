@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.stacks import ThreadProfile, format_where
+from probes.diagnosis.stacks import Activity, ThreadProfile, format_where
 
 
 def percent(fraction: float) -> str:
@@ -46,12 +46,12 @@ def cpu_share_words(cpus: float, ev: Evidence) -> str:
     return ", ".join(parts)
 
 
-def hot_spot(profile: ThreadProfile, *activities: str) -> str:
+def hot_spot(profile: ThreadProfile, *activities: Activity) -> str:
     responsible, user_frame, _ = profile.top(*activities)
     return format_where(responsible, user_frame)
 
 
-def main_share_line(ev: Evidence, share: float, doing: str, *activities: str, sep: str = " in") -> str:
+def main_share_line(ev: Evidence, share: float, doing: str, *activities: Activity, sep: str = " in") -> str:
     """'main thread: 87% of 40 samples waiting for the next batch in X, called from Y'. When X is not
     nearly all of those samples, 'most often in X (55% of those)'."""
     responsible, user_frame, top_share = ev.main.top(*activities)

@@ -1,13 +1,38 @@
-"""What every rule module fills in: the facts of each bottleneck it can conclude (BottleneckFacts), the finding
-it returns (Candidate), and the Rule that pairs them with the function reading the Evidence."""
+"""What every rule module fills in: the facts of each bottleneck it can conclude (BottleneckFacts, with what its
+fix removes, FixRemoves), the finding it returns (Candidate), and the Rule that pairs them with the function
+reading the Evidence.
+
+Every fact the rest of gputop needs of one bottleneck is a field here, read through the registry
+(probes.diagnosis.bottlenecks FACTS_BY_NAME): the diagnosis, the time shares, `gputop compare`, the monitor's pace
+line and the TUI read it there, and tests/test_bottleneck_facts.py fails where one keeps a table of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.phases import Phase
+from probes.diagnosis.stacks import Activity
 from probes.frame import Bottleneck
+
+# How the verdict's badge reads (the TUI gives each its colour): the limit a healthy run should have, a limit worth
+# fixing, no limit to name (waiting with nothing to blame, no verdict yet), or not a verdict but what hides one.
+BadgeTone = Literal["healthy", "worth_fixing", "neutral", "blind"]
+
+
+@dataclass(frozen=True)
+class FixRemoves:
+    """The main thread's time a bottleneck's fix removes, at most: its share s bounds what the fix can win to
+    1 / (1 - s) times faster (Amdahl)."""
+
+    phases: tuple[Phase, ...]  # as the time shares name them (probes/diagnosis/shares.py, a snapshot's time_shares)
+    # The same time as stack activities (probes.diagnosis.stacks) name it, for a recording whose snapshot carries
+    # no time shares: `gputop compare` sums the main thread's samples in them itself.
+    activities: tuple[Activity, ...]
+    # What the fix would do and the share it would remove, after "up to 1.2× faster "; {pct} is that share.
+    why: str
 
 
 @dataclass(frozen=True)
@@ -25,7 +50,15 @@ class BottleneckFacts:
     short_of_host_cpu: bool
     # Stack activities (probes.diagnosis.stacks) that name this bottleneck when a hung main thread is stuck
     # in one: a hang inside a DataLoader fetch is the input pipeline's.
-    hung_in: tuple[str, ...]
+    hung_in: tuple[Activity, ...]
+    badge: BadgeTone
+    fix_removes: FixRemoves | None  # None: no measured phase bounds what its fix can win
+    # The GPU is the limit and busy all the time: whatever runs outside it is all any other fix can win, and the
+    # main thread's computing and waiting for the GPU are both the GPU's time (two such runs compare their sum).
+    gpu_busy: bool
+    # The GPU's kernels at full clocks are the limit: the MFU on the pace line says whether they run as fast as
+    # this model allows, or are worth a look (dtype, fusion, batch size).
+    kernels_bound: bool
 
 
 @dataclass

@@ -4,7 +4,8 @@ to occupy its SMs, a GPU busy enough that waiting means waiting for it, and stac
 
 from __future__ import annotations
 
-from probes.diagnosis.evidence import GPU_WAIT_UTIL_PCT, Evidence
+from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.gpu_summary import GPU_WAIT_UTIL_PCT
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, IO
 
 # A GPU at high util with fewer SMs active than this (or, without SM activity, drawing less power than this
@@ -32,7 +33,7 @@ def producer_busy(ev: Evidence) -> bool:
 
 
 def waits_on_gpu(ev: Evidence) -> bool:
-    """The target's GPUs ran kernels at least GPU_WAIT_UTIL_PCT of the metric window (see evidence.py): a main
+    """The target's GPUs ran kernels at least GPU_WAIT_UTIL_PCT of the metric window (see gpu_summary.py): a main
     thread that waits there (idle samples, or asleep by schedstat) waits in a CUDA synchronisation, not idly."""
     g = ev.gpu
     return g.in_use and g.util_pct is not None and g.util_pct >= GPU_WAIT_UTIL_PCT

@@ -14,6 +14,10 @@ UNKNOWN = BottleneckFacts(
     runs_on_host_cpu=True,
     short_of_host_cpu=False,
     hung_in=(),
+    badge="neutral",
+    fix_removes=None,
+    gpu_busy=False,
+    kernels_bound=False,
 )
 
 

@@ -88,9 +88,9 @@ class Slurm(Launcher):
             return None
         if any(f.python for f in tree.processes if f.role not in HELPER_ROLES):
             return None  # a batch script running Python itself: a launched job
-        step = _client_step(root)
+        client_step = _client_step(root)
         return JobLayout(kind=self.kind, launcher_pid=root.pid, launchers=(root.pid,),
-                         slurm_step=str(step) if step is not None else None, training_elsewhere=True)
+                         slurm_step=str(client_step) if client_step is not None else None, training_elsewhere=True)
 
     def root_for(self, attached: Attachment) -> RootChoice | None:
         """A task's slurmstepd; for srun, the slurmstepd of the step it started, when it runs on this node; for
@@ -158,6 +158,6 @@ def _attached_step(attached: Attachment) -> SlurmStep | None:
         return SlurmStep(parent_step.job_id)
     in_cgroup = process_cgroup_step(attached.pid)  # proctrack/cgroup: a process that lost Slurm's variables
     if in_cgroup is not None:
-        step, _ = in_cgroup
-        return step if step.is_task_step else SlurmStep(step.job_id)
+        cgroup_step, _ = in_cgroup
+        return cgroup_step if cgroup_step.is_task_step else SlurmStep(cgroup_step.job_id)
     return None

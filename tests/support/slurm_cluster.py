@@ -1,7 +1,7 @@
 """A real Slurm cluster for the tests: Debian's slurmctld and slurmd started as plain daemons on a configuration
 written into a temporary folder, and stopped again. One node (this machine) by :func:`start_cluster`; two
 namespaced nodes, each with its own slurmd and seeing only its own processes, by
-:func:`start_namespaced_cluster` (the `slurm_two_nodes` fixture; tests/ns_nodes.py makes the nodes).
+:func:`start_namespaced_cluster` (the `slurm_two_nodes` fixture; tests/support/ns_nodes.py makes the nodes).
 
 :func:`start_cluster` writes slurm.conf (no munge: auth/none and cred/none; proctrack/linuxproc and task/none,
 so no cgroup is touched; state, spool, logs and PID files in the folder; ports picked free; the node as
@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from probes.sensors.slurm import SlurmError, SlurmStep
+
 if TYPE_CHECKING:
-    from ns_nodes import NodeSet
+    from support.ns_nodes import NodeSet
 
 DAEMONS = ("slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "squeue", "sinfo")
@@ -154,10 +156,43 @@ def _node_line() -> str:
     return line
 
 
+@dataclass(frozen=True)
+class ListedPid:
+    """One row of ``scontrol listpids``: a process of a job step on this node."""
+
+    pid: int
+    step: SlurmStep
+    local_id: int | None
+    global_id: int | None
+
+
+def list_pids(step: SlurmStep) -> tuple[ListedPid, ...] | SlurmError:
+    """The processes of a job (or one step) on this node as ``scontrol listpids`` lists them (the cluster named by
+    SLURM_CONF in this process's environment): the tests' own witness of a step's tasks, apart from the
+    slurmstepd titles and cgroups gputop finds them by (probes/sensors/slurm.py)."""
+    try:
+        done = subprocess.run(["scontrol", "listpids", str(step)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SlurmError(f"`scontrol listpids {step}`: {exc}")
+    if done.returncode != 0:
+        return SlurmError(f"`scontrol listpids {step}`: {(done.stderr or done.stdout).strip()}")
+    rows = []
+    for line in done.stdout.splitlines()[1:]:  # past the header: PID JOBID STEPID LOCALID GLOBALID
+        fields = line.split()
+        if len(fields) >= 3 and fields[0].isdigit():
+            rows.append(ListedPid(pid=int(fields[0]), step=SlurmStep(fields[1], fields[2]),
+                                  local_id=_number(fields, 3), global_id=_number(fields, 4)))
+    return tuple(rows)
+
+
+def _number(fields: list[str], index: int) -> int | None:
+    return int(fields[index]) if len(fields) > index and fields[index].isdigit() else None
+
+
 def write_conf(folder: Path, *, controller: str | None = None, nodes: dict[str, str] | None = None) -> tuple[Path, str]:
     """slurm.conf in `folder`, and the first node's name. By default one node, this machine as `slurmd -C` sees
     it, with the controller on it. `controller` (``name(address)``) and `nodes` ({name: address}) make a cluster
-    of several nodes of this machine's size, each reached at its own address (tests/ns_nodes.py); their
+    of several nodes of this machine's size, each reached at its own address (tests/support/ns_nodes.py); their
     slurmd's spool, PID and log files are kept apart by Slurm's %n (the node's name)."""
     node_line = _node_line()
     if nodes is None:
@@ -275,11 +310,11 @@ def start_cluster(folder: Path) -> SlurmCluster:
 
 
 def start_namespaced_cluster(folder: Path, count: int = 2) -> SlurmCluster:
-    """A cluster of `count` namespaced nodes n1..nCOUNT (tests/ns_nodes.py): slurmctld on this machine,
+    """A cluster of `count` namespaced nodes n1..nCOUNT (tests/support/ns_nodes.py): slurmctld on this machine,
     listening on the nodes' bridge, and in each node its own slurmd (`slurmd -D -f CONF -N nX` as the child of
     the node's PID 1), which sees only that node's processes. ClusterUnavailable when Slurm or the namespaces
     cannot run here."""
-    from ns_nodes import NodesUnavailable, make_nodes
+    from support.ns_nodes import NodesUnavailable, make_nodes
 
     _check_installed()
     try:

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from conftest import REPO, wait_for
-from recorded import frames_so_far
 
 from probes.monitoring.monitor import Monitor
 from probes.outputs.recording import read_recording
+from support.paths import REPO
+from support.processes import wait_for
+from support.recorded import frames_so_far
 
 HANG_AFTER_S = 5.0
 TIMEOUT_S = 120.0

@@ -1,5 +1,5 @@
-"""An OpenSSH server inside each namespaced test node (tests/ns_nodes.py), so that `gputop --hosts` is tested
-over real ssh to hosts that see only their own processes.
+"""An OpenSSH server inside each namespaced test node (tests/support/ns_nodes.py), so that `gputop --hosts` is
+tested over real ssh to hosts that see only their own processes.
 
 :func:`start_sshds` makes, in a folder of the test's: a client key (`client_key`), one host key per node, one
 `authorized_keys` per node holding the client key (a test makes a node refuse by writing another key there: sshd
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ns_nodes import Node, NodeSet
+from support.ns_nodes import Node, NodeSet
 
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself for each connection: it must be started by its full path
 PORT = 22

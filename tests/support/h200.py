@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-H200 = Path(__file__).parent / "fixtures" / "h200"
+H200 = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 
 
 def recording(name: str, folder: Path) -> Path:

@@ -1,0 +1,128 @@
+"""Real processes in tests: waiting on a condition, killing a process tree for good, starting a target whose output
+goes to a file, a free port for a job's rendezvous, and noting every process a test starts (conftest.py fails a test
+not marked slow that starts one)."""
+
+from __future__ import annotations
+
+import _posixsubprocess
+import contextlib
+import functools
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL pid and every process under it, and wait (a zombie counts as gone)."""
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = parent.children(recursive=True) + [parent]
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    # Only our direct child is ours to reap; orphaned grandchildren become zombies that wait_procs would
+    # wait on until its timeout when pid 1 does not reap them, so a zombie counts as gone.
+    deadline = time.monotonic() + 5
+    for proc in procs:
+        while time.monotonic() < deadline:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE and proc.pid != pid:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            if proc.pid == pid:
+                break  # reaped by the fixture's Popen.wait()
+            time.sleep(0.02)
+
+
+def stop_process_tree(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """Kill a target started with start_new_session, everything under it and its process group; reap it."""
+    kill_tree(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=wait_s)
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
+    """Poll predicate() until it returns something truthy; return it, or fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s: {predicate}")
+
+
+def start_logged(spawn_target, tmp_path: Path, script: str, *args: str, timeout: float = 90.0):
+    """Start a target (with the spawn_target fixture) whose stdout goes to a file; wait for its 'ready' line."""
+    out = tmp_path / f"{Path(script).stem}.out"
+    handle = out.open("w")
+    try:
+        return spawn_target(script, *args, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout,
+                            ready=lambda proc: "ready" in out.read_text())
+    finally:
+        handle.close()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a job's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Every way this interpreter starts a process: subprocess (which binds fork_exec at import, so both names), the
+# multiprocessing start methods (fork_exec again for spawn and forkserver, os.fork for fork), pty and posix_spawn.
+_STARTERS = (
+    (subprocess, "_fork_exec"),
+    (_posixsubprocess, "fork_exec"),
+    (os, "fork"),
+    (os, "forkpty"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+)
+
+
+def _command_of(name: str, args: tuple) -> str:
+    if name in ("fork", "forkpty"):
+        return f"os.{name}()"
+    argv = args[1] if name.startswith("posix_spawn") else args[0]
+    return " ".join(os.fsdecode(part) for part in argv)
+
+
+@contextlib.contextmanager
+def processes_started() -> Iterator[list[str]]:
+    """Within: the command line of every process this interpreter starts, from any thread, in the list yielded."""
+    started: list[str] = []
+    replaced = []
+    for owner, name in _STARTERS:
+        original = getattr(owner, name, None)
+        if original is None:
+            continue
+
+        @functools.wraps(original)
+        def noting(*args, _original=original, _name=name, **kwargs):
+            started.append(_command_of(_name, args))
+            return _original(*args, **kwargs)
+
+        setattr(owner, name, noting)
+        replaced.append((owner, name, original))
+    try:
+        yield started
+    finally:
+        for owner, name, original in reversed(replaced):
+            setattr(owner, name, original)
