@@ -16,6 +16,7 @@ import pytest
 from support.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
+from probes.gpu_metrics import GPM_METRICS
 from probes.sensors.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
 
 REPO = Path(__file__).resolve().parent.parent
@@ -509,6 +510,7 @@ def test_every_nvml_name_the_probe_uses_exists_in_real_pynvml():
         and isinstance(node.value, str)
         and node.value.startswith(("nvmlDevice", "nvmlGpm", "NVML_", "NVMLError", "NVMLLibrary", "c_nvml"))
     }
+    names |= {metric.nvml_constant for metric in GPM_METRICS}  # the GPM metrics the sensor asks for by name
     assert {"nvmlDeviceGetCurrentClocksEventReasons", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"} <= names
     missing = sorted(name for name in names if not hasattr(pynvml, name))
     assert missing == []

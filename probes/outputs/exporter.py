@@ -19,6 +19,7 @@ import socket
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -30,6 +31,7 @@ from prometheus_client.core import (
 
 from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
+from probes.gpu_metrics import GPM_METRICS
 from probes.monitoring.view import MonitorView
 from probes.sensors.nvml import CLOCK_EVENT_REASONS
 
@@ -82,35 +84,34 @@ def _ratio(pct: float | None) -> float | None:
     return None if pct is None else pct / 100.0
 
 
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily, StateSetMetricFamily, InfoMetricFamily)
+
+
 class _Families:
     """The metric families of one scrape, each created on first use so an empty family is never exposed."""
 
     def __init__(self) -> None:
         self._families: dict[str, Metric] = {}
 
-    def gauge(self, name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    def _named(self, kind: type[_Family], name: str, documentation: str, labels: Sequence[str]) -> _Family:
         family = self._families.get(name)
         if family is None:
-            family = self._families[name] = GaugeMetricFamily(name, documentation, labels=labels)
-        return family  # type: ignore[return-value]
+            family = self._families[name] = kind(name, documentation, labels=labels)
+        if not isinstance(family, kind):  # one name is one kind of family: two would be a bug of gputop's
+            raise TypeError(f"{name} is a {type(family).__name__}, asked for as a {kind.__name__}")
+        return family
+
+    def gauge(self, name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+        return self._named(GaugeMetricFamily, name, documentation, labels)
 
     def counter(self, name: str, documentation: str, labels: Sequence[str]) -> CounterMetricFamily:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = CounterMetricFamily(name, documentation, labels=labels)
-        return family  # type: ignore[return-value]
+        return self._named(CounterMetricFamily, name, documentation, labels)
 
     def state_set(self, name: str, documentation: str, labels: Sequence[str]) -> StateSetMetricFamily:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = StateSetMetricFamily(name, documentation, labels=labels)
-        return family  # type: ignore[return-value]
+        return self._named(StateSetMetricFamily, name, documentation, labels)
 
     def info(self, name: str, documentation: str, labels: Sequence[str]) -> InfoMetricFamily:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = InfoMetricFamily(name, documentation, labels=labels)
-        return family  # type: ignore[return-value]
+        return self._named(InfoMetricFamily, name, documentation, labels)
 
     def set(self, name: str, documentation: str, labels: Sequence[str], values: Sequence[str],
             value: float | None) -> None:
@@ -283,13 +284,9 @@ def _gpu_metrics(families: _Families, device: GpuDevice, host: str) -> None:
         states.update({reason: True for reason in active if reason not in states})  # a bit NVML has no name for
         families.state_set("gputop_gpu_clock_event_reason", "Why the clocks are below their maximum (NVML clock "
                            "event reasons; 1 = active)", GPU_LABELS).add_metric(list(values), states)
-    for name, pct, what in (
-        ("gputop_gpu_sm_active_ratio", device.gpm_sm_active_pct, "Share of time the SMs were active (GPM)"),
-        ("gputop_gpu_sm_occupancy_ratio", device.gpm_sm_occupancy_pct, "SM warp occupancy (GPM)"),
-        ("gputop_gpu_tensor_active_ratio", device.gpm_tensor_active_pct, "Share of time a tensor pipe was busy (GPM)"),
-        ("gputop_gpu_dram_bandwidth_ratio", device.gpm_dram_bw_pct, "DRAM bandwidth used, of the peak (GPM)"),
-    ):
-        families.set(name, f"{what}, 0-1", GPU_LABELS, values, _ratio(pct))
+    for metric in GPM_METRICS:
+        families.set(metric.prometheus_name, f"{metric.prometheus_help}, 0-1", GPU_LABELS, values,
+                     _ratio(getattr(device, metric.field)))
 
 
 class GputopCollector:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probes.frame import GpuDevice, GpuProcess, GpuReading
+from probes.gpu_metrics import GPM_METRICS
 
 # A driver can be installed or loaded while gputop runs; asking again is cheap but not free.
 INIT_RETRY_INTERVAL_S = 30.0
@@ -41,13 +42,8 @@ _CLOCK_EVENT_REASONS = (
 )
 CLOCK_EVENT_REASONS: tuple[str, ...] = tuple(name for _, name in _CLOCK_EVENT_REASONS)  # the names, in bit order
 
-# GpuDevice field <- pynvml GPM metric constant.
-_GPM_METRICS = (
-    ("gpm_sm_active_pct", "NVML_GPM_METRIC_SM_UTIL"),
-    ("gpm_sm_occupancy_pct", "NVML_GPM_METRIC_SM_OCCUPANCY"),
-    ("gpm_tensor_active_pct", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
-    ("gpm_dram_bw_pct", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
-)
+# GpuDevice field <- pynvml GPM metric constant, for every metric of the registry.
+_GPM_METRICS = tuple((metric.field, metric.nvml_constant) for metric in GPM_METRICS)
 
 
 def decode_clock_event_reasons(nvml: Any, mask: int) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Frame, GpuDevice
+from probes.gpu_metrics import GPM_METRICS
 from tui.panes.text import bar, node_title, percent, size, sparkline
 
 TITLE = "2 GPU"
@@ -95,8 +96,7 @@ def device_text(device: GpuDevice, history: Sequence[GpuDevice]) -> Text:
         text.append("\n clocks held by: ", style="dim")
         worrying = set(device.clock_event_reasons) - {"gpu_idle", "applications_clocks_setting"}
         text.append(clock_event_words(device.clock_event_reasons), style="bold yellow" if worrying else "")
-    gpm = [("SM active", device.gpm_sm_active_pct), ("occupancy", device.gpm_sm_occupancy_pct),
-           ("tensor", device.gpm_tensor_active_pct), ("DRAM bw", device.gpm_dram_bw_pct)]
+    gpm = [(metric.label, getattr(device, metric.field)) for metric in GPM_METRICS]
     if any(value is not None for _, value in gpm):
         text.append("\n GPM: ", style="dim")
         text.append(" · ".join(f"{label} {percent(value)}" for label, value in gpm if value is not None))
