@@ -92,7 +92,7 @@ def load_run(path: str, label: str, *, tokens_per_iter: int | None = None,
         raise CompareError(f"{path}: not a file (a snapshot .json, a recording .jsonl or a training log)")
     stated = dict(config or {})
     try:
-        if file.suffix == ".jsonl":
+        if file.name.endswith((".jsonl", ".jsonl.gz")):  # a recording, gzipped or not
             document, shares = _fold_recording(path)
             return _summary_from_snapshot(document, path, label, "recording", shares, tokens_per_iter, stated)
         if file.suffix == ".json":

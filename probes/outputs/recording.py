@@ -12,6 +12,7 @@ out and listed, so a replay shows what is whole and says what it skipped.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -153,13 +154,29 @@ def load_recording(path: str | Path) -> Recording:
     return Recording(Path(path), frames, tuple(skipped))
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_recording_text(path: str | Path) -> IO[str]:
+    """A recording opened for reading as text, gzipped or not (a recording compresses about tenfold, which is how
+    one goes into a bug report; gzip is told by its first two bytes, not by the name). OSError as open() raises it.
+
+    errors="replace": a damaged line may hold bytes that are not UTF-8; it is then skipped, not fatal.
+    newline="\n": a frame ends at a newline and nowhere else (the writer escapes every other control)."""
+    with open(path, "rb") as probe:
+        packed = probe.read(2) == GZIP_MAGIC
+    if packed:
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="\n")
+    return open(path, encoding="utf-8", errors="replace", newline="\n")
+
+
 def read_header(path: str | Path) -> dict[str, Any] | None:
     """A recording's header (its first line), or None when the file cannot be read or does not start with one;
     read_recording says why when the frames are read."""
     try:
-        with Path(path).open(encoding="utf-8", errors="replace", newline="\n") as handle:
+        with open_recording_text(path) as handle:
             header = json.loads(handle.readline())
-    except (OSError, json.JSONDecodeError, RecursionError):
+    except (OSError, EOFError, json.JSONDecodeError, RecursionError):
         return None
     return header if isinstance(header, dict) and header.get("schema") == RECORDING_SCHEMA else None
 
@@ -174,9 +191,7 @@ def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -
     """
     path = Path(path)
     try:
-        # errors="replace": a damaged line may hold bytes that are not UTF-8; it is then skipped, not fatal.
-        # newline="\n": a frame ends at a newline and nowhere else (the writer escapes every other control).
-        with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
+        with open_recording_text(path) as handle:
             first = handle.readline()
             if not first:
                 raise RecordingError(f"{path} is empty: not a gputop recording")
@@ -186,22 +201,26 @@ def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -
                 header = None
             if not isinstance(header, dict) or header.get("schema") != RECORDING_SCHEMA:
                 raise RecordingError(f"{path} is not a gputop recording (first line lacks schema {RECORDING_SCHEMA})")
-            for number, line in enumerate(handle, start=2):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    cut_short = not line.endswith("\n")  # only the last line can lack its newline
-                    _skip(skipped, number, "cut short, the recording ends mid-line (its writer stopped while "
-                                           "writing)" if cut_short else "not JSON")
-                    continue
-                try:
-                    frame = from_jsonable(Frame, data)
-                except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                    _skip(skipped, number, f"not a frame ({type(exc).__name__})")
-                    continue
-                yield frame
+            number = 1
+            try:
+                for number, line in enumerate(handle, start=2):
+                    if not line.strip():
+                        continue
+                    try:
+                        data = json.loads(line)
+                    except (json.JSONDecodeError, RecursionError):
+                        cut_short = not line.endswith("\n")  # only the last line can lack its newline
+                        _skip(skipped, number, "cut short, the recording ends mid-line (its writer stopped while "
+                                               "writing)" if cut_short else "not JSON")
+                        continue
+                    try:
+                        frame = from_jsonable(Frame, data)
+                    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                        _skip(skipped, number, f"not a frame ({type(exc).__name__})")
+                        continue
+                    yield frame
+            except EOFError:  # a gzipped recording cut short: the frames before the cut are whole
+                _skip(skipped, number + 1, "cut short, the gzipped recording ends mid-stream")
     except OSError as exc:
         raise RecordingError(f"cannot read recording {path}: {exc.strerror or exc}") from None
 
