@@ -168,6 +168,13 @@ class GpuDevice:
     gpm_sm_occupancy_pct: float | None = None
     gpm_tensor_active_pct: float | None = None
     gpm_dram_bw_pct: float | None = None
+    gpm_fp16_active_pct: float | None = None  # non-tensor math by precision, share of time (GPM)
+    gpm_fp32_active_pct: float | None = None
+    gpm_fp64_active_pct: float | None = None
+    gpm_pcie_rx_bytes_per_s: float | None = None  # traffic into (rx) and out of (tx) the GPU (GPM)
+    gpm_pcie_tx_bytes_per_s: float | None = None
+    gpm_nvlink_rx_bytes_per_s: float | None = None
+    gpm_nvlink_tx_bytes_per_s: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     in_target: bool = False  # some process of the target's tree runs on it
 

@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from probes.compare import compare_runs, load_run  # noqa: E402
-from probes.outputs.recording import read_recording  # noqa: E402
+from probes.outputs.recording import read_header, read_recording  # noqa: E402
 from probes.reference.baseline import load_comparison_inputs  # noqa: E402
+from probes.reference.pace_inputs import recorded_inputs, replayed_comparison_inputs  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.compare_app import make_compare_app  # noqa: E402
 
@@ -38,7 +39,13 @@ SECONDS_AFTER_LAST_FRAME = 2.0
 # The seed case's comparison: `gputop replay ... --model gpt2-xl --tokens-per-iter 1048576`.
 SEED_CASE = ("gpt2-xl", 1_048_576)
 
-# (recording, screenshot, terminal size, keys pressed before the picture, (model, tokens per iteration))
+# The real runs on an H200 (tests/fixtures/h200/README.md), replayed as `gputop replay FILE --baseline PROBE` shows
+# them: the recording's own header, and the compiled probe of GPT-2 XL on the same GPU as the reference.
+H200 = REPO / "tests" / "fixtures" / "h200"
+H200_REFERENCE = ("baseline", str(H200 / "gpt2xl_probe_compile.json"))
+
+# (recording, screenshot, terminal size, keys pressed before the picture, what the pace is compared with:
+# (model, tokens per iteration) as --model and --tokens-per-iter, or ("baseline", PROBE.json) beside the header's)
 SHOTS = (
     (RECORDINGS / "data_bound.jsonl", "data-bound.svg", (160, 48), (), None),
     (RECORDINGS / "data_bound.jsonl", "data-bound-80x24.svg", (80, 24), (), None),
@@ -48,6 +55,10 @@ SHOTS = (
     (RECORDINGS / "gpu_bound.jsonl", "gpu-bound.svg", (160, 48), (), None),
     (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace.svg", (160, 48), (), SEED_CASE),
     (CONSTRUCTED / "h200_gpu_bound.jsonl", "seed-case-h200-pace-80x24.svg", (80, 24), (), SEED_CASE),
+    # nanoGPT's own train.py, GPT-2 XL on a real H200: steady state against the compiled probe, and its first compile.
+    (H200 / "gpt2xl_s2.jsonl.gz", "h200-gpt2xl.svg", (160, 48), (), H200_REFERENCE),
+    (H200 / "gpt2xl_s2.jsonl.gz", "h200-gpt2xl-80x24.svg", (80, 24), (), H200_REFERENCE),
+    (H200 / "gpt2xl_s1.jsonl.gz", "h200-gpt2xl-first-compile.svg", (160, 48), (), None),
     # A 2-rank torchrun job whose rank 1 is slow, with rank 1 selected (`[` from "all ranks").
     (CONSTRUCTED / "ddp_straggler.jsonl", "ddp-straggler.svg", (160, 48), ("left_square_bracket",), None),
     (CONSTRUCTED / "ddp_straggler.jsonl", "ddp-straggler-80x24.svg", (80, 24), ("left_square_bracket",), None),
@@ -65,7 +76,10 @@ COMPARE_SHOTS = (
 async def render(recording: Path, size: tuple[int, int], keys: tuple[str, ...], compare) -> str:
     frames = list(read_recording(recording))
     frozen = frames[-1].time + SECONDS_AFTER_LAST_FRAME
-    comparison = load_comparison_inputs(None, *compare) if compare else None
+    if compare and compare[0] == "baseline":
+        comparison = replayed_comparison_inputs(recorded_inputs(read_header(recording)), compare[1], None, None)
+    else:
+        comparison = load_comparison_inputs(None, *compare) if compare else None
     app = make_app(replay_frames=frames, clock=lambda: frozen, comparison=comparison)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()

@@ -430,6 +430,24 @@ def test_gpm_metric_the_driver_cannot_compute_is_none():
     probe.close()
 
 
+def test_gpm_pipes_are_percent_and_traffic_is_turned_from_mib_into_bytes_per_second():
+    # NVML gives the pipes' activity in percent and PCIe/NVLink traffic in MiB/s (nvml.h).
+    fake = FakeNvml([FakeGpu(gpm_metrics={
+        pynvml.NVML_GPM_METRIC_FP16_UTIL: 3.0, pynvml.NVML_GPM_METRIC_FP32_UTIL: 68.0,
+        pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 1500.0,
+        pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 250.0, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 0.0})])
+    probe, clock = make_probe(fake)
+    probe.read()
+    clock.now += 1.0
+    device = probe.read().devices[0]
+    pipes = (device.gpm_fp16_active_pct, device.gpm_fp32_active_pct, device.gpm_fp64_active_pct)
+    assert pipes == (3.0, 68.0, 0.0)
+    assert (device.gpm_pcie_rx_bytes_per_s, device.gpm_pcie_tx_bytes_per_s) == (1500.0 * 2**20, 250.0 * 2**20)
+    assert device.gpm_nvlink_rx_bytes_per_s == 0.0
+    assert device.gpm_nvlink_tx_bytes_per_s is None  # a metric the driver does not compute (no NVLink here)
+    probe.close()
+
+
 def test_gpm_unsupported_device_has_no_gpm_and_says_so():
     fake = two_h200s()
     fake.gpus[1].gpm_supported = False

@@ -10,7 +10,7 @@ compile look-backs (compile_history.py), the GPUs (gpu_summary.py) and who held 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from probes.diagnosis.compile_history import CompileHistory, compile_history, compiled_code_share
@@ -27,6 +27,7 @@ from probes.diagnosis.stacks import (
     classify_cached,
     is_main_thread,
 )
+from probes.diagnosis.step_facts import StepFacts, step_facts
 from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES, METRIC_WINDOW_S, STACK_WINDOW_S, mean, recent
 from probes.frame import (
     ROLE_COMPILE_WORKER,
@@ -116,6 +117,9 @@ class Evidence:
     # The main thread's samples over the compile look-back (COMPILE_HISTORY_S) that ran torch.compile's compiled
     # code: above 0, the stacks show the model compiled, and no advice tells it to compile.
     compiled_code_share: float = 0.0
+    # What the step already does (compiled, attention, autocast, checkpointing, the optimizer, host syncs, ...), each
+    # fact with where it was read (step_facts.py): what a lever offered later must check it does not already do.
+    step: StepFacts = field(default_factory=StepFacts)
 
     def asleep_pct(self) -> float | None:
         """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
@@ -444,6 +448,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         ranks_on_node=latest.target.ranks_on_node or 1,
         gil=gil_summary(recent(history, GIL_WINDOW_S), main_pid),
         compiled_code_share=compiled_code_share(history, main_pid),
+        step=step_facts(history, main_pid, gpu),
     )
 
 

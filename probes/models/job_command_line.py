@@ -12,6 +12,9 @@ Each gives a StatedModel (probes/models/stated.py) that says where the shape cam
 ("Model from ..."), on screen and in the snapshot. Nothing is executed, unpickled or downloaded: files on this
 machine are read, that is all. The process's own files (its arguments, working directory and stdout) are read
 by probes/jobs/environment.py, which owns one process's files in /proc.
+
+The same two readers, in the same order, give `gputop probe --like PID` every setting the job trains with
+(``SETTINGS_READERS``, ``job_settings``): each with where it was read, or why it could not be.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from probes.jobs.environment import process_arguments, process_cwd, stdout_file
 from probes.models import hf_command_line, nanogpt_config
 from probes.models.stated import StatedModel
+from probes.models.stated_settings import StatedSettings
 
 LOG_HEAD_BYTES = 256 * 1024  # what a reader may look for there (nanoGPT's parameter count) is printed early
 
@@ -37,6 +41,30 @@ def read_job_command_line(argv: Sequence[str], cwd: str, log_text: str | None = 
         if stated is not None:
             return stated
     return None
+
+
+SETTINGS_READERS = (nanogpt_config.read_settings, hf_command_line.read_settings)  # in READERS' order, for its reason
+
+
+def read_job_settings(argv: Sequence[str], cwd: str, log_text: str | None = None,
+                      world_size: int | None = None) -> StatedSettings | None:
+    """The settings the first reader that knows this command line finds, or None. Never raises."""
+    for reader in SETTINGS_READERS:
+        settings = reader(argv, cwd, log_text, world_size)
+        if settings is not None:
+            return settings
+    return None
+
+
+def job_settings(pid: int, world_size: int | None = None) -> StatedSettings | None:
+    """The settings the job `pid` states on its command line (and in its log's head, its stdout when that is a
+    file); None when no reader knows it or /proc cannot be read. Never raises."""
+    argv = process_arguments(pid)
+    cwd = process_cwd(pid) if argv is not None else None
+    if argv is None or cwd is None:
+        return None
+    log = stdout_file(pid)
+    return read_job_settings(argv, cwd, _head(log) if log else None, world_size)
 
 
 def stated_model(pid: int, log_path: str | None) -> StatedModel | None:

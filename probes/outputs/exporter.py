@@ -285,8 +285,9 @@ def _gpu_metrics(families: _Families, device: GpuDevice, host: str) -> None:
         families.state_set("gputop_gpu_clock_event_reason", "Why the clocks are below their maximum (NVML clock "
                            "event reasons; 1 = active)", GPU_LABELS).add_metric(list(values), states)
     for metric in GPM_METRICS:
-        families.set(metric.prometheus_name, f"{metric.prometheus_help}, 0-1", GPU_LABELS, values,
-                     _ratio(getattr(device, metric.field)))
+        scale = "0-1" if metric.unit == "percent" else "bytes per second"
+        families.set(metric.prometheus_name, f"{metric.prometheus_help}, {scale}", GPU_LABELS, values,
+                     metric.exported(getattr(device, metric.field)))
 
 
 class GputopCollector:

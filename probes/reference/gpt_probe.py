@@ -42,6 +42,7 @@ from probes.models.llama import LlamaShape
 from probes.models.moe import MoeShape
 from probes.models.peaks import peak_flops, user_peak
 from probes.reference.gpt_probe_model import gpt_class
+from probes.reference.like_settings import LikeJob
 from probes.reference.llama_probe_model import llama_class
 from probes.reference.moe_probe_model import moe_class
 from probes.reference.probe_load import LOAD_WINDOW_S, LoadWatch, ProbeLoad
@@ -153,6 +154,8 @@ class ProbeResult:
     family: str = "gpt2"  # probes/models' family name (results written before there were others are GPT)
     scaled_from_layers: int | None = None  # layers built and timed when the times are scaled to the shape's
     scaling: str | None = None  # how they were scaled, in words
+    # `gputop probe --like PID`: the job whose settings these are, each with where it came from (like_settings.py)
+    like: LikeJob | None = None
 
 
 def torch_available() -> bool:

@@ -42,8 +42,8 @@ _CLOCK_EVENT_REASONS = (
 )
 CLOCK_EVENT_REASONS: tuple[str, ...] = tuple(name for _, name in _CLOCK_EVENT_REASONS)  # the names, in bit order
 
-# GpuDevice field <- pynvml GPM metric constant, for every metric of the registry.
-_GPM_METRICS = tuple((metric.field, metric.nvml_constant) for metric in GPM_METRICS)
+# GpuDevice field <- pynvml GPM metric constant, times the scale to the field's unit, for every metric of the registry.
+_GPM_METRICS = tuple((metric.field, metric.nvml_constant, metric.nvml_scale) for metric in GPM_METRICS)
 
 
 def decode_clock_event_reasons(nvml: Any, mask: int) -> tuple[str, ...]:
@@ -359,7 +359,7 @@ class NvmlGpuProbe:
         """This tick's GPM metrics (GpuDevice field -> value): computed between the previous tick's sample
         and one taken now, so the first tick after start (or after a failed sample) has none."""
         nvml = self._nvml
-        empty: dict[str, float | None] = {name: None for name, _ in _GPM_METRICS}
+        empty: dict[str, float | None] = {name: None for name, _, _ in _GPM_METRICS}
         if device.gpm_supported is None:
             device.gpm_supported = self._query_gpm_support(device)
         gpm = device.gpm
@@ -415,20 +415,20 @@ class NvmlGpuProbe:
 
     def _metrics_between(self, sample1: Any, sample2: Any) -> dict[str, float | None]:
         nvml = self._nvml
-        wanted = [(name, getattr(nvml, constant, None)) for name, constant in _GPM_METRICS]
-        wanted = [(name, metric_id) for name, metric_id in wanted if metric_id is not None]
+        wanted = [(name, getattr(nvml, constant, None), scale) for name, constant, scale in _GPM_METRICS]
+        wanted = [(name, metric_id, scale) for name, metric_id, scale in wanted if metric_id is not None]
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(wanted)
         request.sample1 = sample1
         request.sample2 = sample2
-        for slot, (_, metric_id) in enumerate(wanted):
+        for slot, (_, metric_id, _) in enumerate(wanted):
             request.metrics[slot].metricId = metric_id
         nvml.nvmlGpmMetricsGet(request)
         result: dict[str, float | None] = {}
-        for slot, (name, _) in enumerate(wanted):
+        for slot, (name, _, scale) in enumerate(wanted):
             metric = request.metrics[slot]
-            result[name] = float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
+            result[name] = float(metric.value) * scale if metric.nvmlReturn == nvml.NVML_SUCCESS else None
         return result
 
     def _free_gpm_samples(self, device: _DeviceState) -> None:

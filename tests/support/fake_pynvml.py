@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import pynvml as _real
 
+from probes.gpu_metrics import GPM_METRICS
+
 GIB = 1024**3
 
 # Names re-exported from the real module, by prefix, plus the structures results are built from.
@@ -71,6 +73,42 @@ class FakeGpu:
     # NVML function name -> error code it raises for this GPU, e.g. {"nvmlDeviceGetPowerUsage":
     # NVML_ERROR_NOT_SUPPORTED}.
     errors: dict[str, int] = field(default_factory=dict)
+
+
+def gpm_values(**by_field: float) -> dict[int, float]:
+    """GPM values as NVML gives them (metric id -> value in NVML's unit, MiB/s for traffic), from GpuDevice fields
+    in gputop's units: ``FakeGpu(gpm_metrics=gpm_values(gpm_tensor_active_pct=64.0, gpm_pcie_rx_bytes_per_s=2e9))``."""
+    rows = {metric.field: metric for metric in GPM_METRICS}
+    return {getattr(_real, rows[name].nvml_constant): value / rows[name].nvml_scale for name, value in by_field.items()}
+
+
+# A GPU doing each kind of work probes/diagnosis/gpu_limit.py names, as GPM reads it (gputop's units), with the
+# utilisation and power NVML gives beside it. tensor_core_bound and busy_outside_tensor_cores are the real H200 runs'
+# means (tests/fixtures/h200: gpt2xl_s2 and seed004_a_rec); the others are constructed, with the figures each class
+# is named by.
+INSIDE_GPU: dict[str, dict[str, float]] = {
+    "tensor_core_bound": dict(gpm_sm_active_pct=94.9, gpm_sm_occupancy_pct=27.6, gpm_tensor_active_pct=63.5,
+                              gpm_dram_bw_pct=29.5),
+    "busy_outside_tensor_cores": dict(gpm_sm_active_pct=81.2, gpm_sm_occupancy_pct=33.1, gpm_tensor_active_pct=29.9,
+                                      gpm_dram_bw_pct=40.8),
+    # Elementwise and norm kernels: DRAM near what a kernel can move, tensor pipes mostly idle.
+    "memory_bound": dict(gpm_sm_active_pct=88.0, gpm_sm_occupancy_pct=60.0, gpm_tensor_active_pct=6.0,
+                         gpm_dram_bw_pct=78.0, gpm_fp32_active_pct=12.0, gpm_fp16_active_pct=3.0),
+    # Matmuls in fp32 without TF32: the FP32 pipe busy, the tensor pipes idle.
+    "fp32_math": dict(gpm_sm_active_pct=92.0, gpm_sm_occupancy_pct=40.0, gpm_tensor_active_pct=0.5,
+                      gpm_dram_bw_pct=25.0, gpm_fp32_active_pct=68.0, gpm_fp16_active_pct=0.0),
+    # Small kernels one after another: a kernel runs nearly all the time, few SMs at work.
+    "launch_bound": dict(gpm_sm_active_pct=12.0, gpm_sm_occupancy_pct=4.0, gpm_tensor_active_pct=2.0,
+                         gpm_dram_bw_pct=5.0),
+}
+# Utilisation (%) and power (mW) beside each: launch-bound work draws little power at high util.
+INSIDE_GPU_UTIL_POWER: dict[str, tuple[int, int]] = {
+    "tensor_core_bound": (100, 691_000),
+    "busy_outside_tensor_cores": (95, 688_000),
+    "memory_bound": (100, 520_000),
+    "fp32_math": (100, 610_000),
+    "launch_bound": (97, 180_000),
+}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """`gputop probe`: time a reference training step (nanoGPT's GPT or a Llama-shaped model) on this machine and
 print the report; ``--layers N`` builds N of the layers and says on screen that the times were scaled.
+``--like PID`` times it at a running job's own model, sequence length, micro-batch, accumulation, dtype and compile
+setting, each read from the job and said before the run (probes/reference/like_job.py), never on a GPU the job uses.
 
 torch is imported only when the probe runs (probes/reference/gpt_probe.py), so the rest of gputop works without it.
 """
@@ -9,9 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from probes.models.convention import ATTENTION_CONVENTION
+from probes.models.stated_settings import SettingName
 from probes.reference.gpt_probe import (
     DTYPE_CHOICES,
     TORCH_MISSING,
@@ -21,8 +25,10 @@ from probes.reference.gpt_probe import (
     run_probe,
     torch_available,
 )
+from probes.reference.like_job import LikePlan, plan_like
+from probes.reference.like_settings import Given, LikeJobError, setting_lines
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
-from tui.commands.shared import UsageError, add_peak_tflops_argument, positive_int
+from tui.commands.shared import UsageError, add_peak_tflops_argument, pid, positive_int
 from tui.exitcodes import EXIT_OK
 
 DEFAULT_BATCH_SIZE = 12  # nanoGPT's train_gpt2 config
@@ -39,14 +45,23 @@ class ProbeCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_model_arguments(parser, default_model="gpt2")
+        # Defaults are None, applied in run(): with --like only a flag the user gave replaces the job's setting.
+        parser.add_argument("--no-bias", dest="bias", action="store_false",
+                            help="no biases (with --like: for a job whose bias gputop cannot read)")
+        parser.set_defaults(bias=None)
+        parser.add_argument("--like", type=pid, metavar="PID",
+                            help="time the step at this running job's own model, sequence length, micro-batch, "
+                                 "accumulation, dtype and compile setting, read from its command line and config "
+                                 "(nanoGPT's train.py, a Hugging Face config.json) and said before the run; any "
+                                 "flag given replaces the job's setting. Refuses a GPU the job uses")
         parser.add_argument("--batch-size", type=positive_int, metavar="B",
                             help=f"sequences per micro-step (default {DEFAULT_BATCH_SIZE}; tiny: 8)")
-        parser.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
-                            help="micro-steps per optimizer iteration, for the predicted iteration time")
-        parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
-                            help="auto: bf16 on GPUs that have it, else fp16; fp32 on the CPU")
-        parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                            help="torch.compile the model (its time is reported separately)")
+        parser.add_argument("--grad-accum", type=positive_int, metavar="N",
+                            help="micro-steps per optimizer iteration, for the predicted iteration time (default 1)")
+        parser.add_argument("--dtype", choices=DTYPE_CHOICES,
+                            help="auto (the default): bf16 on GPUs that have it, else fp16; fp32 on the CPU")
+        parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                            help="torch.compile the model (its time is reported separately; default off)")
         parser.add_argument("--steps", type=positive_int, default=10, help="timed steps (default 10)")
         parser.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first (default 3)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -57,16 +72,31 @@ class ProbeCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(self, args: argparse.Namespace) -> int:
-        shape = model_shape(args)
-        model = model_label(args)
-        assert model is not None  # model_shape named it (the default is gpt2), or raised a UsageError
+        def say(message: str) -> None:
+            print(f"gputop probe: {message}", file=sys.stderr)
+
+        like = None
+        if args.like is not None:
+            plan = _plan_like(args)
+            like = plan.like
+            for line in setting_lines(like):
+                say(line)
+            shape, model, batch_size, grad_accum = plan.shape, plan.model, plan.batch_size, plan.grad_accum
+            dtype, compile_model = plan.dtype, plan.compile
+        else:
+            shape = model_shape(args)
+            named = model_label(args)
+            assert named is not None  # model_shape named it (the default is gpt2), or raised a UsageError
+            model = named
+            batch_size = args.batch_size or DEFAULT_BATCH_SIZE_BY_MODEL.get(model, DEFAULT_BATCH_SIZE)
+            grad_accum, dtype, compile_model = args.grad_accum or 1, args.dtype or "auto", bool(args.compile)
         config = ProbeConfig(
             shape=shape,
             model=model,
-            batch_size=args.batch_size or DEFAULT_BATCH_SIZE_BY_MODEL.get(model, DEFAULT_BATCH_SIZE),
-            grad_accum=args.grad_accum,
-            dtype=args.dtype,
-            compile=args.compile,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            dtype=dtype,
+            compile=compile_model,
             steps=args.steps,
             warmup=args.warmup,
             device=args.device,
@@ -79,14 +109,49 @@ class ProbeCommand:
         if not torch_available():
             raise UsageError(TORCH_MISSING)
         try:
-            result = run_probe(config, say=lambda message: print(f"gputop probe: {message}", file=sys.stderr))
+            result = run_probe(config, say=say)
         except (ProbeInputError, ProbeOutOfMemory) as exc:
             raise UsageError(str(exc)) from None
+        if like is not None:
+            result = dataclasses.replace(result, like=like)
         if args.json:
             print(json.dumps(dataclasses.asdict(result), indent=2))
         else:
             print("\n".join(format_probe_report(result)))
         return EXIT_OK
+
+
+def _given(args: argparse.Namespace) -> dict[SettingName, Given]:
+    """The flags given beside --like, each as the probe takes it and as it was written."""
+    given: dict[SettingName, Given] = {}
+    if args.config is not None or args.model is not None:
+        flag = "--config" if args.config is not None else "--model"
+        given["model"] = Given(args.config or args.model, f"{flag} {args.config or args.model}")
+    numbers: tuple[SettingName, ...] = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "batch_size",
+                                        "grad_accum")
+    for name in numbers:
+        if getattr(args, name) is not None:
+            given[name] = Given(getattr(args, name), f"--{name.replace('_', '-')} {getattr(args, name)}")
+    if args.bias is not None:
+        given["bias"] = Given(args.bias, "--bias" if args.bias else "--no-bias")
+    if args.dtype is not None:
+        given["dtype"] = Given(args.dtype, f"--dtype {args.dtype}")
+    if args.compile is not None:
+        given["compile"] = Given(args.compile, "--compile" if args.compile else "--no-compile")
+    return given
+
+
+def _plan_like(args: argparse.Namespace) -> LikePlan:
+    """The job's settings against the flags given (UsageError, one line, when the probe cannot time its step)."""
+    if args.config is not None and args.model is not None:
+        raise UsageError("pass --model or --config, not both")
+    if args.model == "custom":
+        raise UsageError("--like reads the job's model: change part of it with --n-layer, --n-head, --n-embd, "
+                         "--vocab-size, --block-size, or name another with --model PRESET or --config config.json")
+    try:
+        return plan_like(args.like, _given(args), args.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except LikeJobError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _gib(size: int) -> str:
@@ -135,6 +200,11 @@ def format_probe_report(result) -> list[str]:
         ("peak memory", _gib(result.peak_memory_bytes) if result.peak_memory_bytes is not None else "n/a (CPU)"),
         ("loss", f"{result.losses[0]:.4f} → {result.losses[-1]:.4f} over {len(result.losses)} steps"),
     ]
+    if result.like is not None:
+        given = f"; given: {', '.join(result.like.given)}" if result.like.given else ""
+        rows.insert(2, ("like", f"PID {result.like.pid} ({result.like.command}): its settings, read from "
+                                f"{result.like.reader}{given}"))
+        rows.insert(3, ("GPU check", result.like.gpu_check))
     if result.other_load is not None:
         rows.append(("other load", other_load_words(result.other_load)))
     return [f"{label:<15} {value}" for label, value in rows]

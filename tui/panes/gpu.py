@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Frame, GpuDevice
-from probes.gpu_metrics import GPM_METRICS
+from probes.gpu_metrics import GPM_METRICS, PANE_LINES, GpmMetric
 from tui.panes.text import bar, node_title, percent, size, sparkline
 
 TITLE = "2 GPU"
@@ -77,8 +77,12 @@ def _temperature(device: GpuDevice) -> str:
     return "-°C" if device.temperature_c is None else f"{device.temperature_c:.0f}°C"
 
 
+def _gpm_value(metric: GpmMetric, value: float) -> str:
+    return percent(value) if metric.unit == "percent" else f"{size(value)}/s"
+
+
 def device_text(device: GpuDevice, history: Sequence[GpuDevice]) -> Text:
-    """A target GPU in full: four or five lines."""
+    """A target GPU in full: two to eight lines (clock reasons, GPM metrics and sparklines where there are some)."""
     text = Text()
     text.append(f"GPU{device.index} {_name(device)}", style="bold")
     if device.in_target:
@@ -96,10 +100,12 @@ def device_text(device: GpuDevice, history: Sequence[GpuDevice]) -> Text:
         text.append("\n clocks held by: ", style="dim")
         worrying = set(device.clock_event_reasons) - {"gpu_idle", "applications_clocks_setting"}
         text.append(clock_event_words(device.clock_event_reasons), style="bold yellow" if worrying else "")
-    gpm = [(metric.label, getattr(device, metric.field)) for metric in GPM_METRICS]
-    if any(value is not None for _, value in gpm):
-        text.append("\n GPM: ", style="dim")
-        text.append(" · ".join(f"{label} {percent(value)}" for label, value in gpm if value is not None))
+    for pane_line in PANE_LINES:
+        shown = [f"{metric.label} {_gpm_value(metric, value)}" for metric in GPM_METRICS
+                 if metric.pane_line == pane_line and (value := getattr(device, metric.field)) is not None]
+        if shown:  # a line only where the GPU gives one of its metrics: a GPU without GPM shows none
+            text.append(f"\n {pane_line}: ", style="dim")
+            text.append(" · ".join(shown))
     if len(history) > 1:
         text.append("\n last min ", style="dim")
         text.append("SM ", style="dim")

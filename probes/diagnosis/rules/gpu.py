@@ -4,6 +4,7 @@ the limit; held below its maximum clock by a power cap, heat or a hardware slowd
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.gpu_limit import CLOCK_HELD_FRACTION, THROTTLE_REASONS, gpu_limit
 from probes.diagnosis.rules.lines import gpu_line, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 from probes.diagnosis.rules.signs import power_fraction, uses_torch_compile
@@ -12,16 +13,7 @@ from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, WAIT
 GPU_BUSY_UTIL_PCT = 80.0
 GPU_BUSY_SM_ACTIVE_PCT = 50.0
 GPU_BUSY_POWER_FRACTION = 0.5
-CLOCK_HELD_FRACTION = 0.9
-THROTTLE_REASONS = {
-    "sw_power_cap": "software power cap",
-    "hw_slowdown": "hardware slowdown",
-    "hw_power_brake_slowdown": "hardware power brake",
-    "sw_thermal_slowdown": "software thermal slowdown",
-    "hw_thermal_slowdown": "hardware thermal slowdown",
-    "board_limit": "board limit",
-    "reliability": "reliability limit",
-}
+# CLOCK_HELD_FRACTION and THROTTLE_REASONS live in probes/diagnosis/gpu_limit.py, which says what holds the clock.
 
 GPU_BOUND = BottleneckFacts(
     name="gpu_bound",
@@ -66,6 +58,10 @@ def evaluate(ev: Evidence) -> Candidate | None:
     lines = [gpu_line(ev)]
     if strength == 0.5:
         lines.append("only util% is readable here: it says a kernel was running, not how many SMs were busy")
+    else:  # util% alone already said what cannot be seen; with SM activity or power, what the GPU is doing inside
+        inside = gpu_limit(ev)
+        if inside is not None:
+            lines.append(inside.line())
     if ev.main.samples:
         lines.append(main_share_line(ev, ev.main.share(COMPUTE, WAIT), "computing or waiting on the GPU",
                                       COMPUTE, WAIT))

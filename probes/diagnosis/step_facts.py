@@ -1,0 +1,340 @@
+"""What the training step already does, read from the job and never guessed (StepFacts): compiled or eager, the
+attention's implementation, autocast and the precision the compiled code computes in, the GradScaler, activation
+checkpointing, the optimizer's implementation, host synchronisations, pinned memory and non-blocking copies, GPU
+memory used of total. Each fact is a Fact: its value and where it was read. A fact not seen is None: unknown, which
+is not "no".
+
+Read from the main thread's sampled stacks over STEP_FACTS_LOOKBACK_S (step_marks.py says what each stack shows; the
+main process's other threads for the pin-memory thread and compiled code run off the main thread), the source lines
+those stacks name and the code torch.compile generated (read from this machine's disk: probes/sensors/source_lines.py),
+the training process's command line (a few flags whose meaning is fixed: `--compile=False`, `--bf16`, ...) and NVML
+(GpuSummary). py-spy's --locals is not used: a setting held only in a variable (`with ctx:`, nanoGPT's dtype from
+its config file) stays unknown. The stacks win over the command line: they are what runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar, cast
+
+from probes.diagnosis.frame_stacks import frame_stacks
+from probes.diagnosis.gpu_summary import GpuSummary
+from probes.diagnosis.stacks import short_path
+from probes.diagnosis.step_marks import Mark, Origin, StackMarks, stack_marks_cached
+from probes.diagnosis.windows import recent
+from probes.frame import Frame
+from probes.lru import LruCache
+from probes.sensors import source_lines
+
+# As long as the compile look-back (compile_history.COMPILE_HISTORY_S): a GPU-bound main thread shows a window only a
+# few samples, most of them waiting, and the optimizer's step is one sample in 45 on GPT-2 XL (tests/fixtures/h200).
+STEP_FACTS_LOOKBACK_S = 60.0
+# Main-thread samples of nn.Module forwards outside compiled code, with none inside it, that make a model "eager".
+MIN_EAGER_SAMPLES = 5
+MAX_HOST_SYNCS = 3  # sync sites kept, most sampled first
+MAX_UNREAD = 3
+
+Compiled = Literal["compiled", "eager"]
+Attention = Literal["sdpa", "flash_attn", "xformers", "by_hand"]
+Autocast = Literal["bfloat16", "float16", "on"]  # "on": autocast seen, its dtype not read
+Dtype = Literal["bfloat16", "float16", "float32"]
+Scaler = Literal["enabled", "disabled", "seen"]  # "seen": a GradScaler in the stacks, whether it scales not read
+OnOff = Literal["on", "off"]
+OptimizerImpl = Literal["fused", "foreach", "per_parameter"]
+HostSync = Literal["item", "cpu", "tolist", "numpy", "print", "synchronize"]
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Fact(Generic[V]):
+    """One fact of the step: its value, where it was read (`origin`, and the frame, line or flag in `where`) and,
+    read from the stacks or the lines they name, in how many of the main thread's samples."""
+
+    value: V
+    origin: Origin
+    where: str
+    samples: int = 0
+    of_samples: int = 0
+
+    def share(self) -> float | None:
+        """Of the main thread's samples over the look-back, the share that showed it (None where not sampled)."""
+        return self.samples / self.of_samples if self.samples and self.of_samples else None
+
+    def source(self) -> str:
+        """Where it was read, in words: 'stacks: _fused_adam (torch/optim/adam.py:880) in 1 of 45 main-thread
+        samples'."""
+        counted = f" in {self.samples} of {self.of_samples} main-thread samples" if self.samples else ""
+        return f"{self.origin}: {self.where}{counted}"
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the step does, as read from the job; each None where nothing showed it."""
+
+    samples: int = 0  # the main thread's samples over the look-back
+    compiled: Fact[Compiled] | None = None
+    attention: Fact[Attention] | None = None
+    autocast: Fact[Autocast] | None = None
+    # The lowest-precision float the compiled graphs compute in (their buffers), or as the command line sets it.
+    compute_dtype: Fact[Dtype] | None = None
+    grad_scaler: Fact[Scaler] | None = None
+    checkpointing: Fact[OnOff] | None = None
+    recompute_samples: int = 0  # main-thread samples running a checkpointed forward again, inside backward
+    optimizer: Fact[OptimizerImpl] | None = None
+    host_syncs: tuple[Fact[HostSync], ...] = ()  # each site, most sampled first
+    pin_memory: Fact[OnOff] | None = None
+    non_blocking: Fact[OnOff] | None = None
+    gpu_memory: Fact[tuple[int, int]] | None = None  # (used, total) bytes of the job's GPUs
+    # Files a sampled stack named that are not readable here (a replay on another machine, a job in another
+    # container): what their lines would have said is unknown.
+    unread: tuple[str, ...] = ()
+
+    def lines(self) -> tuple[str, ...]:
+        """One line a fact, for a person: 'compiled (stacks: … in 16 of 45 main-thread samples)'."""
+        named: list[tuple[str, Fact | None]] = [
+            ("", self.compiled), ("attention ", self.attention), ("autocast ", self.autocast),
+            ("computes in ", self.compute_dtype), ("GradScaler ", self.grad_scaler),
+            ("activation checkpointing ", self.checkpointing), ("optimizer ", self.optimizer),
+            *(("host sync ", sync) for sync in self.host_syncs), ("pin_memory ", self.pin_memory),
+            ("non_blocking copies ", self.non_blocking)]
+        shown = [f"{label}{fact.value} ({fact.source()})" for label, fact in named if fact is not None]
+        if self.gpu_memory is not None:
+            shown.append(f"GPU memory ({self.gpu_memory.source()})")
+        return tuple(shown)
+
+
+@dataclass(frozen=True)
+class _Generated:
+    """What one file of torch.compile's generated code says (None fields where it does not say)."""
+
+    attention: Attention | None = None
+    attention_op: str | None = None  # the forward's op where the file names one (a backward's file names its own)
+    dtypes: tuple[tuple[str, int], ...] = ()  # buffers allocated, per float dtype
+
+
+_FUSED_ATTENTION_OP = re.compile(r"aten\._(?:scaled_dot_product_\w*?attention\w*|flash_attention_forward|"
+                                 r"efficient_attention_forward)")
+_FLASH_ATTN_OP = re.compile(r"torch\.ops\.flash_attn\.\w+")
+_SOFTMAX_OP = re.compile(r"aten\._(?:safe_)?softmax\b")
+_BMM_OP = re.compile(r"aten\.bmm\b")
+_BUFFER_DTYPE = re.compile(r"empty_strided(?:_\w+)?\(\([^()]*\),\s*\([^()]*\),\s*torch\.(bfloat16|float16|float32)\)")
+_generated_cache: LruCache[str, tuple[_Generated | None]] = LruCache(64)
+
+
+def _read_generated(path: str) -> _Generated | None:
+    text = source_lines.file_text(path)
+    if text is None:
+        return None
+    fused = sorted(set(_FUSED_ATTENTION_OP.findall(text)), key=lambda op: (op.endswith("_backward"), op))
+    flash = _FLASH_ATTN_OP.search(text)
+    attention: Attention | None = None
+    op = None
+    if fused:  # the forward's op by name, where a backward's file names it too
+        attention, op = "sdpa", fused[0]
+    elif flash:
+        attention, op = "flash_attn", flash.group(0)
+    elif _SOFTMAX_OP.search(text) and _BMM_OP.search(text):
+        attention, op = "by_hand", "aten._softmax and aten.bmm"
+    dtypes = Counter(_BUFFER_DTYPE.findall(text))
+    return _Generated(attention, op, tuple(sorted(dtypes.items(), key=lambda item: -item[1])))
+
+
+def _generated(path: str) -> _Generated | None:
+    """The generated code at `path`, read once (None where it is not readable here)."""
+    return _generated_cache.get_or_build(path, lambda: (_read_generated(path),))[0]
+
+
+class _Tally:
+    """Samples per mark of one kind over the look-back."""
+
+    def __init__(self) -> None:
+        self.marks: Counter[Mark] = Counter()
+
+    def add(self, mark: Mark | None, samples: int) -> None:
+        if mark is not None:
+            self.marks[mark] += samples
+
+    def best(self, total: int) -> Fact | None:
+        """The value most samples showed, with its commonest place."""
+        if not self.marks:
+            return None
+        by_value: Counter[str] = Counter()
+        for mark, samples in self.marks.items():
+            by_value[mark.value] += samples
+        value = by_value.most_common(1)[0][0]
+        mark, _ = max(((m, n) for m, n in self.marks.items() if m.value == value), key=lambda item: item[1])
+        return Fact(value, mark.origin, mark.where, by_value[value], total)
+
+
+_KINDS: tuple[tuple[str, Callable[[StackMarks], Mark | None]], ...] = (
+    ("compiled", lambda m: m.compiled),
+    ("eager", lambda m: m.eager_module),
+    ("attention", lambda m: m.attention),
+    ("autocast", lambda m: m.autocast),
+    ("grad_scaler", lambda m: m.grad_scaler),
+    ("checkpointing", lambda m: m.checkpointing),
+    ("optimizer", lambda m: m.optimizer),
+    ("pin_memory", lambda m: m.pin_memory),
+    ("non_blocking", lambda m: m.non_blocking),
+)
+
+
+def step_facts(history: Sequence[Frame], main_pid: int, gpu: GpuSummary) -> StepFacts:
+    """The StepFacts of the recent end of `history` (oldest first, not empty) for the main process `main_pid`."""
+    tallies = {name: _Tally() for name, _ in _KINDS}
+    syncs: Counter[Mark] = Counter()
+    generated: dict[str, None] = {}
+    unread: dict[str, None] = {}
+    total = recompute = 0
+    for frame in recent(history, STEP_FACTS_LOOKBACK_S):
+        stacks = frame_stacks(frame, main_pid)
+        for count in stacks.main_counts:
+            marks = stack_marks_cached(count.frames)
+            total += count.count
+            for name, read in _KINDS:
+                tallies[name].add(read(marks), count.count)
+            if marks.host_sync is not None:
+                syncs[marks.host_sync] += count.count
+            recompute += count.count if marks.recomputing else 0
+            generated.update(dict.fromkeys(marks.generated_files))
+            if marks.unread_file is not None:
+                unread[marks.unread_file] = None
+        for count in stacks.other_counts:  # the pin-memory thread; compiled backward on autograd's device thread
+            marks = stack_marks_cached(count.frames)
+            generated.update(dict.fromkeys(marks.generated_files))
+            if marks.pin_memory is not None:
+                tallies["pin_memory"].add(Mark("on", "stacks", f"{marks.pin_memory.where} on another thread"), 0)
+    flags = command_line_marks(_command_line(history[-1], main_pid))
+    code = {path: _generated(path) for path in generated}
+    unread.update((path, None) for path, read in code.items() if read is None)
+    compiled = tallies["compiled"].best(total)
+    eager = tallies["eager"].best(total)
+    if compiled is None and (eager is None or eager.samples < MIN_EAGER_SAMPLES):
+        compiled = _flag(flags, "compiled")
+    elif compiled is None:
+        compiled = eager
+    return StepFacts(
+        samples=total,
+        compiled=cast("Fact[Compiled] | None", compiled),
+        attention=cast("Fact[Attention] | None",
+                       tallies["attention"].best(total) or _generated_attention(code)),
+        autocast=cast("Fact[Autocast] | None", tallies["autocast"].best(total) or _flag(flags, "autocast")),
+        compute_dtype=cast("Fact[Dtype] | None", _generated_dtype(code) or _flag(flags, "compute_dtype")),
+        grad_scaler=cast("Fact[Scaler] | None", tallies["grad_scaler"].best(total)),
+        checkpointing=cast("Fact[OnOff] | None",
+                           tallies["checkpointing"].best(total) or _flag(flags, "checkpointing")),
+        recompute_samples=recompute,
+        optimizer=cast("Fact[OptimizerImpl] | None", tallies["optimizer"].best(total) or _flag(flags, "optimizer")),
+        host_syncs=tuple(Fact(cast(HostSync, mark.value), mark.origin, mark.where, samples, total)
+                         for mark, samples in syncs.most_common(MAX_HOST_SYNCS)),
+        pin_memory=cast("Fact[OnOff] | None", tallies["pin_memory"].best(total)),
+        non_blocking=cast("Fact[OnOff] | None", tallies["non_blocking"].best(total)),
+        gpu_memory=_gpu_memory(gpu),
+        unread=tuple(list(unread)[:MAX_UNREAD]),
+    )
+
+
+def _flag(flags: dict[str, Mark], name: str) -> Fact | None:
+    mark = flags.get(name)
+    return Fact(mark.value, mark.origin, mark.where) if mark is not None else None
+
+
+def _generated_attention(code: dict[str, _Generated | None]) -> Fact[Attention] | None:
+    """The attention the generated code runs: a fused op wherever one file calls it (a forward's file first), else
+    by hand."""
+    ranked = sorted(((path, read) for path, read in code.items() if read is not None),
+                    key=lambda item: (item[1].attention_op or "").endswith("_backward"))
+    for wanted in ("sdpa", "flash_attn", "by_hand"):
+        for path, read in ranked:
+            if read.attention == wanted:
+                where = f"{short_path(path)[:8]}….py calls {read.attention_op}" if wanted != "by_hand" else \
+                    f"{short_path(path)[:8]}….py runs {read.attention_op} and no fused attention op"
+                return Fact(wanted, "generated code", where)
+    return None
+
+
+def _generated_dtype(code: dict[str, _Generated | None]) -> Fact[Dtype] | None:
+    """The lowest-precision float the generated code allocates buffers in, with the counts of each."""
+    counts: Counter[str] = Counter()
+    for read in code.values():
+        if read is not None:
+            counts.update(dict(read.dtypes))
+    if not counts:
+        return None
+    value = next(d for d in ("bfloat16", "float16", "float32") if counts[d])
+    buffers = ", ".join(f"{n} {d}" for d, n in counts.most_common())
+    return Fact(cast(Dtype, value), "generated code", f"buffers of the compiled graphs: {buffers}")
+
+
+def _gpu_memory(gpu: GpuSummary) -> Fact[tuple[int, int]] | None:
+    used, total = gpu.mem_used_bytes, gpu.mem_total_bytes
+    if used is None or not total:
+        return None
+    own = [p.used_memory_bytes for d in gpu.devices for p in d.processes
+           if p.in_target and p.used_memory_bytes is not None]
+    mine = f" (the job's processes: {sum(own) / 2**30:.1f} GiB)" if own else ""
+    where = f"{gpu.label()}: {used / 2**30:.1f} of {total / 2**30:.1f} GiB used{mine}"
+    return Fact((used, total), "NVML", where)
+
+
+def _command_line(frame: Frame, main_pid: int) -> tuple[str, ...]:
+    """The training process's command line (the main process's; the target's where the frame has none)."""
+    process = frame.process(main_pid)
+    return process.cmdline if process is not None and process.cmdline else frame.target.cmdline
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def _options(argv: Sequence[str]) -> list[tuple[str, str | None, str]]:
+    """(name, value or None for a bare flag, as written) of each --option, `--a=b` and `--a b` alike."""
+    found: list[tuple[str, str | None, str]] = []
+    for index, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        name, equals, value = arg[2:].partition("=")
+        if equals:
+            found.append((name, value, arg))
+        elif index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+            found.append((name, argv[index + 1], f"{arg} {argv[index + 1]}"))
+        else:
+            found.append((name, None, arg))
+    return found
+
+
+def command_line_marks(argv: Sequence[str]) -> dict[str, Mark]:
+    """What the command line sets, by the flags whose meaning is fixed: torch.compile (`--compile`, nanoGPT's
+    `--compile=False`, Hugging Face's `--torch_compile`), autocast (`--bf16`, `--fp16`, Lightning's
+    `--precision bf16-mixed`, Accelerate's `--mixed_precision`), the compute dtype (nanoGPT's `--dtype`),
+    checkpointing (`--gradient_checkpointing`), a fused optimizer (`--optim adamw_torch_fused`)."""
+    marks: dict[str, Mark] = {}
+
+    def said(name: str, value: str, written: str) -> None:
+        marks[name] = Mark(value, "command line", written)
+
+    for name, value, written in _options(argv):
+        lowered = value.lower() if value is not None else None
+        on = lowered is None or lowered in _TRUE
+        off = lowered in _FALSE
+        if name in ("compile", "torch_compile") and (on or off):
+            said("compiled", "compiled" if on else "eager", written)
+        elif name in ("no-compile", "no_compile") and value is None:
+            said("compiled", "eager", written)
+        elif name in ("bf16", "fp16") and on:
+            said("autocast", "bfloat16" if name == "bf16" else "float16", written)
+        elif name == "precision" and lowered in ("bf16-mixed", "16-mixed"):
+            said("autocast", "bfloat16" if lowered == "bf16-mixed" else "float16", written)
+        elif name == "mixed_precision" and lowered in ("bf16", "fp16"):
+            said("autocast", "bfloat16" if lowered == "bf16" else "float16", written)
+        elif name == "dtype" and lowered in ("bfloat16", "float16", "float32"):
+            said("compute_dtype", lowered, written)
+        elif name in ("gradient_checkpointing", "activation_checkpointing") and (on or off):
+            said("checkpointing", "on" if on else "off", written)
+        elif name == "optim" and lowered is not None and "fused" in lowered:
+            said("optimizer", "fused", written)
+    return marks
