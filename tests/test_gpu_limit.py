@@ -178,7 +178,7 @@ def test_the_gpu_bound_verdict_says_what_is_inside_the_gpu():
     assert last.bottleneck == "gpu_bound"
     assert last.evidence[1] == ("inside the GPU: memory-bound — DRAM bandwidth 78%, tensor active 6%, SM active 88%: "
                                 "its kernels wait on memory (elementwise, norms), not on math")
-    assert "the good case" in last.advice[0]  # the advice is item 3's, unchanged here
+    assert last.advice[0].startswith("Compile the model")  # an eager model's kernels fused (item 3's levers)
 
 
 def test_a_gpu_without_gpm_but_with_power_says_what_cannot_be_seen():
@@ -222,4 +222,4 @@ def test_seed004_a_is_busy_outside_the_tensor_cores(tmp_path):
     assert ("inside the GPU: busy outside the tensor cores — SM active 83%, tensor active 31%, DRAM bandwidth 42%: "
             "the tensor cores work in 37% of the SMs' active time and DRAM is not saturated; the rest is non-matmul "
             "work or matmuls too narrow to fill the tensor cores") in verdict.evidence
-    assert verdict.advice[0] == "The GPU is the limit — the good case. What is left:"
+    assert verdict.advice[0].startswith("A larger micro-batch (9 of 140 GiB used, tensor active 31%)")

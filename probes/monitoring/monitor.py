@@ -21,9 +21,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
+from probes.diagnosis.gpu_summary import gpu_summary
 from probes.diagnosis.job import diagnose_job
+from probes.diagnosis.levers import Seen, nothing_to_win_words, offered
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
+from probes.diagnosis.step_facts import StepFacts
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
+from probes.diagnosis.windows import METRIC_WINDOW_S, recent
 from probes.doctor import Check, blind_spots
 from probes.frame import Frame, JobVerdict, ProgressReading, Verdict
 from probes.logformats import known_format
@@ -32,6 +36,8 @@ from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.outputs.recording import Recorder
 from probes.outputs.snapshot import build_snapshot
 from probes.reference.baseline import (
+    FASTER_THAN_REFERENCE_NOISE_PCT,
+    NOTHING_TO_WIN_PCT,
     ComparisonInputs,
     compare_progress,
     mfu_percent,
@@ -129,7 +135,7 @@ class Monitor:
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
         shares = time_shares(frames)
-        shown = _shown(self._verdict, pace, shares)
+        shown = _shown(self._verdict, pace, shares, frames)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
@@ -243,9 +249,11 @@ def _pace_words(verdict: Verdict, pace: Pace | None) -> list[str]:
     lines = []
     line = pace_line(pace)
     if line is not None and pace is not None and pace.comparison is not None:  # a line needs both
-        if FACTS_BY_NAME[verdict.bottleneck].kernels_bound:
+        # MFU is called good or poor by a fixed threshold only where no measured reference says what this GPU runs
+        # this model at: with one, the line's share of the reference step's rate is the judgement.
+        if FACTS_BY_NAME[verdict.bottleneck].kernels_bound and pace.comparison.compute_bound_pct is None:
             line += ": compute-bound, as expected for this model" if (pace.comparison.corrected_mfu_pct or 0) >= 35 \
-                else ": the GPU is busy but far from its peak: look at kernel efficiency (dtype, fusion, batch size)"
+                else ": the GPU is busy but far from its peak"  # which levers are left: the advice, from the facts
         lines.append(line)
     cross_check = pace_cross_check_line(pace)
     if cross_check is not None:
@@ -272,7 +280,32 @@ def pace_cross_check_line(pace: Pace | None) -> str | None:
     return f"{said}: the printed time spans ~{1 / ratio:.0f} counted steps; the pace is the counter's"
 
 
-def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Verdict:
+def nothing_to_win_pct(pace: Pace | None) -> float | None:
+    """The job's rate as a share of this GPU's reference step for its model, where it leaves nothing in the step to
+    win (from NOTHING_TO_WIN_PCT up to the noise above 100%; faster than that, the probe is no bound for it)."""
+    compared = pace.comparison if pace is not None else None
+    if pace is None or compared is None or compared.compute_bound_pct is None:
+        return None
+    if pace.gpu_name is None or pace.gpu_name != compared.reference_device:  # another GPU's says nothing of this one
+        return None
+    pct = compared.compute_bound_pct
+    return pct if NOTHING_TO_WIN_PCT <= pct <= FASTER_THAN_REFERENCE_NOISE_PCT else None
+
+
+def _lever_advice(verdict: Verdict, pace: Pace | None, frames: tuple[Frame, ...]) -> tuple[str, ...]:
+    """The verdict's advice, or, for a GPU-busy step at its reference's rate, that nothing in the step is left to win
+    and the board's caps (the reference ran under them too): the levers the rule chose before the pace was known
+    are measured away by it."""
+    pct = nothing_to_win_pct(pace)
+    if pct is None or not FACTS_BY_NAME[verdict.bottleneck].gpu_busy or pace is None or pace.comparison is None:
+        return verdict.advice
+    gpu = gpu_summary(recent(frames, METRIC_WINDOW_S))
+    caps = offered(Seen(StepFacts(), None, gpu), inside_step=False)
+    return (nothing_to_win_words(pct, pace.comparison.reference_compiled), *caps)
+
+
+def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
+           frames: tuple[Frame, ...] = ()) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
@@ -284,9 +317,10 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Ve
     # A one-time cost (torch.compile's warm-up) ends by itself: no fix removes it, so no speed-up is promised.
     gain = max_speedup(shares, verdict.bottleneck) if verdict.liveness != "unknown" and not verdict.one_time_cost \
         else None
-    if not paced and not also and gain is None:
+    advice = _lever_advice(verdict, pace, frames)
+    if not paced and not also and gain is None and advice == verdict.advice:
         return verdict
     evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],
                 *((gain.words,) if gain is not None else ()), *verdict.evidence[2:])
-    return dataclasses.replace(verdict, evidence=evidence,
+    return dataclasses.replace(verdict, evidence=evidence, advice=advice,
                                max_speedup=round(gain.factor, 2) if gain is not None else None)

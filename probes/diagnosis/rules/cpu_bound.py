@@ -5,6 +5,8 @@ torch.compile (its generated code running, or a compile) is never told to compil
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.gpu_limit import gpu_limit
+from probes.diagnosis.levers import Seen, offered
 from probes.diagnosis.rules.lines import (
     cpu_amount,
     cpu_share_words,
@@ -59,17 +61,11 @@ def evaluate(ev: Evidence) -> Candidate | None:
                  f"main process at {main_cpu:.0f}% CPU: the host cannot issue kernels faster"]
         if ev.main.samples:
             lines.append(main_share_line(ev, compute, "running on the CPU", COMPUTE))
-        if compiled:
-            launches = ["Cut launch overhead with CUDA graphs: the model already runs compiled; mode='reduce-overhead' "
-                        "in its torch.compile call adds them, where the call does not pass it yet.",
-                        "Give each kernel more work: a larger micro-batch."]
-        else:
-            launches = ["Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead').",
-                        "Give each kernel more work: a larger micro-batch; fuse small ops (torch.compile)."]
-        return Candidate("cpu_bound", max(0.6, compute), lines, [
-            *launches,
-            "Remove host syncs from the loop (.item(), .cpu(), printing tensors) so the CPU runs ahead.",
-        ], from_metrics=True)
+        # The launch-bound levers the step's facts leave (levers.py): CUDA graphs, a larger batch, and compiling or
+        # dropping host syncs only where the stacks or the command line show the model eager or a sync in the step.
+        return Candidate("cpu_bound", max(0.6, compute), lines,
+                         offered(Seen(ev.step, gpu_limit(ev), g, launch_bound=True), inside_step=True),
+                         from_metrics=True)
     if compute < 0.05:
         return None
     if ev.main.share(WAIT, QUEUE_WAIT) > compute or mostly_asleep(ev):

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.gpu_limit import CLOCK_HELD_FRACTION, THROTTLE_REASONS, gpu_limit
+from probes.diagnosis.levers import Seen, offered
 from probes.diagnosis.rules.lines import gpu_line, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
-from probes.diagnosis.rules.signs import power_fraction, uses_torch_compile
+from probes.diagnosis.rules.signs import power_fraction
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, WAIT
 
 GPU_BUSY_UTIL_PCT = 80.0
 GPU_BUSY_SM_ACTIVE_PCT = 50.0
 GPU_BUSY_POWER_FRACTION = 0.5
 # CLOCK_HELD_FRACTION and THROTTLE_REASONS live in probes/diagnosis/gpu_limit.py, which says what holds the clock.
+
+# A GPU-bound step for which no lever applies: its facts and its class leave none (an unknown fact offers none).
+NO_LEVER = ("The GPU is the limit, and nothing gputop read names a lever the job does not already pull: "
+            "gputop probe --like PID times this GPU's reference for its model, which says what is left.")
 
 GPU_BOUND = BottleneckFacts(
     name="gpu_bound",
@@ -56,12 +61,11 @@ def evaluate(ev: Evidence) -> Candidate | None:
     else:
         strength = 0.5  # util% alone: a kernel was running, not necessarily a busy one
     lines = [gpu_line(ev)]
+    inside = gpu_limit(ev)
     if strength == 0.5:
         lines.append("only util% is readable here: it says a kernel was running, not how many SMs were busy")
-    else:  # util% alone already said what cannot be seen; with SM activity or power, what the GPU is doing inside
-        inside = gpu_limit(ev)
-        if inside is not None:
-            lines.append(inside.line())
+    elif inside is not None:  # util% alone already said what cannot be seen; with SM activity or power, what is inside
+        lines.append(inside.line())
     if ev.main.samples:
         lines.append(main_share_line(ev, ev.main.share(COMPUTE, WAIT), "computing or waiting on the GPU",
                                       COMPUTE, WAIT))
@@ -73,30 +77,11 @@ def evaluate(ev: Evidence) -> Candidate | None:
     if held and clock_fraction is not None and clock_fraction < CLOCK_HELD_FRACTION:
         names = ", ".join(THROTTLE_REASONS[r] for r in held)
         lines.insert(1, f"SM clock held at {percent(clock_fraction)} of max by: {names}")
-        advice = []
-        if "sw_power_cap" in held:
-            limit = f" ({g.power_limit_w:.0f} W)" if g.power_limit_w else ""
-            advice.append(f"The power limit{limit} caps the clock: nvidia-smi -q -d POWER shows the limit and the "
-                          "maximum; raise it with nvidia-smi -pl if the board and the site allow.")
-        if any("thermal" in r for r in held):
-            temps = [d.temperature_c for d in g.devices if d.temperature_c is not None]
-            hot = f" (now {max(temps):.0f} °C)" if temps else ""
-            advice.append(f"Thermal slowdown{hot}: check cooling and airflow; nvidia-smi -q -d TEMPERATURE.")
-        if any(r in ("hw_slowdown", "hw_power_brake_slowdown", "board_limit", "reliability") for r in held):
-            advice.append("Hardware slowdown: check nvidia-smi -q -d PERFORMANCE and the node's power supplies.")
+        # The caps first, then whatever levers the step leaves (levers.py: each only where the facts say it applies).
+        advice = offered(Seen(ev.step, inside, g))
         return Candidate("gpu_throttled", strength, lines, advice, from_metrics=True)
-    advice = ["The GPU is the limit — the good case. What is left:"]
-    if g.mem_used_bytes and g.mem_total_bytes and g.mem_used_bytes < 0.7 * g.mem_total_bytes:
-        advice.append(f"a larger micro-batch ({g.mem_used_bytes / 2**30:.0f} of {g.mem_total_bytes / 2**30:.0f} GiB "
-                      "used) for bigger, more efficient kernels;")
-    else:
-        advice.append("a larger micro-batch if memory allows (activation checkpointing frees some);")
-    if not uses_torch_compile(ev):  # a model whose stacks show it compiled is not told to compile
-        advice.append("torch.compile to fuse elementwise ops;")
-    advice += [
-        "fused attention (F.scaled_dot_product_attention / FlashAttention);",
-        "bf16 autocast (torch.autocast('cuda', dtype=torch.bfloat16)) and TF32 matmuls if still in fp32.",
-    ]
+    # Only the levers the GPU's class and the step's facts say apply (levers.py); none is the good case's answer.
+    advice = offered(Seen(ev.step, inside, g)) or [NO_LEVER]
     return Candidate("gpu_bound", strength, lines, advice, from_metrics=True)
 
 

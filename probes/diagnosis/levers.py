@@ -1,0 +1,246 @@
+"""The levers left to a GPU-bound or launch-bound step, one ordered list (LEVERS): each offered only where what the
+GPU does (GpuLimit, gpu_limit.py) and what the step already does (StepFacts, step_facts.py) say it applies and the
+job does not already pull it, each with the most it can win and the basis of that figure: a measured share where
+gputop has one, else an estimate that says what it rests on.
+
+An unknown fact (None in StepFacts) offers no lever: "if the job does not already compile, compile it" is the
+fact-free checklist this list replaces (issue 30), and the step facts' own lines say what could not be read. So an
+eager model is told to compile only where its stacks or command line show it eager; bf16 only where the GPU's pipes
+or the compiled code's buffers show fp32 math and no autocast was seen.
+
+A lever's advice is one sentence a person acts on: what to do, then "most it can win: …", then its basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from probes.diagnosis.gpu_limit import TENSOR_BOUND_PCT, THROTTLE_REASONS, GpuLimit, clock_cap
+from probes.diagnosis.gpu_summary import GpuSummary
+from probes.diagnosis.step_facts import StepFacts
+
+# GPU memory below this share of the total leaves room for more activations (a larger micro-batch, or the
+# activations checkpointing frees): the gpu rule's long-standing bound for "memory allows".
+MEMORY_ROOM_FRACTION: Final = 0.7
+# gputop probe's GPT-2 XL step on an H200, bf16, fused AdamW, batch 16 (tests/fixtures/h200/gpt2xl_probe*.json).
+_PROBE_EAGER_S: Final = 0.357
+_PROBE_COMPILED_S: Final = 0.330
+_HW_SLOWDOWNS: Final = ("hw_slowdown", "hw_power_brake_slowdown", "board_limit", "reliability")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a lever is judged on: the step's facts, the class inside the GPU, the GPUs' readings (the cap levers
+    name the power limit and the temperature) and whether the step is launch-bound (the cpu_bound rule judges it
+    also where the GPU gives no GPM, from its power)."""
+
+    step: StepFacts
+    limit: GpuLimit | None
+    gpu: GpuSummary
+    launch_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The most a lever can win, and what that figure rests on."""
+
+    most: str  # "up to ~25%"
+    basis: str
+    measured: bool
+
+    def words(self) -> str:
+        return f"most it can win: {self.most} ({'measured' if self.measured else 'estimate'}: {self.basis})"
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One lever: whether it applies, what to do, and its gain. `inside_step`: False for the board's caps, which
+    a step at its reference's rate still has (the reference ran under the same cap)."""
+
+    name: str
+    inside_step: bool
+    applies: Callable[[Seen], bool]
+    action: Callable[[Seen], str]
+    gain: Callable[[Seen], Gain]
+
+    def advice(self, seen: Seen) -> str:
+        return f"{self.action(seen)} — {self.gain(seen).words()}."
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.0f}"
+
+
+def _memory_room(seen: Seen) -> bool:
+    memory = seen.step.gpu_memory
+    return memory is not None and memory.value[0] < MEMORY_ROOM_FRACTION * memory.value[1]
+
+
+def _memory_words(seen: Seen) -> str:
+    memory = seen.step.gpu_memory
+    return "" if memory is None else f"{_gib(memory.value[0])} of {_gib(memory.value[1])} GiB used"
+
+
+def _figure(seen: Seen, name: str) -> float | None:
+    figure = seen.limit.figure(name) if seen.limit is not None else None
+    return figure.value if figure is not None else None
+
+
+def _held(seen: Seen, reasons: tuple[str, ...]) -> bool:
+    cap = clock_cap(seen.gpu)
+    return cap is not None and any(r in reasons for r in cap.reasons)
+
+
+def _clock_gain(seen: Seen) -> Gain:
+    cap = clock_cap(seen.gpu)
+    fraction = cap.clock_fraction if cap is not None else 1.0
+    return Gain(f"~{100 * (1 / fraction - 1):.0f}%",
+                f"the SM clock runs at {100 * fraction:.0f}% of its maximum; a step bound by the GPU's math "
+                "runs about in proportion to its clock", measured=False)
+
+
+def _power_action(seen: Seen) -> str:
+    limit = f" ({seen.gpu.power_limit_w:.0f} W)" if seen.gpu.power_limit_w else ""
+    return (f"The power limit{limit} caps the clock: nvidia-smi -q -d POWER shows the limit and the maximum; raise "
+            "it with nvidia-smi -pl if the board and the site allow")
+
+
+def _thermal_action(seen: Seen) -> str:
+    temps = [d.temperature_c for d in seen.gpu.devices if d.temperature_c is not None]
+    hot = f" (now {max(temps):.0f} °C)" if temps else ""
+    return f"Thermal slowdown{hot}: check cooling and airflow; nvidia-smi -q -d TEMPERATURE"
+
+
+def _sm_idle_gain(seen: Seen) -> Gain:
+    sm = _figure(seen, "SM active")
+    if sm is None:
+        return Gain("the gaps between kernels", "this GPU gives no SM activity, so their share is not read",
+                    measured=False)
+    return Gain(f"the {100 - sm:.0f}% of the time no SM works", f"SM active {sm:.0f}%, NVML GPM", measured=True)
+
+
+def _compile_gain(seen: Seen) -> Gain:
+    return Gain(f"~{100 * (_PROBE_EAGER_S / _PROBE_COMPILED_S - 1):.0f}% on a bf16 GPT-2 XL step, more where small "
+                "kernels dominate",
+                f"gputop probe's GPT-2 XL step on an H200 took {_PROBE_EAGER_S:.3f} s eager, "
+                f"{_PROBE_COMPILED_S:.3f} s compiled",
+                measured=False)
+
+
+def _fp32_seen(seen: Seen) -> str:
+    if seen.limit is not None and seen.limit.kind == "fp32_math":
+        fp32 = _figure(seen, "FP32 pipe")
+        return f"FP32 pipe {fp32:.0f}% while the tensor cores idle" if fp32 is not None else "fp32 math"
+    dtype = seen.step.compute_dtype
+    return f"computes in float32: {dtype.source()}" if dtype is not None else "fp32 math"
+
+
+def _bf16_applies(seen: Seen) -> bool:
+    if seen.step.autocast is not None:  # autocast seen (bf16, fp16 or its dtype unread): the job already does it
+        return False
+    dtype = seen.step.compute_dtype
+    if dtype is not None and dtype.value != "float32":
+        return False
+    return (seen.limit is not None and seen.limit.kind == "fp32_math") or dtype is not None
+
+
+def _tensor_low(seen: Seen) -> bool:
+    tensor = _figure(seen, "tensor active")
+    return tensor is not None and tensor < TENSOR_BOUND_PCT
+
+
+def _outside_tensor_pct(seen: Seen) -> float:
+    tensor, sm = _figure(seen, "tensor active"), _figure(seen, "SM active")
+    return 100.0 - 100.0 * tensor / sm if tensor is not None and sm else 100.0
+
+
+def _share_gain(fact_share: float | None, what: str) -> Gain:
+    if fact_share is None:
+        return Gain(f"the time {what}", "not sampled often enough to say its share", measured=False)
+    return Gain(f"the {100 * fact_share:.0f}% of main-thread samples {what}", "py-spy", measured=True)
+
+
+# The levers in the order they are offered: the board's caps first (they hold every kernel), then the step's own
+# levers, largest usual gain first. A comment per slot says when it applies.
+LEVERS: Final[tuple[Lever, ...]] = (
+    # The SM clock held by the power limit (NVML's software power cap, or the power brake).
+    Lever("power_cap", False, lambda s: _held(s, ("sw_power_cap",)), _power_action, _clock_gain),
+    # Held by heat.
+    Lever("thermal_cap", False, lambda s: _held(s, ("sw_thermal_slowdown", "hw_thermal_slowdown")), _thermal_action,
+          _clock_gain),
+    # Held by the board or a hardware slowdown.
+    Lever("hardware_slowdown", False, lambda s: _held(s, _HW_SLOWDOWNS),
+          lambda s: "Hardware slowdown: check nvidia-smi -q -d PERFORMANCE and the node's power supplies", _clock_gain),
+    # FP32 math: the GPU's FP32 pipes busy while its tensor cores idle, or the compiled graphs' buffers all float32,
+    # and no autocast seen.
+    Lever("bf16_autocast", True, _bf16_applies,
+          lambda s: (f"bf16 autocast ({_fp32_seen(s)}): torch.autocast('cuda', dtype=torch.bfloat16) around the "
+                     "forward, and TF32 (torch.backends.cuda.matmul.allow_tf32 = True) for matmuls left in fp32"),
+          lambda s: Gain("the matmuls' time several-fold; the rest of the step does not shrink",
+                         "a Hopper GPU's dense bf16 tensor-core peak is about 15× its FP32 rate (989 against 67 "
+                         "TFLOP/s on an H100 SXM)", measured=False)),
+    # Activation checkpointing on, and memory to hold the activations it frees.
+    Lever("drop_checkpointing", True,
+          lambda s: s.step.checkpointing is not None and s.step.checkpointing.value == "on" and _memory_room(s),
+          lambda s: (f"Drop activation checkpointing ({_memory_words(s)}; "
+                     f"{s.step.checkpointing.source() if s.step.checkpointing else ''})"),
+          lambda s: Gain("~25%", "checkpointing recomputes the forward, about 1/3 more FLOPs: without it the step "
+                         "does 3/4 of its work", measured=False)),
+    # An eager model (its stacks run nn.Module forwards outside compiled code, or its command line says so); a
+    # launch-bound one is told of torch.compile with CUDA graphs by the next lever instead.
+    Lever("compile", True,
+          lambda s: not s.launch_bound and s.step.compiled is not None and s.step.compiled.value == "eager",
+          lambda s: (f"Compile the model: torch.compile(model) fuses its elementwise and norm kernels (it runs eager: "
+                     f"{s.step.compiled.source() if s.step.compiled else ''})"),
+          _compile_gain),
+    # Launch-bound: CUDA graphs replay the step's kernels in one launch.
+    Lever("cuda_graphs", True, lambda s: s.launch_bound,
+          lambda s: ("Cut launch overhead with CUDA graphs: the model already runs compiled; mode='reduce-overhead' "
+                     "in its torch.compile call adds them, where the call does not pass it yet"
+                     if s.step.compiled is not None and s.step.compiled.value == "compiled" else
+                     "Cut launch overhead with CUDA graphs: torch.compile(model, mode='reduce-overhead')"),
+          _sm_idle_gain),
+    # Launch-bound: more work per kernel.
+    Lever("launch_batch", True, lambda s: s.launch_bound and (s.step.gpu_memory is None or _memory_room(s)),
+          lambda s: "Give each kernel more work: a larger micro-batch", _sm_idle_gain),
+    # Launch-bound with a host sync sampled in the step: each one stops the CPU from running ahead of the GPU.
+    Lever("drop_host_syncs", True, lambda s: s.launch_bound and bool(s.step.host_syncs),
+          lambda s: (f"Remove the per-step host sync .{s.step.host_syncs[0].value}() "
+                     f"({s.step.host_syncs[0].where}) so the CPU runs ahead of the GPU"),
+          lambda s: _share_gain(s.step.host_syncs[0].share(), "waiting at it")),
+    # The optimizer steps one parameter at a time.
+    Lever("fused_optimizer", True, lambda s: s.step.optimizer is not None and s.step.optimizer.value == "per_parameter",
+          lambda s: ("A fused optimizer: torch.optim.AdamW(..., fused=True) runs every parameter in a few kernels "
+                     f"instead of a loop ({s.step.optimizer.source() if s.step.optimizer else ''})"),
+          lambda s: _share_gain(s.step.optimizer.share() if s.step.optimizer else None, "in that loop")),
+    # GPU-bound with the tensor cores under-used beside busy SMs (a model too narrow for them) and memory to spare.
+    Lever("larger_micro_batch", True,
+          lambda s: (not s.launch_bound and s.limit is not None and s.limit.kind in ("busy_outside_tensor_cores",
+                                                                                       "unclear")
+                     and _tensor_low(s) and _memory_room(s)),
+          lambda s: (f"A larger micro-batch ({_memory_words(s)}, tensor active "
+                     f"{_figure(s, 'tensor active') or 0:.0f}%): bigger matmuls fill more of the tensor cores"),
+          lambda s: Gain(f"less than the {_outside_tensor_pct(s):.0f}% of the SMs' active time spent outside the "
+                         "tensor cores: the non-matmul work in it stays",
+                         "NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice its batch "
+                         "(--batch-size) measures it on this GPU", measured=False)),
+)
+assert len({lever.name for lever in LEVERS}) == len(LEVERS)
+assert set(THROTTLE_REASONS) >= {"sw_power_cap", *_HW_SLOWDOWNS}
+
+
+def offered(seen: Seen, *, inside_step: bool | None = None) -> list[str]:
+    """The advice of each lever that applies, in LEVERS' order; `inside_step` keeps only the step's own levers
+    (True) or only the board's caps (False)."""
+    return [lever.advice(seen) for lever in LEVERS
+            if (inside_step is None or lever.inside_step == inside_step) and lever.applies(seen)]
+
+
+def nothing_to_win_words(compute_bound_pct: float, compiled: bool | None) -> str:
+    """The step at its reference's rate: "the step runs at 98% of this GPU's compiled reference for its model:
+    nothing in the step to win; only a bigger GPU or fewer FLOPs per token"."""
+    kind = "compiled " if compiled else "eager " if compiled is False else ""
+    return (f"The step runs at {compute_bound_pct:.0f}% of this GPU's {kind}reference for its model: nothing in "
+            "the step to win; only a bigger GPU or fewer FLOPs per token.")
