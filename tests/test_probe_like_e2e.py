@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 from support.cli import assert_one_line_usage_error, gputop
-from support.paths import REPO, TARGETS
+from support.paths import REPO
 from support.processes import stop_process_tree, wait_for
+from support.real_jobs import start_nanogpt_like
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -39,14 +39,7 @@ main(sys.argv[2:])
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("nanogpt")
-    shutil.copy(TARGETS / "nanogpt_config_train.py", folder / "train.py")
-    (folder / "configurator.py").write_text("", encoding="utf-8")  # what marks nanoGPT's train.py
-    log = folder / "train.log"
-    with log.open("w") as stdout:
-        proc = subprocess.Popen([sys.executable, "train.py", *SETTINGS], cwd=folder, stdout=stdout,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc, log = start_nanogpt_like(tmp_path_factory.mktemp("nanogpt"), SETTINGS)
     try:
         wait_for(lambda: "tokens per iteration will be" in log.read_text(), timeout=120)
         yield proc.pid

@@ -18,8 +18,9 @@ import sys
 
 import pytest
 from support.jobwatch import watch_until
-from support.paths import REPO, TARGETS
+from support.paths import REPO
 from support.processes import stop_process_tree, wait_for
+from support.real_jobs import start_nanogpt_like
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,13 +37,7 @@ def test_a_replay_without_the_jobs_files_shows_the_live_mfu(tmp_path):
     job_folder, watched_in, elsewhere = tmp_path / "job", tmp_path / "watch", tmp_path / "elsewhere"
     for folder in (job_folder, watched_in, elsewhere):
         folder.mkdir()
-    shutil.copy(TARGETS / "nanogpt_config_train.py", job_folder / "train.py")
-    (job_folder / "configurator.py").write_text("", encoding="utf-8")  # what marks nanoGPT's train.py
-    log = job_folder / "train.log"
-    with log.open("w") as stdout:
-        job = subprocess.Popen([sys.executable, "train.py", *SETTINGS], cwd=job_folder, stdout=stdout,
-                               stderr=subprocess.STDOUT, start_new_session=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    job, log = start_nanogpt_like(job_folder, SETTINGS)
     try:
         wait_for(lambda: "iter 3:" in log.read_text(), timeout=120)
         # No GPU here: a peak given on the command line makes the MFU, and must travel with the model.

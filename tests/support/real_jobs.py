@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,3 +119,17 @@ def whole_job(watch: Watch, ranks: int = 2, workers: int = 1, restart_count: int
                 and (restart_count is None or all(r.restart_count == restart_count for r in found))
                 and {r.pid for r in found} <= watch.sampled)
     return ready
+
+
+def start_nanogpt_like(folder: Path, settings: Sequence[str]) -> tuple[subprocess.Popen, Path]:
+    """tests/targets/nanogpt_config_train.py run as nanoGPT's own train.py from `folder` (a configurator.py beside
+    it is what marks nanoGPT's train.py), with `settings` as its --key=value overrides, unbuffered into train.log.
+    Returns the process (stop it with stop_process_tree) and its log."""
+    shutil.copy(TARGETS / "nanogpt_config_train.py", folder / "train.py")
+    (folder / "configurator.py").write_text("", encoding="utf-8")
+    log = folder / "train.log"
+    with log.open("w") as stdout:
+        job = subprocess.Popen([sys.executable, "train.py", *settings], cwd=folder, stdout=stdout,
+                               stderr=subprocess.STDOUT, start_new_session=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return job, log
