@@ -45,6 +45,9 @@ import gpu_check_cases as cases  # noqa: E402  (beside this script, which runs a
 import gpu_check_summary as summary  # noqa: E402
 from synthetic_tokens import write_dataset  # noqa: E402
 
+sys.path.insert(0, str(REPO))
+from tui.demo import stop_process_group  # noqa: E402  (standard library only at import: no Textual)
+
 NANOGPT = REPO / ".gpu_check" / "nanoGPT"  # benchmarks/fetch_nanogpt.sh puts it there
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py")
 PROGRESS = {"nanogpt": re.compile(r"^iter \d+:", re.MULTILINE), "loop": re.compile(r"^step \d+ \|", re.MULTILINE)}
@@ -140,17 +143,9 @@ def wait_gpu_free(until: float) -> list[int] | None:
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """End a process group this check started (its leader was started with setpgrp): TERM, then KILL."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """End a process group this check started (its leader was started with setpgrp): TERM, then KILL, and the
+    group's stragglers (DataLoader and compile workers) once the leader is gone, as the demo stops its target."""
+    stop_process_group(process, grace_s=STOP_GRACE_S)
 
 
 def start(argv: list[str], cwd: Path, stdout: IO, stderr: IO | int) -> subprocess.Popen:

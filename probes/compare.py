@@ -16,6 +16,7 @@ from typing import Any
 from probes.compare_inputs import FLOP_SETTINGS, CompareError, RunSummary, load_run, parse_settings
 from probes.diagnosis.bottlenecks import facts_named
 from probes.diagnosis.phases import phase_label
+from probes.reference.baseline import SAME_MODEL_FLOPS
 
 # The reading's names are re-exported: `gputop compare`, its TUI view and the tests import all of it from here.
 __all__ = ["CompareError", "Comparison", "RunSummary", "compare_runs", "load_run", "measure_rows", "parse_settings",
@@ -29,9 +30,6 @@ KEY_SETTINGS = ("batch_size", "gradient_accumulation_steps", "block_size", "n_la
 _SPLIT_SETTINGS = ("batch_size", "gradient_accumulation_steps")
 # Relative differences smaller than this are noise between two runs of the same job, not a difference.
 SAME_WITHIN = 0.05
-# A probe's FLOPs per token within this of a job's: the same model (vocabularies differ by padding or by gputop's
-# estimate from a printed parameter count), so its step is the job's reference.
-SAME_MODEL_FLOPS = 0.02
 # In two GPU-bound runs the main thread's time computing (issuing kernels) and waiting for the GPU (blocked in a
 # CUDA synchronisation) are both the GPU's time: how it splits between them says how far the host runs ahead of
 # the GPU, not what changed the pace. Their sum is compared, under this name.

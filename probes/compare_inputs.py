@@ -24,13 +24,11 @@ from probes.diagnosis.stacks import ThreadProfile, is_main_thread
 from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
-from probes.models.nanogpt_config import configurator_overrides
+from probes.models.nanogpt_config import DEFAULT_VOCAB, configurator_overrides
 from probes.outputs.snapshot import SNAPSHOT_SCHEMA
 from probes.reference.baseline import BaselineError, baseline_from_data
 from probes.reference.gpt_probe import PROBE_SCHEMA
 
-# nanoGPT's vocabulary (GPT-2's 50257 padded to a multiple of 64), assumed when a run's configuration gives none.
-DEFAULT_VOCAB_SIZE = 50304
 # Settings that change the FLOPs of a token (the head count does not: 12·L·H·Q·T = 12·L·n_embd·T): a run whose
 # stated configuration changes one has its FLOPs per token counted again.
 FLOP_SETTINGS = ("n_layer", "n_embd", "block_size", "vocab_size")
@@ -351,7 +349,7 @@ def _shape(config: Mapping[str, Any]) -> GptShape | None:
     n_head = config.get("n_head")
     vocab = config.get("vocab_size")
     shape = GptShape(n_head=n_head if isinstance(n_head, int) and n_head > 0 else 1,
-                     vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else DEFAULT_VOCAB_SIZE,
+                     vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else DEFAULT_VOCAB,
                      bias=config.get("bias") is True, n_layer=n_layer, n_embd=n_embd, block_size=block_size)
     return shape if shape.problem() is None else None
 

@@ -38,7 +38,11 @@ class GpmMetric:
     prometheus_help: str
     unit: GpmUnit = PERCENT
     pane_line: GpmPaneLine = "GPM"
-    nvml_scale: float = 1.0  # NVML's value times this is the field's value
+
+    @property
+    def nvml_scale(self) -> float:
+        """NVML's value times this is the field's value: GPM gives rates in MiB/s, percentages as they are."""
+        return MIB if self.unit == BYTES_PER_SECOND else 1.0
 
     def exported(self, value: float | None) -> float | None:
         """The field's value as Prometheus gets it: a percentage as a 0-1 ratio, a rate as it is."""
@@ -71,14 +75,14 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
     # Traffic over the tick (rx: into this GPU, tx: out of it), NVLink summed over its links.
     GpmMetric("gpm_pcie_rx_bytes_per_s", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", "rx",
               "gputop_gpu_pcie_rx_bytes_per_second", "PCIe traffic into the GPU (GPM)",
-              unit=BYTES_PER_SECOND, pane_line="PCIe", nvml_scale=MIB),
+              unit=BYTES_PER_SECOND, pane_line="PCIe"),
     GpmMetric("gpm_pcie_tx_bytes_per_s", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "tx",
               "gputop_gpu_pcie_tx_bytes_per_second", "PCIe traffic out of the GPU (GPM)",
-              unit=BYTES_PER_SECOND, pane_line="PCIe", nvml_scale=MIB),
+              unit=BYTES_PER_SECOND, pane_line="PCIe"),
     GpmMetric("gpm_nvlink_rx_bytes_per_s", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "rx",
               "gputop_gpu_nvlink_rx_bytes_per_second", "NVLink traffic into the GPU, all links (GPM)",
-              unit=BYTES_PER_SECOND, pane_line="NVLink", nvml_scale=MIB),
+              unit=BYTES_PER_SECOND, pane_line="NVLink"),
     GpmMetric("gpm_nvlink_tx_bytes_per_s", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "tx",
               "gputop_gpu_nvlink_tx_bytes_per_second", "NVLink traffic out of the GPU, all links (GPM)",
-              unit=BYTES_PER_SECOND, pane_line="NVLink", nvml_scale=MIB),
+              unit=BYTES_PER_SECOND, pane_line="NVLink"),
 )

@@ -25,9 +25,9 @@ EXIT_NEEDS_TORCH = 2
 STOP_GRACE_S = 3.0
 
 
-def stop_process_group(process: subprocess.Popen) -> None:
+def stop_process_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the target's process group, then SIGKILL what is left after a grace period."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
         try:
             os.killpg(process.pid, sig)
         except (ProcessLookupError, PermissionError):

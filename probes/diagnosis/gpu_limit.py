@@ -41,8 +41,8 @@ MEMORY_BOUND_DRAM_PCT: Final = 60.0
 # SMs active at least half the time: busy. The gpu rule's GPU_BUSY_SM_ACTIVE_PCT (rules/gpu.py), below which it
 # does not call the GPU the limit.
 SM_BUSY_PCT: Final = 50.0
-# Launch-bound, as the cpu_bound rule judges it (rules/cpu_bound.py and rules/signs.py; tests/test_gpu_limit.py
-# keeps them equal): a kernel runs most of the time (util) while few SMs work, and the main thread, which launches
+# Launch-bound, with the thresholds the cpu_bound rule uses too (rules/cpu_bound.py and rules/signs.py read them
+# from here): a kernel runs most of the time (util) while few SMs work, and the main thread, which launches
 # the kernels, is on a CPU most of the time rather than waiting for the GPU.
 LAUNCH_UTIL_PCT: Final = 60.0
 LAUNCH_SM_ACTIVE_PCT: Final = 35.0

@@ -38,17 +38,11 @@ class GpuSummary:
     power_limit_w: float | None = None
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
-    # The rest of GPM (probes/gpu_metrics.py), means like the above; what is inside the GPU reads them
-    # (probes/diagnosis/gpu_limit.py). Traffic is per GPU, in bytes per second.
-    sm_occupancy_pct: float | None = None
+    # The GPM metrics what is inside the GPU reads (probes/diagnosis/gpu_limit.py), means like the above; the others
+    # of probes/gpu_metrics.py are shown and exported, not weighed.
     dram_bw_pct: float | None = None
     fp16_active_pct: float | None = None
     fp32_active_pct: float | None = None
-    fp64_active_pct: float | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    nvlink_rx_bytes_per_s: float | None = None
-    nvlink_tx_bytes_per_s: float | None = None
     reasons: tuple[str, ...] = ()
     mem_used_bytes: int | None = None
     mem_total_bytes: int | None = None
@@ -103,15 +97,9 @@ def gpu_summary(frames: Sequence[Frame]) -> GpuSummary:
         power_limit_w=mean(d.power_limit_w for d in readings),
         sm_active_pct=mean(d.gpm_sm_active_pct for d in readings),
         tensor_active_pct=mean(d.gpm_tensor_active_pct for d in readings),
-        sm_occupancy_pct=mean(d.gpm_sm_occupancy_pct for d in readings),
         dram_bw_pct=mean(d.gpm_dram_bw_pct for d in readings),
         fp16_active_pct=mean(d.gpm_fp16_active_pct for d in readings),
         fp32_active_pct=mean(d.gpm_fp32_active_pct for d in readings),
-        fp64_active_pct=mean(d.gpm_fp64_active_pct for d in readings),
-        pcie_rx_bytes_per_s=mean(d.gpm_pcie_rx_bytes_per_s for d in readings),
-        pcie_tx_bytes_per_s=mean(d.gpm_pcie_tx_bytes_per_s for d in readings),
-        nvlink_rx_bytes_per_s=mean(d.gpm_nvlink_rx_bytes_per_s for d in readings),
-        nvlink_tx_bytes_per_s=mean(d.gpm_nvlink_tx_bytes_per_s for d in readings),
         reasons=tuple(reasons),
         mem_used_bytes=sum(used) if used else None,
         mem_total_bytes=sum(total) if total else None,

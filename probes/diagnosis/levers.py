@@ -4,7 +4,7 @@ job does not already pull it, each with the most it can win and the basis of tha
 gputop has one, else an estimate that says what it rests on.
 
 An unknown fact (None in StepFacts) offers no lever: "if the job does not already compile, compile it" is the
-fact-free checklist this list replaces (issue 30), and the step facts' own lines say what could not be read. So an
+fact-free checklist this list replaces (issue 30). So an
 eager model is told to compile only where its stacks or command line show it eager; bf16 only where the GPU's pipes
 or the compiled code's buffers show fp32 math and no autocast was seen.
 
@@ -20,6 +20,7 @@ from typing import Final
 from probes.diagnosis.gpu_limit import TENSOR_BOUND_PCT, THROTTLE_REASONS, GpuLimit, clock_cap
 from probes.diagnosis.gpu_summary import GpuSummary
 from probes.diagnosis.step_facts import StepFacts
+from probes.diagnosis.step_marks import SYNC_WORDS
 
 # GPU memory below this share of the total leaves room for more activations (a larger micro-batch, or the
 # activations checkpointing frees): the gpu rule's long-standing bound for "memory allows".
@@ -164,6 +165,11 @@ def _share_gain(fact_share: float | None, what: str) -> Gain:
 
 # The levers in the order they are offered: the board's caps first (they hold every kernel), then the step's own
 # levers, largest usual gain first. A comment per slot says when it applies.
+
+def _sync_words(value: str) -> str:
+    """A host sync as the job's code writes it: ".item()", "print(tensor)"."""
+    return SYNC_WORDS.get(value, value)
+
 LEVERS: Final[tuple[Lever, ...]] = (
     # The SM clock held by the power limit (NVML's software power cap, or the power brake).
     Lever("power_cap", False, lambda s: _held(s, ("sw_power_cap",)), _power_action, _clock_gain),
@@ -207,7 +213,7 @@ LEVERS: Final[tuple[Lever, ...]] = (
           lambda s: "Give each kernel more work: a larger micro-batch", _sm_idle_gain),
     # Launch-bound with a host sync sampled in the step: each one stops the CPU from running ahead of the GPU.
     Lever("drop_host_syncs", True, lambda s: s.launch_bound and bool(s.step.host_syncs),
-          lambda s: (f"Remove the per-step host sync .{s.step.host_syncs[0].value}() "
+          lambda s: (f"Remove the per-step host sync {_sync_words(s.step.host_syncs[0].value)} "
                      f"({s.step.host_syncs[0].where}) so the CPU runs ahead of the GPU"),
           lambda s: _share_gain(s.step.host_syncs[0].share(), "waiting at it")),
     # The optimizer steps one parameter at a time.

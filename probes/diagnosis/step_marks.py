@@ -263,12 +263,13 @@ def _host_sync(frames: Sequence[StackFrame], python: tuple[StackFrame, ...]) -> 
     text = source_lines.line_in(innermost.file, innermost.line, innermost.function)
     for value, pattern in _SYNC_CALLS if text is not None else ():
         if pattern.search(text or ""):
-            return Mark(value, "source", f"{describe(innermost)} calls {_SYNC_WORDS[value]}")
+            return Mark(value, "source", f"{describe(innermost)} calls {SYNC_WORDS[value]}")
     return None
 
 
-_SYNC_WORDS = {"item": ".item()", "cpu": ".cpu()", "tolist": ".tolist()", "numpy": ".numpy()",
-               "synchronize": "torch.cuda.synchronize()"}
+# How each host synchronisation is written in the job's code (said in the step facts and the levers).
+SYNC_WORDS = {"item": ".item()", "cpu": ".cpu()", "tolist": ".tolist()", "numpy": ".numpy()",
+              "synchronize": "torch.cuda.synchronize()", "print": "print(tensor)"}
 
 
 def _copies(python: tuple[StackFrame, ...]) -> tuple[Mark | None, Mark | None]:

@@ -100,7 +100,8 @@ def _vocab_from_parameters(shape: GptShape, printed: int) -> int | None:
 
 
 def _config_file_assignments(path: str) -> dict[str, object]:
-    """Top-level `name = literal` assignments of a nanoGPT config file; {} when it cannot be read."""
+    """Top-level `name = value` assignments of a nanoGPT config file, values as `_evaluate` reads them (literals
+    and arithmetic on numbers, as `gputop probe --like` reads the same file); {} when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), filename=path)
@@ -109,10 +110,10 @@ def _config_file_assignments(path: str) -> dict[str, object]:
     found: dict[str, object] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:  # an expression of other globals (e.g. batch_size * 2): not followed
-                continue
+            value = _evaluate(node.value)
+            # An expression of other globals (batch_size * 2) is not followed, nor a dtype that depends on the GPU.
+            if value is not _NOT_EVALUATED and value is not _BF16_WHERE_SUPPORTED:
+                found[node.targets[0].id] = value
     return found
 
 

@@ -36,8 +36,6 @@ from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.outputs.recording import Recorder
 from probes.outputs.snapshot import build_snapshot
 from probes.reference.baseline import (
-    FASTER_THAN_REFERENCE_NOISE_PCT,
-    NOTHING_TO_WIN_PCT,
     ComparisonInputs,
     compare_progress,
     mfu_percent,
@@ -286,10 +284,7 @@ def nothing_to_win_pct(pace: Pace | None) -> float | None:
     compared = pace.comparison if pace is not None else None
     if pace is None or compared is None or compared.compute_bound_pct is None:
         return None
-    if pace.gpu_name is None or pace.gpu_name != compared.reference_device:  # another GPU's says nothing of this one
-        return None
-    pct = compared.compute_bound_pct
-    return pct if NOTHING_TO_WIN_PCT <= pct <= FASTER_THAN_REFERENCE_NOISE_PCT else None
+    return compared.compute_bound_pct if compared.nothing_to_win else None
 
 
 def _lever_advice(verdict: Verdict, pace: Pace | None, frames: tuple[Frame, ...]) -> tuple[str, ...]:

@@ -220,6 +220,9 @@ class ProgressComparison:
     reference_seconds_per_iter: float | None = None  # predicted for this run's tokens per iteration
     reference_grad_accum: float | None = None  # micro-steps of the probe's batch in one iteration
     reference_compiled: bool | None = None  # whether the probe's step ran under torch.compile
+    # The job runs at NOTHING_TO_WIN_PCT or more of a reference probed on its own GPU (read, not assumed): decided here
+    # once, for the pace's words, the advice that replaces the levers, and the exporter.
+    nothing_to_win: bool = False
     compute_bound_pct: float | None = None  # reference / observed
     other_cost_pct: float | None = None  # time outside the model's compute; None when faster than the probe
     model: str | None = None
@@ -325,6 +328,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
     other_model = baseline is not None and inputs.shape is not None and not _same_model(baseline.shape, inputs.shape)
 
     reference = micro_steps = compute_bound = other = None
+    nothing_to_win = False
     if baseline is not None and tokens and not other_model:
         reference, micro_steps = _reference(baseline, tokens)
         compute_bound = 100.0 * reference / observed
@@ -339,8 +343,15 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
             other = max(0.0, 100.0 - compute_bound)
             where = "this GPU's" if gpu_name else f"{baseline.device_name}'s"
             said = f"{head}: the job runs at {compute_bound:.0f}% of {where} {kind} reference for its model: "
-            lines.append(said + ("nothing in the step to win." if compute_bound >= NOTHING_TO_WIN_PCT else
-                                 f"the input pipeline and other work outside the model cost ~{other:.0f}%."))
+            if compute_bound < NOTHING_TO_WIN_PCT:
+                said += f"the input pipeline and other work outside the model cost ~{other:.0f}%."
+            elif gpu_name:  # the reference ran on the target's own GPU
+                said += "nothing in the step to win."
+                nothing_to_win = True
+            else:  # the target's GPU was not read: the reference holds only if it is the same
+                said += (f"nothing in the step to win if the job runs on {baseline.device_name} too (its GPU was "
+                         "not read).")
+            lines.append(said)
     elif other_model:
         assert baseline is not None and inputs.shape is not None  # other_model compares the two
         lines.append(f"observed {_number(observed)} s/iter; the baseline was probed with {baseline.model} "
@@ -438,6 +449,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         reference_seconds_per_iter=reference,
         reference_grad_accum=micro_steps,
         reference_compiled=baseline.compiled if baseline is not None else None,
+        nothing_to_win=nothing_to_win,
         compute_bound_pct=compute_bound,
         other_cost_pct=other,
         model=inputs.model,

@@ -5,7 +5,7 @@ torch.compile (its generated code running, or a compile) is never told to compil
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.gpu_limit import gpu_limit
+from probes.diagnosis.gpu_limit import LAUNCH_MAIN_RUNNING_PCT, LAUNCH_UTIL_PCT, gpu_limit
 from probes.diagnosis.levers import Seen, offered
 from probes.diagnosis.rules.lines import (
     cpu_amount,
@@ -49,8 +49,8 @@ def evaluate(ev: Evidence) -> Candidate | None:
     main_cpu = ev.main_cpu_pct
     power = power_fraction(ev)
     launch_bound = (
-        g.in_use and g.util_pct is not None and g.util_pct >= 60 and main_cpu is not None
-        and main_cpu >= BUSY_CPU_PCT
+        g.in_use and g.util_pct is not None and g.util_pct >= LAUNCH_UTIL_PCT and main_cpu is not None
+        and main_cpu >= LAUNCH_MAIN_RUNNING_PCT
         and ((g.sm_active_pct is not None and g.sm_active_pct < LAUNCH_BOUND_SM_ACTIVE_PCT)
              or (g.sm_active_pct is None and power is not None and power < LAUNCH_BOUND_POWER_FRACTION))
     )

@@ -4,7 +4,7 @@ the limit; held below its maximum clock by a power cap, heat or a hardware slowd
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.gpu_limit import CLOCK_HELD_FRACTION, THROTTLE_REASONS, gpu_limit
+from probes.diagnosis.gpu_limit import THROTTLE_REASONS, clock_cap, gpu_limit
 from probes.diagnosis.levers import Seen, offered
 from probes.diagnosis.rules.lines import gpu_line, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
@@ -72,11 +72,10 @@ def evaluate(ev: Evidence) -> Candidate | None:
         data = ev.main.share(DATA_WAIT, DATA_PREP, IO)
         if data < 0.1:
             lines.append(f"input pipeline: {percent(data)} of main-thread samples — data loading is not the limit")
-    clock_fraction = (g.sm_clock_mhz / g.max_sm_clock_mhz) if g.sm_clock_mhz and g.max_sm_clock_mhz else None
-    held = [r for r in g.reasons if r in THROTTLE_REASONS]
-    if held and clock_fraction is not None and clock_fraction < CLOCK_HELD_FRACTION:
-        names = ", ".join(THROTTLE_REASONS[r] for r in held)
-        lines.insert(1, f"SM clock held at {percent(clock_fraction)} of max by: {names}")
+    cap = clock_cap(g)
+    if cap is not None:
+        names = ", ".join(THROTTLE_REASONS[r] for r in cap.reasons)
+        lines.insert(1, f"SM clock held at {percent(cap.clock_fraction)} of max by: {names}")
         # The caps first, then whatever levers the step leaves (levers.py: each only where the facts say it applies).
         advice = offered(Seen(ev.step, inside, g))
         return Candidate("gpu_throttled", strength, lines, advice, from_metrics=True)

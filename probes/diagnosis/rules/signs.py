@@ -5,12 +5,13 @@ to occupy its SMs, a GPU busy enough that waiting means waiting for it, and stac
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.gpu_limit import LAUNCH_SM_ACTIVE_PCT
 from probes.diagnosis.gpu_summary import GPU_WAIT_UTIL_PCT
 from probes.diagnosis.stacks import COMPUTE, DATA_PREP, IO
 
 # A GPU at high util with fewer SMs active than this (or, without SM activity, drawing less power than this
 # share of its limit) runs small or waiting kernels: launch-bound work, or NCCL kernels waiting on peers.
-LAUNCH_BOUND_SM_ACTIVE_PCT = 35.0
+LAUNCH_BOUND_SM_ACTIVE_PCT = LAUNCH_SM_ACTIVE_PCT  # one threshold for the cpu_bound rule and gpu_limit
 LAUNCH_BOUND_POWER_FRACTION = 0.35
 # The main thread asleep (neither on a CPU nor queued for one) this share of wall time, in a process using less
 # than IDLE_MAX_CPU_PCT of a core, waits more than it works whatever py-spy's samples say (see asleep_pct).
