@@ -16,7 +16,7 @@ from typing import Any
 from probes.compare_inputs import FLOP_SETTINGS, CompareError, RunSummary, load_run, parse_settings
 from probes.diagnosis.bottlenecks import facts_named
 from probes.diagnosis.phases import phase_label
-from probes.reference.baseline import SAME_MODEL_FLOPS
+from probes.reference.baseline import SAME_MODEL_FLOPS, compact_count
 
 # The reading's names are re-exported: `gputop compare`, its TUI view and the tests import all of it from here.
 __all__ = ["CompareError", "Comparison", "RunSummary", "compare_runs", "load_run", "measure_rows", "parse_settings",
@@ -63,8 +63,8 @@ def _against_reference(job: RunSummary, probe: RunSummary) -> list[str]:
         mfu = (f"; their MFU compares across models: {_percent(job.mfu_pct)} ({job.mfu_from}) against "
                f"{_percent(probe.mfu_pct)}" if job.mfu_pct is not None and probe.mfu_pct is not None else "")
         return [f"{probe.label} probed another model than {job.label} runs ({probe.label}: {probe.shape}, "
-                f"{_count(probe.flops_per_token)} FLOPs per token; {job.label}: {job.shape or 'its model'}, "
-                f"{_count(job.flops_per_token)}): its tokens/s is no reference for {job.label}{mfu}"]
+                f"{compact_count(probe.flops_per_token)} FLOPs per token; {job.label}: {job.shape or 'its model'}, "
+                f"{compact_count(job.flops_per_token)}): its tokens/s is no reference for {job.label}{mfu}"]
     if not job.tokens_per_s:
         return [f"no tokens/s for {job.label}: its tokens per iteration are not known (--tokens-per-iter A,B gives "
                 f"them), so it cannot be set against {probe.label}'s reference step"]
@@ -78,7 +78,7 @@ def _against_reference(job: RunSummary, probe: RunSummary) -> list[str]:
         reference_rate = job.tokens_per_iter / (micro_steps * probe.fwd_bwd_seconds + probe.optimizer_seconds)
         at = f"for its {job.tokens_per_iter:,} tokens per iteration, {micro_steps:g} of the probe's micro-steps"
     share = job.tokens_per_s / reference_rate
-    measure = f"tokens/s {_count(job.tokens_per_s)} against the reference's {_count(reference_rate)} {at}"
+    measure = f"tokens/s {compact_count(job.tokens_per_s)} against the reference's {compact_count(reference_rate)} {at}"
     if job.gpu_name and job.gpu_name != probe.gpu_name:
         return [f"{job.label} runs at {share:.0%} of {probe.label}'s {kind} reference step ({measure}), but "
                 f"{probe.label} ran on {probe.gpu_name} and {job.label} on {job.gpu_name}: the reference does not hold "
@@ -165,7 +165,7 @@ def _headline(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any
     """Which run does more work per second, and by how much, with the MFU and FLOPs per token that explain it."""
     speed = _ratio(a.tokens_per_s, b.tokens_per_s)  # > 1: B does more tokens per second
     if speed is not None:
-        measure = f"tokens/s {_count(a.tokens_per_s)} → {_count(b.tokens_per_s)}"
+        measure = f"tokens/s {compact_count(a.tokens_per_s)} → {compact_count(b.tokens_per_s)}"
         per = "per token"
     else:
         pace = _ratio(b.seconds_per_iter, a.seconds_per_iter)  # > 1: B's iterations are quicker
@@ -233,15 +233,6 @@ def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:
     return said
 
 
-def _count(value: float | None) -> str:
-    if value is None:
-        return "—"
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
 def _cell(value: Any, unit: str = "") -> str:
     if value is None:
         return "—"
@@ -268,9 +259,9 @@ def measure_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     table = [
         ("s/iter", _cell(a.seconds_per_iter), _cell(b.seconds_per_iter)),
         ("tokens/iter", _tokens(a), _tokens(b)),
-        ("tokens/s", _count(a.tokens_per_s), _count(b.tokens_per_s)),
+        ("tokens/s", compact_count(a.tokens_per_s), compact_count(b.tokens_per_s)),
         ("MFU", _mfu(a), _mfu(b)),
-        ("FLOPs/token", _count(a.flops_per_token), _count(b.flops_per_token)),
+        ("FLOPs/token", compact_count(a.flops_per_token), compact_count(b.flops_per_token)),
         ("model", a.shape or "—", b.shape or "—"),
         *([("model from", _model_from(a), _model_from(b))] if a.shape_from or b.shape_from else []),
         ("bottleneck", a.bottleneck or "—", b.bottleneck or "—"),

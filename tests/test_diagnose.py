@@ -42,6 +42,7 @@ from support.frames import (
     run,
     text,
 )
+from support.work import lines_run
 
 from probes.diagnosis.stacks import (
     COMPILE,
@@ -823,27 +824,31 @@ def test_a_sleeper_py_spy_only_catches_runnable_is_idle_by_schedstat():
     assert run(starved)[-1].bottleneck == "cpu_bound"
 
 
-def test_one_call_on_a_full_history_is_cheap():
-    """600 frames (ten minutes at 1 s) with samples every tick: a call must cost well under 1% of a tick."""
+def full_history(length: int) -> list[Frame]:
+    """`length` frames with samples every tick: the main thread in six activities, a DataLoader worker busy."""
     stacks = [DATALOADER_WAIT, FORWARD, BACKWARD, TOKENIZE, SOCKET_READ, TORCH_SAVE]
     frames = []
-    for i in range(600):
+    for i in range(length):
         counts = [main_count(stacks[(i + k) % len(stacks)], n=3) for k in range(4)]
         counts += [StackCount(pid=PID + 1, tid=PID + 1, thread_name="MainThread", idle=False,
                               frames=WORKER_GETITEM[:1] + FORWARD[i % 3:], count=2)]
         processes = [proc(cpu=50.0), proc(pid=PID + 1, role="dataloader_worker", cpu=90.0)]
         frames.append(make_frame(i, counts=counts, processes=processes, gpu=h200()))
-    verdict = diagnose(frames[:-1])
-    # This thread's CPU time, not wall time nor the process's: on a crowded machine the wall clock also counts the
-    # time other work held the core, and in a full suite the process's CPU counts threads earlier tests left
-    # running (12.5 ms "per call" in a CI run where the call itself costs about 1 ms); neither is what a call costs.
-    started = time.thread_time()
-    calls = 20
-    for _ in range(calls):
-        verdict = diagnose(frames, verdict)
-    per_call = (time.thread_time() - started) / calls
-    print(f"diagnose() on 600 frames: {per_call * 1000:.2f} ms of CPU per call")
-    assert per_call < 0.010  # 1% of the default 1 s tick, ~10x what it measures
+    return frames
+
+
+def test_a_call_does_no_more_work_on_a_longer_history():
+    """The Monitor calls diagnose() on every tick over its whole history (600 frames by default, more when
+    asked): a call must look at a bounded window, so its work stops growing once the history is longer than
+    that window. Counted in Python lines run, not timed (benchmarks/diagnose_cost.py has the milliseconds)."""
+    def work(length: int) -> int:
+        frames = full_history(length)
+        previous = diagnose(frames[:-1])
+        return lines_run(lambda: diagnose(frames, previous))
+
+    ten_minutes, twenty_minutes = work(600), work(1200)
+    assert ten_minutes > 1000  # the count sees the diagnosis at all
+    assert twenty_minutes <= ten_minutes * 1.02, (ten_minutes, twenty_minutes)
 
 
 # --- real runs, replayed ------------------------------------------------------------------------------

@@ -45,3 +45,16 @@ def test_seed004_a_replayed_is_offered_a_larger_micro_batch_with_its_basis(tmp_p
     assert len(advice) == 1 and advice[0].startswith("A larger micro-batch (9 of 140 GiB used, tensor active 31%)")
     assert "(estimate: NVML GPM's tensor and SM activity;" in advice[0]
     assert not any(word in line for line in advice for word in CHECKLIST)
+
+
+def test_seed004_a_replayed_says_why_its_mfu_is_low_and_that_mfu_is_not_its_speed(tmp_path):
+    """Seed 004's A (n_embd 384) ran at 30% MFU and trained 2.2x the tokens/s of B (n_embd 768, 39%): a person
+    reading A alone must learn what holds its MFU down (tensor cores idle most of the SMs' active time) and that
+    MFU is no measure of its speed per token."""
+    evidence = replayed(recording("seed004_a_rec", tmp_path))["verdict"]["evidence"]
+    mfu = next(i for i, line in enumerate(evidence) if "% MFU on the NVIDIA H200" in line)
+    assert evidence[mfu].endswith(": the GPU is busy but far from its peak")
+    assert evidence[mfu + 1].startswith("MFU counts FLOPs per second, not tokens: this job trains 1.0")
+    assert "compare runs by tokens/s" in evidence[mfu + 1]
+    inside = next(line for line in evidence if line.startswith("inside the GPU:"))
+    assert "tensor active 31%" in inside and "matmuls too narrow to fill the tensor cores" in inside

@@ -257,6 +257,17 @@ def mfu_percent(value: float) -> str:
     return text if text != "0" or value == 0 else f"{value:.2g}"
 
 
+def compact_count(value: float | None) -> str:
+    """A count in three significant figures with its SI letter: 1.01M tokens/s, 300M FLOPs per token; "—" for
+    unknown."""
+    if value is None:
+        return "—"
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
 def target_gpu_name(frame: Frame) -> str | None:
     """The name of the GPU the target runs on: its devices', else the machine's when all GPUs are one
     model; None when unknown or ambiguous."""
