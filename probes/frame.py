@@ -359,6 +359,9 @@ class Verdict:
     # The phase it names is a one-time cost that ends by itself (torch.compile's warm-up): no fix removes it, so
     # no max_speedup is promised for it.
     one_time_cost: bool = False
+    # What the step already does, each fact with where it was read (probes/diagnosis/step_facts.py): what the
+    # levers in the advice were checked against, so a person can see why one was not offered.
+    step: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

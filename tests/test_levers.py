@@ -99,11 +99,22 @@ def test_launch_bound_levers_cuda_graphs_batch_and_host_syncs():
     assert names(s) == ["cuda_graphs", "launch_batch", "drop_host_syncs"]
     advice = offered(s)
     assert advice[0].startswith("Cut launch overhead with CUDA graphs: the model already runs compiled")
-    assert "most it can win: the 80% of the time no SM works (measured: SM active 20%, NVML GPM)" in advice[0]
+    assert ("most it can win: the 80% of the SMs' time with no work on them (measured: SM active 20%, NVML GPM)"
+            in advice[0])
     assert advice[2] == ("Remove the per-step host sync .item() (Tensor.item (train.py:88)) so the CPU runs ahead of "
                          "the GPU — most it can win: the 15% of main-thread samples waiting at it (measured: py-spy).")
     # A sync in a GPU-bound step costs little: the GPU has the queued work to run meanwhile.
     assert "drop_host_syncs" not in names(seen(TENSOR_BOUND, host_syncs=(sync,)))
+
+
+def test_fused_attention_only_for_attention_written_by_hand():
+    by_hand = Fact("by_hand", "stacks", "F.softmax called from CausalSelfAttention.forward (model.py:61)", 6, 40)
+    assert "fused_attention" in names(seen(TENSOR_BOUND, attention=by_hand))
+    assert "fused_attention" not in names(seen(TENSOR_BOUND, attention=stacks("sdpa")))
+    assert "fused_attention" not in names(seen(TENSOR_BOUND))  # attention not read: no lever
+    advice = next(line for line in offered(seen(TENSOR_BOUND, attention=by_hand)) if line.startswith("Fused"))
+    assert "scaled_dot_product_attention(q, k, v, is_causal=True)" in advice
+    assert "(estimate: not measured here" in advice and "gputop probe --like PID" in advice
 
 
 def test_fused_optimizer_for_a_per_parameter_loop():

@@ -328,7 +328,10 @@ def test_lines_say_each_fact_with_where_it_was_read():
     assert found.lines() == (
         "compiled (stacks: Runner.call (torch.compile's generated code czn2vzoo….py:224) in 4 of 5 main-thread "
         "samples)",
-        "optimizer fused (stacks: _fused_adamw (torch/optim/adamw.py:700) in 1 of 5 main-thread samples)")
+        "optimizer fused (stacks: _fused_adamw (torch/optim/adamw.py:700) in 1 of 5 main-thread samples)",
+        "not readable here, so what their lines do is unknown: torch.compile's generated code czn2vzoo….py")
+    assert found.summary() == "compiled · optimizer fused"
+    assert StepFacts().summary() is None
 
 
 # --- the source reader

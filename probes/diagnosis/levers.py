@@ -119,7 +119,10 @@ def _sm_idle_gain(seen: Seen) -> Gain:
     if sm is None:
         return Gain("the gaps between kernels", "this GPU gives no SM activity, so their share is not read",
                     measured=False)
-    return Gain(f"the {100 - sm:.0f}% of the time no SM works", f"SM active {sm:.0f}%, NVML GPM", measured=True)
+    # GPM's SM activity is each SM's share of cycles with a warp resident, averaged over the SMs: its rest is SM time
+    # with nothing on it, between kernels or beside a kernel too small to fill every SM. Launch levers win at most that.
+    return Gain(f"the {100 - sm:.0f}% of the SMs' time with no work on them", f"SM active {sm:.0f}%, NVML GPM",
+                measured=True)
 
 
 def _compile_gain(seen: Seen) -> Gain:
@@ -201,6 +204,16 @@ LEVERS: Final[tuple[Lever, ...]] = (
           lambda s: (f"Compile the model: torch.compile(model) fuses its elementwise and norm kernels (it runs eager: "
                      f"{s.step.compiled.source() if s.step.compiled else ''})"),
           _compile_gain),
+    # Attention written by hand (softmax over a masked matmul), read from the stacks or the lines they name: it
+    # writes the whole T×T score matrix to memory and back, which a fused kernel never does.
+    Lever("fused_attention", True, lambda s: s.step.attention is not None and s.step.attention.value == "by_hand",
+          lambda s: ("Fused attention: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) "
+                     "in place of the softmax over a masked matmul "
+                     f"({s.step.attention.source() if s.step.attention else ''})"),
+          lambda s: Gain("the attention's share of the step, more at long sequences",
+                         "not measured here: the T×T scores it writes to memory and reads back are gone in a fused "
+                         "kernel; gputop probe --like PID times the same model with fused attention on this GPU",
+                         measured=False)),
     # Launch-bound: CUDA graphs replay the step's kernels in one launch.
     Lever("cuda_graphs", True, lambda s: s.launch_bound,
           lambda s: ("Cut launch overhead with CUDA graphs: the model already runs compiled; mode='reduce-overhead' "

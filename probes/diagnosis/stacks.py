@@ -158,12 +158,19 @@ def short_path(file: str) -> str:
     return file.rsplit("/", 1)[-1]
 
 
+def file_words(file: str) -> str:
+    """A source file as a person reads it: 'train.py', 'torch/optim/adam.py'; Inductor's generated code named as
+    such, its file by the start of its hash: 'torch.compile's generated code czn2vzoo….py'."""
+    if not file:
+        return "?"
+    if _INDUCTOR_CACHE_DIR in file or _GENERATED_FILE.search(file):
+        return f"torch.compile's generated code {short_path(file)[:8]}….py"
+    return short_path(file)
+
+
 def describe(frame: StackFrame) -> str:
-    """'Class.method (file.py:123)'; Inductor's generated code is named as such, its file by the start of its hash:
-    'Runner.call (torch.compile's generated code czn2vzoo….py:224)'."""
-    where = short_path(frame.file) if frame.file else "?"
-    if frame.file and is_generated_code(frame):
-        where = f"torch.compile's generated code {where[:8]}….py"
+    """'Class.method (file.py:123)'; 'Runner.call (torch.compile's generated code czn2vzoo….py:224)'."""
+    where = file_words(frame.file)
     return f"{frame.function} ({where}:{frame.line})" if frame.line else f"{frame.function} ({where})"
 
 

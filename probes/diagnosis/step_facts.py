@@ -22,7 +22,7 @@ from typing import Generic, Literal, TypeVar, cast
 
 from probes.diagnosis.frame_stacks import frame_stacks
 from probes.diagnosis.gpu_summary import GpuSummary
-from probes.diagnosis.stacks import short_path
+from probes.diagnosis.stacks import file_words, short_path
 from probes.diagnosis.step_marks import Mark, Origin, StackMarks, stack_marks_cached
 from probes.diagnosis.windows import recent
 from probes.frame import Frame
@@ -93,18 +93,39 @@ class StepFacts:
     # container): what their lines would have said is unknown.
     unread: tuple[str, ...] = ()
 
-    def lines(self) -> tuple[str, ...]:
-        """One line a fact, for a person: 'compiled (stacks: … in 16 of 45 main-thread samples)'."""
-        named: list[tuple[str, Fact | None]] = [
+    def _named(self) -> list[tuple[str, Fact | None]]:
+        return [
             ("", self.compiled), ("attention ", self.attention), ("autocast ", self.autocast),
             ("computes in ", self.compute_dtype), ("GradScaler ", self.grad_scaler),
             ("activation checkpointing ", self.checkpointing), ("optimizer ", self.optimizer),
             *(("host sync ", sync) for sync in self.host_syncs), ("pin_memory ", self.pin_memory),
             ("non_blocking copies ", self.non_blocking)]
-        shown = [f"{label}{fact.value} ({fact.source()})" for label, fact in named if fact is not None]
+
+    def lines(self) -> tuple[str, ...]:
+        """One line a fact, for a person: 'compiled (stacks: … in 16 of 45 main-thread samples)'; then the files
+        whose lines could not be read, for what is unknown because of them."""
+        shown = [f"{label}{_words(fact.value)} ({fact.source()})" for label, fact in self._named() if fact is not None]
         if self.gpu_memory is not None:
             shown.append(f"GPU memory ({self.gpu_memory.source()})")
+        if self.unread:
+            unread = ", ".join(file_words(path) for path in self.unread)
+            shown.append(f"not readable here, so what their lines do is unknown: {unread}")
         return tuple(shown)
+
+    def summary(self) -> str | None:
+        """The facts in one short line, without their sources: 'compiled · optimizer fused · GPU memory 76 of 140
+        GiB'; None where nothing was read."""
+        shown = [f"{label}{_words(fact.value)}" for label, fact in self._named() if fact is not None]
+        if self.gpu_memory is not None:
+            used, total = self.gpu_memory.value
+            shown.append(f"GPU memory {used / 2**30:.0f} of {total / 2**30:.0f} GiB")
+        return " · ".join(shown) or None
+
+
+def _words(value: object) -> str:
+    """A fact's value as a person reads it: a GradScaler seen in the stacks may be one built with enabled=False
+    (nanoGPT calls its scaler in bf16 too), so "seen" does not say it scales."""
+    return "in the step (whether it scales not read)" if value == "seen" else str(value)
 
 
 @dataclass(frozen=True)

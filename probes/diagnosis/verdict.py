@@ -107,6 +107,7 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         since=since,
         stalled_s=round(evidence.stuck_for_s, 1),
         one_time_cost=candidate.one_time_cost,
+        step=evidence.step.lines(),
     ), evidence
 
 

@@ -72,6 +72,9 @@ def evaluate(ev: Evidence) -> Candidate | None:
         data = ev.main.share(DATA_WAIT, DATA_PREP, IO)
         if data < 0.1:
             lines.append(f"input pipeline: {percent(data)} of main-thread samples — data loading is not the limit")
+    step = ev.step.summary()
+    if step is not None:  # what the levers below were checked against: why compile or bf16 is not offered
+        lines.append(f"the step, as read: {step}")
     cap = clock_cap(g)
     if cap is not None:
         names = ", ".join(THROTTLE_REASONS[r] for r in cap.reasons)
