@@ -20,7 +20,10 @@ HERE = Path(__file__).resolve().parent
 TOTAL_LIMIT_S = 480.0  # issue 30: "one script, under 8 minutes on an H100 or H200"
 SETUP_S = 10.0  # nanoGPT's files copied, the synthetic tokens written (8 MiB), the GPU read: about 2 s
 PACKING_S = 5.0  # the tar of the fixtures (a few MiB of gzipped recordings) and the summary
-CPU_TOTAL_LIMIT_S = 110.0  # the dry run (--cpu), run by a slow test: well under its 2 minutes
+# The dry run (--cpu), run by a slow test: its budgets are ceilings, not goals (it takes about 90 s on a quiet 2-core
+# machine), wide enough that a machine with every core busy (a CI run beside other suites: a 12 s probe budget was
+# overrun there) still finishes each case.
+CPU_TOTAL_LIMIT_S = 300.0
 CPU_SETUP_S = 5.0
 CPU_PACKING_S = 5.0
 WATCH_MARGIN_S = 6.0  # gputop's start before its --duration begins (imports, NVML), its snapshot, the job's stop
@@ -84,31 +87,31 @@ GPU_BOUND = ("gpu_bound", "gpu_throttled")  # a power-capped H100/H200 holds its
 CASES: tuple[Case, ...] = (
     Case("probe_eager", "probe", "gputop probe, GPT-2 XL, eager",
          "gputop probe --model gpt2-xl --batch-size B --json: the reference training step, eager, bf16 (the CPU: "
-         "--model tiny --device cpu)", (), Timing(35), Timing(12)),
+         "--model tiny --device cpu)", (), Timing(35), Timing(30)),
     Case("probe_compiled", "probe", "gputop probe, GPT-2 XL, --compile",
-         "the same probe with --compile: torch.compile's reference step", (), Timing(90), Timing(12)),
+         "the same probe with --compile: torch.compile's reference step", (), Timing(90), Timing(30)),
     Case("xl_compiled", "nanogpt", "nanoGPT train.py, GPT-2 XL, compiled, bf16",
          "karpathy/nanoGPT's train.py, unmodified, on synthetic tokens: GPT-2 XL (48 layers, 25 heads, 1600 embd, "
          "block 1024), 131,072 tokens per iteration, compile=True, bf16, scaled_dot_product_attention (its flash "
          "path), fused AdamW: the job this project exists for, watched at steady state with the compiled probe as "
-         "--baseline", GPU_BOUND, Timing(170, 30), Timing(15, 4), baseline="probe_compiled", steady_lines=3),
+         "--baseline", GPU_BOUND, Timing(170, 30), Timing(40, 4), baseline="probe_compiled", steady_lines=3),
     Case("xl_eager_fp32", "nanogpt", "nanoGPT train.py, GPT-2 XL, eager, fp32",
          "the same train.py with compile=False and dtype='float32' (train.py still allows TF32 matmuls), batch 4 × "
          "accumulation 4: the math in fp32 on a GPU with bf16 tensor cores; the eager probe (bf16) as --baseline",
-         GPU_BOUND, Timing(55, 20), Timing(15, 4), baseline="probe_eager"),
+         GPU_BOUND, Timing(55, 20), Timing(40, 4), baseline="probe_eager"),
     Case("xl_checkpointed", "nanogpt", "nanoGPT train.py, GPT-2 XL, eager, checkpointed",
          "the same train.py, eager, bf16, accumulation 2, with every Block's forward under torch.utils.checkpoint "
          "(a monkeypatch in its config file: gpu_check_cases.CHECKPOINT_PATCH), so the backward pass recomputes "
          "the forward; eager, so that torch/utils/checkpoint.py shows in its stacks; the eager probe as --baseline",
-         GPU_BOUND, Timing(55, 20), Timing(15, 4), baseline="probe_eager"),
+         GPU_BOUND, Timing(55, 20), Timing(40, 4), baseline="probe_eager"),
     Case("launch_bound", "loop", "tiny deep MLP, batch 1: launch-bound",
          "benchmarks/gpu_check_loops.py --mode launch_bound: 24 blocks of Linear+LayerNorm+GELU at width 64, "
          "batch 1, eager AdamW: ~300 kernels of microseconds a step, the main thread launching all the time",
-         ("cpu_bound",), Timing(28, 14), Timing(12, 4)),
+         ("cpu_bound",), Timing(28, 14), Timing(30, 4)),
     Case("data_starved", "loop", "DataLoader decoding in Python: data-starved",
          "benchmarks/gpu_check_loops.py --mode data_starved: a small MLP fed by 2 DataLoader workers that decode "
          "each sample in pure Python (milliseconds each, 64 a batch): the GPU idles between batches",
-         ("data_bound",), Timing(28, 14), Timing(12, 4)),
+         ("data_bound",), Timing(28, 14), Timing(30, 4)),
 )
 CASE_NAMES = tuple(case.name for case in CASES)
 

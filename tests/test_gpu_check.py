@@ -32,10 +32,10 @@ BY_NAME = {case.name: case for case in cases.CASES}
 H100_BYTES, H200_BYTES = 80 * 2**30, 141 * 2**30
 
 
-def test_the_budgets_fit_under_eight_minutes_and_the_dry_run_under_two():
+def test_the_budgets_fit_under_eight_minutes_and_the_dry_run_under_five():
     assert cases.TOTAL_LIMIT_S == 8 * 60
     assert cases.budget_total(cpu=False) <= cases.TOTAL_LIMIT_S
-    assert cases.budget_total(cpu=True) <= cases.CPU_TOTAL_LIMIT_S < 120
+    assert cases.budget_total(cpu=True) <= cases.CPU_TOTAL_LIMIT_S <= 300
     assert cases.budget_problem(cpu=False) is None and cases.budget_problem(cpu=True) is None
 
 
@@ -49,7 +49,7 @@ def test_a_budget_over_the_limit_or_a_watch_longer_than_its_case_is_refused(monk
     cramped = [dataclasses.replace(case, cpu=cases.Timing(case.cpu.budget_s, case.cpu.budget_s))
                if case.name == "launch_bound" else case for case in cases.CASES]
     monkeypatch.setattr(cases, "CASES", tuple(cramped))
-    assert cases.budget_problem(cpu=True) == "launch_bound: watching 12 s leaves its job no time to start"
+    assert cases.budget_problem(cpu=True) == "launch_bound: watching 30 s leaves its job no time to start"
 
 
 def test_each_canonical_case_is_built_to_be_a_bottleneck_gputop_names():
@@ -194,13 +194,14 @@ def test_the_command_line_takes_a_subset_of_cases_and_refuses_an_unknown_one():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)  # the check stops itself within its 110 s; torch's imports on a loaded machine on top
+@pytest.mark.timeout(420)  # the check stops itself within CPU_TOTAL_LIMIT_S (300 s); the subprocess limit 60 s past it
 def test_the_dry_run_runs_every_case_end_to_end_on_the_cpu(tmp_path):
     """`gpu_check.py --cpu`: real gputop on real jobs (nanoGPT's own train.py where benchmarks/fetch_nanogpt.sh put
     it, else those cases fail, saying so, and the check goes on), every file packed, the summary written."""
     out = tmp_path / "out"
     finished = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--cpu", "--out", str(out),
-                               "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=200)
+                               "--work", str(tmp_path / "work")], capture_output=True, text=True,
+                              timeout=cases.CPU_TOTAL_LIMIT_S + 60)
     assert finished.returncode in (0, 1), finished.stderr[-3000:]
     document = json.loads((out / "summary.json").read_text())
     assert document["mode"] == "cpu" and document["wall_s"] < cases.CPU_TOTAL_LIMIT_S
