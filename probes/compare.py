@@ -116,7 +116,7 @@ def _verdict(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any,
     lines = _headline(a, b, differences)
     if a.bottleneck and b.bottleneck and a.bottleneck != b.bottleneck:
         lines.append(f"the bottleneck moved: {a.bottleneck} → {b.bottleneck}")
-        if (predicted := _predicted_gain(a, b)) is not None:
+        if _same_job(a, b) and (predicted := _predicted_gain(a, b)) is not None:
             lines.append(predicted)
     both_gpu_bound = _gpu_busy(a) and _gpu_busy(b)
     shares_a, shares_b = _compared_shares(a, both_gpu_bound), _compared_shares(b, both_gpu_bound)
@@ -205,6 +205,17 @@ def _said(value: Any) -> str:
 
 def _percent(value: float) -> str:
     return f"{value:.1f}%" if value >= 1 else f"{value:.2g}%"  # an MFU of 0.01% must not print as 0.0%
+
+
+def _same_job(a: RunSummary, b: RunSummary) -> bool:
+    """Whether B is A's job again (A with a fix): the same model, told by what a token costs (by the shape in words
+    where either side has no FLOPs per token), and the same tokens per iteration, each as both runs state it. Only
+    then is B's pace what A's fix won; two models side by side set one's predicted gain against another's pace."""
+    if not a.tokens_per_iter or a.tokens_per_iter != b.tokens_per_iter:
+        return False
+    if a.flops_per_token and b.flops_per_token:
+        return abs(a.flops_per_token / b.flops_per_token - 1) <= SAME_MODEL_FLOPS
+    return a.shape is not None and a.shape == b.shape
 
 
 def _predicted_gain(a: RunSummary, b: RunSummary) -> str | None:

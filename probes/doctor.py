@@ -32,7 +32,7 @@ from probes.jobs.environment import (
 from probes.redact import redact_environ
 from probes.sampling.pyspy_binary import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
 from probes.sensors.cgroup import CgroupCpuProbe
-from probes.sensors.nvml import NvmlCapabilities, nvml_capabilities
+from probes.sensors.nvml import NO_GPU_SHORT_REASONS, NvmlCapabilities, nvml_capabilities
 from probes.sensors.proctree import child_pids
 from probes.sensors.textfiles import read_text
 
@@ -63,6 +63,9 @@ class Check:
     finding: str  # one line: what was found and what it means for gputop
     fix: str | None = None  # one line: how to lift the limit; None when there is nothing to do
     sees_process: bool = False  # "cannot" here means gputop cannot see the process's stacks at all
+    # One short line said instead of the finding and the fix where they would be noise on every run: no GPU on
+    # this machine, nothing to fix. None: say the finding and the fix.
+    brief: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -278,6 +281,13 @@ def _nvml_fix(reason: str) -> str:
             "(docker run --gpus all, NVIDIA Container Toolkit)")
 
 
+def _no_gpu_brief(reason: str) -> str | None:
+    """The one line for a machine where NVML finds no GPU to use (a laptop, a CPU node); None for the reasons
+    that have a fix worth reading (a permission, a driver updated without a reboot, nvidia-ml-py missing)."""
+    short = NO_GPU_SHORT_REASONS.get(reason)
+    return None if short is None else f"no NVIDIA GPU here (NVML: {short}): GPU readings and GPU rules are off"
+
+
 def check_nvml(caps: NvmlCapabilities) -> list[Check]:
     if not caps.available:
         reason = caps.reason or "NVML unavailable"
@@ -480,7 +490,7 @@ def frame_blind_spots(frame: Any) -> tuple[Check, ...]:
                            sees_process=True))
     gpu = frame.gpu
     if not gpu.available and gpu.reason and "--no-gpu" not in gpu.reason and gpu.reason != "not read":
-        spots.append(Check("nvml", "cannot", gpu.reason, _nvml_fix(gpu.reason)))
+        spots.append(Check("nvml", "cannot", gpu.reason, _nvml_fix(gpu.reason), brief=_no_gpu_brief(gpu.reason)))
     if frame.cpu.cgroup_version is None and frame.cpu.reason:
         spots.append(Check("cgroup", "cannot", f"the target's cgroup could not be read ({frame.cpu.reason})",
                            "mount /sys/fs/cgroup read-only into gputop's container, or run gputop on the host"))

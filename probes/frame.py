@@ -300,14 +300,19 @@ class ProgressReading:
     tokens_per_s: float | None = None
     reported_mfu_pct: float | None = None
     reported_tflops_per_gpu: float | None = None  # achieved TFLOP/s per GPU as the log printed it (Megatron-LM)
+    # The log's own tokens/s (nanochat's tok/sec, torchtitan's tps, llm.c's tok/s): whose tokens it counts is its
+    # format's printed_tokens_per_s_over.
+    reported_tokens_per_s: float | None = None
     last_line: str | None = None
     last_update: float | None = None  # Unix time the last progress line was seen
-    # How seconds_per_iter was worked out when the log did not print it: from which printed figure (a throughput:
-    # "CurrSamplesPerSec ÷ 32 samples per step"), or "step counter" when timed from successive step lines.
+    # How seconds_per_iter was worked out: "step counter" (the pace's rule, probes/pace.py: timed from successive
+    # step lines over the window), else, before the counter has moved, from which printed figure (a throughput:
+    # "CurrSamplesPerSec ÷ 32 samples per step"; None where the log printed the time itself).
     derived_from: str | None = None
-    # The time per step the log printed, kept only where the step counter moved at another pace and was trusted
-    # instead (a printed time covering one micro-step, or only the compute).
+    # The log's own time per step averaged over the counter's window, kept only where it disagrees with the
+    # counter by more than 25% (a printed time covering one micro-step, or only the compute).
     printed_seconds_per_iter: float | None = None
+    printed_from: str | None = None  # what that printed figure was worked out from; None where printed as a time
     log_of: str | None = None  # whose log was read when gputop chose it: "rank 0 (PID 4242)", "python (PID 12)"
     # Why there is no pace, in one line (set only when source is None): no log file, or no step lines in it.
     no_pace: str | None = None
@@ -394,6 +399,14 @@ class JobInfo:
     # (exited before gputop attached), and ranks on other nodes as inclusive (first, last) ranges.
     missing_ranks: tuple[int, ...] = ()
     ranks_elsewhere: tuple[tuple[int, int], ...] = ()
+    # Where no launcher states this node's share: why every rank is known to run on this machine
+    # (probes/jobs/locality.py; "MASTER_ADDR 127.0.0.1"), so that missing_ranks are not running; None: not known.
+    one_machine: str | None = None
+    # Ranks of the world running on this machine outside the watched tree (started apart), as (rank, PID).
+    ranks_outside: tuple[tuple[int, int], ...] = ()
+    # Helpers left running by a missing rank (a `sleep` it started, a forked child), as (rank, PID): they carry its
+    # environment and hold TCP connections open, which keeps its peers waiting where gloo would fail them.
+    rank_leftovers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

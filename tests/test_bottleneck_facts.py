@@ -23,7 +23,7 @@ import tui.panes.verdict
 from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS, FACTS_BY_NAME, facts_named
 from probes.diagnosis.phases import PHASE_WORDS, PHASES
 from probes.diagnosis.rules.rule import BadgeTone, BottleneckFacts
-from probes.diagnosis.shares import _PHASE_OF_ACTIVITY, TimeShares, max_speedup
+from probes.diagnosis.shares import _PHASE_OF_ACTIVITY, SPEEDUP_MIN_SAMPLES, TimeShares, max_speedup
 from probes.diagnosis.stacks import ACTIVITIES
 from probes.frame import BOTTLENECKS, JobFinding, Verdict
 
@@ -81,7 +81,8 @@ def test_the_gpu_facts_are_consistent():
 
 
 def test_the_time_shares_bound_each_verdict_as_its_facts_say():
-    shares = TimeShares(window_s=120.0, shares={phase: 1 / len(PHASES) for phase in PHASES}, gpu_util_pct=80.0)
+    shares = TimeShares(window_s=120.0, shares={phase: 1 / len(PHASES) for phase in PHASES}, gpu_util_pct=80.0,
+                        samples=SPEEDUP_MIN_SAMPLES)
     for facts in BOTTLENECK_FACTS:
         gain = max_speedup(shares, facts.name)
         if facts.gpu_busy:

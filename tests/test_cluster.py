@@ -20,7 +20,7 @@ from support.job_frames import (
     count,
 )
 
-from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.diagnosis.job_across_nodes import diagnose_job_across_nodes
 from probes.frame import GpuDevice, GpuReading, ThreadStack, to_jsonable
 from probes.monitoring.cluster import ClusterMonitor, parse_frame_line
 from probes.outputs.recording import json_line, read_recording, recording_header

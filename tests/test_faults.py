@@ -283,11 +283,12 @@ def test_headless_record_to_a_full_disk_says_so_and_the_snapshot_goes_on(spawn_t
     assert monitor.returncode == 1, errors  # ran, but the recording asked for is incomplete
     assert "Traceback" not in errors
     lines = errors.strip().splitlines()
-    assert len(lines) == 2, errors
+    assert len(lines) == 3, errors
     stopped = lines[0]
     assert stopped.startswith(f"gputop: recording to {record} stopped after ")
     assert "No space left on device" in stopped and "--record" in stopped
     assert lines[1] == f"gputop: snapshot of PID {target.pid} written to {snapshot}"
+    assert lines[2].startswith("gputop: verdict: ")  # a headless run ends with its verdict
     recorded = load_recording(record)
     snap = json.loads(snapshot.read_text())
     # Sampling went on after the disk filled: the snapshot holds more frames than the recording could.

@@ -1,6 +1,7 @@
 """Real frameworks end to end, as people run them (CPU, tiny models built in the target, nothing downloaded):
 a PyTorch Lightning DDP job started as ``python train.py`` (a straggler, a hung rank), a Hugging Face Trainer
-job starved by its Dataset, and an accelerate ``Accelerator`` job under torchrun with a hung rank.
+job starved by its Dataset, an accelerate ``Accelerator`` job under torchrun with a hung rank, and a straggler
+under ``accelerate launch --multi_gpu`` beside two busy processes.
 
 Each job is watched by the real command through tests/support/jobwatch.py's watch_job_until: the recording is folded
 as it grows until the job verdict reaches the expected state (never a fixed wait), then the command is stopped
@@ -9,6 +10,7 @@ and every process the test started is killed (the spawn_target fixture).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -112,3 +114,44 @@ def test_accelerator_job_under_torchrun_names_its_hung_rank(spawn_target, tmp_pa
     headline = document["verdict"]["evidence"][0]
     assert headline.startswith("rank 1 stuck in ") and "wait_for_shared_lock (accelerate_job.py:" in headline, headline
     print(f"accelerate hung rank named; test took {time.monotonic() - began:.1f} s: {headline}")
+
+
+def test_accelerate_launch_straggler_is_named_beside_two_busy_processes(spawn_target, tmp_path):
+    """Issue 31: rank 1 packs six times rank 0's documents, two `yes` processes share the two CPUs. Rank 0 waits in
+    DDP's all-reduce inside backward, asleep there though py-spy often flags it awake; the straggler is named, rank 0
+    is waiting (not idle, not computing), and the CPUs the job's own ranks use are never counted as other work."""
+    began = time.monotonic()
+    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+    try:
+        out = tmp_path / "accelerate_straggler.out"
+        with out.open("w") as handle:
+            launcher = spawn_target("accelerate_straggler.py", "--launch", stdout=handle, stderr=subprocess.STDOUT,
+                                    timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+        document, _, _, _ = watch_job_until(
+            launcher.pid, tmp_path,
+            lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait(timeout=10)
+    job = document["job"]
+    assert (job["kind"], job["world_size"], job["launcher_pid"]) == ("accelerate", 2, launcher.pid)
+    headline = document["verdict"]["evidence"][0]
+    assert headline.startswith("rank 1 is the straggler: ") and "pack_documents (accelerate_straggler.py:" in headline
+    assert "rank 0 waits for it in the gradient all-reduce (DDP, inside backward)" in headline, headline
+    ranks = {r["rank"]: r for r in job["ranks"]}
+    assert ranks[0]["verdict"]["bottleneck"] == "comms_bound", ranks[0]["verdict"]
+    # The job's figure covers its ranks' CPU (and their workers' and the launcher's); each rank's line counts only
+    # what ran outside the job as other work.
+    shared = [line for line in document["verdict"]["evidence"] if "CPUs shared with other work" in line]
+    assert len(shared) == 1, document["verdict"]["evidence"]
+    said = re.search(r"other processes used ([\d.]+) of the 2 CPUs this job may run on, the job ([\d.]+)$",
+                     shared[0])
+    assert said is not None, shared
+    ranks_cpus = sum(r["cpu_pct"] for r in ranks.values()) / 100.0
+    assert float(said.group(2)) >= ranks_cpus - 0.06, (shared, ranks_cpus)  # each rounded
+    for rank in ranks.values():
+        for line in rank["verdict"]["evidence"]:
+            assert "CPUs shared" not in line or "processes outside the job used" in line, line
+    print(f"accelerate launch straggler named beside two busy processes; test took {time.monotonic() - began:.1f} "
+          f"s: {headline} | {shared[0]} (ranks {ranks_cpus:.2f})")

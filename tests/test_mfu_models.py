@@ -155,7 +155,8 @@ def test_another_frameworks_printed_mfu_is_not_explained_as_nanogpts():
     # = 379.6 TFLOP/s, 38.4% of the H100's 989.5
     assert round(result.corrected_mfu_pct, 1) == 38.4
     assert ("The log's 12% and gputop's 38.4% differ: torchtitan's get_nparams_and_flops counts 6·N + 12·L·H·Q·T, "
-            "attention over the whole T×T score matrix as gputop does, so attention is not why;") in text
+            "attention over the whole T×T score matrix as gputop does, against torchtitan's get_peak_flops row for "
+            "the device, so attention is not why;") in text
     assert "Megatron-LM half of it" not in text  # the convention is the format's, not a list said to every log
 
 
@@ -172,6 +173,6 @@ def test_a_printed_mfu_that_counts_the_causal_half_is_put_in_its_terms():
     theirs = result.corrected_mfu_pct * (six_n + attention / 2) / (six_n + attention)
     text = "\n".join(result.lines)
     assert (f"The log's 20% and gputop's {result.corrected_mfu_pct:.1f}% differ: llm.c's gpt2_estimate_mfu counts "
-            "6·N + 6·L·H·Q·T, attention over the causal half of the score matrix (gputop counts the whole): "
-            f"counted that way gputop's is {theirs:.1f}%;") in text
+            "6·N + 6·L·H·Q·T, attention over the causal half of the score matrix (gputop counts the whole), "
+            f"against llm.c's get_flops_promised for the device: counted that way gputop's is {theirs:.1f}%;") in text
     assert "; the log printed 20%, counting attention over the causal half, gputop the whole matrix." in text

@@ -171,13 +171,36 @@ def test_a_jobs_rank_projections_go_with_their_frames():
 def test_a_printed_time_the_counter_overruled_is_said_for_what_it_is():
     micro = Pace(iteration=40, seconds_per_iter=0.64, printed_seconds_per_iter=0.031, derived_from="step counter")
     assert pace_cross_check_line(micro) == (
-        "the log says 31 ms/step, but the iteration counter moves every 0.64 s (~21×): the printed time covers part "
-        "of a step (the forward+backward, or one of ~21 micro-steps; data loading is outside it); the pace is the "
-        "counter's")
+        "the log's printed time averages 31 ms/step over the window, but the step counter moved every 0.64 s "
+        "(21× longer): the printed time covers part of each step (the forward+backward alone, or one of several "
+        "micro-steps; data loading and what else runs between the lines are outside it); the pace is the counter's")
     spans = Pace(iteration=40, seconds_per_iter=0.5, printed_seconds_per_iter=2.0, derived_from="step counter")
-    assert pace_cross_check_line(spans) == ("the log says 2.00 s/step, but the iteration counter moves every 0.50 s: "
-                                            "the printed time spans ~4 counted steps; the pace is the counter's")
+    assert pace_cross_check_line(spans) == (
+        "the log's printed time averages 2.00 s/step over the window, but the step counter moved every 0.50 s "
+        "(4.0× shorter): the printed figure is longer than the steps take: it times one slower part and scales it "
+        "to the step (the micro-batch that also runs the optimizer step, times the micro-batches), or spans more "
+        "than one step; the pace is the counter's")
     assert pace_cross_check_line(Pace(iteration=40, seconds_per_iter=0.64)) is None
+
+
+def test_a_derived_figure_and_a_bar_are_named_in_the_cross_check():
+    litgpt = Pace(iteration=12, seconds_per_iter=3.2, printed_seconds_per_iter=4.12, derived_from="step counter",
+                  printed_from="iter time × 4 micro-batches per step")
+    assert pace_cross_check_line(litgpt).startswith(
+        "the log's iter time × 4 micro-batches per step averages 4.12 s/step over the window, but the step counter "
+        "moved every 3.20 s (1.3× shorter)")
+    bar = Pace(iteration=80, seconds_per_iter=0.128, printed_seconds_per_iter=0.0855, derived_from="step counter",
+               printed_from="the bar's own rate")
+    assert pace_cross_check_line(bar) == (
+        "the bar's own rate averages 86 ms/step over the window, but the step counter moved every 0.13 s (1.5× "
+        "longer): a bar's rate is its own moving average, weighted to its latest updates; the pace is the counter's")
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.1, 1.25, 1 / 1.25])
+def test_no_disagreement_is_claimed_within_a_quarter(ratio):
+    """Never "~1×": figures within 25% of each other are no mismatch, whatever reached the Pace."""
+    pace = Pace(iteration=40, seconds_per_iter=0.64 * ratio, printed_seconds_per_iter=0.64, derived_from="step counter")
+    assert pace_cross_check_line(pace) is None
 
 
 def test_the_cross_check_sits_in_the_verdict_as_shown():
@@ -187,7 +210,8 @@ def test_the_cross_check_sits_in_the_verdict_as_shown():
                                                   derived_from="step counter", last_update=T0 + i))
               for i in range(8)]
     evidence = fold(frames, replay=False).view.verdict.evidence
-    assert evidence[1].startswith("the log says 31 ms/step, but the iteration counter moves every 0.64 s")
+    assert evidence[1].startswith("the log's printed time averages 31 ms/step over the window, but the step counter "
+                                  "moved every 0.64 s (21× longer)")
 
 
 def test_a_full_collection_comes_once_a_minute_whoever_asks(monkeypatch):

@@ -148,4 +148,5 @@ def test_compare_says_llm_c_counts_the_causal_half():
     # llm.c's gpt2_estimate_mfu counts 6·N + 6·L·C·T: half of gputop's attention term, said beside its figure.
     run = load_run(str(LOGS / "llm_c.log"), "A")
     assert run.mfu_pct is not None
-    assert run.mfu_from == "as the job printed it, counting attention over the causal half, gputop the whole matrix"
+    assert run.mfu_from == ("as the job printed it, against llm.c's get_flops_promised for the device, counting "
+                            "attention over the causal half, gputop the whole matrix")

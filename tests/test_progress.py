@@ -26,14 +26,16 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
         ("hf_trainer.log", "hf_trainer", 52, 1 / 1.92),  # the nested eval bar (25/63) is not the training bar
         ("tqdm.log", "tqdm", 6, 2.49),
         ("lightning.log", "lightning", 120, 1 / 3.99),  # the validation bar after it is skipped
-        ("generic.log", "generic", 120, 0.52),
+        ("generic.log", "generic", 120, 0.52),  # its step counter: 10 steps per 5.2 s, as it prints
         ("generic.untimed.log", "generic", 120, 0.5),  # from the lines' own timestamps, 5 s per 10 steps
-        ("megatron.log", "megatron", 3, 12.9781),
+        # Lines with their own timestamps are timed by the step counter (probes/pace.py): 2 iterations in 26 s,
+        # against the 12.9781 s it printed last
+        ("megatron.log", "megatron", 3, 13.0),
         ("llm_c.log", "llm_c", 4, 2.00152),
         ("litgpt.log", "litgpt", 4, 4 * 0.2506),  # the optimizer step: 4 micro-batches of 250.6 ms
         ("torchtitan.log", "torchtitan", 20, (16.452 - 12.412) / 19),  # no time printed: its lines' timestamps
-        ("deepspeed.log", "deepspeed", 20, 32 / 16.00),  # samples per step from its config dump ÷ samples/s
-        ("fairseq.log", "fairseq", 1000, 4096 / 2048),  # wpb / wps of its epoch summary
+        ("deepspeed.log", "deepspeed", 20, 20.006 / 10),  # its counter: 10 steps in 20.006 s (it prints 16 samples/s)
+        ("fairseq.log", "fairseq", 1000, 2.0),  # its counter: 100 updates per 200 s, as wpb / wps says
         ("composer.log", "composer", 18, 1 / 0.5001),  # throughput/batches_per_sec inside the last block
     ],
 )
@@ -51,9 +53,11 @@ def test_probe_reads_fixture(tmp_path, name, fmt, iteration, seconds_per_iter):
 
 @pytest.mark.parametrize(
     ("name", "derived_from"),
-    [("megatron.log", None), ("litgpt.log", "iter time × 4 micro-batches per step"),
-     ("torchtitan.log", "step counter"), ("deepspeed.log", "CurrSamplesPerSec ÷ 32 samples per step"),
-     ("fairseq.log", "wpb / wps"), ("composer.log", "throughput/batches_per_sec")],
+    # Where the lines carry their own timestamps the counter moves from the first read: the step counter; where
+    # they do not, the lines of a first read arrived at one time, and the pace is the printed figure's.
+    [("megatron.log", "step counter"), ("litgpt.log", "iter time × 4 micro-batches per step"),
+     ("torchtitan.log", "step counter"), ("deepspeed.log", "step counter"), ("fairseq.log", "step counter"),
+     ("composer.log", "throughput/batches_per_sec"), ("nanogpt.log", None)],
 )
 def test_the_reading_says_what_its_pace_was_worked_out_from(tmp_path, name, derived_from):
     log = tmp_path / name
@@ -70,15 +74,63 @@ def test_the_step_counter_overrules_a_printed_time_it_disagrees_with(tmp_path):
                            for step in range(8)), encoding="utf-8")
     reading = LogProgressProbe(1, str(log)).read()
     assert reading.seconds_per_iter == pytest.approx(2.0)
-    assert (reading.derived_from, reading.printed_seconds_per_iter) == ("step counter", 0.1)
+    assert reading.derived_from == "step counter"
+    assert reading.printed_seconds_per_iter == pytest.approx(0.1)
+    assert reading.printed_from is None  # printed as a time, not worked out
 
 
-def test_a_printed_time_stands_while_the_counter_has_not_run_long_enough(tmp_path):
+@pytest.mark.parametrize(("lines", "claimed"), [(2, False), (3, True)])
+def test_the_counter_is_the_pace_from_two_lines_and_a_disagreement_needs_two_intervals(tmp_path, lines, claimed):
+    """The rule of probes/pace.py: two step lines 2 s apart give the pace (not the 100 ms they print); that the
+    printed time disagrees is said once it holds over two counted intervals, never on one."""
     log = tmp_path / "train.log"
     log.write_text("".join(f"2024-05-01 12:00:{2 * step:02d},000 step {step} | loss 2.0 | step_time 100ms\n"
-                           for step in range(3)), encoding="utf-8")  # 4 s of lines: too short to overrule
+                           for step in range(lines)), encoding="utf-8")
     reading = LogProgressProbe(1, str(log)).read()
-    assert (reading.seconds_per_iter, reading.derived_from) == (0.1, None)
+    assert (reading.seconds_per_iter, reading.derived_from) == (pytest.approx(2.0), "step counter")
+    assert (reading.printed_seconds_per_iter is not None) is claimed
+
+
+def test_a_single_step_line_gives_its_printed_time(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("2024-05-01 12:00:00,000 step 1 | loss 2.0 | step_time 100ms\n", encoding="utf-8")
+    reading = LogProgressProbe(1, str(log)).read()
+    assert (reading.seconds_per_iter, reading.derived_from, reading.printed_seconds_per_iter) == (0.1, None, None)
+
+
+def test_printed_times_that_average_to_the_counter_claim_nothing(tmp_path):
+    """Batches arriving in pairs from two DataLoader workers: each line prints its whole iteration, 1.1 s and
+    0.1 s in turn. The counter over the window is their mean, and no disagreement is claimed."""
+    log = tmp_path / "train.log"
+    at, text = 0.0, ""
+    for step in range(1, 12):
+        took = 1.1 if step % 2 else 0.1
+        at += took
+        text += f"2024-05-01 12:00:{at:06.3f} step {step} loss 2.0 time {took * 1000:.0f}ms\n".replace(".", ",", 1)
+    log.write_text(text, encoding="utf-8")
+    reading = LogProgressProbe(1, str(log)).read()
+    assert reading.seconds_per_iter == pytest.approx((at - 1.1) / 10)
+    assert (reading.derived_from, reading.printed_seconds_per_iter) == ("step counter", None)
+
+
+def test_a_counter_of_another_format_before_the_step_lines_is_not_their_start(tmp_path):
+    """litgpt's pretrain on TextFiles first draws litdata's tqdm bar (1/1) while it tokenizes, then its own step
+    lines: the step counter times litgpt's lines from their own first one, not from the bar (the time between is
+    model setup and compilation, no step)."""
+    log = tmp_path / "train.log"
+    log.write_text("Progress: 100%|██████████| 1/1 [00:03<00:00,  3.92s/it]\n", encoding="utf-8")
+    probe = LogProgressProbe(1, str(log))
+    assert probe.read().format == "tqdm"
+    written = []
+    for step in (1, 2):
+        time.sleep(0.3)
+        with log.open("a", encoding="utf-8") as out:
+            out.write(f"Epoch 1 | iter {4 * step} step {step} | loss train: 4.977, val: n/a | iter time: 1937.53 ms "
+                      "(step) remaining time: 8 days, 17:09:27\n")
+        written.append(log.stat().st_mtime)
+        reading = probe.read()
+    assert (reading.format, reading.iteration, reading.derived_from) == ("litgpt", 2, "step counter")
+    assert reading.seconds_per_iter == pytest.approx(written[1] - written[0])
 
 
 def test_evaluation_bar_does_not_replace_the_training_bar(tmp_path):
@@ -104,10 +156,15 @@ def test_tail_is_incremental_and_follows_tqdm_redraws(tmp_path):
     first_update = probe.read().last_update
     time.sleep(0.05)
     assert probe.read().last_update == first_update  # nothing new written: not "seen" again
+    first_write = log.stat().st_mtime
     with log.open("a", encoding="utf-8") as out:
         out.write("\r  7%|▋         | 7/100 [00:14<03:06,  2.00s/it]")
+    second_write = log.stat().st_mtime
     reading = probe.read()
-    assert (reading.iteration, reading.seconds_per_iter) == (7, 2.0)
+    assert reading.iteration == 7
+    # The pace is the counter's, timed to the two writes (the files' modification times), not the bar's 2.00 s/it
+    assert (reading.seconds_per_iter, reading.derived_from) == (pytest.approx((second_write - first_write) / 7),
+                                                                "step counter")
     assert reading.last_update > first_update
 
 

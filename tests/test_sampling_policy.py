@@ -233,7 +233,9 @@ def test_dumps_come_every_check_interval_once_two_windows_are_in_and_not_while_l
     policy = checked()
     assert policy.checking_stacks and policy.dump_wait_s() == STACK_CHECK_EVERY_S
     policy.wake()
-    assert not policy.checking_stacks and policy.dump_wait_s() == DEFAULT_DUMP_EVERY_S
+    # not checked while looking again, but dumped at the checks' cadence, so the first check follows the windows
+    # since the wake within a second (issue 31)
+    assert not policy.checking_stacks and policy.dump_wait_s() == STACK_CHECK_EVERY_S
     looking = policy.next_window()
     policy.window_finished(FORWARD, LOOK_AGAIN_SAMPLES, looking.epoch, frozenset({FORWARD}))
     assert not policy.looking_again and not policy.checking_stacks  # one window since the wake

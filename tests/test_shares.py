@@ -23,7 +23,7 @@ from support.frames import (
     make_frame,
 )
 
-from probes.diagnosis.shares import TimeShares, max_speedup, shares_summary, time_shares
+from probes.diagnosis.shares import SPEEDUP_MIN_SAMPLES, TimeShares, max_speedup, shares_summary, time_shares
 from probes.diagnosis.stacks import is_evaluation, is_logging
 from probes.frame import GpuProcess
 from probes.monitoring.monitor import fold
@@ -159,7 +159,7 @@ def test_no_samples_no_shares():
      "up to 2.0× faster if collectives overlapped with compute (they take 50% of the time)"),
 ])
 def test_what_a_fix_can_win_is_one_over_one_minus_the_share_it_removes(bottleneck, phases, factor, words):
-    gain = max_speedup(TimeShares(window_s=120.0, shares=phases), bottleneck)
+    gain = max_speedup(TimeShares(window_s=120.0, shares=phases, samples=SPEEDUP_MIN_SAMPLES), bottleneck)
     assert gain.factor == pytest.approx(factor) and gain.words == words
 
 

@@ -14,8 +14,6 @@ The ranks' PIDs in the snapshot are the nodes' own (as each node sees them), pro
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO, TARGETS
 from support.processes import wait_for
+from support.slurm_cluster import stop_merge
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording
@@ -102,17 +101,6 @@ def wait_job_verdict(merge: subprocess.Popen, record: Path, hang_after_s: float,
         return wait_for(reached, timeout=TIMEOUT_S, interval=2.0)
     except pytest.fail.Exception:
         pytest.fail(f"the merged verdict never came; the last: {last}")
-
-
-def stop_merge(merge: subprocess.Popen) -> str:
-    if merge.poll() is None:
-        merge.send_signal(signal.SIGTERM)
-    try:
-        _, stderr = merge.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(merge.pid, signal.SIGKILL)
-        _, stderr = merge.communicate()
-    return stderr
 
 
 def node_pids(node, pattern: str) -> list[int]:

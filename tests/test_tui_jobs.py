@@ -19,7 +19,8 @@ from textual.widgets import Static
 from probes.frame import JobInfo, JobVerdict, ProcessSample, RankVerdict, StackCount, StackFrame, Verdict
 from probes.outputs.recording import read_recording
 from tui.app import make_app
-from tui.panes.ranks import RankRow, finding_words, rank_verdict_words
+from tui.panes.ranks import RankRow, rank_verdict_words
+from tui.panes.text import finding_words
 
 FRAMES = Path(__file__).parent / "fixtures" / "frames"
 WIDE, SMALL = (160, 48), (80, 24)
@@ -347,7 +348,7 @@ def test_rank_verdict_words():
     hung = dataclasses.replace(waiting, verdict=dataclasses.replace(verdict, liveness="hung"))
     assert rank_verdict_words(hung, "hung_rank") == "hung, waiting 85% in collectives"
     stuck = dataclasses.replace(row, verdict=dataclasses.replace(verdict, liveness="hung", bottleneck="unknown"))
-    assert rank_verdict_words(stuck, "hung_rank") == "hung: the others wait for it (no verdict yet)"
+    assert rank_verdict_words(stuck, "hung_rank") == "hung: the others wait for it"
     assert rank_verdict_words(dataclasses.replace(row, alive=False), "rank_exited") == "exited"
     assert rank_verdict_words(dataclasses.replace(row, verdict=None), None) == "-"
 

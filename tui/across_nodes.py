@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from tui.commands.shared import UsageError, check_writable, hang_after
+from tui.commands.shared import UsageError, check_writable, hang_after, tell_verdict
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 
 DEFAULT_DURATION_S = 10.0
@@ -123,8 +123,8 @@ def run_across_nodes(args: argparse.Namespace) -> int:
 
     def tell(view) -> None:  # each node's change of state, once, on stderr: a headless run has no header
         for status in view.nodes:
-            if status.state == "lost" and (status.name, "lost") not in told:
-                told.add((status.name, "lost"))
+            if status.state in ("lost", "no_task") and (status.name, status.state) not in told:
+                told.add((status.name, status.state))
                 print(f"gputop: node {status.line()}", file=sys.stderr)
 
     interrupted = False
@@ -146,6 +146,7 @@ def run_across_nodes(args: argparse.Namespace) -> int:
         write_json_atomic(monitor.snapshot(), args.snapshot)
         if args.snapshot != "-":
             print(f"gputop: snapshot of {len(monitor.nodes)} nodes written to {args.snapshot}", file=sys.stderr)
+    tell_verdict(monitor.view)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_INCOMPLETE if monitor.record_problem else EXIT_OK

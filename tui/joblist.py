@@ -39,14 +39,14 @@ def gpu_words(gpus: tuple[int, ...]) -> str:
     return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs) or "-"
 
 
-def job_cells(job: JobSummary, now: float) -> tuple[str, ...]:
-    """One row, in COLUMNS' order."""
+def job_cells(job: JobSummary, now: float, cpu_unknown: str = "-") -> tuple[str, ...]:
+    """One row, in COLUMNS' order; `cpu_unknown` stands for a CPU% not measured (the picker: "…", measuring)."""
     age = job.age_s(now)
     return (
         str(job.root_pid),
         job_words(job),
         gpu_words(job.gpus),
-        "-" if job.cpu_pct is None else f"{job.cpu_pct:.0f}",
+        cpu_unknown if job.cpu_pct is None else f"{job.cpu_pct:.0f}",
         "-" if age is None else duration(age),
         job.shown_command,
     )

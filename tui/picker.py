@@ -5,6 +5,11 @@ The app returns the chosen job's root PID (None when the user quits); tui/comman
 normal attach screen on it. The census is read off the UI thread every REFRESH_S, one scan at a time, so a
 slow /proc walk never freezes the keys. Sorting and filtering are the census module's pure functions; the
 cells are tui/joblist.py's, the same words `gputop --list` prints.
+
+Each refresh sorts again, and the cursor stays on the job it is on (by its root PID, never its row); the keys
+that move it are the app's, run in the order they and the refreshes arrive, so a Down pressed on the rows a
+person saw moves on those rows. A CPU% is the difference of two readings: the first screen shows "…" (being
+measured) and the first refresh, CPU_WINDOW_S later from the same census, shows it.
 """
 
 from __future__ import annotations
@@ -18,17 +23,24 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
-from probes.jobs.census import CensusReading, job_matches, sort_jobs
+from probes.jobs.census import DEFAULT_CPU_WINDOW_S, CensusReading, job_matches, sort_jobs
 from tui.joblist import COLUMNS, job_cells
 
 REFRESH_S = 2.0
+# The first refresh comes sooner: it brings every CPU% (a CPU% needs two readings; --list measures over as long).
+CPU_WINDOW_S = DEFAULT_CPU_WINDOW_S
+# The table's cursor keys and its actions for them, which the picker runs itself (see BINDINGS).
+CURSOR_KEYS = (("up", "cursor_up"), ("down", "cursor_down"), ("pageup", "page_up"), ("pagedown", "page_down"),
+               ("ctrl+home", "scroll_top"), ("ctrl+end", "scroll_bottom"))
+MEASURING = "…"  # a job's CPU% before its second reading: "-" read as "not known", this as "coming"
 MIN_COMMAND_CHARS = 20  # below this the table scrolls sideways rather than cut the command shorter
 SORT_WORDS = {"cpu": "CPU%", "age": "age (youngest first)", "command": "command"}
 
 
 class JobPicker(App[int | None]):
-    """Choose a training job to attach to. `scan` returns the census now (called off the UI thread);
-    `initial` is shown at once; `clock` freezes the ages (tests); `refresh_s=None` never scans again."""
+    """Choose a training job to attach to. `scan` returns the census now (called off the UI thread); `initial`
+    (a reading by the same census, so the next scan has each job's CPU%) is shown at once and scanned again
+    CPU_WINDOW_S later; `clock` freezes the ages (tests); `refresh_s=None` never scans again."""
 
     TITLE = "gputop: training jobs on this machine"
     CSS = """
@@ -38,7 +50,11 @@ class JobPicker(App[int | None]):
     #picker-filter.-shown { display: block; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "attach", "Attach", priority=False),
+        # The keys that move the cursor or attach are the app's, run as each key arrives, in order with the
+        # refreshes: on the table's own bindings a key ran only once it had gone down to the table and back up,
+        # after a refresh that came meanwhile had re-sorted the rows (Down, Enter attached to another job).
+        Binding("enter", "attach", "Attach", priority=True),
+        *(Binding(key, f"cursor('{action}')", show=False, priority=True) for key, action in CURSOR_KEYS),
         Binding("c", "sort('cpu')", "Sort CPU%"),
         Binding("a", "sort('age')", "Sort age"),
         Binding("n", "sort('command')", "Sort command"),
@@ -79,6 +95,7 @@ class JobPicker(App[int | None]):
         if self._reading is None:
             self._scan_in_background()
         if self._refresh_s is not None:
+            self.set_timer(min(CPU_WINDOW_S, self._refresh_s), self._scan_in_background)
             self.set_interval(self._refresh_s, self._scan_in_background)
         self.query_one(DataTable).focus()
 
@@ -102,7 +119,7 @@ class JobPicker(App[int | None]):
         jobs = [] if self._reading is None else [j for j in self._reading.jobs if job_matches(j, self.filter_text)]
         jobs = sort_jobs(jobs, self.sort_key, now=now, reverse=self.sort_reverse)
         table.clear()
-        rows = [job_cells(job, now) for job in jobs]
+        rows = [job_cells(job, now, cpu_unknown=MEASURING) for job in jobs]
         # The command takes what the other columns leave (each has a cell of padding either side); the whole
         # command is in `gputop --list`.
         fixed = sum(max(len(cell) for cell in column) + 2
@@ -162,6 +179,15 @@ class JobPicker(App[int | None]):
         pid = event.row_key.value
         if pid is not None:  # every row is added with its job's root PID as its key
             self.exit(int(pid))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The cursor keys and Enter are the filter box's while it has the focus (Enter keeps the filter)."""
+        if action in ("attach", "cursor") and isinstance(self.focused, Input):
+            return False
+        return True
+
+    def action_cursor(self, action: str) -> None:
+        getattr(self.query_one(DataTable), f"action_{action}")()
 
     def action_attach(self) -> None:
         table = self.query_one(DataTable)

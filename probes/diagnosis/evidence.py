@@ -120,6 +120,10 @@ class Evidence:
     # What the step already does (compiled, attention, autocast, checkpointing, the optimizer, host syncs, ...), each
     # fact with where it was read (step_facts.py): what a lever offered later must check it does not already do.
     step: StepFacts = field(default_factory=StepFacts)
+    unchanged_samples: int = 0  # the main thread's samples over unchanged_for_s, every one of them that one stack
+    # Set where the hang rests on the log: (seconds since the log's last step line, which stuck_for_s is too; the
+    # seconds watched, from gputop attaching or the look-back's start, in which nothing moved); None otherwise.
+    log_still: tuple[float, float] | None = None
 
     def asleep_pct(self) -> float | None:
         """Percent of wall time the main thread neither ran nor waited for a CPU: it slept or blocked (None
@@ -238,11 +242,16 @@ def _log_advanced(now: ProgressReading | None, before: ProgressReading | None) -
 
 
 def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float,
-              blocked_reading: bool) -> tuple[Liveness, float, bool]:
-    """(state, seconds since the last progress, whether any progress was seen).
+              blocked_reading: bool) -> tuple[Liveness, float, bool, tuple[float, float] | None]:
+    """(state, seconds since the last progress, whether any progress was seen, and where the log's stillness made
+    the hang: (how long the log has been still, the seconds watched in which nothing moved)).
 
     Walks back from the latest frame until it finds progress (bounded). Hung needs measured silence
-    (CPU readings present) for at least `hang_after_s`; before anything is measured it is unknown.
+    (CPU readings present) for at least `hang_after_s`; before anything is measured it is unknown. Where nothing
+    moved in any frame watched, the log's last step line (its time, from the file's last write for lines written
+    before gputop attached) says how long the job has been still before that: a log silent for longer than the
+    hang threshold and a CPU counter that did not move between two readings are a hang from the second frame,
+    not after watching for the threshold (issue 31: a log still for two minutes took 8 s to be called hung).
     """
     newest = len(history) - 1
     oldest = max(0, newest - MAX_LOOKBACK_FRAMES)
@@ -266,12 +275,23 @@ def _liveness(history: Sequence[Frame], main_pid: int, hang_after_s: float,
     if last_progress is not None:
         stuck_for = latest_time - last_progress
         if stuck_for < hang_after_s:
-            return "progressing", stuck_for, True
+            return "progressing", stuck_for, True, None
     else:
         stuck_for = latest_time - observed_from
+        log_still = _log_still_for(history[newest].progress, latest_time)
+        if measured and log_still is not None and log_still > stuck_for and log_still >= hang_after_s:
+            return "hung", log_still, True, (log_still, stuck_for)
     if measured and stuck_for >= hang_after_s:
-        return "hung", stuck_for, last_progress is not None
-    return ("progressing" if last_progress is not None else "unknown"), stuck_for, last_progress is not None
+        return "hung", stuck_for, last_progress is not None, None
+    return ("progressing" if last_progress is not None else "unknown"), stuck_for, last_progress is not None, None
+
+
+def _log_still_for(progress: ProgressReading | None, now: float) -> float | None:
+    """Seconds since the log's last step line (None: no step line read). A log that was still before gputop
+    attached is timed by the file's last write (probes/sensors/progress.py takes that for its backlog)."""
+    if progress is None or progress.last_update is None or progress.format is None:
+        return None
+    return max(0.0, now - progress.last_update)
 
 
 def _latest_main_stack(frames: list[Frame], main_pid: int) -> tuple[StackFrame, ...] | None:
@@ -283,10 +303,14 @@ def _latest_main_stack(frames: list[Frame], main_pid: int) -> tuple[StackFrame, 
     return None
 
 
-def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[StackFrame, ...] | None]:
-    """How long (seconds) the main thread's sampled stack has been one and the same, and that stack."""
+def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[StackFrame, ...] | None, int]:
+    """How long (seconds) the main thread's sampled stack has been one and the same, that stack, and how many
+    samples caught it there. The same stack sample after sample is not one call: a loop that calls the same function
+    again and again gives the same stack, line for line (its caller's line too), and the moment between two calls
+    is too short to be sampled."""
     stack: tuple[StackFrame, ...] | None = None
     start: float | None = None
+    samples = 0
     for frame in reversed(frames):
         stacks = frame_stacks(frame, main_pid)
         if not stacks.main_stacks:
@@ -299,9 +323,10 @@ def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[Sta
         elif only != stack:
             break
         start = frame.time - frame.interval_s
+        samples += sum(c.count for c in stacks.main_counts)
     if stack is None or start is None:
-        return 0.0, None
-    return frames[-1].time - start, stack
+        return 0.0, None, 0
+    return frames[-1].time - start, stack, samples
 
 
 def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
@@ -331,7 +356,18 @@ def _profiles(frames: Sequence[Frame], main_pid: int,
             others.add(count)
         for count in stacks.worker_counts:
             workers.add(count)
+    if peer_wait == PEER_WAIT_BACKWARD:  # a CPU rank's waits py-spy calls awake (stacks.count_sleep_in_backward)
+        main.count_sleep_in_backward(_asleep_share(frames, main_pid))
     return main, others, workers
+
+
+def _asleep_share(frames: Sequence[Frame], main_pid: int) -> float | None:
+    """Share of wall time the main thread neither ran nor queued for a CPU over the frames (schedstat; None
+    without its run-queue time, where queued time cannot be told from sleep)."""
+    if mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in frames) is None:
+        return None
+    wanting = _wanting_cpu(frames, main_pid)
+    return None if wanting is None else max(0.0, 100.0 - wanting) / 100.0
 
 
 def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
@@ -401,8 +437,8 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
 
     latest_main = _latest_main_stack(stack_frames, main_pid) or (main_dump.frames if main_dump else None)
     blocked_reading = latest_main is not None and classify_cached(latest_main, True).activity == IO
-    state, stuck_for, progress_seen = _liveness(history, main_pid, hang_after_s, blocked_reading)
-    unchanged_for, unchanged_stack = _unchanged_for(
+    state, stuck_for, progress_seen, log_still = _liveness(history, main_pid, hang_after_s, blocked_reading)
+    unchanged_for, unchanged_stack, unchanged_samples = _unchanged_for(
         recent(history, max(UNCHANGED_LOOKBACK_S, stuck_for + 1.0)), main_pid)
     stuck_stack, stuck_thread = unchanged_stack, "MainThread"
     if main_dump is not None and (stuck_stack is None or state == "hung"):
@@ -449,6 +485,8 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
         gil=gil_summary(recent(history, GIL_WINDOW_S), main_pid),
         compiled_code_share=compiled_code_share(history, main_pid),
         step=step_facts(history, main_pid, gpu),
+        unchanged_samples=unchanged_samples,
+        log_still=log_still,
     )
 
 

@@ -27,6 +27,11 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     """The verdict's body when nothing has moved for `hang_after_s`: where it is stuck, and why."""
     silent = f"no progress for {ev.stuck_for_s:.0f} s" if ev.progress_seen else \
         f"no progress in the {ev.stuck_for_s:.0f} s watched so far"
+    if ev.log_still is not None:
+        # Only what was measured: the log's age, and the frames watched, in which nothing moved.
+        log_s, watched_s = ev.log_still
+        silent = f"no log line for {duration_words(log_s)} (the log's last write), no CPU used in the " \
+                 f"{watched_s:.0f} s watched"
     lines = [f"{silent} (hang threshold {hang_after_s:g} s): {_quiet_signals(ev)}"]
     advice = []
     activity: Activity | None = None
@@ -92,6 +97,16 @@ def sleeping_bottleneck(ev: Evidence) -> Candidate:
     advice = ["A sleeping process is waiting, not hung: if the training runs elsewhere, point gputop at its "
               "Python process (its PID, or the launcher above it)."]
     return Candidate("idle", 1.0, lines, advice)
+
+
+def duration_words(seconds: float) -> str:
+    """'2 min 3 s', '1 h 5 min', '7 s'."""
+    whole = round(seconds)
+    if whole >= 3600:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    if whole >= 60:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole} s"
 
 
 def _quiet_signals(ev: Evidence) -> str:

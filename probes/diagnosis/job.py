@@ -1,14 +1,16 @@
 """diagnose_job(history, previous, hang_after_s) -> JobVerdict: the verdict on a distributed job (torchrun,
 mp.spawn) from each rank's own verdict and how much of its time each rank waits for the others.
-diagnose_job_across_nodes({node: history}, ...) is the same judgement (judge_ranks) over every node's ranks, each
-diagnosed on its own node's frames and named with its node ("rank 3 on n2 is the straggler").
+diagnose_job_across_nodes({node: history}, ...) in job_across_nodes.py is the same judgement (judge_ranks) over every
+node's ranks, each diagnosed on its own node's frames and named with its node ("rank 3 on n2 is the straggler").
 
 Each rank is diagnosed as a lone process: project_rank() (rank_projection.py) cuts a frame down to that rank and
 its helper processes, and diagnose() runs on the projected history with the rank's previous verdict (kept in the
 previous JobVerdict's ranks). The ranks are then compared, in this order:
 
 1. rank_exited: a rank is gone while others live: they wait for it until the collective timeout. A rank this
-   node should hold that was never seen (JobInfo.missing_ranks: it exited before gputop attached) is gone too.
+   node should hold that was never seen (JobInfo.missing_ranks: it exited before gputop attached, or is not
+   running on a job that runs only on this machine) is gone too. Every other rank of a known world that is not
+   seen here is said after the headline (outside the watched tree, or not on this node): absent_ranks.py.
 2. hung_rank: a rank is stuck outside a collective (its main thread silent, as diagnose judges it) while the
    others wait in one: the job is hung, though its launcher looks fine.
 3. straggler: the others wait in collectives most of the time while one rank works elsewhere: the job's
@@ -18,16 +20,25 @@ previous JobVerdict's ranks). The ranks are then compared, in this order:
 
 Pure, like diagnose(): frames in, a JobVerdict out, no I/O and no clock. Projections are memoised by frame
 identity, so each frame is projected once per rank and a tick costs one diagnose() per rank. A rank's notes on thin
-evidence are picked out by their kind (verdict_lines.py) and said once for the job.
+evidence and on CPUs shared with other work are picked out by their kind (verdict_lines.py) and said once for the job
+(the shared CPUs worked out for the whole job: contention.with_job_contention).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from probes.diagnosis.absent_ranks import (
+    absent_ranks_lines,
+    leftover_advice,
+    leftover_lines,
+    missing_advice,
+    missing_head,
+)
 from probes.diagnosis.collectives import collective_gaps, gap_line
+from probes.diagnosis.contention import with_job_contention
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
@@ -90,7 +101,7 @@ class _Member:
 
 
 @dataclass
-class _Diagnosed:
+class DiagnosedRank:
     member: _Member
     verdict: Verdict
     evidence: Evidence | None
@@ -125,7 +136,7 @@ def _is_alive(sample: ProcessSample | None) -> bool:
     return sample is not None and sample.alive and sample.state != "zombie"
 
 
-def _members(history: Sequence[Frame], previous: JobVerdict | None) -> list[_Member]:
+def job_members(history: Sequence[Frame], previous: JobVerdict | None) -> list[_Member]:
     """The job's ranks by rank: those in the latest frame, and those seen before (in the previous verdict or
     the recent frames) that are gone now and whose rank no new process has taken."""
     latest = history[-1]
@@ -164,14 +175,14 @@ def _launched(latest: Frame, job: JobInfo) -> list[_Member]:
     return [_Member(number, pid, sample, _is_alive(sample))]
 
 
-def _diagnose_rank(history: Sequence[Frame], member: _Member, previous: RankVerdict | None,
-                   hang_after_s: float) -> _Diagnosed:
+def diagnose_rank(history: Sequence[Frame], member: _Member, previous: RankVerdict | None,
+                   hang_after_s: float) -> DiagnosedRank:
     verdict, evidence = diagnose_with_evidence(RankHistory(history, member.pid),
                                                previous.verdict if previous is not None else None, hang_after_s)
-    return _Diagnosed(member, verdict, evidence)
+    return DiagnosedRank(member, verdict, evidence)
 
 
-def _rank_verdict(d: _Diagnosed) -> RankVerdict:
+def _rank_verdict(d: DiagnosedRank) -> RankVerdict:
     sample = d.member.sample
     cpu = d.evidence.main_cpu_pct if d.evidence is not None else None
     if cpu is None and sample is not None and d.member.alive:
@@ -197,14 +208,14 @@ def _base_name(function: str) -> str:
     return function.rsplit(".", 1)[-1]
 
 
-def _ranks_text(ranks: Sequence[_Diagnosed]) -> str:
+def ranks_text(ranks: Sequence[DiagnosedRank]) -> str:
     numbers = [str(d.rank) for d in ranks]
     if len(numbers) > RANKS_LISTED:
         numbers = numbers[:RANKS_LISTED] + [f"{len(numbers) - RANKS_LISTED} more"]
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(numbers)
 
 
-def _in_collective_now(d: _Diagnosed) -> bool:
+def in_collective_now(d: DiagnosedRank) -> bool:
     """It waits for the other ranks now: hung with its main thread in a collective, or waiting in most of its
     recent samples."""
     ev = d.evidence
@@ -215,7 +226,7 @@ def _in_collective_now(d: _Diagnosed) -> bool:
     return (d.wait or 0.0) >= WAITING_SHARE
 
 
-def _wait_place(d: _Diagnosed) -> str:
+def wait_place(d: DiagnosedRank) -> str:
     """Where a rank waits for the others, in words: 'all_reduce', 'the gradient all-reduce (DDP, in backward)'."""
     ev = d.evidence
     if ev is None:
@@ -245,7 +256,7 @@ def _busy_place(main: ThreadProfile) -> tuple[str, float]:
     return format_where(responsible, user_frame), share_of_working * main.share(*working)
 
 
-def _backend(history: Sequence[Frame], members: Sequence[_Diagnosed]) -> tuple[str | None, str]:
+def collective_backend(history: Sequence[Frame], members: Sequence[DiagnosedRank]) -> tuple[str | None, str]:
     """(the process group's backend, how that is known), from NCCL's threads in the stacks, the job's
     environment, or the absence of GPUs (NCCL needs them); (None, '') when nothing says."""
     for frame in reversed(recent_frames(history, STACK_WINDOW_S)):
@@ -264,13 +275,13 @@ def _backend(history: Sequence[Frame], members: Sequence[_Diagnosed]) -> tuple[s
     return None, ""
 
 
-def _timeout_text(backend: str | None, why: str) -> str:
+def timeout_text(backend: str | None, why: str) -> str:
     if backend is None:
         return "the default collective timeout: 30 min with gloo, 10 min with NCCL"
     return f"{backend}'s default collective timeout, {COLLECTIVE_TIMEOUT_MIN[backend]} min ({why})"
 
 
-def _job_liveness(ranks: Sequence[_Diagnosed]) -> Liveness:
+def _job_liveness(ranks: Sequence[DiagnosedRank]) -> Liveness:
     """All ranks silent: hung. Otherwise progressing if any moves (those waiting in collectives wait on it)."""
     states = [d.verdict.liveness for d in ranks]
     if states and all(s == "hung" for s in states):
@@ -280,9 +291,10 @@ def _job_liveness(ranks: Sequence[_Diagnosed]) -> Liveness:
     return "unknown"
 
 
-def _evidence_of(d: _Diagnosed, limit: int = 3) -> list[str]:
-    """A rank's own evidence, each line naming the rank, without its thin-evidence notes (said once)."""
-    lines = without(d.verdict.evidence, *THIN_EVIDENCE_NOTES)
+def _evidence_of(d: DiagnosedRank, limit: int = 3) -> list[str]:
+    """A rank's own evidence, each line naming the rank, without its thin-evidence notes and shared CPUs (said
+    once, for the job)."""
+    lines = without(d.verdict.evidence, *THIN_EVIDENCE_NOTES, "contention")
     return [f"rank {d.rank}: {line}" for line in lines[:limit]]
 
 
@@ -294,20 +306,20 @@ class _Finding:
     finding: JobFinding
     verdict: Verdict
     responsible_rank: int | None = None
-    ranks_involved: tuple[_Diagnosed, ...] = ()  # whose sample counts make the finding thin or not
+    ranks_involved: tuple[DiagnosedRank, ...] = ()  # whose sample counts make the finding thin or not
 
 
-def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_Diagnosed],
+def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list[DiagnosedRank],
                  previous: JobVerdict | None) -> _Finding | None:
     if not gone:
         return None
     first = gone[0]
-    backend, why = _backend(history, live + gone)
-    timeout = _timeout_text(backend, why)
+    backend, why = collective_backend(history, live + gone)
+    timeout = timeout_text(backend, why)
     gone_text = (f"{gone[0].label} (PID {gone[0].member.pid})" if len(gone) == 1 else
-                 f"{_ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})")
+                 f"{ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})")
     advice = [
-        (f"Find why {_ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
+        (f"Find why {ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
          "whether the OOM killer ended it."),
         ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
          "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
@@ -320,13 +332,13 @@ def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_D
         bottleneck = previous.verdict.bottleneck if previous is not None else "unknown"
         return _Finding("rank_exited", Verdict(bottleneck, "exited", 1.0, tuple(lines), tuple(advice)),
                         first.rank)
-    waiting = [d for d in live if _in_collective_now(d)]
+    waiting = [d for d in live if in_collective_now(d)]
     verb = "has" if len(gone) == 1 else "have"
-    lines = [f"{gone_text} {verb} exited while {_ranks_text(live)} still run: they wait for it at their next "
+    lines = [f"{gone_text} {verb} exited while {ranks_text(live)} still run: they wait for it at their next "
              f"collective until {timeout}"]
     for d in live[:RANKS_LISTED]:
         if d in waiting:
-            lines.append(f"rank {d.rank} waits in {_wait_place(d)}" +
+            lines.append(f"rank {d.rank} waits in {wait_place(d)}" +
                          (f", silent for {d.evidence.stuck_for_s:.0f} s" if d.hung and d.evidence else ""))
         else:
             lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
@@ -336,38 +348,32 @@ def _rank_exited(history: Sequence[Frame], live: list[_Diagnosed], gone: list[_D
                                            tuple(advice)), first.rank)
 
 
-def _numbers_text(numbers: Sequence[int]) -> str:
-    shown = [str(n) for n in numbers[:RANKS_LISTED]]
-    if len(numbers) > RANKS_LISTED:
-        shown.append(f"{len(numbers) - RANKS_LISTED} more")
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(shown)
-
-
-def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed], missing: Sequence[int]) -> _Finding | None:
+def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: Sequence[int]) -> _Finding | None:
     """Ranks the job's nodes should hold that were never seen (JobInfo.missing_ranks: gone before gputop
-    attached): the live ranks cannot finish a collective without them."""
+    attached, or not running on a job that runs only on this machine): the live ranks cannot finish a collective
+    without them. Their words: absent_ranks.py."""
     job = history[-1].job
     missing = list(missing)
     if job is None or not missing or not live:  # (missing ranks are the job's: never without one)
         return None
-    backend, why = _backend(history, live)
-    timeout = (_timeout_text(backend, why) if backend is not None
+    backend, why = collective_backend(history, live)
+    timeout = (timeout_text(backend, why) if backend is not None
                else "the collective timeout (gloo 30 min, NCCL 10 min by default)")
-    verb = "is" if len(missing) == 1 else "are"
-    head = f"{_numbers_text(missing)} of {job.world_size} {verb} gone (exited before attach)"
-    waiting = [d for d in live if _in_collective_now(d)]
+    head, waits_for = missing_head(job, missing, RANKS_LISTED)
+    waiting = [d for d in live if in_collective_now(d)]
     if waiting:
         verb = "waits" if len(waiting) == 1 else "wait"
-        head += f"; {_ranks_text(waiting)} {verb} in {_wait_place(waiting[0])}: hung until {timeout}"
+        head += f"; {ranks_text(waiting)} {verb}{waits_for} in {wait_place(waiting[0])}: hung until {timeout}"
     else:
         them = "it" if len(missing) == 1 else "them"
         head += f"; the others will wait for {them} at their next collective until {timeout}"
-    lines = [head]
+    lines = [head, *leftover_lines(job, RANKS_LISTED)]
     for d in [d for d in live if d not in waiting][:RANKS_LISTED]:
         lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
+    end_wait = leftover_advice(job, backend, RANKS_LISTED)
     advice = [
-        (f"Find why {_numbers_text(missing)} ended before gputop attached: the launcher's output has its exit code "
-         "and traceback; dmesg shows whether the OOM killer ended it."),
+        missing_advice(job, missing, RANKS_LISTED),
+        *([end_wait] if end_wait else []),
         ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
          "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
     ]
@@ -379,8 +385,8 @@ def _rank_missing(history: Sequence[Frame], live: list[_Diagnosed], missing: Seq
     return _Finding("rank_exited", verdict, missing[0])
 
 
-def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | None:
-    stuck = [(d, d.evidence) for d in live if d.hung and d.evidence is not None and not _in_collective_now(d)]
+def _hung_rank(history: Sequence[Frame], live: list[DiagnosedRank]) -> _Finding | None:
+    stuck = [(d, d.evidence) for d in live if d.hung and d.evidence is not None and not in_collective_now(d)]
     if not stuck:
         return None
     culprit, ev = max(stuck, key=lambda s: (s[1].stuck_for_s, -s[0].rank))
@@ -389,26 +395,26 @@ def _hung_rank(history: Sequence[Frame], live: list[_Diagnosed]) -> _Finding | N
         found = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
         where = format_where(found.responsible, found.user_frame)
     others = [d for d in live if d is not culprit]
-    waiting = [d for d in others if _in_collective_now(d)]
+    waiting = [d for d in others if in_collective_now(d)]
     head = f"{culprit.label} stuck in {where} for {ev.stuck_for_s:.0f} s"
     parts = [head]
     for d in waiting[:RANKS_LISTED]:
-        parts.append(f"rank {d.rank} waits for it in {_wait_place(d)}")
+        parts.append(f"rank {d.rank} waits for it in {wait_place(d)}")
     lines = ["; ".join(parts)]
     lines += _evidence_of(culprit, limit=2)
     for d in [d for d in others if d not in waiting][:RANKS_LISTED]:
         lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
-    backend, why = _backend(history, live)
+    backend, why = collective_backend(history, live)
     advice = list(culprit.verdict.advice)
     if waiting:
-        advice.insert(0, (f"The other ranks wait in a collective until {_timeout_text(backend, why)}: find what "
+        advice.insert(0, (f"The other ranks wait in a collective until {timeout_text(backend, why)}: find what "
                           f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}"
                           f"{f' on {culprit.member.node}' if culprit.member.node else ''}), not them."))
     verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice))
     return _Finding("hung_rank", verdict, culprit.rank)
 
 
-def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid: int | None,
+def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_pid: int | None,
                now: float) -> _Finding | None:
     # Each rank with samples, with its main thread's profile and its share waiting for the others.
     measured = [(d, d.evidence.main, d.evidence.main.share(COMMS)) for d in live
@@ -426,14 +432,15 @@ def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid
     where, share = _busy_place(slow_main)
     first, first_wait = others[0]
     if len(others) == 1:
-        waits = f"rank {first.rank} waits for it in {_wait_place(first)} {_pct(first_wait)} of the time"
+        waits = f"rank {first.rank} waits for it in {wait_place(first)} {_pct(first_wait)} of the time"
     else:
         top = max(wait for _, wait in others)
-        waits = (f"{_ranks_text([d for d, _ in others])} wait for it in {_wait_place(first)} {_pct(least)}–"
+        waits = (f"{ranks_text([d for d, _ in others])} wait for it in {wait_place(first)} {_pct(least)}–"
                  f"{_pct(top)} of the time")
     lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
+    lines += [_sleep_counted(d.label, main) for d, main, _ in measured if main.sleep_counted_as_wait and d is not slow]
     advice = list(slow.verdict.advice)
     watch = f"gputop --pid {launcher_pid}" if launcher_pid is not None else "gputop on the launcher"
     advice.append(
@@ -451,13 +458,19 @@ def _straggler(live: list[_Diagnosed], previous: JobVerdict | None, launcher_pid
     return _Finding("straggler", verdict, slow.rank, tuple(d for d, _, _ in measured))
 
 
-def _shared(live: list[_Diagnosed]) -> _Finding | None:
+def _sleep_counted(label: str, main: ThreadProfile) -> str:
+    """How a CPU rank's wait share counts samples py-spy saw awake in backward (stacks.count_sleep_in_backward)."""
+    return (f"{label}: {main.sleep_counted_as_wait} of its samples in backward that py-spy saw awake count as waiting: "
+            f"its main thread slept {_pct(main.asleep_share or 0.0)} of the time (schedstat)")
+
+
+def _shared(live: list[DiagnosedRank]) -> _Finding | None:
     bottlenecks = {d.verdict.bottleneck for d in live}
     if len(live) < 2 or len(bottlenecks) != 1:
         return None
     (bottleneck,) = bottlenecks
     lead = max(live, key=lambda d: (d.verdict.confidence, -d.rank))
-    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES)
+    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES, "contention")
     head = f"all {len(live)} ranks: {bottleneck}"
     if own:
         head += f" — rank {lead.rank}: {own[0]}"
@@ -471,9 +484,9 @@ def _shared(live: list[_Diagnosed]) -> _Finding | None:
     return _Finding("shared", verdict, None, tuple(live))
 
 
-def _mixed(live: list[_Diagnosed]) -> _Finding:
+def _mixed(live: list[DiagnosedRank]) -> _Finding:
     lead = min(live, key=lambda d: (d.wait if d.wait is not None else 1.0, d.rank))
-    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES)
+    own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES, "contention")
     waits = f", waits {_pct(lead.wait)} of the time" if lead.wait is not None else ""
     lines = [f"{lead.label} (waits least{waits}): {own[0] if own else lead.verdict.bottleneck}", *own[1:3]]
     others = [d for d in live if d is not lead]
@@ -558,11 +571,11 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
     job = latest.job if latest is not None else None
     if latest is None or job is None:
         return None
-    members = _members(history, previous)
+    members = job_members(history, previous)
     if not members:
         return _elsewhere(latest)
     prior = {r.pid: r for r in previous.ranks} if previous is not None else {}
-    diagnosed = [_diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
+    diagnosed = [diagnose_rank(history, m, prior.get(m.pid), hang_after_s) for m in members]
     if job.kind == "launched":
         return JobVerdict(verdict=diagnosed[0].verdict, finding="single", ranks=_rank_verdicts(diagnosed),
                           responsible_rank=diagnosed[0].rank)
@@ -571,10 +584,11 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
         return JobVerdict(verdict=verdict, finding=previous.finding if previous is not None else "mixed",
                           ranks=_rank_verdicts(diagnosed),
                           responsible_rank=previous.responsible_rank if previous is not None else None)
-    return judge_ranks(history, diagnosed, previous, missing=job.missing_ranks)
+    return judge_ranks(history, diagnosed, previous, missing=job.missing_ranks,
+                       extra_evidence=absent_ranks_lines(job, RANKS_LISTED))
 
 
-def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[_Diagnosed], previous: JobVerdict | None,
+def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[DiagnosedRank], previous: JobVerdict | None,
                 missing: Sequence[int] = (), extra_evidence: Sequence[str] = ()) -> JobVerdict:
     """The job's verdict over its diagnosed ranks, in the order of the module docstring: the one judgement, for
     one node's ranks (diagnose_job) or every node's, each rank tagged with its node (diagnose_job_across_nodes).
@@ -599,6 +613,9 @@ def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[_Diagnosed], previ
              or _shared(live) or _mixed(live))
     found = _settle(found, previous)
     verdict = _with_collectives(found, latest)
+    verdict = with_job_contention(verdict, history, [(d.label, d.verdict) for d in live],
+                                  one_node=all(d.member.node is None for d in diagnosed))
+    extra_evidence = [line for line in extra_evidence if line not in verdict.evidence]  # a held verdict has them
     if extra_evidence:
         verdict = dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *extra_evidence,
                                                          *verdict.evidence[1:]))
@@ -610,34 +627,5 @@ def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[_Diagnosed], previ
     return JobVerdict(verdict=verdict, finding=found.finding, ranks=ranks, responsible_rank=found.responsible_rank)
 
 
-def _rank_verdicts(diagnosed: Sequence[_Diagnosed]) -> tuple[RankVerdict, ...]:
+def _rank_verdicts(diagnosed: Sequence[DiagnosedRank]) -> tuple[RankVerdict, ...]:
     return tuple(_rank_verdict(d) for d in diagnosed)
-
-
-def diagnose_job_across_nodes(histories: Mapping[str, Sequence[Frame]], previous: JobVerdict | None = None,
-                              hang_after_s: float = DEFAULT_HANG_AFTER_S,
-                              extra_evidence: Sequence[str] = ()) -> JobVerdict | None:
-    """The verdict on one job whose ranks run on several nodes, from each node's own history ({node: frames},
-    the nodes still answering). Each node's ranks are found and diagnosed on that node's frames (PIDs are the
-    node's own, never mixed), tagged with the node, then judged together by judge_ranks: "rank 3 on n2 is the
-    straggler". None when no node's latest frame has a job."""
-    diagnosed: list[_Diagnosed] = []
-    missing: list[int] = []
-    jobs = {node: job for node, history in histories.items() if history and (job := history[-1].job) is not None}
-    with_job = list(jobs)
-    if not with_job:
-        return None
-    for node in with_job:
-        history = histories[node]
-        mine = (dataclasses.replace(previous, ranks=tuple(r for r in previous.ranks if r.node == node))
-                if previous is not None else None)
-        prior = {r.pid: r for r in mine.ranks} if mine is not None else {}
-        for member in _members(history, mine):
-            member = dataclasses.replace(member, node=node)
-            diagnosed.append(_diagnose_rank(history, member, prior.get(member.pid), hang_after_s))
-        missing += jobs[node].missing_ranks
-    diagnosed.sort(key=lambda d: (d.rank, d.member.node or ""))
-    # The backend, the Flight Recorders and the clock are read from the node of the lowest rank (rank 0's).
-    lead_node = diagnosed[0].member.node if diagnosed else None  # (every rank here is tagged with its node)
-    lead = histories[lead_node if lead_node is not None else with_job[0]]
-    return judge_ranks(lead, diagnosed, previous, missing=sorted(set(missing)), extra_evidence=extra_evidence)

@@ -1,5 +1,6 @@
 """One rank of a job seen as a lone process: project_rank() cuts a frame down to that rank and the processes working
-for it, with its own GPU marked as the target's, so that diagnose() judges each rank as it judges a lone process.
+for it, with its own GPU marked as the target's and the rest of the job taken out of the host's busy CPUs (other
+work is work outside the job), so that diagnose() judges each rank as it judges a lone process.
 RankHistory is a history seen through that projection, projected lazily and once per frame: projections are
 memoised by the frame's identity and dropped with it.
 """
@@ -15,14 +16,24 @@ from typing import overload
 from probes.diagnosis.frame_stacks import CACHED_RANKS
 from probes.diagnosis.frame_stacks import reserve_cached_ranks as reserve_frame_stacks_cache
 from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES
-from probes.frame import ROLE_MAIN, ROLE_RANK, Frame, GpuReading, ProcessSample, StacksReading, TargetInfo
+from probes.frame import (
+    ROLE_MAIN,
+    ROLE_RANK,
+    Frame,
+    GpuReading,
+    HostCpuReading,
+    ProcessSample,
+    StacksReading,
+    TargetInfo,
+)
 from probes.monitoring.history import recent_frames
 
 
 def project_rank(frame: Frame, pid: int) -> Frame:
     """The frame as a lone-process frame for one rank: target = that rank (alive from its sample), processes =
     it (role main) and the processes working for it (owner_pid; workers keep their roles), stacks of those
-    processes only, its own GPU marked as the target's; the cgroup, host, progress and the rest as they are."""
+    processes only, its own GPU marked as the target's, the host's busy CPUs less what the rest of the job used
+    (_host_outside_the_job); the cgroup, progress and the rest as they are."""
     sample = frame.process(pid)
     members = {pid} | {p.pid for p in frame.processes if p.owner_pid == pid}
     processes = [dataclasses.replace(sample, role=ROLE_MAIN)] if sample is not None else []
@@ -42,7 +53,19 @@ def project_rank(frame: Frame, pid: int) -> Frame:
         threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
         errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked)
     return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
-                               gpu=_rank_gpu(frame.gpu, sample), job=None)
+                               gpu=_rank_gpu(frame.gpu, sample), host=_host_outside_the_job(frame, members), job=None)
+
+
+def _host_outside_the_job(frame: Frame, members: set[int]) -> HostCpuReading:
+    """The host's reading with the CPU the rest of the job used this tick (its other ranks, their workers, the
+    launcher: every live process of the watched tree outside this rank's) taken out of its busy CPUs. What is left
+    beyond the rank's own is work outside the job: the rank's other ranks are its job, never other work."""
+    host = frame.host
+    if host.busy_cpus is None:
+        return host
+    rest = sum(p.cpu_pct or 0.0 for p in frame.processes
+               if p.pid not in members and p.alive and p.state != "zombie") / 100.0
+    return dataclasses.replace(host, busy_cpus=max(0.0, host.busy_cpus - rest)) if rest else host
 
 
 def _rank_gpu(gpu: GpuReading, sample: ProcessSample | None) -> GpuReading:

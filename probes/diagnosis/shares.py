@@ -64,6 +64,12 @@ RECURRING_EPISODES_OF = {"compile": 3}
 RECURRING_GAP_S = 3.0
 RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
 MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
+# The fewest main-thread samples in the window before the shares bound what a fix can win. The bound 1/(1-s) rests
+# on the samples outside the phase, which few samples miss: a phase at 87% (a 7.7× bound) leaves no sample outside
+# it in 4 samples more than half the time (0.87^4 = 0.57), and the bound read "up to 100×" (issue 31); in 30, 1.5%
+# of the time (0.87^30). Under 30 the shares are shown and no gain is: at 5 Hz that is 6 s, at the settled 1 Hz
+# half a minute.
+SPEEDUP_MIN_SAMPLES = 30
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class TimeShares:
     shares: dict[str, float]
     recurring: tuple[RecurringPhase, ...] = ()
     gpu_util_pct: float | None = None  # the target's GPUs over the window, mean, where NVML reads them
+    samples: int = 0  # the main thread's samples the shares rest on
 
     def share(self, *phases: str) -> float:
         return sum(self.shares.get(phase, 0.0) for phase in phases)
@@ -139,6 +146,7 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
     if main_pid is None:
         main_pid = _watched_pid(frames[-1])
     per_frame = [(frame, _phase_seconds(frame, main_pid)) for frame in frames]
+    samples = sum(count.count for frame in frames for count in main_thread_counts(frame, main_pid))
     totals: dict[Phase, float] = {}
     for _, seconds in per_frame:
         for phase, spent in seconds.items():
@@ -149,7 +157,7 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
     shares: dict[str, float] = {phase: totals[phase] / total for phase in PHASES if totals.get(phase, 0) > 0}
     span = frames[-1].time - (frames[0].time - frames[0].interval_s)
     return TimeShares(window_s=span, shares=shares, recurring=_recurring(per_frame, shares),
-                      gpu_util_pct=target_gpu_util_pct(frames))
+                      gpu_util_pct=target_gpu_util_pct(frames), samples=samples)
 
 
 def _watched_pid(frame: Frame) -> int:
@@ -205,8 +213,9 @@ def recurring_lines(shares: TimeShares, bottleneck: Bottleneck) -> list[str]:
 def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup | None:
     """The most the verdict's fix can win, from the measured shares: a fix that removes a phase taking a share s
     of the time makes the run at most 1/(1-s) times faster. A busy GPU: what runs outside it (1 - util) is all
-    that anything else can win. None where the verdict's fix has no measured phase. What a bottleneck's fix
-    removes is its BottleneckFacts' (probes/diagnosis/rules/)."""
+    that anything else can win. None where the verdict's fix has no measured phase, or its share rests on fewer
+    than SPEEDUP_MIN_SAMPLES samples. What a bottleneck's fix removes is its BottleneckFacts'
+    (probes/diagnosis/rules/)."""
     facts = FACTS_BY_NAME.get(bottleneck)
     if shares is None or facts is None:
         return None
@@ -215,7 +224,7 @@ def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup
         return MaxSpeedup(1.0 / busy, f"nothing outside the GPU can win more than {_pct(1.0 / busy - 1.0)} "
                                       f"(it is busy {_pct(busy)} of the time)")
     removes = facts.fix_removes
-    if removes is None:
+    if removes is None or shares.samples < SPEEDUP_MIN_SAMPLES:
         return None
     share = min(MAX_FIXABLE_SHARE, shares.share(*removes.phases))
     if share <= 0:

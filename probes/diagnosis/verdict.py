@@ -31,6 +31,7 @@ from probes.diagnosis.rules import evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
 from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
+from probes.diagnosis.rules.unknown import starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
 from probes.frame import Frame, Verdict
 
@@ -72,12 +73,17 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         return _exited(latest, previous), None
     evidence = gather(history, hang_after_s)
     liveness = evidence.liveness
+    starting_up = starting(evidence) if previous is None or previous.bottleneck == "unknown" else None
     if liveness == "hung":
         candidate = hung_bottleneck(evidence, hang_after_s)
-        confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+        # Resting on the log's age, the hang has been watched only as long as gputop has watched: it grows with that.
+        silent_s = evidence.log_still[1] + hang_after_s if evidence.log_still is not None else evidence.stuck_for_s
+        confidence = min(1.0, 0.6 + 0.4 * (silent_s - hang_after_s) / max(hang_after_s, 1.0))
     elif liveness == "sleeping":
         candidate = sleeping_bottleneck(evidence)
         confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
+    elif starting_up is not None:
+        candidate, confidence = starting_up, 0.0  # the imports say nothing of what will limit the training
     else:
         candidates = evaluate_rules(evidence)
         candidate = _choose(candidates, previous, evidence.main.samples)

@@ -1,10 +1,11 @@
 """What one process says about itself: its distributed environment, its start time and its command line.
 
 Launcher-neutral reading only: :class:`DistEnv` (the distributed variables a launcher gave a process),
-torch.distributed's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ..., which most launchers set), and single
-files of /proc read through probes/textfiles (environ, stat, comm) or psutil (cmdline, exe), and for the model a
-job states on its command line (probes/models/job_command_line.py) its raw cmdline, cwd and stdout. Which launcher's
-variables a process carries is the launchers' business (probes/jobs/launchers/).
+torch.distributed's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ..., which most launchers set), the variables
+that say a job spans other nodes (other_nodes_named), and single files of /proc read through probes/textfiles
+(environ, stat, comm) or psutil (cmdline, exe), and for the model a job states on its command line
+(probes/models/job_command_line.py) its raw cmdline, cwd and stdout. Which launcher's variables a process carries
+is the launchers' business (probes/jobs/launchers/).
 """
 
 from __future__ import annotations
@@ -121,6 +122,46 @@ def start_ticks(pid: int) -> int | None:
         return None
     fields = stat.rpartition(")")[2].split()  # comm, before ")", may hold spaces
     return int_or_none(fields[19]) if len(fields) > 19 else None
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    """What /proc/PID/stat says of a process's place: its parent, its process group, its thread count."""
+
+    ppid: int
+    pgid: int  # its process group: a shell's job (or setsid) makes a process its group's leader (pgid == pid)
+    threads: int
+
+
+def read_process_stat(pid: int) -> ProcessStat | None:
+    """/proc/PID/stat's ppid, pgrp and num_threads (fields 4, 5 and 20); None when gone or unreadable."""
+    fields = (read_text(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+    if len(fields) < 18:
+        return None
+    ppid, pgid, threads = int_or_none(fields[1]), int_or_none(fields[2]), int_or_none(fields[17])
+    if ppid is None or pgid is None or threads is None:
+        return None
+    return ProcessStat(ppid=ppid, pgid=pgid, threads=threads)
+
+
+# Variables that say a job spans more than one node: a count of its nodes (Slurm's, torchrun's --nnodes as
+# PET_NNODES, its GROUP_WORLD_SIZE), or this node's number above 0 (there is a node before it).
+_NODE_COUNT_VARIABLES = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "PET_NNODES", "GROUP_WORLD_SIZE")
+_NODE_NUMBER_VARIABLES = ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "CROSS_RANK")
+
+
+def other_nodes_named(environ: Mapping[str, str]) -> str | None:
+    """The variable that says the job runs on other nodes besides this one ("SLURM_NNODES=2"); None when none
+    does. An elastic range (PET_NNODES=1:4) counts by its upper end."""
+    for name in _NODE_COUNT_VARIABLES:
+        count = int_or_none((environ.get(name) or "").rpartition(":")[2] or None)
+        if count is not None and count > 1:
+            return f"{name}={environ[name]}"
+    for name in _NODE_NUMBER_VARIABLES:
+        number = int_or_none(environ.get(name))
+        if number is not None and number > 0:
+            return f"{name}={environ[name]}"
+    return None
 
 
 def process_name(pid: int) -> str:

@@ -18,6 +18,7 @@ from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
 from probes.jobs.launchers import launcher_label, launcher_of_kind, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
+from probes.jobs.locality import NOT_PLACED, Locator, Placement
 from probes.jobs.root import resolve_root_safely
 from probes.jobs.world import WorldAccount, WorldWatch
 from probes.sensors.textfiles import read_text
@@ -50,6 +51,7 @@ class JobTracker:
         self._static: dict[tuple[int, int | None], _Static] = {}
         self._known_ranks: dict[int, int] = {}  # pid -> rank, as last laid out (mp.spawn's numbers stick)
         self._world_watch = WorldWatch()
+        self._locator = Locator()
         self._main: int | None = None
         self._last_layout: JobLayout | None = None
         self._launchers: tuple[int, ...] = ()
@@ -141,7 +143,7 @@ class JobTracker:
             selected = self.attached_pid
         elif self._attached_rank is not None:  # the rank the user named was restarted: follow its number
             selected = next((pid for pid in rank_pids if ranks.get(pid) == self._attached_rank), None)
-        world = self._world(layout, by_pid)
+        world, placement = self._world(layout, by_pid)
         return JobInfo(
             kind=layout.kind,
             attached_pid=self.attached_pid,
@@ -159,16 +161,29 @@ class JobTracker:
             training_elsewhere=layout.training_elsewhere,
             missing_ranks=world.missing,
             ranks_elsewhere=world.elsewhere,
+            one_machine=placement.one_machine if world.missing else None,
+            ranks_outside=tuple((rank, pid) for rank, pid in placement.running_here if rank in world.outside),
+            rank_leftovers=tuple((rank, pid) for rank, pid in placement.leftovers if rank in world.missing),
         )
 
-    def _world(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts]) -> WorldAccount:
-        """The ranks of the world this node lacks: this node's share and number as the launcher states them (one
-        that says nothing leaves the share unknown, and nothing is called missing)."""
+    def _world(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts]) -> tuple[WorldAccount, Placement]:
+        """The ranks of the world this node lacks: this node's share and number as the launcher states them. One
+        that says nothing leaves the share unknown, unless the job shows it runs only on this machine
+        (probes/jobs/locality.py, asked only while a rank is unseen): without that, nothing is called missing."""
         ranks = sorted((by_pid[pid] for pid, _ in layout.ranks if pid in by_pid), key=lambda f: not f.alive)
         local_world_size = launcher_of_kind(layout.kind).stated_local_world_size(layout, ranks) if ranks else None
         group_rank = next((f.env.group_rank for f in ranks if f.env.group_rank is not None), None)
-        return self._world_watch.update(layout.world_size if ranks else None, local_world_size, group_rank,
-                                        [rank for _, rank in layout.ranks])
+        world_size = layout.world_size if ranks else None
+        ranks_now = [rank for _, rank in layout.ranks]
+        placement = NOT_PLACED
+        unseen = self._world_watch.unseen(world_size, ranks_now)
+        if unseen and local_world_size is None:
+            placement = self._locator.place(ranks, unseen, by_pid.keys())
+            if placement.one_machine is not None:
+                local_world_size = world_size
+        world = self._world_watch.update(world_size, local_world_size, group_rank, ranks_now,
+                                         outside=[rank for rank, _ in placement.running_here])
+        return world, placement
 
     def _note(self, layout: JobLayout, by_pid: Mapping[int, ProcessFacts], live_training: int) -> str:
         root = by_pid.get(self.root_pid)

@@ -11,6 +11,11 @@ tells apart
 * ranks elsewhere: the rest of a larger world, on other nodes (or, when no launcher says this node's share,
   simply not here): never called missing.
 
+Where no launcher states this node's share, the job itself may show that it runs only on this machine
+(probes/jobs/locality.py: a loopback MASTER_ADDR, connections only to this machine): the node then holds the
+whole world, and an unseen rank is missing (not running). A rank found running on this machine outside the
+watched tree (started from another terminal) is neither missing nor elsewhere: `outside`.
+
 A rank seen and then gone is neither: the job diagnosis remembers it (rank_exited).
 """
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 class WorldAccount:
     missing: tuple[int, ...] = ()  # ranks this node should hold, never seen here
     elsewhere: tuple[tuple[int, int], ...] = ()  # ranks on other nodes, as inclusive (first, last) ranges
+    outside: tuple[int, ...] = ()  # ranks running on this machine outside the watched tree
 
 
 def rank_ranges(ranks: Iterable[int]) -> tuple[tuple[int, int], ...]:
@@ -38,24 +44,27 @@ def rank_ranges(ranks: Iterable[int]) -> tuple[tuple[int, int], ...]:
 
 
 def account_world(world_size: int | None, local_world_size: int | None, group_rank: int | None,
-                  seen: Collection[int]) -> WorldAccount:
+                  seen: Collection[int], outside: Collection[int] = ()) -> WorldAccount:
     """The ranks of a world of `world_size` that are missing from this node or live elsewhere, given this node's
-    share (`local_world_size`, None when no launcher says), its number (`group_rank`) and the ranks `seen` here."""
+    share (`local_world_size`, None when no launcher says), its number (`group_rank`), the ranks `seen` here and
+    those running here `outside` the watched tree."""
     if world_size is None or world_size < 1:
         return WorldAccount()
-    unseen = [rank for rank in range(world_size) if rank not in seen]
+    found_outside = tuple(sorted({rank for rank in outside if rank not in seen and 0 <= rank < world_size}))
+    unseen = [rank for rank in range(world_size) if rank not in seen and rank not in found_outside]
     if not unseen:
-        return WorldAccount()
+        return WorldAccount(outside=found_outside)
     if local_world_size is None or local_world_size < 1:
-        return WorldAccount(elsewhere=rank_ranges(unseen))
+        return WorldAccount(elsewhere=rank_ranges(unseen), outside=found_outside)
     if local_world_size >= world_size:
-        return WorldAccount(missing=tuple(unseen))
+        return WorldAccount(missing=tuple(unseen), outside=found_outside)
     if group_rank is not None:
         block = range(group_rank * local_world_size, (group_rank + 1) * local_world_size)
         if all(rank in block for rank in seen):
             return WorldAccount(missing=tuple(rank for rank in unseen if rank in block),
-                                elsewhere=rank_ranges(rank for rank in unseen if rank not in block))
-    return WorldAccount(elsewhere=rank_ranges(unseen))
+                                elsewhere=rank_ranges(rank for rank in unseen if rank not in block),
+                                outside=found_outside)
+    return WorldAccount(elsewhere=rank_ranges(unseen), outside=found_outside)
 
 
 class WorldWatch:
@@ -67,13 +76,18 @@ class WorldWatch:
         self._seen: set[int] = set()
         self._missing_last_tick: set[int] = set()
 
+    def unseen(self, world_size: int | None, ranks_now: Iterable[int]) -> tuple[int, ...]:
+        """The ranks of the world never seen here, counting `ranks_now`."""
+        seen = self._seen | set(ranks_now)
+        return tuple(rank for rank in range(world_size or 0) if rank not in seen)
+
     def update(self, world_size: int | None, local_world_size: int | None, group_rank: int | None,
-               ranks_now: Iterable[int]) -> WorldAccount:
+               ranks_now: Iterable[int], outside: Collection[int] = ()) -> WorldAccount:
         self._seen.update(ranks_now)
-        world = account_world(world_size, local_world_size, group_rank, self._seen)
+        world = account_world(world_size, local_world_size, group_rank, self._seen, outside)
         missing = tuple(rank for rank in world.missing if rank in self._missing_last_tick)
         self._missing_last_tick = set(world.missing)
-        return WorldAccount(missing=missing, elsewhere=world.elsewhere)
+        return WorldAccount(missing=missing, elsewhere=world.elsewhere, outside=world.outside)
 
 
 def ranges_text(ranges: Iterable[tuple[int, int]]) -> str:

@@ -25,6 +25,8 @@ from probes.logformats import (
     litgpt,
     llm_c,
     megatron,
+    modded_nanogpt,
+    nanochat,
     nanogpt,
     torchtitan,
     tqdm,
@@ -55,6 +57,12 @@ FORMATS: tuple[FormatParser, ...] = (
     llm_c.FORMAT,  # "step N/M | loss X | ... | T ms": generic would take the step and loss without the time
     fairseq.FORMAT,  # "epoch 001: N / M loss=X, ..., ups=U, num_updates=K": the step is num_updates, no other field
     torchtitan.FORMAT,  # "step: N  loss: X ... tps: T": generic would take the step and loss and miss its throughput
+    # "step:N/T train_time:Tms step_avg:Ams": a shape no other format reads (no space after "step:"), so any slot
+    # before generic; its reader works the time per step out of train_time, which no other format prints
+    modded_nanogpt.FORMAT,
+    # "step N/T (P%) | loss: X | ... | dt: Dms | tok/sec: K | bf16_mfu: M": generic takes the step, loss and dt and
+    # drops the tok/sec and MFU
+    nanochat.FORMAT,
     generic.FORMAT,  # last: any step number with a time or a loss, so every specific format must come first
 )
 

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from probes.logformats.peak_tables import PeakTable
 from probes.models.convention import PrintedCount
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
 LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
-                    "megatron", "litgpt", "llm_c", "fairseq", "torchtitan"]
+                    "megatron", "litgpt", "llm_c", "fairseq", "torchtitan", "modded_nanogpt", "nanochat"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class ProgressLine:
     reported_mfu_pct: float | None = None  # the framework's own MFU figure (nanoGPT divides by the A100's peak)
     # The framework's own achieved TFLOP/s per GPU, where it prints that rather than an MFU (Megatron-LM).
     reported_tflops_per_gpu: float | None = None
+    # The framework's own tokens per second as the line prints it (nanochat's tok/sec, torchtitan's tps, llm.c's
+    # tok/s): whose tokens it counts (the whole job's or one device's) is its format's printed_tokens_per_s_over.
+    reported_tokens_per_s: float | None = None
     epoch: float | None = None
     timestamp: float | None = None  # Unix time printed on the line, if any
 
@@ -70,4 +74,22 @@ class FormatParser:
     # whole T×T score matrix, as gputop counts, or the causal half): set exactly where the format prints one
     # (tests/test_logformats.py), said beside the printed figure and used to put gputop's in its terms.
     printed_mfu_counts: PrintedCount | None = None
+    # Where the framework looks its peak up by device name in a table of its own (nanochat's and torchtitan's
+    # get_peak_flops): that table, so the peak it took for the GPU gputop reads is named, and flagged where it is
+    # not that GPU's (a row meant for another GPU, or none). printed_mfu_against says it without a GPU.
+    printed_mfu_peaks: PeakTable | None = None
+    # Whose tokens the tokens per second this format prints count and over what time ("every rank's tokens over
+    # the optimizer step's dt"): set exactly where its fixture prints one (tests/test_logformats_programs.py).
+    printed_tokens_per_s_over: str | None = None
     reader: Callable[[], LineParser] | None = None
+
+    def mfu_peak_sentence(self, gpu_name: str | None, printed_mfu: bool = True) -> str | None:
+        """What the MFU this format prints is against on the GPU so named, flagged where it is not that GPU's own
+        peak; None where the format keeps no table of its own or the GPU is not known. Without a printed MFU
+        (``printed_mfu`` False) only the case that explains its absence is said: no row, so it printed 0."""
+        table = self.printed_mfu_peaks
+        if table is None or not gpu_name or not gpu_name.strip():
+            return None
+        if not printed_mfu and not table.divides_by_infinity(gpu_name):
+            return None
+        return table.sentence(gpu_name)

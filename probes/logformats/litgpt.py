@@ -2,9 +2,13 @@
 512.00 ms (step) remaining time: 0:10:00`` and ``iter 40 | step 10: loss 2.3456, iter time: 512.00 ms (step)``, and
 its ``iter 40: val loss 2.1, val time: ...`` evaluation lines.
 
-``iter`` counts micro-batches and ``step`` optimizer steps; the printed ``iter time`` is one micro-batch's. The
-step is the optimizer step, and its time is the iter time times the micro-batches per step (``iter / step``):
-worked out, and said so."""
+``iter`` counts micro-batches and ``step`` optimizer steps; the step is the optimizer step. The printed ``iter time``
+is one micro-batch's, ``t1 - iter_t0`` around the last micro-batch before the line (litgpt/pretrain.py's fit()).
+pretrain prints only every ``log_interval`` optimizer steps (``log_iter_interval = log_interval ×`` the micro-batches
+per step), so the micro-batch it times is always the one that also clips, steps the optimizer and waits for the
+loss (``(step)``): longer than the others (1.03 s against a 0.80 s mean on a CPU run). Its ``iter time × iter/step``
+is therefore an estimate of the step, said so, and the pace's until the step counter moves (probes/pace.py); from
+the second line on the pace is the counter's, and this figure a cross-check named where it disagrees."""
 
 from __future__ import annotations
 

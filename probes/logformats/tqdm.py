@@ -1,7 +1,10 @@
 """tqdm progress bars (``50/1000 [00:25<07:55,  2.00it/s, loss=2.3]``, ``50it [00:25, 2.00it/s]``,
 ``3/10 [00:30<01:10, 10.0s/it]``), redrawn in place with ``\\r``. Evaluation, test and sanity-check bars are
 not training progress and are left alone. Lightning's training bar is a tqdm bar too: ``lightning`` reuses
-``BAR`` and ``postfix_loss``."""
+``BAR`` and ``postfix_loss``.
+
+The bar's rate is tqdm's own moving average of its recent redraws, not the pace over a window: it is the pace only
+until the bar's counter has moved, and a cross-check after (probes/pace.py)."""
 
 from __future__ import annotations
 

@@ -4,11 +4,15 @@ Two parts, neither imports Textual:
 
 - ClusterMonitor folds frames that carry their node (Frame.node) the way Monitor folds one node's: each node
   keeps its own Monitor (PIDs are node-local: two nodes' frames are never mixed in one Frame or one History),
-  and each round the nodes' ranks are judged together by probes.diagnosis.job.diagnose_job_across_nodes, the
+  and each round the nodes' ranks are judged together by probes.diagnosis.job_across_nodes, the
   same judgement a one-node job gets, each rank named with its node ("rank 3 on n2 is the straggler"). What
   the nodes show beside their ranks (GPUs that clock lower, CPUs taken) is added to the job's evidence. A node
   whose stream ended, or that sent nothing for `lost_after_s`, is lost: said with the time, its ranks left out
-  of the judgement, the others go on. It works on live streams and on a recording of them alike (`replay`).
+  of the judgement, the others go on. A node whose agent says that no task of the job runs there (Slurm's
+  account: the job holds the node, its tasks there have ended, with srun's words on how; probes/sensors/slurm.py
+  NoTaskHere) is no_task, never lost: the ranks it held are named gone with how their tasks ended ("rank 1 on n2
+  is gone: its task exited with status 1 at 14:18:50"). It works on live streams and on a recording of them alike
+  (`replay`; a recording holds frames only, not what an agent said instead of them).
 - AgentStreams runs the agents (any command whose stdout is an agent's: `srun ... -m tui agent`, ssh, or a
   test's `python -m tui agent --pid P`), one reader thread a stream, and hands over whole lines: a stream is
   one node's pipe, so lines of different nodes never interleave.
@@ -24,20 +28,21 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from probes.diagnosis.job import diagnose_job_across_nodes
+from probes.diagnosis.job_across_nodes import diagnose_job_across_nodes
 from probes.diagnosis.rank_projection import reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
-from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable
+from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable, to_jsonable
 from probes.jobs.world import ranges_text, rank_ranges
 from probes.monitoring.monitor import Monitor
 from probes.monitoring.view import MonitorView, NodeStatus, VerdictChange
 from probes.outputs.recording import RECORDING_SCHEMA, Recorder
 from probes.outputs.snapshot import build_snapshot
 from probes.reference.baseline import ComparisonInputs
+from probes.sensors.slurm import NoTaskHere
 
 LOST_AFTER_INTERVALS = 5  # a node silent this many ticks is lost (an agent writes a frame every tick)
 MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login node must not lose a node
@@ -49,13 +54,15 @@ STDERR_LINES_KEPT = 5
 SUMMARY_MIN_RANKS = 16
 MIN_GROUP = 3  # fewer agreeing ranks than this are shown one by one
 WAITING_SHARE = 0.5  # ranks on either side of this wait share never agree
+# The schema of a line an agent writes instead of a frame: what it says of its node (no task of the job there).
+AGENT_NOTE_SCHEMA = "gputop.agent-note/1"
 
 def node_document(status: NodeStatus) -> dict[str, Any]:
     """A node in the snapshot's `nodes` list."""
     return {"name": status.name, "state": status.state, "ranks": status.ranks,
             "last_frame_time": status.last_frame_time, "lost_at": status.lost_at, "reason": status.reason,
             "gpu_clock_mhz": status.gpu_clock_mhz, "busy_cpu_share": status.busy_cpu_share,
-            "bottleneck": status.bottleneck, "line": status.line()}
+            "bottleneck": status.bottleneck, "note": status.note, "line": status.line()}
 
 
 @dataclass
@@ -67,6 +74,7 @@ class _Node:
     reason: str | None = None
     pending: bool = False  # a frame came since the last merge
     target_pid: int | None = None  # the one job merged from this node (an agent with --follow may send more)
+    no_task: NoTaskHere | None = None  # its agent says no task of the job runs there now (since its last frame)
 
 
 class ClusterMonitor:
@@ -113,6 +121,7 @@ class ClusterMonitor:
             self.recorder.close()
             self.recorder = None
         node.monitor.ingest(frame)
+        node.no_task = None  # it sends frames again: a task of the job runs there
         node.last_frame_time = frame.time
         node.last_heard = heard_at if heard_at is not None else frame.time
         if node.lost_at is not None and node.reason and "silent" in node.reason:
@@ -137,9 +146,22 @@ class ClusterMonitor:
         if node is not None and started_as != name and node.last_frame_time is None and node.lost_at is None:
             del self.nodes[started_as]
 
-    def node_ended(self, name: str, reason: str, at: float | None = None) -> None:
-        """A node's stream ended (its agent, or the srun or ssh that ran it, exited): lost from now on."""
+    def no_task_here(self, name: str, said: NoTaskHere, heard_at: float | None = None) -> None:
+        """A node's agent says that no task of the job runs there (and what Slurm says of its tasks' end): the
+        node answers, and holds no rank of the job now."""
         node = self._node(name)
+        node.no_task = said
+        node.last_heard = heard_at if heard_at is not None else time.time()
+        if node.lost_at is not None and "silent" in (node.reason or ""):
+            node.lost_at, node.reason = None, None  # it answers again
+
+    def node_ended(self, name: str, reason: str, at: float | None = None) -> None:
+        """A node's stream ended (its agent, or the srun or ssh that ran it, exited): lost from now on, unless its
+        agent had said that no task of the job runs there (then nothing of the job was lost with it)."""
+        node = self._node(name)
+        if node.no_task is not None:
+            node.reason = reason
+            return
         if node.lost_at is None or "silent" in (node.reason or ""):
             node.lost_at = at if at is not None else time.time()
             node.reason = reason
@@ -148,7 +170,8 @@ class ClusterMonitor:
         """One round: find the silent nodes, judge every answering node's ranks together, build the view."""
         now = now if now is not None else time.time()
         for node in self.nodes.values():
-            if node.lost_at is None and node.last_heard is not None and now - node.last_heard > self.lost_after_s:
+            if node.lost_at is None and node.no_task is None and node.last_heard is not None and \
+                    now - node.last_heard > self.lost_after_s:
                 node.lost_at = node.last_heard + self.lost_after_s
                 node.reason = f"silent: no frame for {self.lost_after_s:.0f} s"
             node.pending = False
@@ -162,8 +185,12 @@ class ClusterMonitor:
         if ranks > self._cache_ranks:  # every node's ranks diagnosed each round: keep all their summaries
             self._cache_ranks = ranks
             reserve_cached_ranks(ranks)
-        said = _lost_lines(self._statuses) + _node_lines(self._statuses)
-        self._job = diagnose_job_across_nodes(histories, self._job, self.hang_after_s, extra_evidence=said)
+        said = _lost_lines(self._statuses) + _no_task_lines(self._statuses) + _node_lines(self._statuses)
+        notes = {name: node.no_task for name, node in self.nodes.items()
+                 if node.no_task is not None and node.lost_at is None}
+        accounted = all(s.state in ("live", "no_task") for s in self._statuses)
+        self._job = diagnose_job_across_nodes(histories, self._job, self.hang_after_s, extra_evidence=said,
+                                              gone=gone_ranks(notes, answering, accounted))
         lead_name = next((r.node for r in self._job.ranks if r.node in answering), None) if self._job else None
         base = answering[lead_name] if lead_name is not None else next(iter(answering.values()))  # the lead's
         verdict = self._job.verdict if self._job is not None else base.verdict
@@ -210,6 +237,9 @@ class ClusterMonitor:
 
     def _status(self, name: str, node: _Node) -> NodeStatus:
         view = node.monitor.view
+        if node.no_task is not None and node.lost_at is None:
+            return NodeStatus(name, "no_task", last_frame_time=node.last_frame_time, reason=node.reason,
+                              note=node.no_task.line())
         if view is None:
             return NodeStatus(name, "lost" if node.lost_at is not None else "waiting", lost_at=node.lost_at,
                               reason=node.reason)
@@ -300,6 +330,42 @@ def _lost_lines(statuses: Sequence[NodeStatus]) -> list[str]:
     return [f"{s.line()}: its ranks are not judged" for s in statuses if s.state == "lost"]
 
 
+def _no_task_lines(statuses: Sequence[NodeStatus]) -> list[str]:
+    return [s.line() for s in statuses if s.state == "no_task"]
+
+
+def gone_ranks(notes: Mapping[str, NoTaskHere], views: Mapping[str, MonitorView], accounted: bool) -> dict[int, str]:
+    """{rank: 'rank 1 on n2 is gone: its task exited with status 1 at 14:18:50'}: the job's ranks that ran where
+    no task of it runs now (`notes`, by node), from what was read. srun's line on a node's tasks names them by
+    task number, which is the rank where the ranks are Slurm's tasks (the job's kind is slurm: RANK is
+    SLURM_PROCID); under a launcher of its own (torchrun in each task) it is not. Ranks of the world that no node
+    shows are gone too once every node is `accounted` for (each sends frames or says it runs no task: none lost
+    or still waited for), without a node or an end that nothing read."""
+    jobs = [view.latest.job for view in views.values() if view.latest.job is not None]
+    if not notes or not jobs:
+        return {}
+    gone: dict[int, str] = {}
+    if any(job.kind == "slurm" for job in jobs):
+        for name, note in sorted(notes.items(), key=lambda item: _natural(item[0])):
+            for end in note.ends:
+                one = len(end.tasks) == 1
+                said = (f"{'rank' if one else 'ranks'} {ranges_text(rank_ranges(end.tasks))} on {name} "
+                        f"{'is' if one else 'are'} gone: {'its task' if one else 'their tasks'} {end.ended()}")
+                for task in end.tasks:
+                    gone.setdefault(task, said)
+    world = max((job.world_size or 0 for job in jobs), default=0)
+    seen = {rank.rank for view in views.values() if view.job is not None for rank in view.job.ranks}
+    unseen = [rank for rank in range(world) if rank not in seen and rank not in gone]
+    if unseen and accounted:
+        one = len(unseen) == 1
+        nodes = ", ".join(sorted(notes, key=_natural))
+        said = (f"{'rank' if one else 'ranks'} {ranges_text(rank_ranges(unseen))} of {world} "
+                f"{'is' if one else 'are'} gone: no node of the job runs {'it' if one else 'them'} ({nodes} "
+                f"{'runs' if len(notes) == 1 else 'run'} no task of it now)")
+        gone.update(dict.fromkeys(unseen, said))
+    return gone
+
+
 def _node_lines(statuses: Sequence[NodeStatus]) -> list[str]:
     """What sets a node apart from the others: GPUs that clock lower, CPUs that others' work takes."""
     live = [s for s in statuses if s.state == "live"]
@@ -336,11 +402,27 @@ class AgentSpec:
 
 
 @dataclass(frozen=True)
+class AgentNote:
+    """A line an agent writes instead of a frame: no task of the job runs on its node, and what Slurm says of it."""
+
+    node: str
+    time: float
+    no_task: NoTaskHere
+
+
+def agent_note_line(note: AgentNote) -> str:
+    """The note as one line of an agent's stream (beside its header and frames)."""
+    return json.dumps({"schema": AGENT_NOTE_SCHEMA, "node": note.node, "time": note.time,
+                       "no_task": to_jsonable(note.no_task)}, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True)
 class StreamEvent:
-    """What one stream said: a frame, or that it ended (with why)."""
+    """What one stream said: a frame, a note (no task of the job on its node), or that it ended (with why)."""
 
     node: str
     frame: Frame | None = None
+    note: AgentNote | None = None
     ended: str | None = None
     heard_at: float = 0.0
     started_as: str | None = None  # the name the agent was started for (AgentSpec.node), where `node` differs
@@ -377,12 +459,17 @@ class AgentStreams:
 
     def _read(self, spec: AgentSpec, process: subprocess.Popen, stderr: threading.Thread) -> None:
         node = spec.node
-        frames = 0
+        frames = notes = 0
         assert process.stdout is not None  # opened with PIPE
         for raw in process.stdout:
             self.bytes_read[spec.node] += len(raw)  # by the name it was started for: the one in specs
             frame = parse_frame_line(raw)
-            if isinstance(frame, Frame):
+            if isinstance(frame, AgentNote):
+                node = frame.node or node
+                notes += 1
+                self._events.put(StreamEvent(node, note=frame, heard_at=time.time(),
+                                             started_as=spec.node if node != spec.node else None))
+            elif isinstance(frame, Frame):
                 if frame.node is None:
                     frame = dataclasses.replace(frame, node=node)
                 else:  # the agent's own name for its node wins over the one it was started for
@@ -394,7 +481,10 @@ class AgentStreams:
         stderr.join(timeout=5.0)  # its last words say why it ended: read them all first
         said = "; ".join(self._stderr.get(spec.node, ()))
         why = f"its agent's stream ended (exit status {status})" + (f": {said}" if said else "")
-        if not frames and spec.unreachable_status is not None and status == spec.unreachable_status:
+        if notes and not frames:  # it answered, saying no task of the job runs there: nothing was lost
+            why = f"its agent ended (exit status {status}) after saying no task of the job runs there" + \
+                (f": {said}" if said else "")
+        elif not frames and spec.unreachable_status is not None and status == spec.unreachable_status:
             why = (f"no frame came: {spec.argv[0]} did not connect or was refused (exit status {status})" +
                    (f": {said}" if said else ""))
         elif not frames:  # it never ran: the host refused, or the node lacks this installation at the same path
@@ -437,9 +527,9 @@ class AgentStreams:
                     pipe.close()
 
 
-def parse_frame_line(raw: bytes | str) -> Frame | dict | None:
-    """One line of an agent's stream: its Frame, the header (a dict with the recording schema), or None for a
-    line that is neither (srun's or ssh's own words)."""
+def parse_frame_line(raw: bytes | str) -> Frame | AgentNote | dict | None:
+    """One line of an agent's stream: its Frame, a note (AgentNote: no task of the job on its node), the header
+    (a dict with the recording schema), or None for a line that is none of them (srun's or ssh's own words)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
@@ -448,6 +538,11 @@ def parse_frame_line(raw: bytes | str) -> Frame | dict | None:
         return None
     if data.get("schema") == RECORDING_SCHEMA:
         return data
+    if data.get("schema") == AGENT_NOTE_SCHEMA:
+        try:
+            return AgentNote(str(data["node"]), float(data["time"]), from_jsonable(NoTaskHere, data["no_task"]))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return None
     try:
         return from_jsonable(Frame, data)
     except (TypeError, ValueError, KeyError, AttributeError):
@@ -475,10 +570,13 @@ def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Ev
         if duration_s is not None and time.monotonic() - started >= duration_s:
             break
         for event in streams.events(timeout=max(0.0, next_merge - time.monotonic())):
+            if event.started_as is not None and (event.frame is not None or event.note is not None):
+                monitor.renamed(event.started_as, event.node)
             if event.frame is not None:
-                if event.started_as is not None:
-                    monitor.renamed(event.started_as, event.node)
                 monitor.add(event.frame, heard_at=event.heard_at)
+                unmerged = True
+            elif event.note is not None:
+                monitor.no_task_here(event.node, event.note.no_task, heard_at=event.heard_at)
                 unmerged = True
             elif event.ended is not None:
                 ended.add(event.node)
@@ -489,7 +587,8 @@ def run_merge(streams: AgentStreams, monitor: ClusterMonitor, stop: threading.Ev
             next_merge += interval_s
             if next_merge < time.monotonic():
                 next_merge = time.monotonic() + interval_s
-        if len(ended) >= len(streams.specs) and all(n.lost_at is not None for n in monitor.nodes.values()):
-            break
+        if len(ended) >= len(streams.specs) and \
+                all(n.lost_at is not None or n.no_task is not None for n in monitor.nodes.values()):
+            break  # every stream has ended: nothing more will come
     if unmerged:
         merge_now()

@@ -35,6 +35,7 @@ from probes.monitoring.history import DEFAULT_HISTORY_FRAMES, History
 from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.outputs.recording import Recorder
 from probes.outputs.snapshot import build_snapshot
+from probes.pace import disagreement_words
 from probes.reference.baseline import (
     ComparisonInputs,
     compact_count,
@@ -192,6 +193,7 @@ class Monitor:
             log_of=progress.log_of,
             derived_from=progress.derived_from,
             printed_seconds_per_iter=progress.printed_seconds_per_iter,
+            printed_from=progress.printed_from,
         )
 
 
@@ -244,7 +246,7 @@ def pace_line(pace: Pace | None) -> str | None:
 
 def _pace_words(verdict: Verdict, pace: Pace | None) -> list[str]:
     """The pace lines the verdict's evidence carries: its MFU sentence and, where the log's printed time and
-    its step counter disagree, what the printed time is."""
+    its step counter disagree over the window, what the printed time is."""
     lines = []
     line = pace_line(pace)
     if line is not None and pace is not None and pace.comparison is not None:  # a line needs both
@@ -278,23 +280,13 @@ def _per_token_words(pace: Pace) -> list[str]:
             "tokens/s (gputop compare A B)"]
 
 
-def _duration_words(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
-
-
 def pace_cross_check_line(pace: Pace | None) -> str | None:
-    """What a printed time per step is, where the step counter overruled it (they differ by more than 25%):
-    "the log says 31 ms/step, but the iteration counter moves every 0.64 s (~21×): ..."."""
+    """What the log's printed figure is, where it disagrees with the step counter over the window (probes/pace.py
+    decides that, and the pace is the counter's): "the log's printed time averages 31 ms/step over the window, but
+    the step counter moved every 0.64 s (21× longer): ..."."""
     if pace is None or pace.printed_seconds_per_iter is None or not pace.seconds_per_iter:
         return None
-    printed, counted = pace.printed_seconds_per_iter, pace.seconds_per_iter
-    said = f"the log says {_duration_words(printed)}/step, but the iteration counter moves every " \
-           f"{_duration_words(counted)}"
-    ratio = counted / printed
-    if ratio >= 1:
-        return (f"{said} (~{ratio:.0f}×): the printed time covers part of a step (the forward+backward, or one of "
-                f"~{ratio:.0f} micro-steps; data loading is outside it); the pace is the counter's")
-    return f"{said}: the printed time spans ~{1 / ratio:.0f} counted steps; the pace is the counter's"
+    return disagreement_words(pace.printed_seconds_per_iter, pace.seconds_per_iter, pace.printed_from)
 
 
 def nothing_to_win_pct(pace: Pace | None) -> float | None:

@@ -107,6 +107,12 @@ class NodeWatch:
         self.watched[root] = WatchedTarget(engine, why)
         return True
 
+    def drop(self, root: int) -> None:
+        """Stop watching one target (its job has ended here) and close its engine."""
+        watched = self.watched.pop(root, None)
+        if watched is not None:
+            watched.engine.close()
+
     def close(self) -> None:
         for watched in self.watched.values():
             watched.engine.close()

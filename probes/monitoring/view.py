@@ -42,12 +42,18 @@ class Pace:
     source: str | None = None  # the log file
     format: str | None = None
     log_of: str | None = None  # whose log it is when gputop chose it ("rank 0 (PID 4242)")
-    derived_from: str | None = None  # how seconds_per_iter was worked out when the log did not print it
-    printed_seconds_per_iter: float | None = None  # what the log printed, where the step counter overruled it
+    derived_from: str | None = None  # how seconds_per_iter was worked out: "step counter" (probes/pace.py), or
+    # before the counter moved, the printed figure it came from (None: the log printed the time itself)
+    # The log's own time per step averaged over the counter's window, where it disagrees with the counter by more
+    # than 25%, and what it was worked out from (None: printed as a time)
+    printed_seconds_per_iter: float | None = None
+    printed_from: str | None = None
     hint: str | None = None  # no pace: why, and how to get one
 
 
-NodeState = Literal["waiting", "live", "lost"]
+# no_task: the node's agent answers, and says (from Slurm) that no task of the job runs there now: its tasks there
+# ended, or none was placed there. Never "lost": that is for a node whose agent stopped answering while its tasks ran.
+NodeState = Literal["waiting", "live", "lost", "no_task"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,13 @@ class NodeStatus:
     gpu_clock_mhz: float | None = None  # mean SM clock of the job's GPUs there
     busy_cpu_share: float | None = None  # how busy its CPUs the job may run on are, by anyone (0..1)
     bottleneck: Bottleneck | None = None  # that node's own verdict, for the header line
+    note: str | None = None  # no_task: what its agent said ("no task of job 12 here: ..."; probes/sensors/slurm.py)
 
     def line(self) -> str:
-        """'n1: 2 ranks · GPUs 1980 MHz · CPUs 45% busy · idle', or 'n2: lost at 13:02:11 (its stream ended)'."""
+        """'n1: 2 ranks · GPUs 1980 MHz · CPUs 45% busy · idle', 'n2: lost at 13:02:11 (its stream ended)', or
+        'n2: no task of job 12 here: ...'."""
+        if self.state == "no_task":
+            return f"{self.name}: {self.note or 'no task of the job here'}"
         if self.state == "lost":
             at = time.strftime("%H:%M:%S", time.localtime(self.lost_at)) if self.lost_at is not None else "?"
             return f"{self.name}: lost at {at}" + (f" ({self.reason})" if self.reason else "")

@@ -440,6 +440,16 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
                                                        progress.format))
         elif disagree or (corrected is None and reported > 100):
             lines += explain_nanogpt_mfu(reported, estimate, gpu, peak=rebased_peak)
+    # A framework with a peak table of its own (nanochat, torchtitan): the row it took for this GPU, flagged where
+    # it is not the GPU's peak (probes/logformats/peak_tables.py).
+    log_format = known_format(progress.format)
+    peak_said = log_format.mfu_peak_sentence(inputs.peak.gpu or gpu, reported is not None) if log_format else None
+    if peak_said is not None:
+        lines.append(peak_said)
+    if progress.reported_tokens_per_s is not None and log_format is not None \
+            and log_format.printed_tokens_per_s_over is not None:
+        lines.append(f"The log's own {progress.reported_tokens_per_s:,.0f} tokens/s: "
+                     f"{log_format.printed_tokens_per_s_over}.")
     printed_tflops = progress.reported_tflops_per_gpu
     if printed_tflops is not None:
         lines.append(_printed_tflops_line(printed_tflops, estimate, progress.format, inputs.shape))

@@ -48,7 +48,13 @@ from probes.sampling.pyspy_output import (
     samples_in,
 )
 from probes.sampling.sampler_results import STATUS_OK, ProcessState, SamplerResults, Window
-from probes.sampling.sampling_policy import SamplingPolicy, WindowPlan, stack_check_interval_s
+from probes.sampling.sampling_policy import (
+    SamplingPolicy,
+    WindowPlan,
+    main_thread_spine,
+    main_thread_stack,
+    stack_check_interval_s,
+)
 from probes.sampling.stacks import merge_counts
 from probes.sampling.tree_sampling import TreeSamplingPolicy
 
@@ -325,7 +331,8 @@ class ProcessSampler:
             # moment, not a change of its own (on a node's job, a quarter of the ranks' windows were
             # such close looks, 1 to 5 s at 5 Hz).
             self.policy.window_finished(picture, samples_in(counts), plan.epoch, main_thread_positions(counts, pid),
-                                        moved_with_peers=self._tree.another_rank_shows(pid, picture))
+                                        moved_with_peers=self._tree.another_rank_shows(pid, picture),
+                                        main_spine=main_thread_spine(counts, pid))
             self._tree.window_finished(pid, picture, self.policy.settled, time.monotonic())
 
     # --- GIL windows ------------------------------------------------------------------------------
@@ -424,7 +431,7 @@ class ProcessSampler:
             state = self._current_state()
             if state is not None and state.is_worker:  # its parent's main thread shows its changes
                 self.policy.check_stacks = False
-            moved = self.policy.stack_check(main_thread_position(threads, pid))
+            moved = self.policy.stack_check(main_thread_position(threads, pid), main_thread_stack(threads, pid))
             every_s = self._settings.stack_check_every_s
             if every_s is not None:  # within the checks' CPU budget, shared by all
                 checked = sum(1 for s in self._peers.values() if s.policy.checking_stacks)

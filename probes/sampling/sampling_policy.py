@@ -33,7 +33,13 @@ The policy, per process:
   catch it between calls, in a caller such as ``Tensor.backward`` that samples only saw further out; and many
   windows, since a settled one holds ten samples and a training step has rare leaves such as
   ``cross_entropy``). A function never seen there, ``STACK_CHECK_CONFIRMATIONS`` dumps in a row (each
-  ``CONFIRM_AFTER_S`` after the one before), means the phase moved: the sampler wakes that process.
+  ``CONFIRM_AFTER_S`` after the one before), means the phase moved: the sampler wakes that process. So do
+  ``SPINE_CONFIRMATIONS`` dumps in a row outside the latest window's spine (the functions every whole sample of it
+  ran inside, such as a ``prepare_dataset`` around the tokenizer): a phase the windows saw before the current one
+  (a warm-up step sampled in the first windows, before any check ran) is no longer unseen when it comes back, yet
+  its dumps all leave the current phase's spine (issue 31: beside two busy processes, a warm-up step caught in the
+  first windows hid a switch back to training for 10 to 19 s). After a wake, dumps come at the checks' cadence
+  before the checks resume, so the first check follows the windows since the wake at once.
 
 With ``settled_rate_hz`` None (a rate the user fixed) it never settles and a wake keeps the rate, only the
 windows shorten; nor are the stacks checked, since the windows stay short.
@@ -45,6 +51,10 @@ import math
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from probes.diagnosis.stacks import is_library, is_main_thread
+from probes.frame import StackCount, ThreadStack
 
 DEFAULT_RATE_HZ = 5.0
 # Once a process's picture has settled sampling drops to this rate. The overhead benchmark (README) chose
@@ -86,6 +96,17 @@ STACK_CHECK_CONFIRMATIONS = 3
 # the fewest since a wake before dumps are compared with them (the look-again window and one more).
 SEEN_WINDOWS = 12
 MIN_CHECKED_WINDOWS = 2
+# A window's spine stands alone once it rests on this many whole samples of the main thread (a settled window holds
+# about ten; one that held the end of the phase before has a shallower spine, and the next window's is the phase's
+# own); on fewer (a 1 s window on a crowded machine brought 4) only what the window before shares with it counts.
+# On 8 samples, a function the main thread runs inside 90% of the time still makes the spine 4 times in 10 (0.9^8),
+# and a dump then falls outside it 1 time in 10: SPINE_CONFIRMATIONS keeps its short stretches outside from waking.
+SPINE_MIN_SAMPLES = 8
+# Dumps in a row outside the spine, where one of them is at a function the windows saw: one more than
+# STACK_CHECK_CONFIRMATIONS, so that they span about 0.7 s (three gaps of CONFIRM_AFTER_S and the dumps' own time).
+# A loop's excursion from its step (a slow batch fetched outside train_step) also leaves the spine: with three, a
+# loop stepping out of train_step for 0.5 s every 5 s woke once in 150 s; a phase lasts longer than such a stretch.
+SPINE_CONFIRMATIONS = STACK_CHECK_CONFIRMATIONS + 1
 
 
 def stack_check_budget_cores(checked_processes: int) -> float:
@@ -157,7 +178,11 @@ class SamplingPolicy:
         self.stack_check_every_s = stack_check_every_s
         self.check_stacks = True
         self._recent_positions: deque[frozenset[Position]] = deque(maxlen=SEEN_WINDOWS)
+        # The spines (main_thread_spine) of the latest windows since the last wake: a dump outside the latest one's
+        # left the phase it shows, whether or not an older window saw where it went (_spine_left).
+        self._recent_spines: deque[MainSpine] = deque(maxlen=MIN_CHECKED_WINDOWS)
         self._unseen_in_a_row = 0
+        self._only_off_spine = False  # a dump of the streak was outside the spine at a function the windows saw
 
     @property
     def settled(self) -> bool:
@@ -183,13 +208,16 @@ class SamplingPolicy:
         self._previous_picture = None  # settling again takes two agreeing windows of the new phase
         self._look_again_left = self.look_again_samples
         self._recent_positions.clear()  # the functions of the phase before say nothing of the next one
-        self._unseen_in_a_row = 0
+        self._recent_spines.clear()
+        self._unseen_in_a_row, self._only_off_spine = 0, False
 
     def window_finished(self, picture: Hashable | None, samples: int = 0, epoch: int | None = None,
-                        main_positions: frozenset[Position] = frozenset(), moved_with_peers: bool = False) -> None:
+                        main_positions: frozenset[Position] = frozenset(), moved_with_peers: bool = False,
+                        main_spine: MainSpine | None = None) -> None:
         """A record window ended with ``samples`` samples; ``picture`` is its dominant position
         (probes.sampling.pyspy_output.dominant_position), ``epoch`` its plan's, ``main_positions`` every (function,
-        file) on the main thread's sampled stacks (probes.sampling.pyspy_output.main_thread_positions). Decides the
+        file) on the main thread's sampled stacks (probes.sampling.pyspy_output.main_thread_positions),
+        ``main_spine`` the functions every one of them ran inside (main_thread_spine). Decides the
         next window's rate and length. ``moved_with_peers``: a settled picture that moved to one its peers show
         (the sampler says so for a rank whose new picture another rank shows: the job's step caught at another
         moment) stays settled; the cheap signals and the stack checks still wake it on a change of its own."""
@@ -197,6 +225,7 @@ class SamplingPolicy:
             return  # started before a wake: it straddles the change, so it says nothing about the new phase
         if main_positions:
             self._recent_positions.append(main_positions)
+            self._recent_spines.append(main_spine or MainSpine((), 0))
         if self.looking_again:
             self._look_again_left = max(0, self._look_again_left - samples)
             self._previous_picture = picture
@@ -221,30 +250,108 @@ class SamplingPolicy:
         return (self.stack_check_every_s is not None and self.check_stacks and self.settled_rate_hz is not None
                 and not self.looking_again and len(self._recent_positions) >= MIN_CHECKED_WINDOWS)
 
-    def stack_check(self, main_position: Position | None) -> str | None:
-        """A dump caught the main thread at ``main_position`` (innermost). When it and the dumps just before it
-        (STACK_CHECK_CONFIRMATIONS in all) lie in functions no recent window saw on the main thread's stack,
-        the phase moved: say how (one line; the sampler wakes the process). None otherwise, and when not
-        checking."""
-        if not self.checking_stacks or main_position is None or \
-                any(main_position in seen for seen in self._recent_positions):
-            self._unseen_in_a_row = 0
+    @property
+    def _checks_resume(self) -> bool:
+        """Since a wake, checks are on but wait for the look-again window and one more (not at the start: there each
+        process's budgeted cadence is not known yet, and a node's every process would dump each second)."""
+        return (self.epoch > 0 and self.check_stacks and self.settled_rate_hz is not None
+                and (self.looking_again or len(self._recent_positions) < MIN_CHECKED_WINDOWS))
+
+    def stack_check(self, main_position: Position | None, main_stack: Sequence[Position] = ()) -> str | None:
+        """A dump caught the main thread at ``main_position`` (innermost), with ``main_stack`` every (function, file)
+        on its stack, outermost first (main_thread_stack). When it and the dumps just before it
+        (STACK_CHECK_CONFIRMATIONS in all) lie in functions no recent window saw on the main thread's stack, or
+        (SPINE_CONFIRMATIONS in all, where one of them is at a function a window saw) outside the latest window's
+        spine (_spine_left), the phase moved: say how (one line; the sampler wakes the process). None otherwise, and
+        when not checking."""
+        left = self._spine_left(main_stack)
+        unseen = main_position is not None and not any(main_position in seen for seen in self._recent_positions)
+        if not self.checking_stacks or main_position is None or not (unseen or left is not None):
+            self._unseen_in_a_row, self._only_off_spine = 0, False
             return None
         self._unseen_in_a_row += 1
-        if self._unseen_in_a_row < STACK_CHECK_CONFIRMATIONS:
+        self._only_off_spine = self._only_off_spine or not unseen
+        needed = SPINE_CONFIRMATIONS if self._only_off_spine else STACK_CHECK_CONFIRMATIONS
+        if self._unseen_in_a_row < needed:
             return None
-        self._unseen_in_a_row = 0
+        self._unseen_in_a_row, self._only_off_spine = 0, False
         before = _describe_position(self._previous_picture)
-        return (f"main thread's stack moved ({before} → {_describe_position(main_position)}, "
-                f"{STACK_CHECK_CONFIRMATIONS} dumps in a row)")
+        outside = f", outside {_describe_position(left)}" if left is not None else ""
+        return (f"main thread's stack moved ({before} → {_describe_position(main_position)}{outside}, "
+                f"{needed} dumps in a row)")
+
+    def _spine_left(self, main_stack: Sequence[Position]) -> Position | None:
+        """The innermost function of the latest window's spine (with fewer than SPINE_MIN_SAMPLES samples, of what
+        it shares with the window before) that a whole dump of the main thread (one that reaches the spine's
+        outermost frame: a stack py-spy caught half-built says nothing) ran outside; None where it ran inside all of
+        it, or there is no spine to compare with."""
+        if not self._recent_spines or not main_stack:
+            return None
+        latest = self._recent_spines[-1]
+        spine = latest.positions
+        if latest.samples < SPINE_MIN_SAMPLES:
+            if len(self._recent_spines) < 2:
+                return None
+            before = self._recent_spines[-2].positions
+            spine = tuple(p for p in spine if p in before) if before[:1] == spine[:1] else ()
+        if len(spine) < 2 or spine[0] != main_stack[0]:
+            return None  # no spine beyond the script's outermost frame, or a dump that does not reach it
+        on_stack = set(main_stack)
+        return next((p for p in reversed(spine) if p not in on_stack), None)
 
     def dump_wait_s(self) -> float:
         """Seconds to wait after a dump before the next one."""
         if self.checking_stacks:
             return CONFIRM_AFTER_S if self._unseen_in_a_row else float(self.stack_check_every_s or 0.0)
+        if self._checks_resume and self.stack_check_every_s is not None:
+            # Dumps at the checks' cadence while the windows since a wake come in, so that the first check follows
+            # them within a second, not a dump interval later. Beside two busy processes a neighbour's load woke the
+            # sampler 2 s before a stack-only switch; the next dump came 5 s after the wake, when the windows since it
+            # already held the new phase, and the verdict waited 10 s for them to outweigh the old one (issue 31).
+            return float(self.stack_check_every_s)
         if self.settled:
             return max(self.dump_every_s, self.settled_dump_every_s)
         return self.dump_every_s
+
+
+class MainSpine(NamedTuple):
+    """What every whole sample of a window's main thread ran inside (outermost first), and how many samples."""
+
+    positions: tuple[Position, ...]
+    samples: int
+
+
+def main_thread_spine(counts: Sequence[StackCount], pid: int) -> MainSpine:
+    """The (function, file) of every frame of the user's own code that each whole sample of ``pid``'s main thread in
+    a window ran inside, outermost first: the script's outermost frame, its main loop and, where the whole window
+    spent its time in one phase, that phase's function (``prepare_dataset``). A sample is whole when its outermost
+    frame is the one most samples have: a stack py-spy caught half-built (a lone leaf) would otherwise empty the
+    spine. Library frames are left out: a steady loop's samples can all fall in one of torch's (a window of 9 all in
+    ``_engine_run_backward`` woke a steady loop whose dumps then caught forward and the optimizer)."""
+    stacks = [c for c in counts if c.frames and is_main_thread(c.pid, c.tid, c.thread_name, c.frames, pid)]
+    if not stacks:
+        return MainSpine((), 0)
+    roots: dict[Position, int] = {}
+    for count in stacks:
+        root = (count.frames[-1].function, count.frames[-1].file)
+        roots[root] = roots.get(root, 0) + count.count
+    root = max(roots, key=roots.__getitem__)
+    whole = [c for c in stacks if (c.frames[-1].function, c.frames[-1].file) == root]
+    common = set.intersection(*({(f.function, f.file) for f in c.frames} for c in whole))
+    spine: list[Position] = []
+    for frame in reversed(whole[0].frames):
+        position = (frame.function, frame.file)
+        if position in common and position not in spine and (not spine or not is_library(frame)):
+            spine.append(position)
+    return MainSpine(tuple(spine), sum(c.count for c in whole))
+
+
+def main_thread_stack(threads: Sequence[ThreadStack], pid: int) -> tuple[Position, ...]:
+    """Every (function, file) on the stack a dump caught ``pid``'s main thread in, outermost first (empty: none)."""
+    for thread in threads:
+        if thread.frames and is_main_thread(thread.pid, thread.tid, thread.name, thread.frames, pid):
+            return tuple((f.function, f.file) for f in reversed(thread.frames))
+    return ()
 
 
 def _describe_position(position: Hashable | None) -> str:

@@ -21,6 +21,15 @@ from probes.gpu_metrics import GPM_METRICS
 # A driver can be installed or loaded while gputop runs; asking again is cheap but not free.
 INIT_RETRY_INTERVAL_S = 30.0
 
+# NVML's answers that mean no NVIDIA GPU is usable here, each the reason a GpuReading carries, and its few words
+# for the one short line a headless run says on a machine without a GPU (probes/doctor.py), where the full reason
+# and its fix would fill three lines of every run with nothing to fix.
+NO_LIBRARY = "NVML library not found (no NVIDIA driver on this machine: libnvidia-ml.so.1 is missing)"
+NO_DRIVER = "NVIDIA driver not loaded (NVML is installed, but the kernel module is not running)"
+NO_DEVICE = "no NVIDIA GPU visible (the driver is loaded but NVML lists no device)"
+NO_GPU_SHORT_REASONS = {NO_LIBRARY: "libnvidia-ml.so.1 not found", NO_DRIVER: "the driver is not loaded",
+                        NO_DEVICE: "it lists no device"}
+
 # NVML computes GPM metrics only between samples taken at least this far apart.
 GPM_MIN_SAMPLE_INTERVAL_S = 0.1
 
@@ -214,7 +223,7 @@ class NvmlGpuProbe:
             return f"NVML could not list the GPUs: {exc}"
         if not handles:
             self._guarded(nvml.nvmlShutdown)
-            return "no NVIDIA GPU visible (the driver is loaded but NVML lists no device)"
+            return NO_DEVICE
         self._devices = [_DeviceState(index=index, handle=handle) for index, handle in enumerate(handles)]
         self._driver_version = _text(self._guarded(nvml.nvmlSystemGetDriverVersion))
         return None
@@ -222,9 +231,9 @@ class NvmlGpuProbe:
     def _init_failure_reason(self, exc: Exception) -> str:
         nvml = self._nvml
         if isinstance(exc, nvml.NVMLError_LibraryNotFound):
-            return "NVML library not found (no NVIDIA driver on this machine: libnvidia-ml.so.1 is missing)"
+            return NO_LIBRARY
         if isinstance(exc, nvml.NVMLError_DriverNotLoaded):
-            return "NVIDIA driver not loaded (NVML is installed, but the kernel module is not running)"
+            return NO_DRIVER
         if isinstance(exc, nvml.NVMLError_NoPermission):
             return "no permission to use NVML (check access to /dev/nvidia*)"
         mismatch = getattr(nvml, "NVMLError_LibRmVersionMismatch", None)

@@ -13,18 +13,18 @@ Files are tailed: the first read looks at the last 64 KiB only, later reads take
 multi-gigabyte log costs nothing. Progress bars are redrawn with ``\\r``, so lines are split on ``\\r`` as well
 as ``\\n``, and the newest bar (which has no terminator yet) is read too.
 
-Time per iteration comes from the line itself when it says (nanoGPT's time, tqdm's rate, a generic
-time field) or from a figure it prints (a throughput), otherwise from the times successive iteration lines
-appeared (their own timestamps when they carry one, else when this probe first saw them): the step counter.
-Where a printed time and the step counter disagree by more than ``COUNTER_DISAGREES`` over at least
-``COUNTER_SPAN_S`` of lines, the counter is trusted and the printed time kept beside it: how fast the steps
-actually go is what the counter says.
+Time per iteration follows the one rule of ``probes.pace``: the step counter's rate over the window, from the
+times successive step lines appeared (their own timestamps when they carry one, else when they reached the file:
+its modification time at the read that found them, so a line is timed to its write and not to the tick), from
+the first two step lines on, one counter per line format (a tokenizer's tqdm bar before the training's own step
+lines is no start of theirs). What a line prints (nanoGPT's time, tqdm's rate, a time worked out from a
+throughput) is the pace only until the counter has moved, and after that a cross-check, kept beside the counter's
+pace where the two disagree over the window.
 """
 
 from __future__ import annotations
 
 import codecs
-import collections
 import functools
 import glob
 import os
@@ -44,16 +44,14 @@ from probes.logformats import (
     parse_line,
     reported_format,
 )
+from probes.pace import PaceFigures, StepPace
 
 INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead
 _LAST_LINE_CHARS = 300
-# A printed time per step is overruled by the step counter when they differ by more than this factor, measured
-# over at least this many seconds of step lines (more than 25%: the issue's bound for words that say what the printed
-# time is): a tick's worth of lag in noticing a line then costs under 10%.
-COUNTER_DISAGREES = 1.25
-COUNTER_SPAN_S = 10.0
-STEP_COUNTER = "step counter"
+# A file's modification time stands for when its newest lines arrived only within this much of the reads around
+# them: a clock read over NFS from another machine, or a file touched by hand, falls back to the time of the read.
+MTIME_TRUSTED_WITHIN_S = 1.0
 _PYTHON_BUFFERS = "Python buffers stdout into a file: run it with -u or PYTHONUNBUFFERED=1"
 # A log that has not grown for this long, written by a Python that buffers its stdout, is said to be held in the
 # buffer: nanoGPT's train.py prints each iteration with a plain print(), 8 KiB of which can take minutes to fill.
@@ -115,6 +113,8 @@ class _TailedFile:
         self.opened_at = time.time()
         self.size_at_open = os.fstat(self.handle.fileno()).st_size
         self.size = self.size_at_open  # as of the last read: a file that never grows may be held in a buffer
+        self.modified_at = 0.0  # the file's modification time as of the last read: when its newest bytes came
+        self.read_at: float | None = None  # when the last read ran
         self.lines = LogReader()  # formats that read with state keep it for this file only
         self.offset: int | None = None  # None until the first read positions it near the end
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -127,7 +127,9 @@ class _TailedFile:
     def read_segments(self) -> tuple[list[str], str, bool]:
         """(complete segments, unterminated tail, backlog) since the last call; backlog is True for
         the first read, whose lines were written at unknown times before the probe started."""
-        size = self.size = os.fstat(self.handle.fileno()).st_size
+        info = os.fstat(self.handle.fileno())
+        size = self.size = info.st_size
+        self.modified_at = info.st_mtime
         backlog = self.offset is None
         start = self.offset
         skip_partial = False
@@ -153,6 +155,15 @@ class _TailedFile:
         self.decoder.reset()
         self.pending = ""
 
+    def arrival_time(self, now: float) -> float:
+        """When the lines of the read just made (at `now`) reached the file: its modification time, the time of
+        the newest write, where that lies between the read before and this one; else `now`. A step line is then
+        timed to its write, not to the tick that read it (a 1 s tick is a third of a 3 s step)."""
+        before, self.read_at = self.read_at, now
+        if before is not None and before - MTIME_TRUSTED_WITHIN_S < self.modified_at <= now + MTIME_TRUSTED_WITHIN_S:
+            return min(self.modified_at, now)
+        return now
+
 
 class LogProgressProbe:
     """Reads the target's progress from its log; ``read()`` never raises.
@@ -171,17 +182,18 @@ class LogProgressProbe:
         self._source: str | None = None
         self._owner: LogOwner | None = None  # whose stdout/stderr the files are; None for --log
         self._iteration: int | None = None
-        self._seconds_per_iter: float | None = None
-        self._printed_seconds_per_iter: float | None = None  # the line's own figure, kept while the counter differs
-        self._derived_from: str | None = None
+        # The step lines and printed figures over the window (the pace's one rule), one counter per line format: a
+        # data preparation's tqdm bar before litgpt's step lines counts something else, and the time between
+        # them is no step. The pace is the counter of the newest step line's format.
+        self._paces: dict[LogFormat, StepPace] = {}
+        self._paced_format: LogFormat | None = None
         self._reported_mfu: float | None = None
         self._reported_tflops: float | None = None  # per GPU, where the log prints achieved TFLOP/s (Megatron-LM)
+        self._reported_tokens: float | None = None  # the log's own tokens/s, where it prints one
         self._last_line: str | None = None
         self._last_update: float | None = None
         self._bar_total: int | None = None
         self._bar_done = False
-        # (time, highest iteration seen at that time), one entry per distinct time
-        self._sightings: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)
         # Lightning's metrics.csv and its header's names, while it is the log read (_read_lightning_metrics)
         self._metrics_csv: _TailedFile | None = None
         self._metrics_columns: tuple[str, ...] = ()
@@ -351,21 +363,21 @@ class LogProgressProbe:
         now = time.time()
         for tailed in self._files:
             segments, unterminated, backlog = tailed.read_segments()
-            seen_at = now
+            seen_at, arrived_at = now, tailed.arrival_time(now)
             if backlog:  # written before we started: the file's mtime bounds when
-                seen_at = os.fstat(tailed.handle.fileno()).st_mtime
+                seen_at = arrived_at = tailed.modified_at
             previously_taken = tailed.taken_pending
             if segments and segments[0] == previously_taken:
                 segments.pop(0)  # the bar counted last time, now terminated by the next one
             for segment in segments:
-                self._take(segment, tailed.display, seen_at, tailed.lines.read(segment))
+                self._take(segment, tailed.display, seen_at, tailed.lines.read(segment), arrived_at)
             if unterminated and unterminated != previously_taken:
                 # A bar's newest state has no terminator until the next one replaces it; other lines may be
                 # half-written, but then they do not parse yet and are taken once complete (read alone here, so
                 # a half line never reaches a format's state).
                 record = parse_line(unterminated)
                 if record is not None and format_named(record.format).redraws_in_place:
-                    self._take(unterminated, tailed.display, seen_at, record)
+                    self._take(unterminated, tailed.display, seen_at, record, arrived_at)
                     tailed.taken_pending = unterminated
         if self._iteration is None and self._format is None:
             self.reason = self._no_step_lines_reason(now)
@@ -397,7 +409,10 @@ class LogProgressProbe:
                 not python_writes_unbuffered(cmdline, read_environ(pid))
         return cached
 
-    def _take(self, line: str, source: str, seen_at: float, record: ProgressLine | None) -> None:
+    def _take(self, line: str, source: str, seen_at: float, record: ProgressLine | None,
+              arrived_at: float | None = None) -> None:
+        """Note one parsed line: seen_at is when this probe read it (the progress's last_update), arrived_at when
+        it reached the file (the step counter's clock; seen_at where not known)."""
         if record is None:
             return
         if format_named(record.format).redraws_in_place and not self._is_main_bar(record):
@@ -412,12 +427,18 @@ class LogProgressProbe:
             self._reported_mfu = record.reported_mfu_pct
         if record.reported_tflops_per_gpu is not None:
             self._reported_tflops = record.reported_tflops_per_gpu
+        if record.reported_tokens_per_s is not None:
+            self._reported_tokens = record.reported_tokens_per_s
+        when = record.timestamp or (arrived_at if arrived_at is not None else seen_at)
+        pace = self._paces.setdefault(record.format, StepPace())
         if record.seconds_per_iter is not None:
-            self._printed_seconds_per_iter = record.seconds_per_iter
-            self._derived_from = record.derived_from
+            pace.note_printed(record.seconds_per_iter, record.derived_from, when,
+                              bar=format_named(record.format).redraws_in_place)
+            if self._iteration is None:  # no step line yet: the printed figure is all there is
+                self._paced_format = record.format
         if record.iteration is not None:
-            self._note_iteration(record.iteration, record.timestamp or seen_at)
-        self._settle_pace()
+            self._iteration, self._paced_format = record.iteration, record.format
+            pace.note_step(record.iteration, when)
 
     def _is_main_bar(self, record: ProgressLine) -> bool:
         """Keep to the training bar: an evaluation bar with another total, shown while the training bar
@@ -431,45 +452,12 @@ class LogProgressProbe:
             return True
         return False
 
-    def _note_iteration(self, iteration: int, when: float) -> None:
-        if self._iteration is not None and iteration < self._iteration:
-            self._sightings.clear()  # a new run or a bar restarting at 0
-        self._iteration = iteration
-        if self._sightings and self._sightings[-1][0] >= when:
-            last_time, last_iteration = self._sightings[-1]
-            self._sightings[-1] = (last_time, max(last_iteration, iteration))
-        else:
-            self._sightings.append((when, iteration))
-
-    def _counter_pace(self) -> tuple[float, float] | None:
-        """(seconds per step, seconds of lines it spans) from how fast the step counter moved, if it moved."""
-        if len(self._sightings) < 2:
-            return None
-        (first_time, first_iteration), (last_time, last_iteration) = self._sightings[0], self._sightings[-1]
-        if last_iteration <= first_iteration or last_time <= first_time:
-            return None
-        return (last_time - first_time) / (last_iteration - first_iteration), last_time - first_time
-
-    def _settle_pace(self) -> None:
-        """The time per step shown: the log's own figure, unless the counter has long enough disagreed with it."""
-        counter = self._counter_pace()
-        printed = self._printed_seconds_per_iter
-        if printed is None:
-            if counter is not None:
-                self._seconds_per_iter, self._derived_from = counter[0], STEP_COUNTER
-            return
-        if counter is not None and counter[1] >= COUNTER_SPAN_S and \
-                max(counter[0], printed) > COUNTER_DISAGREES * min(counter[0], printed):
-            self._seconds_per_iter = counter[0]
-            return
-        self._seconds_per_iter = printed
-
     def _reading(self) -> ProgressReading | None:
         if self._format is None:
             return ProgressReading(no_pace=self.reason) if self.reason else None
-        spi = self._seconds_per_iter
-        overruled = spi is not None and self._printed_seconds_per_iter is not None and \
-            spi != self._printed_seconds_per_iter
+        paced = self._paces.get(self._paced_format) if self._paced_format is not None else None
+        pace = paced.figures() if paced is not None else PaceFigures()
+        spi = pace.seconds_per_iter
         tokens_per_s = self.tokens_per_iter / spi if self.tokens_per_iter and spi else None
         return ProgressReading(
             source=self._source,
@@ -479,9 +467,11 @@ class LogProgressProbe:
             tokens_per_s=tokens_per_s,
             reported_mfu_pct=self._reported_mfu,
             reported_tflops_per_gpu=self._reported_tflops,
+            reported_tokens_per_s=self._reported_tokens,
             last_line=self._last_line,
             last_update=self._last_update,
-            derived_from=STEP_COUNTER if overruled else self._derived_from,
-            printed_seconds_per_iter=self._printed_seconds_per_iter if overruled else None,
+            derived_from=pace.derived_from,
+            printed_seconds_per_iter=pace.printed_seconds_per_iter,
+            printed_from=pace.printed_from,
             log_of=self._owner[1] if self._owner is not None else None,
         )

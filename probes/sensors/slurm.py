@@ -7,10 +7,16 @@ Slurm's marks on processes: ``slurmstepd: [JOB.STEP]`` command lines, and the st
 under proctrack/cgroup (``.../slurm/uid_U/job_J/step_S/task_T`` with cgroup v1,
 ``.../job_J/step_S/user/task_T`` with v2). Nothing here raises: a command that is missing, fails or times out
 gives a :class:`SlurmError` value with one line that says why.
+
+It also reads what srun wrote in a batch job's output file about its tasks' ends (``srun: error: n2: task 1:
+Exited with exit code 1``): while a job runs, Slurm keeps nothing else a user can ask about a task that has ended
+(`sacct` needs accounting storage and `sstat` a running task; checked with Slurm 22.05), and `agent_target` says
+so for a node of the job where no task of it runs (NoTaskHere).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -300,6 +306,14 @@ def step_root(step: SlurmStep) -> tuple[int, SlurmStep] | SlurmError:
     """The slurmstepd on this node whose tree holds a job's tasks (`gputop --slurm-job JOB[.STEP]`): the named
     step's, or the job's newest task step's; a SlurmError saying why there is none (Slurm missing, no such
     job, or a job that runs no step here, with the nodes it runs on)."""
+    found = _root_and_job(step)
+    if isinstance(found, tuple):
+        return found
+    return found if isinstance(found, SlurmError) else _no_step_here(step, found)
+
+
+def _root_and_job(step: SlurmStep) -> tuple[int, SlurmStep] | dict[str, str] | SlurmError:
+    """step_root's search: the slurmstepd found, else the job as `scontrol show job` describes it."""
     missing = slurm_missing()
     if missing is not None:
         return missing
@@ -310,8 +324,10 @@ def step_root(step: SlurmStep) -> tuple[int, SlurmStep] | SlurmError:
         found = next(iter(stepd_pids(step).items()), None)
     else:
         found = task_stepd(step)
-    if found is not None:
-        return found
+    return found if found is not None else job
+
+
+def _no_step_here(step: SlurmStep, job: dict[str, str]) -> SlurmError:
     state, nodes = job.get("JobState", "?"), job.get("NodeList", "?")
     here = sorted(this_node_names())[0]
     return SlurmError(f"Slurm job {step.job_id} ({state}, nodes {nodes}) has no step {step} process on this node "
@@ -331,11 +347,19 @@ def job_nodes(job: SlurmStep) -> tuple[str, ...] | SlurmError:
     node_list = info.get("NodeList", "")
     if not node_list or node_list == "(null)":
         return SlurmError(f"Slurm job {job.job_id} lists no nodes")
+    names = hostnames(node_list)
+    if isinstance(names, SlurmError):
+        return names
+    return names or SlurmError(f"Slurm job {job.job_id}: `scontrol show hostnames {node_list}` named no node")
+
+
+def hostnames(node_list: str) -> tuple[str, ...] | SlurmError:
+    """A compressed node list ('n[1-2],gpu7') as node names, expanded by ``scontrol show hostnames`` (which asks
+    no controller)."""
     out = _scontrol("show", "hostnames", node_list)
     if isinstance(out, SlurmError):
         return out
-    names = tuple(line.strip() for line in out.splitlines() if line.strip())
-    return names or SlurmError(f"Slurm job {job.job_id}: `scontrol show hostnames {node_list}` named no node")
+    return tuple(line.strip() for line in out.splitlines() if line.strip())
 
 
 def agent_step_command(job: SlurmStep, node: str, agent_argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -344,3 +368,171 @@ def agent_step_command(job: SlurmStep, node: str, agent_argv: list[str] | tuple[
     own: no label to strip, long lines of two nodes never interleave, and a node's srun ending is that node lost."""
     return ("srun", "--jobid", job.job_id, "--overlap", "--nodes", "1", "--ntasks", "1", "--nodelist", node,
             "--job-name", AGENT_STEP_NAME, "--quiet", *agent_argv)
+
+
+# --- a node of a running job where no task of it runs ------------------------------------------------------
+
+# srun's line when tasks of its step end other than with status 0 (Slurm 22.05; one node a line, as it printed):
+# "srun: error: n2: task 1: Exited with exit code 1", "srun: error: n2: tasks 2-3: Killed", "srun: error: n2:
+# task 1: Segmentation fault". A task that exits with status 0 gets none (only with srun -v). The line names no
+# step: in a batch script that ran several steps, an earlier step's line reads the same.
+_SRUN_TASK_END = re.compile(r"^srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>\d+(?:[-,]\d+)*): (?P<how>\S.*)$")
+_EXIT_CODE = re.compile(r"^Exited with exit code (\d+)$")
+# How much of the end of the job's output file is read for srun's lines: a job may log gigabytes, and srun writes
+# a task's end as it learns of it, after what the task itself wrote.
+OUTPUT_TAIL_BYTES = 256 * 1024
+
+
+def clock(at: float) -> str:
+    """A Unix time as this machine's wall clock: '14:18:50'."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """One line srun wrote in the job's output when tasks of its step ended other than with status 0."""
+
+    node: str
+    tasks: tuple[int, ...]  # the step's task numbers (SLURM_PROCID)
+    how: str  # srun's words: 'Exited with exit code 1', 'Killed', 'Segmentation fault'
+    exit_code: int | None  # N of 'Exited with exit code N'; None when a signal ended them
+    line: str
+    # When srun wrote it: the output file's modification time where this line is the file's last (srun writes a
+    # task's end as soon as it hears of it); `by` that time where the file was written after it; None: not known.
+    at: float | None = None
+    by: float | None = None
+
+    def ended(self) -> str:
+        """'exited with status 1 at 14:18:50', 'ended (Killed) by 14:18:52', as far as what was read says."""
+        words = f"exited with status {self.exit_code}" if self.exit_code is not None else f"ended ({self.how})"
+        if self.at is not None:
+            return f"{words} at {clock(self.at)}"
+        return f"{words} by {clock(self.by)}" if self.by is not None else words
+
+
+def _task_numbers(text: str) -> tuple[int, ...]:
+    """'1' -> (1,), '2-3' -> (2, 3), '0,2-3' -> (0, 2, 3)."""
+    numbers: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        numbers += range(int(first), int(last or first) + 1)
+    return tuple(numbers)
+
+
+def parse_task_ends(text: str, written_at: float | None = None) -> tuple[TaskEnd, ...]:
+    """srun's lines on its tasks' ends in a job's output (`text`, oldest first). `written_at`, the file's
+    modification time, is when the line that ends the text was written (`at`), and a time every earlier line
+    was written by (`by`)."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    ends = []
+    for index, line in enumerate(lines):
+        match = _SRUN_TASK_END.match(line)
+        if match is None:
+            continue
+        code = _EXIT_CODE.match(match.group("how"))
+        last = index == len(lines) - 1
+        ends.append(TaskEnd(node=match.group("node"), tasks=_task_numbers(match.group("tasks")),
+                            how=match.group("how"), exit_code=int(code.group(1)) if code else None, line=line,
+                            at=written_at if last else None, by=None if last else written_at))
+    return tuple(ends)
+
+
+def read_task_ends(path: str) -> tuple[TaskEnd, ...] | SlurmError:
+    """srun's lines on its tasks' ends in the last OUTPUT_TAIL_BYTES of a job's output file."""
+    try:
+        with open(path, "rb") as file:
+            written_at = os.fstat(file.fileno()).st_mtime
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            data = file.read(OUTPUT_TAIL_BYTES)
+    except OSError as exc:
+        return SlurmError(f"cannot read the job's output {path}: {exc.strerror or exc}")
+    text = data.decode("utf-8", "replace")
+    if size > OUTPUT_TAIL_BYTES:  # the first line read is cut: not one of srun's
+        text = text.partition("\n")[2]
+    return parse_task_ends(text, written_at)
+
+
+@dataclass(frozen=True)
+class NoTaskHere:
+    """A node of a running job where no task of it runs (its tasks here have ended, or none was placed here), and
+    what Slurm says of it: what `gputop agent --slurm-job J` reports there instead of frames."""
+
+    job: str  # the job or step asked for: '12', '12.0'
+    node: str  # this node, as Slurm names it
+    steps: tuple[StepInfo, ...] = ()  # the job's task steps running now whose nodes include this one
+    ends: tuple[TaskEnd, ...] = ()  # srun's lines on tasks of this node
+    source: str | None = None  # the job's output file they were read from
+    unread: str | None = None  # why srun's lines could not be read
+
+    def keeping_times(self, earlier: NoTaskHere | None) -> NoTaskHere:
+        """This reading, where a line of srun's was read before as the file's last: with the time it had then (the
+        job may have written more since, which leaves only `by` a later time)."""
+        if earlier is None:
+            return self
+        known = {end.line: end.at for end in earlier.ends if end.at is not None}
+        ends = tuple(dataclasses.replace(end, at=known[end.line], by=None) if end.at is None and end.line in known
+                     else end for end in self.ends)
+        return dataclasses.replace(self, ends=ends)
+
+    def line(self) -> str:
+        """'no task of job 12 here: its step 12.0 runs on n[1-2] (2 tasks) with none left on n2; srun wrote
+        "srun: error: n2: task 1: Exited with exit code 1" in /home/a/job.out, its last line, at 14:18:50'."""
+        words = f"no task of job {self.job} here"
+        if self.steps:
+            words += ": " + ", ".join(f"its step {s.step} runs on {s.node_list}" +
+                                      (f" ({s.tasks} tasks)" if s.tasks is not None else "") for s in self.steps)
+            words += f" with none left on {self.node}"
+        else:
+            words += f": no step of it runs on {self.node} now"
+        for end in self.ends:
+            when = (f", its last line, at {clock(end.at)}" if end.at is not None else
+                    f", written by {clock(end.by)}" if end.by is not None else "")
+            words += f"; srun wrote \"{end.line}\" in {self.source}{when}"
+        if not self.ends and self.source is not None and self.unread is None:
+            words += (f"; srun wrote no line on a task of {self.node} in the end of {self.source} (it writes none "
+                      "for a task that exits with status 0)")
+        if self.unread is not None:
+            words += f"; how its tasks here ended was not read: {self.unread}"
+        return words
+
+
+def _output_file(job: dict[str, str]) -> str | SlurmError:
+    """The file srun's own lines go to in a batch job (its StdErr, which is StdOut unless --error parts them)."""
+    path = next((job[key] for key in ("StdErr", "StdOut") if job.get(key) not in (None, "", "(null)")), None)
+    if path is not None:
+        return path
+    if job.get("BatchFlag") == "0":
+        return SlurmError(f"job {job.get('JobId', '?')} was started by srun outside a batch script: srun wrote how "
+                          "its tasks ended on its own terminal")
+    return SlurmError(f"Slurm names no output file for job {job.get('JobId', '?')}")
+
+
+def agent_target(step: SlurmStep, node: str) -> tuple[int, SlurmStep] | NoTaskHere | SlurmError:
+    """What `gputop agent --slurm-job JOB[.STEP]` on `node` watches: the slurmstepd of the job's tasks here
+    (step_root); where the job runs and holds this node but no task of it runs here, what Slurm says of that
+    (NoTaskHere), a fact the merge shows rather than a node lost; a SlurmError otherwise (no such job, or one
+    that does not run, or does not hold this node)."""
+    found = _root_and_job(step)
+    if isinstance(found, (tuple, SlurmError)):
+        return found
+    job = found
+    nodes = hostnames(job.get("NodeList", "")) if job.get("JobState") == "RUNNING" else ()
+    if isinstance(nodes, SlurmError) or node not in nodes:
+        return _no_step_here(step, job)
+    steps = show_steps(SlurmStep(step.job_id))
+    listing = []
+    for info in steps if not isinstance(steps, SlurmError) else ():
+        if not info.step.is_task_step or info.name == AGENT_STEP_NAME or info.step == own_step() or \
+                (step.step is not None and info.step != step):
+            continue
+        on = hostnames(info.node_list)
+        if not isinstance(on, SlurmError) and node in on:
+            listing.append(info)
+    source = _output_file(job)
+    if isinstance(source, SlurmError):
+        return NoTaskHere(str(step), node, tuple(listing), unread=source.reason)
+    ends = read_task_ends(source)
+    if isinstance(ends, SlurmError):
+        return NoTaskHere(str(step), node, tuple(listing), source=source, unread=ends.reason)
+    return NoTaskHere(str(step), node, tuple(listing), tuple(e for e in ends if e.node == node), source=source)

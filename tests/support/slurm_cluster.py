@@ -345,3 +345,16 @@ def start_namespaced_cluster(folder: Path, count: int = 2) -> SlurmCluster:
             node_set.teardown()
         raise
     return cluster
+
+
+def stop_merge(merge: subprocess.Popen) -> str:
+    """Stop a `gputop --slurm-job` merge run in its own process group (SIGTERM, then SIGKILL to the group after
+    60 s) and return what it wrote on stderr."""
+    if merge.poll() is None:
+        merge.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = merge.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(merge.pid, signal.SIGKILL)
+        _, stderr = merge.communicate()
+    return stderr

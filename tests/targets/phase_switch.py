@@ -1,6 +1,7 @@
 """Target: prepares data on the main thread (a tokenize-like pure-Python loop) until SIGUSR1, then trains.
 
-Usage: phase_switch.py [--seconds S] [--torch-threads N]. Prints "ready" once the data preparation runs, and on SIGUSR1
+Usage: phase_switch.py [--seconds S] [--torch-threads N] [--start-in data|compute]. Prints "ready" once the first
+phase (data preparation unless --start-in compute) runs, and on SIGUSR1
 "switched UNIX_TIME compute" (the moment the loop left data preparation) before the first compute step; a
 further SIGUSR1 switches back ("switched UNIX_TIME data"), and so on. The compute
 phase is a CPU MLP training loop on torch's intra-op threads (as many as CPUs, torch's own default), built and
@@ -58,6 +59,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--torch-threads", type=int, default=max(2, os.cpu_count() or 2),
                         help="torch's intra-op threads (default: as many as CPUs, at least 2)")
+    parser.add_argument("--start-in", choices=("data", "compute"), default="data",
+                        help="the phase before the first SIGUSR1 (compute: training seen before the data phase)")
     args = parser.parse_args()
 
     def request_switch(*_) -> None:
@@ -75,11 +78,14 @@ def main() -> None:
     documents = [" ".join(rng.choice(WORDS) for _ in range(2000)) for _ in range(32)]
     end = time.monotonic() + args.seconds
     vocab: dict[str, int] = {}
-    switches = 0
+    first = 0 if args.start_in == "data" else 1  # the phase number of the first phase: even data, odd compute
+    switches = first
     while time.monotonic() < end:
         if switches % 2 == 0:
             prepare_dataset(documents, vocab, end, first=switches == 0)
         else:
+            if switches == first:
+                print("ready", flush=True)
             while not switch_requested and time.monotonic() < end:
                 train_step(model, optimizer, batch)
         if not switch_requested:
@@ -87,7 +93,7 @@ def main() -> None:
         switch_requested = False
         switches += 1
         print(f"switched {time.time():.3f} {'compute' if switches % 2 else 'data'}", flush=True)
-    if not switches:
+    if switches == first:
         sys.exit(3)
 
 

@@ -6,9 +6,16 @@ target, each marked with this node's name (SLURMD_NODENAME under Slurm, else the
 frame are this node's own). A gputop on another node starts one agent per node (through `srun --overlap`, or
 ssh) and reads the streams; `gputop replay` reads a saved stream as it reads any recording.
 
-It stops when the job ends (--pid, --slurm-job), when its reader goes away (stdout closed: the merging
-gputop quit or lost the node), or on SIGTERM / SIGHUP / Ctrl-C, and always stops its py-spy children. It
-imports no Textual: an agent starts on every node of a job, and must start fast.
+With --slurm-job, a node the job holds where no task of it runs (its tasks there have ended, or none was placed
+there) is a fact to report, not a failure: the agent writes, each tick, a note line in place of frames saying so
+with what Slurm says (the job's steps on this node, srun's words on how its tasks here ended: probes/sensors/slurm.py
+agent_target), asks Slurm again every SLURM_RECHECK_S whether a task of the job has started here (then watches
+it), and does the same once the tasks it watched here end. The merging gputop shows such a node as having no
+task, never as lost.
+
+It stops when the job ends (--pid; --slurm-job: when Slurm no longer runs the job here), when its reader goes
+away (stdout closed: the merging gputop quit or lost the node), or on SIGTERM / SIGHUP / Ctrl-C, and always stops
+its py-spy children. It imports no Textual: an agent starts on every node of a job, and must start fast.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import threading
 import time
 
 from tui.commands.shared import (
+    UsageError,
     add_follow_argument,
     add_monitoring_arguments,
     add_pid_argument,
@@ -29,12 +37,17 @@ from tui.commands.shared import (
     add_sampling_arguments,
     add_slurm_job_argument,
     check_one_job_or_follow,
+    check_target,
     engine_config,
     hang_after,
     node_name,
     silence_stdout,
 )
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
+
+# With --slurm-job and no task of the job on this node: how often Slurm is asked again whether one has started
+# (each ask is a few RPCs to slurmctld, made only by agents of nodes without a task).
+SLURM_RECHECK_S = 10.0
 
 
 class AgentCommand:
@@ -58,18 +71,67 @@ class AgentCommand:
         parser.set_defaults(native=False, blocking=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        check_one_job_or_follow(args, "agent")
-        return stream_frames(args, sys.stdout)
+        if args.slurm_job is None:
+            check_one_job_or_follow(args, "agent")
+            return stream_frames(args, sys.stdout)
+        return stream_frames(args, sys.stdout, resolve_agent_slurm_job(args))
 
 
-def stream_frames(args: argparse.Namespace, out) -> int:
-    """Write the header, then every tick's frames, to `out` until the job ends, `out` closes or a signal."""
+def resolve_agent_slurm_job(args: argparse.Namespace):
+    """--slurm-job on this node: args.pid set to the slurmstepd of the job's tasks here, and None; where the job
+    holds this node but no task of it runs here, what Slurm says of that (a NoTaskHere, said instead of frames); a
+    UsageError otherwise (no such job, one that does not run or does not hold this node)."""
+    from probes.sensors.slurm import NoTaskHere, SlurmError, agent_target
+
+    found = agent_target(args.slurm_job, node_name())
+    if isinstance(found, SlurmError):
+        raise UsageError(f"--slurm-job {args.slurm_job}: {found.reason}")
+    if isinstance(found, NoTaskHere):
+        return found
+    args.pid = found[0]
+    check_target(args.pid)
+    return None
+
+
+class _SlurmTasks:
+    """--slurm-job: whether a task of the job runs on this node, asked of Slurm at most every SLURM_RECHECK_S
+    while none does (at once when the watched tasks have just ended)."""
+
+    def __init__(self, step, node: str, no_task) -> None:
+        self.step, self.node, self.no_task = step, node, no_task
+        self._asked = time.monotonic() if no_task is not None else None
+
+    def now(self, *, ended: bool = False):
+        """The slurmstepd PID of the job's tasks here to watch, the NoTaskHere to say, or a SlurmError (the job has
+        ended, or no longer holds this node)."""
+        from probes.sensors.slurm import NoTaskHere, SlurmError, agent_target
+
+        if not ended and self.no_task is not None and self._asked is not None and \
+                time.monotonic() - self._asked < SLURM_RECHECK_S:
+            return self.no_task
+        self._asked = time.monotonic()
+        found = agent_target(self.step, self.node)
+        if isinstance(found, NoTaskHere):
+            self.no_task = found.keeping_times(self.no_task)
+            return self.no_task
+        if isinstance(found, SlurmError):
+            return found
+        self.no_task = None
+        return found[0]
+
+
+def stream_frames(args: argparse.Namespace, out, no_task=None) -> int:
+    """Write the header, then every tick's frames (with --slurm-job where no task of the job runs here: a note
+    saying so, from `no_task` on), to `out` until the job ends, `out` closes or a signal."""
     from probes.frame import to_jsonable
+    from probes.monitoring.cluster import AgentNote, agent_note_line
     from probes.monitoring.monitor import recording_meta
     from probes.monitoring.node_watch import NodeWatch
     from probes.outputs.recording import json_line, recording_header
+    from probes.sensors.slurm import SlurmError
 
     node = node_name()
+    slurm = _SlurmTasks(args.slurm_job, node, no_task) if getattr(args, "slurm_job", None) is not None else None
     meta = recording_meta(args.pid, hang_after(args))
     meta.update(node=node, written_by="gputop agent", follow=args.follow,
                 slurm_job=str(args.slurm_job) if getattr(args, "slurm_job", None) is not None else None)
@@ -88,10 +150,25 @@ def stream_frames(args: argparse.Namespace, out) -> int:
             ticked = watch.tick()
             for each in ticked:
                 out.write(json_line(to_jsonable(dataclasses.replace(each.frame, node=node))))
-            out.flush()
-            if not args.follow and ticked and not any(each.frame.target.alive for each in ticked):
+            ended = not args.follow and bool(ticked) and not any(each.frame.target.alive for each in ticked)
+            if slurm is not None and (ended or not watch.watched):
+                for each in ticked:  # the job's tasks here have ended: what Slurm says of that comes next
+                    watch.drop(each.root_pid)
+                found = slurm.now(ended=ended)
+                if isinstance(found, SlurmError):
+                    out.flush()
+                    print(f"gputop agent: --slurm-job {args.slurm_job} on {node}: {found.reason}", file=sys.stderr,
+                          flush=True)
+                    return EXIT_OK
+                if isinstance(found, int):
+                    watch.watch(found, f"Slurm job {args.slurm_job}")
+                else:
+                    out.write(agent_note_line(AgentNote(node, time.time(), found)))
+            elif ended:
+                out.flush()
                 print(f"gputop agent: PID {args.pid} has ended on {node}", file=sys.stderr, flush=True)
                 return EXIT_OK
+            out.flush()
             next_tick += interval
             if next_tick < time.monotonic():  # fell behind: start afresh rather than firing a burst
                 next_tick = time.monotonic() + interval

@@ -30,6 +30,7 @@ from tui.commands.shared import (
     hang_after,
     positive_float,
     resolve_slurm_job,
+    tell_verdict,
 )
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_NO_JOB, EXIT_OK
 
@@ -64,12 +65,15 @@ class AttachCommand:
                                  "must set. Without it gputop only reads what the job exposes (in the TUI: f)")
         parser.add_argument("--record", metavar="FILE.jsonl", help="append every frame to a recording")
         parser.add_argument("--snapshot", metavar="PATH",
-                            help="headless: sample, write one JSON document ('-' = stdout) and exit")
+                            help="headless: sample for --duration S (without it, "
+                                 f"{DEFAULT_SNAPSHOT_DURATION_S:g} s), write one JSON document ('-' = stdout), say "
+                                 "the verdict on stderr and exit")
         parser.add_argument("--flamegraph", metavar="FILE.svg",
                             help="headless: also have py-spy draw the whole job's stacks over the run, a flame "
                                  "graph (.svg) or a speedscope file (.json); written 0600")
         parser.add_argument("--duration", type=positive_float, default=None, metavar="S",
-                            help=f"headless run length (default {DEFAULT_SNAPSHOT_DURATION_S:g} s with --snapshot)")
+                            help=f"headless run length in seconds (default {DEFAULT_SNAPSHOT_DURATION_S:g} with "
+                                 "--snapshot or --flamegraph; --record without it records the TUI's session)")
         parser.add_argument("--across-nodes", action="store_true",
                             help="with --slurm-job: start a `gputop agent` on every node of the job (srun --overlap) "
                                  "and merge them, even when this node runs a task of it (the default where it "
@@ -163,29 +167,31 @@ def choose_job(args: argparse.Namespace) -> ChosenJob | int:
     from tui.joblist import NO_JOB_LINE, json_document, one_job_note, text_table
 
     interactive = not args.list and sys.stdin.isatty() and sys.stdout.isatty()
-    # In a terminal the first look is at once (the picker's own scans bring CPU%); a list measures CPU% first.
-    reading = list_jobs(JobCensus(read_gpu=not args.no_gpu), cpu_window_s=0.5 if not interactive else 0.0)
-    jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)
-    if not interactive:
-        if args.json:
-            print(json_document(reading, jobs))
-        elif jobs:
-            print(text_table(jobs, reading.time))
-        if reading.gpu_note and not args.json:
-            print(f"gputop: {reading.gpu_note}", file=sys.stderr)
-    if not jobs:
-        print(f"gputop: {NO_JOB_LINE}", file=sys.stderr)
-        return EXIT_NO_JOB
-    if not interactive:
-        if not args.list:
-            print("gputop: no PID given and no terminal to pick in: attach with gputop --pid PID", file=sys.stderr)
-        return EXIT_OK
-    if len(jobs) == 1:
-        return ChosenJob(jobs[0].root_pid, note=one_job_note(jobs[0]))
-    from tui.picker import JobPicker
-
+    # In a terminal the first look is at once, from the census the picker goes on scanning (so its first refresh
+    # has each job's CPU%); a list measures CPU% first.
     census = JobCensus(read_gpu=not args.no_gpu)
     try:
+        reading = census.scan() if interactive else list_jobs(census)
+        jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)
+        if not interactive:
+            if args.json:
+                print(json_document(reading, jobs))
+            elif jobs:
+                print(text_table(jobs, reading.time))
+            if reading.gpu_note and not args.json:
+                print(f"gputop: {reading.gpu_note}", file=sys.stderr)
+        if not jobs:
+            print(f"gputop: {NO_JOB_LINE}", file=sys.stderr)
+            return EXIT_NO_JOB
+        if not interactive:
+            if not args.list:
+                print("gputop: no PID given and no terminal to pick in: attach with gputop --pid PID",
+                      file=sys.stderr)
+            return EXIT_OK
+        if len(jobs) == 1:
+            return ChosenJob(jobs[0].root_pid, note=one_job_note(jobs[0]))
+        from tui.picker import JobPicker
+
         chosen_pid = JobPicker(census.scan, initial=reading).run()
     finally:
         census.close()
@@ -201,10 +207,14 @@ def attach_checks(args: argparse.Namespace):
 
 
 def tell_cannot_see(view, told: set[str]) -> None:
-    """On stderr, once each: what gputop cannot see, with the fix (a headless run has no header to say it)."""
+    """On stderr, once each: what gputop cannot see, with the fix (a headless run has no header to say it); in its
+    one short line where it has one (no GPU on this machine: nothing to fix, said on every run)."""
     for check in view.cannot_see:
         if check.status == "cannot" and check.name not in told:
             told.add(check.name)
+            if check.brief:
+                print(f"gputop: {check.brief}", file=sys.stderr)
+                continue
             fix = f"; fix: {check.fix}" if check.fix else ""
             print(f"gputop: cannot see ({check.name}): {check.finding}{fix}", file=sys.stderr)
 
@@ -293,6 +303,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
             print(f"gputop: PARTIAL snapshot of PID {args.pid}{where} ({partial})", file=sys.stderr)
         elif where:
             print(f"gputop: snapshot of PID {args.pid}{where}", file=sys.stderr)
+    tell_verdict(monitor.view)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_INCOMPLETE if monitor.record_problem or profile_problem else EXIT_OK

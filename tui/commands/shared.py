@@ -262,6 +262,14 @@ def check_writable(path: str | None, what: str) -> None:
         raise UsageError(f"cannot write the {what} {path}: no write permission in {folder}")
 
 
+def tell_verdict(view) -> None:
+    """On stderr, last in a headless run: the verdict in the words of the TUI's verdict line, so its answer is on
+    the terminal and not only in the JSON (on stderr also when the JSON goes to stdout)."""
+    from tui.panes.text import verdict_line
+
+    print(f"gputop: verdict: {verdict_line(view.verdict, view.job)}", file=sys.stderr)
+
+
 def silence_stdout() -> None:
     """After a broken pipe (the reader went away), point stdout at /dev/null so the interpreter's final flush
     does not raise again and print a traceback (as Python's signal docs advise)."""

@@ -19,7 +19,7 @@ from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, Rank
 from probes.jobs.world import ranges_text
 from probes.monitoring.view import MonitorView
 from tui.panes.tables import FittedTable, sync_rows
-from tui.panes.text import bottleneck_words, clip, percent
+from tui.panes.text import bottleneck_words, clip, named_by_liveness, percent
 
 TITLE = "5 Ranks"
 # (heading, width, right-aligned); the verdict column takes whatever room is left.
@@ -150,6 +150,8 @@ def rank_verdict_words(row: RankRow, finding: JobFinding | None) -> str:
     waits = row.collective_wait_ratio
     if verdict.liveness == "hung":
         if row.responsible and finding == "hung_rank":
+            if named_by_liveness(verdict.bottleneck, verdict.liveness):  # no cause named: "hung" says it all
+                return "hung: the others wait for it"
             return f"hung: the others wait for it ({short_bottleneck_words(verdict.bottleneck)})"
         return f"hung, waiting {waits:.0%} in collectives" if waits is not None and waits >= WAITING_RATIO \
             else "hung"
@@ -174,17 +176,6 @@ def rank_group(frames: Sequence[Frame], rank_pid: int) -> frozenset[int]:
     for frame in frames:
         pids.update(p.pid for p in frame.processes if p.owner_pid == rank_pid)
     return frozenset(pids)
-
-
-def finding_words(job: JobVerdict) -> str | None:
-    """What the job verdict found, naming the responsible rank: it goes in the verdict's first line."""
-    rank = job.responsible_rank
-    if rank is not None:
-        named = {"straggler": f"straggler: rank {rank}", "hung_rank": f"stuck: rank {rank}",
-                 "rank_exited": f"rank {rank} exited"}.get(job.finding)
-        if named:
-            return named
-    return {"shared": "all ranks alike", "mixed": "ranks differ"}.get(job.finding)
 
 
 def verdict_width(available: int, columns: Sequence[tuple[str, int, bool]] = RANK_COLUMNS) -> int:

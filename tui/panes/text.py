@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS
+from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS, facts_named
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -18,7 +18,9 @@ from probes.frame import (
     ROLE_RANK,
     ROLE_RESOURCE_TRACKER,
     Frame,
+    JobVerdict,
     ProcessSample,
+    Verdict,
 )
 
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
@@ -55,6 +57,68 @@ def bottleneck_words(bottleneck: str) -> str:
 
 def liveness_words(liveness: str) -> str:
     return LIVENESS_WORDS.get(liveness, liveness.replace("_", " "))
+
+
+# Where no bottleneck is named, a hung or exited job is named by that: "no verdict yet" beside HUNG read as if
+# gputop had nothing to say about a job it had just called hung.
+_NAMED_BY_LIVENESS = ("hung", "exited")
+
+
+def named_by_liveness(bottleneck: str, liveness: str) -> bool:
+    """Whether the verdict is named by its liveness: a hung or exited job with no bottleneck named."""
+    return bottleneck == "unknown" and liveness in _NAMED_BY_LIVENESS
+
+
+def verdict_name(bottleneck: str, liveness: str) -> str:
+    """The verdict's name, the words on its badge: its bottleneck's, or a hung or exited job's liveness ("HUNG")
+    where no bottleneck is named."""
+    return liveness_words(liveness) if named_by_liveness(bottleneck, liveness) else bottleneck_words(bottleneck)
+
+
+def verdict_state(verdict: Verdict) -> str | None:
+    """What follows the verdict's name: its liveness in words; where the name is the liveness already, how long
+    nothing has moved (what the hang rests on), else None."""
+    if not named_by_liveness(verdict.bottleneck, verdict.liveness):
+        return liveness_words(verdict.liveness)
+    if verdict.liveness == "hung" and verdict.stalled_s is not None:
+        return f"no progress seen for {duration(verdict.stalled_s)}"
+    return None
+
+
+def finding_words(job: JobVerdict) -> str | None:
+    """What the job verdict found, naming the responsible rank: it goes in the verdict's first line."""
+    rank = job.responsible_rank
+    if rank is not None:
+        named = {"straggler": f"straggler: rank {rank}", "hung_rank": f"stuck: rank {rank}",
+                 "rank_exited": f"rank {rank} exited"}.get(job.finding)
+        if named:
+            return named
+    return {"shared": "all ranks alike", "mixed": "ranks differ"}.get(job.finding)
+
+
+def gain_words(verdict: Verdict) -> str | None:
+    """The most the verdict's fix can win (Verdict.max_speedup), with the condition its bottleneck's facts
+    give it; None where the verdict carries no gain. The share is the one the factor rests on: a fix that removes a
+    share s of the time wins at most 1 / (1 - s) (Amdahl), so s = 1 - 1 / factor."""
+    factor = verdict.max_speedup
+    if factor is None or factor <= 1.0:
+        return None
+    times = f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
+    facts = facts_named(verdict.bottleneck)
+    if facts is not None and facts.gpu_busy:  # the bound is what runs outside a busy GPU
+        return f"anything outside the GPU can win at most {times}× (it is busy {1.0 / factor:.0%} of the time)"
+    if facts is None or facts.fix_removes is None:
+        return f"up to {times}× faster"
+    return f"up to {times}× faster " + facts.fix_removes.why.format(pct=f"{1.0 - 1.0 / factor:.0%}")
+
+
+def verdict_line(verdict: Verdict, job: JobVerdict | None = None) -> str:
+    """The verdict in one line, in the words of the verdict pane's first line, with the most its fix can win:
+    "input-bound · progressing · 76% sure · up to 5.7× faster if the input pipeline kept up (…)". What a headless
+    run says last, so the answer is on the terminal and not only in the JSON."""
+    parts = (verdict_name(verdict.bottleneck, verdict.liveness), finding_words(job) if job is not None else None,
+             verdict_state(verdict), f"{verdict.confidence:.0%} sure", gain_words(verdict))
+    return " · ".join(part for part in parts if part)
 
 
 def role_words(role: str) -> str:

@@ -3,6 +3,7 @@ the advice, and a short timeline of how the verdict changed while watching."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.console import Group, RenderableType
@@ -18,8 +19,17 @@ from probes.diagnosis.shares import shares_summary
 from probes.frame import Verdict
 from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.reference.baseline import mfu_percent, printed_percent
-from tui.panes.ranks import SELECTED_MARK, RankRow, finding_words, rank_label, rank_verdict_words
-from tui.panes.text import bottleneck_words, duration, liveness_words, offset, sparkline
+from tui.panes.ranks import SELECTED_MARK, RankRow, rank_label, rank_verdict_words
+from tui.panes.text import (
+    duration,
+    finding_words,
+    liveness_words,
+    named_by_liveness,
+    offset,
+    sparkline,
+    verdict_name,
+    verdict_state,
+)
 
 MAX_EVIDENCE_LINES = 3
 SHORT_SCREEN_EVIDENCE_LINES = 2  # leaves room for the advice on a 24-row terminal
@@ -43,16 +53,22 @@ def verdict_badge(verdict: Verdict) -> Text:
     # A name outside the vocabulary (a recording of another version of gputop) reads as a limit worth fixing.
     tone: BadgeTone = facts.badge if facts is not None else "worth_fixing"
     style = _LIVENESS_STYLE.get(verdict.liveness) or BADGE_STYLE[tone]
-    return Text(f" {bottleneck_words(verdict.bottleneck)} ", style=style)
+    return Text(f" {verdict_name(verdict.bottleneck, verdict.liveness)} ", style=style)
 
 
 def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EVIDENCE_LINES,
-                       selected_rank: RankRow | None = None) -> Group:
+                       selected_rank: RankRow | None = None, *, shares_line: bool | None = None,
+                       clip_evidence_from: int | None = None, max_advice: int | None = None,
+                       evidence_below: int = 0) -> Group:
     """Everything the pane says, given the monitor's view and the time to measure "since" against.
 
     For a distributed job the verdict is the job's: its first line names the rank that holds the others
     back, and the selected rank's own verdict follows in one line.
     Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
+    `shares_line` (default: where all the evidence lines show) adds the whole run's time shares;
+    `clip_evidence_from` cuts the evidence lines from that one on to a row each; `max_advice` leaves out the advice
+    after that many lines and what follows the advice (to measure the rows up to it); `evidence_below` lists that
+    many evidence lines after `max_evidence` under the advice (the ones a short pane made room by).
     """
     verdict = view.verdict
     found = finding_words(view.job) if view.job is not None else None
@@ -62,10 +78,14 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     head.append_text(verdict_badge(verdict))
     if found:
         head.append(f"  {found} ·", style="bold yellow")
-    head.append(f"  {liveness_words(verdict.liveness)}" if not found else f" {liveness_words(verdict.liveness)}",
-                style="bold red" if verdict.liveness == "hung" else "bold")
-    head.append(f" · {verdict.confidence:.0%} sure")
-    if verdict.since is not None:
+    # A verdict named by its liveness ("HUNG") says how long nothing has moved where the liveness would go.
+    gap = " " if found else "  "
+    state = verdict_state(verdict)
+    if state is not None:
+        head.append(f"{gap}{state}", style="bold red" if verdict.liveness == "hung" else "bold")
+        gap = " · "
+    head.append(f"{gap}{verdict.confidence:.0%} sure")
+    if verdict.since is not None and not named_by_liveness(verdict.bottleneck, verdict.liveness):
         head.append(f" · for {duration(now - verdict.since)}")
     target = view.latest.target
     if not target.alive and target.exited_at is not None:
@@ -73,10 +93,13 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     lines = Table.grid(padding=(0, 1))
     lines.add_column(width=1)
     lines.add_column(ratio=1)
-    for line in verdict.evidence[:max_evidence]:
-        lines.add_row(Text("•", style="dim"), Text(line))
-    for line in verdict.advice:
+    for index, line in enumerate(verdict.evidence[:max_evidence]):
+        clipped = clip_evidence_from is not None and index >= clip_evidence_from
+        lines.add_row(Text("•", style="dim"), Text(line, no_wrap=True, overflow="ellipsis") if clipped else Text(line))
+    for line in verdict.advice[:max_advice]:
         lines.add_row(Text("→", style="bold cyan"), Text(line, style="cyan"))
+    for line in verdict.evidence[max_evidence:max_evidence + evidence_below] if max_advice is None else ():
+        lines.add_row(Text("•", style="dim"), Text(line))
     if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
         lines.add_row(Text("•", style="dim"),
                       Text("gathering evidence: a verdict needs a few seconds of readings", style="dim"))
@@ -85,13 +108,40 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
         parts.append(selected_rank_text(selected_rank, view))
     if view.pace is not None:
         parts.append(pace_text(view.pace))
-    if view.shares is not None and len(view.shares.shares) > 1 and max_evidence >= MAX_EVIDENCE_LINES:
+    if shares_line is None:
+        shares_line = max_evidence >= MAX_EVIDENCE_LINES
+    if view.shares is not None and len(view.shares.shares) > 1 and shares_line:
         # Where the screen has room: the whole run's time, which the current window's verdict does not show.
         parts.append(Text(shares_summary(view.shares), style="dim", no_wrap=True, overflow="ellipsis"))
     parts.append(lines)
-    if len(_changes(view)) > 1:
+    if len(_changes(view)) > 1 and max_advice is None:  # below the advice: measuring up to it leaves it out
         parts.append(timeline_text(view))
     return Group(*parts)
+
+
+def fitted_renderable(view: MonitorView, now: float, max_evidence: int, selected_rank: RankRow | None,
+                      shares_line: bool, rows_of: Callable[[RenderableType], int], rows: int) -> Group:
+    """The pane's text with its first advice line whole within `rows` (`rows_of` measures a renderable at the
+    pane's width). An advice line cut mid-sentence behind "more below" was a fix nobody read, so the evidence
+    makes room: every line whole if they fit; else the first (the rule's main finding) whole and
+    the others cut to a row each, as many as fit; else the lines all cut to a row, as many as fit; else none.
+    Each line starts with its point, so a cut one still says it. The rest of the advice scrolls, and under it the
+    evidence lines left out above."""
+
+    def drawn(count: int, clip_from: int | None, max_advice: int | None = None) -> Group:
+        return verdict_renderable(view, now, count, selected_rank, shares_line=shares_line,
+                                  clip_evidence_from=clip_from, max_advice=max_advice,
+                                  evidence_below=max(0, max_evidence - count))
+
+    if not view.verdict.advice:
+        return drawn(max_evidence, None)
+    most = min(max_evidence, len(view.verdict.evidence))
+    fewer = range(most, 0, -1)
+    tries = [(most, None), *((count, 1) for count in fewer), *((count, 0) for count in fewer)]
+    for count, clip_from in tries:
+        if rows_of(drawn(count, clip_from, max_advice=1)) <= rows:
+            return drawn(count, clip_from)
+    return drawn(0, None)
 
 
 def selected_rank_text(row: RankRow, view: MonitorView) -> Text:
@@ -180,8 +230,9 @@ def timeline_text(view: MonitorView) -> Text:
         if index:
             text.append(" → ", style="dim")
         text.append(offset(change.time - (view.first_time or change.time)), style="dim")
-        text.append(f" {bottleneck_words(change.bottleneck)}")
-        if change.liveness in ("hung", "exited"):
+        name = verdict_name(change.bottleneck, change.liveness)
+        text.append(f" {name}")
+        if change.liveness in ("hung", "exited") and name != liveness_words(change.liveness):
             text.append(f" ({liveness_words(change.liveness)})", style="bold")
     return text
 
@@ -197,6 +248,8 @@ class VerdictPane(VerticalScroll):
     def __init__(self) -> None:
         super().__init__(id="verdict", classes="pane")
         self.border_title = TITLE
+        # What was last shown, drawn again when the pane's size changes: the text is fitted to its rows.
+        self._shown: tuple[MonitorView, float, RankRow | None] | None = None
 
     def compose(self):
         yield Static(id="verdict-text")
@@ -205,6 +258,8 @@ class VerdictPane(VerticalScroll):
         self.watch(self, "scroll_y", lambda _: self.mark_overflow(), init=False)
 
     def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
         self.call_after_refresh(self.mark_overflow)
 
     def mark_overflow(self) -> None:
@@ -215,10 +270,27 @@ class VerdictPane(VerticalScroll):
             self.border_title = title
 
     def show_waiting(self, message: str) -> None:
+        self._shown = None
         self.query_one("#verdict-text", Static).update(Text(message, style="dim"))
         self.call_after_refresh(self.mark_overflow)
 
     def show(self, view: MonitorView, now: float, selected_rank: RankRow | None = None) -> None:
-        max_evidence = SHORT_SCREEN_EVIDENCE_LINES if self.screen.has_class("-short") else MAX_EVIDENCE_LINES
-        self.query_one("#verdict-text", Static).update(verdict_renderable(view, now, max_evidence, selected_rank))
+        self._shown = (view, now, selected_rank)
+        short = self.screen.has_class("-short")
+        max_evidence = SHORT_SCREEN_EVIDENCE_LINES if short else MAX_EVIDENCE_LINES
+        # The room the text has: the pane's rows, and its width less a scrollbar (there is one whenever the text
+        # is longer than the pane, which is when the fit matters). None before the first layout.
+        width = self.content_region.width - self.styles.scrollbar_size_vertical
+        rows = self.content_region.height
+        if width > 0 and rows > 0:
+            console = self.app.console
+            options = console.options.update(width=width)
+
+            def rows_of(renderable: RenderableType) -> int:
+                return len(console.render_lines(renderable, options, pad=False))
+
+            text = fitted_renderable(view, now, max_evidence, selected_rank, not short, rows_of, rows)
+        else:
+            text = verdict_renderable(view, now, max_evidence, selected_rank, shares_line=not short)
+        self.query_one("#verdict-text", Static).update(text)
         self.call_after_refresh(self.mark_overflow)

@@ -1,5 +1,6 @@
 """cpu_bound: the main thread computing on the host, or launching kernels too small to fill the GPU
-(launch-bound), or one long native call; with how much CPU it gets and waits for. A model whose stacks show
+(launch-bound), or busy on one line for seconds (one long call, or the same call again and again); with how much
+CPU it gets and waits for. A model whose stacks show
 torch.compile (its generated code running, or a compile) is never told to compile."""
 
 from __future__ import annotations
@@ -88,14 +89,22 @@ def evaluate(ev: Evidence) -> Candidate | None:
             lines.append("it is runnable most of the time yet gets little CPU: the CPUs are contended")
     advice = []
     innermost = ev.main.top(COMPUTE)[0]
-    if ev.unchanged_for_s >= LONG_CALL_S and _busy_in_one_call(ev) and ev.stuck_stack:
+    if ev.unchanged_for_s >= LONG_CALL_S and _busy_on_one_stack(ev) and ev.stuck_stack:
         call = describe(ev.stuck_stack[0])
         queued = ev.main_thread_runqueue_pct
         waits = f" (and {queued:.0f}% waiting for a core)" if queued is not None and queued >= 10 else ""
         on_cpu = main_cpu if main_cpu is not None else ev.main_thread_cpu_pct or 0.0
-        lines.insert(0, f"one call has run for {ev.unchanged_for_s:.0f} s without returning, {call}, at "
-                        f"{on_cpu:.0f}% CPU{waits}: a long native operation — slow, not hung")
-        advice.append(f"One native call dominates ({call}): check its sizes and dtype (float64 is several "
+        n = ev.unchanged_samples
+        counted = f" ({n} sample{'s' if n != 1 else ''})" if n else ""
+        # What was measured is one stack in every sample, never one call: py-spy names each frame's function, file
+        # and line with no identity of the frame (record's raw output and dump's JSON alike), so a loop calling
+        # work() again and again gives the very stack one long work() does, its caller's line included, and the
+        # moments between two calls are too short to be sampled. Nothing gputop reads tells the two apart (native
+        # frames only add the C++ beneath the same line), so the line says what was seen, and both readings.
+        lines.insert(0, f"every sample for {ev.unchanged_for_s:.0f} s was in {call}{counted}, at {on_cpu:.0f}% "
+                        f"CPU{waits}: busy in one place — slow, not hung (one long call or the same call again and "
+                        "again: stack samples cannot tell which)")
+        advice.append(f"The time goes to one line ({call}): check its sizes and dtype (float64 is several "
                       "times slower than float32) and whether it belongs on the GPU.")
     elif innermost is not None and is_generated_code(innermost):
         # Inductor's generated code is not the user's Python (nanochat's base_train and litgpt's pretrain on CPU).
@@ -121,7 +130,7 @@ def evaluate(ev: Evidence) -> Candidate | None:
     return Candidate("cpu_bound", score, lines, advice)
 
 
-def _busy_in_one_call(ev: Evidence) -> bool:
+def _busy_on_one_stack(ev: Evidence) -> bool:
     """The main thread wants a CPU most of the time: running, or runnable and queued for a core (a crowded
     machine gives a busy call less than a full core). Without schedstat, its process's CPU% decides."""
     cpu, queued = ev.main_thread_cpu_pct, ev.main_thread_runqueue_pct

@@ -1,14 +1,21 @@
 """idle: the main thread waiting (sleeping, polling, a lock) or asleep by schedstat, with little CPU and no
 producer at work: it is not training most of the time. Waiting while its GPU runs kernels is waiting for the GPU
-(a CUDA synchronisation with the GIL released, which py-spy calls idle), never idle."""
+(a CUDA synchronisation with the GIL released, which py-spy calls idle), never idle; nor is sleep its samples place
+in a collective (a rank waiting for the others, comms_bound's case)."""
 
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import hot_spot, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
-from probes.diagnosis.rules.signs import IDLE_MAX_CPU_PCT, mostly_asleep, producer_busy, waits_on_gpu
-from probes.diagnosis.stacks import QUEUE_WAIT, WAIT
+from probes.diagnosis.rules.signs import (
+    IDLE_MAX_CPU_PCT,
+    MOSTLY_ASLEEP_PCT,
+    mostly_asleep,
+    producer_busy,
+    waits_on_gpu,
+)
+from probes.diagnosis.stacks import COMMS, QUEUE_WAIT, WAIT
 
 IDLE = BottleneckFacts(
     name="idle",
@@ -28,7 +35,7 @@ def evaluate(ev: Evidence) -> Candidate | None:
     on_gpu = waits_on_gpu(ev)
     idle_activities = (QUEUE_WAIT,) if on_gpu else (WAIT, QUEUE_WAIT)
     waiting = ev.main.share(*idle_activities)
-    asleep = mostly_asleep(ev) and not on_gpu
+    asleep = mostly_asleep(ev) and not on_gpu and not _asleep_in_collectives(ev)
     if (waiting < 0.3 and not asleep) or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= IDLE_MAX_CPU_PCT):
         return None
     if ev.main.share(QUEUE_WAIT) >= 0.3 and producer_busy(ev):
@@ -52,6 +59,15 @@ def evaluate(ev: Evidence) -> Candidate | None:
         (f"It is not training most of the time: if {where} is a sleep or a polling interval, shorten or remove "
         "it; otherwise find what it waits for (the frames above it)."),
     ])
+
+
+def _asleep_in_collectives(ev: Evidence) -> bool:
+    """The main thread's sleep is mostly its waits for the other ranks: what is left of its asleep share once its
+    samples in a collective are taken out is under MOSTLY_ASLEEP_PCT. A DDP rank on CPU blocked in backward while
+    its peer catches up sleeps there; that is waiting for the peer, not a sleep to shorten."""
+    asleep = ev.asleep_pct()
+    return asleep is not None and ev.main.samples > 0 and \
+        asleep - 100.0 * ev.main.share(COMMS) < MOSTLY_ASLEEP_PCT
 
 
 RULE = Rule(concludes=(IDLE,), evaluate=evaluate)

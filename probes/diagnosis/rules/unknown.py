@@ -1,11 +1,18 @@
-"""unknown: what is said while no rule fits (or no stack has been sampled yet). Not a rule in RULES: it always
-fits, and evaluate_rules places it after the rules strong enough to be the verdict."""
+"""unknown: what is said while no rule fits (or no stack has been sampled yet), and while the job is still starting
+(its main thread importing modules, before any verdict). Not a rule in RULES: it always fits, and evaluate_rules
+places it after the rules strong enough to be the verdict; diagnose asks `starting` first."""
 
 from __future__ import annotations
 
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate
+from probes.diagnosis.stacks import describe, importing_from
+
+# The share of the main thread's samples inside imports at which the job is still starting: a script importing torch
+# runs Python on the CPU (the cpu_bound rule read it as host compute, "host-CPU-bound · 40%", issue 31), and nothing
+# it does then says what will limit its training.
+STARTING_IMPORT_SHARE = 0.5
 
 UNKNOWN = BottleneckFacts(
     name="unknown",
@@ -29,3 +36,20 @@ def no_rule_fits(ev: Evidence) -> Candidate:
     top = ", ".join(f"{activity} {percent(n / ev.main.samples)}"
                     for activity, n in ev.main.by_activity.most_common(3))
     return Candidate("unknown", 0.0, [f"no rule fits yet: main thread {top} of {ev.main.samples} samples"])
+
+
+def starting(ev: Evidence) -> Candidate | None:
+    """No verdict while the main thread mostly imports modules: what is measured is the import, not the training
+    loop. Asked only before any verdict is reached (a lazy import later in a run is part of that run)."""
+    samples = ev.main.samples
+    importing: dict[str, int] = {}
+    for stack, count in ev.main.stacks.items():
+        origin = importing_from(stack)
+        if origin is not None:
+            importing[describe(origin)] = importing.get(describe(origin), 0) + count
+    done = sum(importing.values())
+    if not samples or done < STARTING_IMPORT_SHARE * samples:
+        return None
+    where = max(importing, key=importing.__getitem__)
+    return Candidate("unknown", 0.0, [f"starting: the main thread was importing modules in {done} of {samples} "
+                                      f"samples (from {where}): no verdict until it runs its own code"])

@@ -1,0 +1,154 @@
+"""The one rule for a job's pace, whatever its log prints: the step counter's rate over the window.
+
+The pace (seconds per step) is how fast the step number in the log moves: from the time the newest step line
+appeared back to the step line of the start of the window (``PACE_WINDOW_S`` before it, or the oldest line seen
+when gputop has watched for less), divided by the steps between them. It is there from the first two step lines
+on. A line's own timestamp is its time where it prints one; else the time it arrived in the log (the log probe
+reads it from the file's modification time, so a line is timed to the write, not to the tick that read it).
+
+What the log prints per step (a time, a bar's smoothed rate, a time worked out from a throughput) is a cross-check:
+it is the pace only while the counter has not moved yet (one step line seen), and it is named beside the
+counter's only where the two disagree over the window: the printed figures of the lines the counter spans,
+averaged, against the counter, by more than ``DISAGREES``, with at least ``MIN_INTERVALS`` counted intervals and
+printed figures behind each. So a loop whose printed times alternate (batches arriving in pairs from two
+DataLoader workers) but average to the counter's rate claims nothing, and a claim always carries the ratio it
+measured, which is above 1.25 and so never "1×".
+
+Pure: the log probe (``probes.sensors.progress``) notes each step line and printed figure here, and the monitor
+words a disagreement with ``disagreement_words``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+PACE_WINDOW_S = 60.0  # the last minute of step lines: long enough to average a log's jitter, short enough to follow
+# More than 25% apart, measured over the window: the issue's bound for saying what a printed time is, and well
+# above what a tick's lag in reading a line costs over a window of several steps.
+DISAGREES = 1.25
+MIN_INTERVALS = 2  # a disagreement rests on two counted intervals and two printed figures at least
+STEP_COUNTER = "step counter"
+BAR_RATE = "the bar's own rate"  # printed_from for a progress bar's rate (tqdm, Lightning): its own moving average
+# Bounds the memory of a log that prints thousands of timestamped lines a minute; the window then spans fewer
+# seconds but still thousands of lines, plenty for a rate.
+_MAX_ENTRIES = 4096
+
+
+@dataclass(frozen=True)
+class PaceFigures:
+    """The pace as the rule gives it, and the printed figure beside it where they disagree."""
+
+    seconds_per_iter: float | None = None
+    derived_from: str | None = None  # STEP_COUNTER, else what the printed figure was worked out from (None: printed)
+    # The log's own figure averaged over the window's lines, set only where it disagrees with the counter
+    printed_seconds_per_iter: float | None = None
+    printed_from: str | None = None  # what that printed figure was worked out from; None: printed as such
+
+
+@dataclass(frozen=True)
+class _Printed:
+    time: float
+    seconds: float
+    derived_from: str | None
+    bar: bool
+
+
+class StepPace:
+    """The step lines and printed figures of one log, over the window, and the pace they give."""
+
+    def __init__(self, window_s: float = PACE_WINDOW_S) -> None:
+        self.window_s = window_s
+        # (time, step) where a step was first seen, oldest first; the first entry is the window's start
+        self._sightings: deque[tuple[float, int]] = deque(maxlen=_MAX_ENTRIES)
+        self._printed: deque[_Printed] = deque(maxlen=_MAX_ENTRIES)
+        self._latest_printed: _Printed | None = None
+
+    def restart(self) -> None:
+        """What came before says nothing of the steps from now on (a new run, a bar starting again at 0)."""
+        self._sightings.clear()
+        self._printed.clear()
+
+    def note_step(self, step: int, when: float) -> None:
+        """A line saying the job has reached `step` at `when` (a step seen again later is no new sighting: the
+        counter times when a step was reached, not how long the log dwelt on it)."""
+        if self._sightings and step < self._sightings[-1][1]:
+            self.restart()  # a new run, or a bar starting again at 0
+        if self._sightings:
+            last_time, last_step = self._sightings[-1]
+            if step == last_step:
+                return
+            if when <= last_time:  # read at once with the one before (a tick's batch of lines): the newest counts
+                self._sightings[-1] = (last_time, step)
+                return
+        self._sightings.append((when, step))
+        self._trim()
+
+    def note_printed(self, seconds: float, derived_from: str | None, when: float, bar: bool = False) -> None:
+        """A time per step the log printed (or that was worked out from what it printed) on a line at `when`;
+        `bar`: a progress bar's rate, redrawn in place."""
+        printed = _Printed(when, seconds, derived_from, bar)
+        self._latest_printed = printed
+        self._printed.append(printed)
+        self._trim()
+
+    def figures(self) -> PaceFigures:
+        latest = self._latest_printed
+        if len(self._sightings) < 2:  # the counter has not moved yet: the printed figure stands alone
+            return PaceFigures(latest.seconds, latest.derived_from) if latest is not None else PaceFigures()
+        (start, first_step), (end, last_step) = self._sightings[0], self._sightings[-1]
+        counted = (end - start) / (last_step - first_step)
+        spanned = [p for p in self._printed if start < p.time <= end]
+        if len(self._sightings) - 1 < MIN_INTERVALS or len(spanned) < MIN_INTERVALS:
+            return PaceFigures(counted, STEP_COUNTER)
+        printed = sum(p.seconds for p in spanned) / len(spanned)
+        if max(printed, counted) <= DISAGREES * min(printed, counted):
+            return PaceFigures(counted, STEP_COUNTER)
+        newest = spanned[-1]
+        return PaceFigures(counted, STEP_COUNTER, printed, BAR_RATE if newest.bar else newest.derived_from)
+
+    def _trim(self) -> None:
+        """Keep the window: the newest sightings within window_s of the newest, and the one just before them as
+        the window's start; printed figures from the window's start on."""
+        if not self._sightings:
+            return
+        newest = self._sightings[-1][0]
+        while len(self._sightings) > 2 and self._sightings[1][0] <= newest - self.window_s:
+            self._sightings.popleft()
+        start = self._sightings[0][0]
+        while self._printed and self._printed[0].time < start:
+            self._printed.popleft()
+
+
+def duration_words(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def ratio_words(ratio: float) -> str:
+    """A measured ratio as said: one decimal below 10 (1.3×, 6.4×), whole above (21×)."""
+    return f"{ratio:.1f}×" if ratio < 10 else f"{ratio:.0f}×"
+
+
+def disagreement_words(printed: float, counted: float, printed_from: str | None) -> str | None:
+    """What a printed figure that disagrees with the counter over the window is, with the ratio measured:
+    "the log's printed time averages 31 ms/step over the window, but the step counter moved every 0.64 s (21×
+    longer): ...". None where they agree within DISAGREES (never a "1×" claim)."""
+    if printed <= 0 or counted <= 0:
+        return None
+    ratio = max(printed, counted) / min(printed, counted)
+    if ratio <= DISAGREES:
+        return None
+    bar = printed_from == BAR_RATE
+    figure = BAR_RATE if bar else f"the log's {printed_from}" if printed_from else "the log's printed time"
+    said = (f"{figure} averages {duration_words(printed)}/step over the window, but the step counter moved every "
+            f"{duration_words(counted)} ({ratio_words(ratio)} {'longer' if counted > printed else 'shorter'})")
+    if bar:
+        why = "a bar's rate is its own moving average, weighted to its latest updates"
+    elif counted > printed:
+        why = ("the printed time covers part of each step (the forward+backward alone, or one of several "
+               "micro-steps; data loading and what else runs between the lines are outside it)")
+    else:
+        why = ("the printed figure is longer than the steps take: it times one slower part and scales it to the "
+               "step (the micro-batch that also runs the optimizer step, times the micro-batches), or spans more "
+               "than one step")
+    return f"{said}: {why}; the pace is the counter's"

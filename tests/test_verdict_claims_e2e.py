@@ -1,0 +1,124 @@
+"""End to end (issue 31): the verdict's words on real targets watched by the real command, claiming only what was
+measured and no sooner than the evidence allows. Each test waits for a state of the recording (never a guessed
+time) and replays its frames through the Monitor to read the verdict as it stood at each tick.
+
+- a loop calling the same half-second matmul again and again is said as what the samples saw, never "one call";
+- a job importing its modules for seconds is "starting", with no verdict, until its own code runs;
+- a job whose log has been still for longer than the hang threshold, and whose CPU does not move, is hung from the
+  first frames that can show it (the CPU counter needs two readings).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.paths import REPO
+from support.processes import start_logged, wait_for
+from support.recorded import frames_so_far
+
+from probes.frame import Frame, Verdict
+from probes.monitoring.monitor import Monitor
+
+pytestmark = pytest.mark.slow
+
+HANG_AFTER_S = 3.0
+
+
+def _start_gputop(pid: int, folder: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
+    recording = folder / "frames.jsonl"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--pid", str(pid), "--snapshot", str(folder / "snapshot.json"), "--duration",
+         "240", "--record", str(recording), "--no-gpu", *extra],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    return command, recording
+
+
+def _stop(command: subprocess.Popen) -> None:
+    command.terminate()
+    _, stderr = command.communicate(timeout=60)
+    assert command.returncode == 0, stderr
+
+
+def _verdicts(frames: list[Frame], hang_after_s: float = 5.0) -> list[Verdict]:
+    """The verdict shown after each frame, as the TUI would have shown it live."""
+    monitor = Monitor(hang_after_s=hang_after_s)
+    shown = []
+    for frame in frames:
+        monitor.ingest(frame)
+        shown.append(monitor.view.verdict)
+    return shown
+
+
+@pytest.mark.timeout(300)
+def test_a_loop_calling_the_same_matmul_is_not_called_one_call(spawn_target, tmp_path):
+    """repeated_call.py: work() is one half-second matmul, called again and again from the same line."""
+    target = start_logged(spawn_target, tmp_path, "repeated_call.py", "--seconds", "0.5")
+    command, recording = _start_gputop(target.pid, tmp_path)
+    try:
+        def said() -> Verdict | None:  # the still-stack line, in whatever words
+            verdict = (_verdicts(frames_so_far(recording)) or [Verdict()])[-1]
+            return verdict if verdict.evidence and "work (repeated_call.py:" in verdict.evidence[0] and \
+                verdict.evidence[0].startswith(("every sample for ", "one call has run")) else None
+
+        verdict = wait_for(said, timeout=180, interval=1.0)
+    finally:
+        _stop(command)
+    print(f"\n{verdict.evidence[0]}")
+    assert verdict.bottleneck == "cpu_bound" and verdict.liveness == "progressing"
+    assert verdict.evidence[0].startswith("every sample for ")
+    assert "one call" not in verdict.evidence[0] and "without returning" not in verdict.evidence[0]
+
+
+@pytest.mark.timeout(300)
+def test_a_job_importing_for_seconds_is_starting_with_no_verdict(spawn_target, tmp_path):
+    target = spawn_target("slow_start.py", "--import-seconds", "8", stdout=subprocess.PIPE, text=True,
+                          ready=lambda proc: proc.stdout.readline().strip() == "started", timeout=60)
+    command, recording = _start_gputop(target.pid, tmp_path)
+    try:
+        line = target.stdout.readline().split()
+        assert line[:1] == ["imported"], line
+        imported_at = float(line[1])
+        # its own code has run long enough for a verdict on it
+        wait_for(lambda: any(v.bottleneck == "cpu_bound" for v in _verdicts(frames_so_far(recording))),
+                 timeout=120, interval=1.0)
+    finally:
+        _stop(command)
+    frames = frames_so_far(recording)
+    shown = list(zip(frames, _verdicts(frames), strict=True))
+    while_importing = [v for f, v in shown if f.time <= imported_at]
+    for frame, verdict in shown:
+        print(f"  {frame.time - imported_at:+.1f} s: {verdict.bottleneck} {verdict.confidence:.2f} "
+              f"{verdict.evidence[:1]} gain {verdict.max_speedup}")
+    assert any(v.evidence and v.evidence[0].startswith("starting: the main thread was importing modules in ")
+               and "(from <module> (slow_start.py:" in v.evidence[0] for v in while_importing), while_importing
+    assert all(v.bottleneck == "unknown" and v.max_speedup is None for v in while_importing)
+
+
+@pytest.mark.timeout(300)
+def test_a_log_still_for_longer_than_the_hang_threshold_is_hung_from_the_second_frame(spawn_target, tmp_path):
+    log = tmp_path / "train.log"
+    target = start_logged(spawn_target, tmp_path, "still_log.py", str(log))
+    # The state the case needs: the log has been still for longer than the hang threshold.
+    wait_for(lambda: time.time() - log.stat().st_mtime > HANG_AFTER_S + 1.0, timeout=60, interval=0.2)
+    command, recording = _start_gputop(target.pid, tmp_path, "--log", str(log), "--hang-after", str(HANG_AFTER_S))
+    try:
+        wait_for(lambda: len(frames_so_far(recording)) >= 3, timeout=60, interval=0.2)
+    finally:
+        _stop(command)
+    frames = frames_so_far(recording)
+    verdicts = _verdicts(frames, hang_after_s=HANG_AFTER_S)
+    for frame, verdict in zip(frames, verdicts, strict=True):
+        print(f"  frame {frame.seq}: {verdict.liveness} {verdict.confidence:.2f} {verdict.evidence[:1]}")
+    # The first frame with two readings of the CPU counter behind it shows the hang.
+    measured = next(i for i, f in enumerate(frames) if (p := f.process(target.pid)) is not None and
+                    p.cpu_pct is not None)
+    hung = verdicts[measured]
+    assert hung.liveness == "hung", [v.liveness for v in verdicts]
+    assert hung.evidence[0].startswith("no log line for ") and " (the log's last write), no CPU used in the " \
+        in hung.evidence[0], hung.evidence[0]
