@@ -46,6 +46,7 @@ import gpu_check_summary as summary  # noqa: E402
 from synthetic_tokens import write_dataset  # noqa: E402
 
 sys.path.insert(0, str(REPO))
+from probes.sensors.nvml import read_once  # noqa: E402  (the one module that reads NVML; pynvml only when it reads)
 from tui.demo import stop_process_group  # noqa: E402  (standard library only at import: no Textual)
 
 NANOGPT = REPO / ".gpu_check" / "nanoGPT"  # benchmarks/fetch_nanogpt.sh puts it there
@@ -95,44 +96,30 @@ def machine_facts(cpu: bool, nanogpt: Path) -> dict[str, Any]:
         facts["py_spy"] = version[-1] if version else pyspy
     commit_file = nanogpt / "COMMIT"
     facts["nanogpt_commit"] = commit_file.read_text().strip()[:7] if commit_file.exists() else None
-    if cpu:
-        return facts
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        facts |= {"gpu_name": name.decode() if isinstance(name, bytes) else name,
-                  "gpu_memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)}
-    except Exception as error:  # any NVML failure: say it, run nothing on a GPU that is not there
-        facts["gpu_reason"] = f"NVML: {error}"
-        return facts
-    facts |= {"gpu_count": _nvml(pynvml.nvmlDeviceGetCount), "driver": _nvml(pynvml.nvmlSystemGetDriverVersion),
-              "power_limit_w": _nvml(lambda: round(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)),
-              "gpu_processes_at_start": gpu_processes()}
-    return facts
+    return facts if cpu else facts | gpu_facts()
 
 
-def _nvml(read: Any) -> Any:
-    """One NVML reading for the record, or None where this GPU or driver does not give it."""
-    try:
-        value = read()
-    except Exception:
+def gpu_facts(nvml: Any = None) -> dict[str, Any]:
+    """GPU 0's name, memory and power limit, the GPUs' count, the driver and who holds GPU 0, as probes/sensors/nvml.py
+    reads them (None where this GPU or driver does not give one); without GPU 0's name and memory only why
+    (gpu_reason), so that nothing runs on a GPU that may not be there. nvml: a module with pynvml's API (tests pass a
+    fake); None: the real one."""
+    reading = read_once(nvml=nvml)
+    first = reading.devices[0] if reading.available and reading.devices else None
+    if first is None or first.name is None or first.mem_total_bytes is None:
+        return {"gpu_reason": f"NVML: {reading.reason or 'no name or memory for GPU 0'}"}
+    return {"gpu_name": first.name, "gpu_memory_bytes": first.mem_total_bytes, "gpu_count": len(reading.devices),
+            "driver": reading.driver_version,
+            "power_limit_w": round(first.power_limit_w) if first.power_limit_w is not None else None,
+            "gpu_processes_at_start": [process.pid for process in first.processes]}
+
+
+def gpu_processes(nvml: Any = None) -> list[int] | None:
+    """The processes holding a compute context on GPU 0 (NVML's PIDs), or None where NVML cannot say."""
+    reading = read_once(nvml=nvml)
+    if not reading.available or not reading.devices:  # no NVML, no GPU: nothing to wait for
         return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def gpu_processes() -> list[int] | None:
-    """The processes holding a context on GPU 0 (NVML, once machine_facts has initialised it), or None where NVML
-    cannot say."""
-    try:
-        import pynvml
-
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return [process.pid for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
-    except Exception:  # no NVML, no GPU, a driver without the call: nothing to wait for
-        return None
+    return [process.pid for process in reading.devices[0].processes]
 
 
 def wait_gpu_free(until: float) -> list[int] | None:

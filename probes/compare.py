@@ -16,7 +16,7 @@ from typing import Any
 from probes.compare_inputs import FLOP_SETTINGS, CompareError, RunSummary, load_run, parse_settings
 from probes.diagnosis.bottlenecks import facts_named
 from probes.diagnosis.phases import phase_label
-from probes.reference.baseline import SAME_MODEL_FLOPS, compact_count
+from probes.reference.baseline import SAME_MODEL_FLOPS, compact_count, reference_iteration
 
 # The reading's names are re-exported: `gputop compare`, its TUI view and the tests import all of it from here.
 __all__ = ["CompareError", "Comparison", "RunSummary", "compare_runs", "load_run", "measure_rows", "parse_settings",
@@ -72,10 +72,11 @@ def _against_reference(job: RunSummary, probe: RunSummary) -> list[str]:
     reference_rate, at = probe.tokens_per_s, "at the probe's batch"
     if job.tokens_per_iter and job.tokens_per_iter != probe.tokens_per_iter and probe.tokens_per_step \
             and probe.fwd_bwd_seconds and probe.optimizer_seconds is not None:
-        # As the live pace predicts it (probes/reference/baseline.py): the job's micro-steps of the probe's batch
-        # and one optimizer step; the probe's own tokens/s pays that step every batch and would flatter the job.
-        micro_steps = job.tokens_per_iter / probe.tokens_per_step
-        reference_rate = job.tokens_per_iter / (micro_steps * probe.fwd_bwd_seconds + probe.optimizer_seconds)
+        # As the live pace predicts it: the probe's own tokens/s pays an optimizer step every batch, a job one an
+        # iteration.
+        seconds, micro_steps = reference_iteration(job.tokens_per_iter, probe.tokens_per_step,
+                                                   probe.fwd_bwd_seconds, probe.optimizer_seconds)
+        reference_rate = job.tokens_per_iter / seconds
         at = f"for its {job.tokens_per_iter:,} tokens per iteration, {micro_steps:g} of the probe's micro-steps"
     share = job.tokens_per_s / reference_rate
     measure = f"tokens/s {compact_count(job.tokens_per_s)} against the reference's {compact_count(reference_rate)} {at}"

@@ -7,12 +7,17 @@ on. A line's own timestamp is its time where it prints one; else the time it arr
 reads it from the file's modification time, so a line is timed to the write, not to the tick that read it).
 
 What the log prints per step (a time, a bar's smoothed rate, a time worked out from a throughput) is a cross-check:
-it is the pace only while the counter has not moved yet (one step line seen), and it is named beside the
-counter's only where the two disagree over the window: the printed figures of the lines the counter spans,
-averaged, against the counter, by more than ``DISAGREES``, with at least ``MIN_INTERVALS`` counted intervals and
-printed figures behind each. So a loop whose printed times alternate (batches arriving in pairs from two
-DataLoader workers) but average to the counter's rate claims nothing, and a claim always carries the ratio it
-measured, which is above 1.25 and so never "1×".
+it is the pace only while the counter has not moved yet (one step line seen), and after that it is set against the
+counter over the window: the printed figures of the lines the counter spans, averaged, against the counter, with
+at least ``MIN_INTERVALS`` counted intervals and printed figures behind each. So a loop whose printed times
+alternate (batches arriving in pairs from two DataLoader workers) but average to the counter's rate claims nothing.
+
+That they disagree is a claim with two thresholds (hysteresis), judged at each new step line: it starts once the
+ratio has been above ``DISAGREES`` at ``HOLD_LINES`` step lines in a row, and ends once it has been below
+``AGREES`` at ``HOLD_LINES`` step lines in a row (or at once where the two agree within ``SAME_IN_WORDS``). A
+ratio that hovers around one threshold (litgpt's printed estimate against its counter: 1.3× said in 10 of 105
+reads of a real run, gone in the others) then gives one claim that holds, or none, never one that comes and goes;
+and a claim always carries the ratio it measured, never "1.0×".
 
 Pure: the log probe (``probes.sensors.progress``) notes each step line and printed figure here, and the monitor
 words a disagreement with ``disagreement_words``.
@@ -25,8 +30,16 @@ from dataclasses import dataclass
 
 PACE_WINDOW_S = 60.0  # the last minute of step lines: long enough to average a log's jitter, short enough to follow
 # More than 25% apart, measured over the window: the issue's bound for saying what a printed time is, and well
-# above what a tick's lag in reading a line costs over a window of several steps.
+# above what a tick's lag in reading a line costs over a window of several steps. A claim starts above it.
 DISAGREES = 1.25
+# A claim ends below this: the band between the two thresholds is wider than what a window's mean moves by from one
+# step line to the next, so a ratio hovering at either threshold cannot switch the claim on and off.
+AGREES = 1.15
+# ... and either switch needs the ratio on its side at this many step lines in a row: one odd line (a step that also
+# saved a checkpoint) weighs heavily in a window of few lines, and must not start or end a claim. Step lines, not
+# reads: the claim follows what the log says, not how often gputop reads it.
+HOLD_LINES = 3
+SAME_IN_WORDS = 1.05  # below this the ratio reads "1.0×": nothing left to say, so the claim ends at once
 MIN_INTERVALS = 2  # a disagreement rests on two counted intervals and two printed figures at least
 STEP_COUNTER = "step counter"
 BAR_RATE = "the bar's own rate"  # printed_from for a progress bar's rate (tqdm, Lightning): its own moving average
@@ -63,11 +76,14 @@ class StepPace:
         self._sightings: deque[tuple[float, int]] = deque(maxlen=_MAX_ENTRIES)
         self._printed: deque[_Printed] = deque(maxlen=_MAX_ENTRIES)
         self._latest_printed: _Printed | None = None
+        self._claimed = False  # the printed figure is said to disagree with the counter
+        self._held = 0  # step lines in a row at which the ratio stood past the threshold that would switch the claim
 
     def restart(self) -> None:
         """What came before says nothing of the steps from now on (a new run, a bar starting again at 0)."""
         self._sightings.clear()
         self._printed.clear()
+        self._claimed, self._held = False, 0
 
     def note_step(self, step: int, when: float) -> None:
         """A line saying the job has reached `step` at `when` (a step seen again later is no new sighting: the
@@ -83,6 +99,7 @@ class StepPace:
                 return
         self._sightings.append((when, step))
         self._trim()
+        self._judge()
 
     def note_printed(self, seconds: float, derived_from: str | None, when: float, bar: bool = False) -> None:
         """A time per step the log printed (or that was worked out from what it printed) on a line at `when`;
@@ -96,16 +113,44 @@ class StepPace:
         latest = self._latest_printed
         if len(self._sightings) < 2:  # the counter has not moved yet: the printed figure stands alone
             return PaceFigures(latest.seconds, latest.derived_from) if latest is not None else PaceFigures()
-        (start, first_step), (end, last_step) = self._sightings[0], self._sightings[-1]
-        counted = (end - start) / (last_step - first_step)
-        spanned = [p for p in self._printed if start < p.time <= end]
-        if len(self._sightings) - 1 < MIN_INTERVALS or len(spanned) < MIN_INTERVALS:
+        counted = self._counted()
+        compared = self._printed_over_window()
+        if not self._claimed or compared is None:
             return PaceFigures(counted, STEP_COUNTER)
-        printed = sum(p.seconds for p in spanned) / len(spanned)
-        if max(printed, counted) <= DISAGREES * min(printed, counted):
-            return PaceFigures(counted, STEP_COUNTER)
-        newest = spanned[-1]
+        printed, newest = compared
         return PaceFigures(counted, STEP_COUNTER, printed, BAR_RATE if newest.bar else newest.derived_from)
+
+    def _counted(self) -> float:
+        (start, first_step), (end, last_step) = self._sightings[0], self._sightings[-1]
+        return (end - start) / (last_step - first_step)
+
+    def _printed_over_window(self) -> tuple[float, _Printed] | None:
+        """The mean of the printed figures of the lines the counter spans and the newest of them, where there are
+        enough counted intervals and printed figures to set against the counter; else None."""
+        if len(self._sightings) - 1 < MIN_INTERVALS:
+            return None
+        start, end = self._sightings[0][0], self._sightings[-1][0]
+        spanned = [p for p in self._printed if start < p.time <= end]
+        if len(spanned) < MIN_INTERVALS:
+            return None
+        return sum(p.seconds for p in spanned) / len(spanned), spanned[-1]
+
+    def _judge(self) -> None:
+        """At a new step line: move the claim if the ratio has stood past the threshold that switches it (above
+        DISAGREES to start, below AGREES to end) for HOLD_LINES lines in a row."""
+        compared = self._printed_over_window()  # None below MIN_INTERVALS counted intervals: two sightings at least
+        counted = self._counted() if compared is not None else 0.0
+        if compared is None or compared[0] <= 0 or counted <= 0:
+            self._held = 0  # no evidence at this line: a run of lines past a threshold is broken
+            return
+        ratio = max(compared[0], counted) / min(compared[0], counted)
+        if self._claimed and ratio < SAME_IN_WORDS:
+            self._claimed, self._held = False, 0
+            return
+        past = ratio < AGREES if self._claimed else ratio > DISAGREES
+        self._held = self._held + 1 if past else 0
+        if self._held >= HOLD_LINES:
+            self._claimed, self._held = not self._claimed, 0
 
     def _trim(self) -> None:
         """Keep the window: the newest sightings within window_s of the newest, and the one just before them as
@@ -132,11 +177,12 @@ def ratio_words(ratio: float) -> str:
 def disagreement_words(printed: float, counted: float, printed_from: str | None) -> str | None:
     """What a printed figure that disagrees with the counter over the window is, with the ratio measured:
     "the log's printed time averages 31 ms/step over the window, but the step counter moved every 0.64 s (21×
-    longer): ...". None where they agree within DISAGREES (never a "1×" claim)."""
+    longer): ...". StepPace decides whether they disagree (a claim, once made, holds down to AGREES); None only where
+    the ratio would read "1.0×"."""
     if printed <= 0 or counted <= 0:
         return None
     ratio = max(printed, counted) / min(printed, counted)
-    if ratio <= DISAGREES:
+    if ratio < SAME_IN_WORDS:
         return None
     bar = printed_from == BAR_RATE
     figure = BAR_RATE if bar else f"the log's {printed_from}" if printed_from else "the log's printed time"

@@ -325,7 +325,18 @@ def test_data_bound_with_busy_workers_and_spare_cpus_says_more_workers():
                                        "called from main (train.py:300)")
     assert "2 DataLoader workers at 98% CPU each" in last.evidence
     assert "workers busy in ImageDataset.__getitem__ (data.py:57)" in last.evidence
-    assert last.advice[0].startswith("Raise DataLoader num_workers (now 2; 8 CPUs available)")
+    assert last.advice[0].startswith("Raise DataLoader num_workers (now 2; 5.9 of 8 CPUs unused)")
+
+
+def test_data_bound_with_busy_workers_and_cpus_taken_by_others_says_more_workers_will_not_help():
+    """2 workers at 70% on 2 CPUs, other processes taking the rest: the tree is below saturation, yet no CPU is
+    left for a third worker (seen live: "Raise num_workers (now 2; 2 CPUs available)" beside "the job gets 1.5 of
+    its 2 CPUs: other processes use the rest")."""
+    frames = [dataclasses.replace(f, host=HostCpuReading(online_cpus=2, allowed_cpus=2, busy_cpus=1.52 + 0.6))
+              for f in _dataloader_frames(worker_cpu=70.0, effective=2.0)]
+    last = run(frames)[-1]
+    assert "no CPU is left for more workers: the tree uses 1.5 of 2 CPUs, other processes 0.6" in last.evidence
+    assert last.advice[0].startswith("More workers will not help: other processes take the CPUs")
 
 
 def test_data_bound_with_saturated_cpus_says_more_workers_will_not_help():

@@ -352,7 +352,8 @@ def test_replay_of_a_recording_cut_mid_line_shows_what_is_whole(real_recording, 
     result = replay(cut, "--snapshot", "-")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    notice = result.stderr.strip()
+    notice, verdict = result.stderr.strip().splitlines()
+    assert verdict.startswith("gputop: verdict: ")  # last, as a headless run ends
     whole = len(real_recording) - 2
     assert notice == (f"gputop: {cut}: skipped 1 line that is not a whole frame (line {len(real_recording)}: "
                       "cut short, the recording ends mid-line (its writer stopped while writing)); "
@@ -371,7 +372,7 @@ def test_replay_of_a_recording_with_a_damaged_line_skips_it(real_recording, tmp_
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     notice = result.stderr.strip().splitlines()
-    assert len(notice) == 1
+    assert len(notice) == 2 and notice[1].startswith("gputop: verdict: ")  # the notice, then the verdict
     assert "skipped 2 lines that are not whole frames (line 3: not JSON; line 4: not JSON)" in notice[0]
     assert json.loads(result.stdout)["frames"] == len(real_recording) - 1
 

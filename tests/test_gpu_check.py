@@ -15,8 +15,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pynvml
 import pytest
 import torch
+from support.fake_pynvml import GIB, FakeGpu, FakeNvml
 from support.h200 import fixture
 from support.paths import REPO
 
@@ -191,6 +193,34 @@ def test_the_command_line_takes_a_subset_of_cases_and_refuses_an_unknown_one():
     assert args.cpu and args.cases == "probe_eager,data_starved"
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--cases", "probe_eager,nope"])
+
+
+def test_the_machine_record_reads_the_gpus_through_the_nvml_sensor():
+    """GPU 0's name, memory and power limit, the count, the driver and who holds GPU 0, as probes/sensors/nvml.py
+    reads them (the fake has pynvml's calls and errors); NVML shut down after."""
+    fake = FakeNvml([FakeGpu(processes=[(4242, 70 * GIB), (5151, None)]), FakeGpu(name="NVIDIA H100 80GB HBM3")],
+                    driver_version="580.159.04")
+    assert gpu_check.gpu_facts(fake) == {
+        "gpu_name": "NVIDIA H200", "gpu_memory_bytes": 143_771 * 2**20, "gpu_count": 2, "driver": "580.159.04",
+        "power_limit_w": 700, "gpu_processes_at_start": [4242, 5151]}
+    assert fake.init_count == 0
+    assert gpu_check.gpu_processes(fake) == [4242, 5151] and fake.init_count == 0
+
+
+def test_a_field_the_gpu_does_not_give_is_none_and_no_gpu_is_a_reason():
+    no_limit = FakeNvml([FakeGpu(errors={"nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED})])
+    facts = gpu_check.gpu_facts(no_limit)
+    assert facts["gpu_name"] == "NVIDIA H200" and facts["power_limit_w"] is None
+    assert facts["gpu_processes_at_start"] == []
+
+    no_driver = FakeNvml([FakeGpu()], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    facts = gpu_check.gpu_facts(no_driver)
+    assert "gpu_name" not in facts and facts["gpu_reason"].startswith("NVML: NVIDIA driver not loaded")
+    assert gpu_check.gpu_processes(no_driver) is None
+
+    no_name = FakeNvml([FakeGpu(errors={"nvmlDeviceGetName": pynvml.NVML_ERROR_UNKNOWN})])
+    facts = gpu_check.gpu_facts(no_name)
+    assert "gpu_name" not in facts and "name" in facts["gpu_reason"]
 
 
 @pytest.mark.slow

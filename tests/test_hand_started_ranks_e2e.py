@@ -18,16 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
 from support.cli import gputop
-from support.paths import REPO, TARGETS
+from support.hand_started import by_hand, gone, logged_pid
 from support.processes import free_port, wait_for
 from support.real_jobs import START_TIMEOUT_S, kill_job, watching
 
@@ -35,33 +33,9 @@ from probes.monitoring.monitor import Monitor
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]  # torch's import in two ranks on a busy 2-core machine
 
-RANK = str(TARGETS / "hand_started_rank.py")
 HANG_AFTER_S = 5.0
 HEAD = ("rank 1 of 2 is not running (the job runs only on this machine: MASTER_ADDR 127.0.0.1); rank 0 waits for "
         "it in {place}: hung until gloo's default collective timeout, 30 min (no rank uses a GPU)")
-
-
-def by_hand(helper: str, port: int, folder: Path, ranks: str = "0 1") -> subprocess.Popen:
-    """The ranks as a tutorial starts them, each `RANK=N python hand_started_rank.py HELPER &` of one shell (in its
-    own session), rank N's output in folder/rN.log."""
-    line = 'RANK={0} "$PYTHON" "$RANK_SCRIPT" {1} > "$LOGS/r{0}.log" 2>&1 &'
-    script = " ".join(line.format(rank, helper) for rank in ranks.split()) + " wait"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHON=sys.executable,
-               RANK_SCRIPT=RANK, LOGS=str(folder), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
-    return subprocess.Popen(["bash", "-c", script], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
-def logged_pid(log: Path, pattern: str) -> int | None:
-    found = re.search(pattern, log.read_text()) if log.exists() else None
-    return int(found.group(1)) if found else None
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @contextlib.contextmanager

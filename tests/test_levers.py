@@ -165,3 +165,20 @@ def test_seed004_a_is_offered_a_larger_micro_batch_with_its_basis(tmp_path):
         "work in it stays (estimate: NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice "
         "its batch (--batch-size) measures it on this GPU).",)
     assert not any(word in line for line in advice for word in CHECKLIST)
+
+
+def test_the_advice_reads_the_gpus_the_verdict_was_reached_on_not_a_second_summary(tmp_path, monkeypatch):
+    """The board's caps under "nothing in the step to win" come from the diagnosis's own GpuSummary of the metric
+    window: the monitor summarises a lone process's GPUs no second time."""
+    import probes.monitoring.monitor as monitor
+
+    summarised_again = []
+    real = monitor.gpu_summary
+    monkeypatch.setattr(monitor, "gpu_summary", lambda frames: summarised_again.append(frames) or real(frames))
+    frames = list(read_recording(recording("gpt2xl_s2", tmp_path)))
+    assert all(frame.job is None for frame in frames)  # a lone process: diagnose() gathers the whole tree's GPUs
+    comparison = load_comparison_inputs(str(fixture("gpt2xl_probe_compile.json")), None, 131_072)
+    advice = fold(frames, comparison=comparison, replay=True).view.verdict.advice
+    assert advice[0].startswith("The step runs at 98% of this GPU's compiled reference")
+    assert advice[1].startswith("The power limit (700 W) caps the clock")
+    assert summarised_again == []

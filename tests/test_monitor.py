@@ -111,13 +111,13 @@ def test_folding_a_long_recording_diagnoses_a_bounded_window_per_frame(monkeypat
     """Replay is linear in the recording's length: each frame is diagnosed once, over at most the
     history's capacity (the old replay re-diagnosed frames[:i] for every i)."""
     seen = []
-    real = monitor_module.diagnose
+    real = monitor_module.diagnose_with_evidence
 
     def counting(frames, previous=None, hang_after_s=5.0):
         seen.append(len(frames))
         return real(frames, previous, hang_after_s)
 
-    monkeypatch.setattr(monitor_module, "diagnose", counting)
+    monkeypatch.setattr(monitor_module, "diagnose_with_evidence", counting)
     frames = [dataclasses.replace(make_frame(i, counts=[main_count(FORWARD, n=2)]), seq=i + 1) for i in range(700)]
     fold(frames)
     assert len(seen) == 700 and max(seen) == 600
@@ -196,9 +196,10 @@ def test_a_derived_figure_and_a_bar_are_named_in_the_cross_check():
         "longer): a bar's rate is its own moving average, weighted to its latest updates; the pace is the counter's")
 
 
-@pytest.mark.parametrize("ratio", [1.0, 1.1, 1.25, 1 / 1.25])
-def test_no_disagreement_is_claimed_within_a_quarter(ratio):
-    """Never "~1×": figures within 25% of each other are no mismatch, whatever reached the Pace."""
+@pytest.mark.parametrize("ratio", [1.0, 1.04, 1 / 1.04])
+def test_no_disagreement_is_claimed_where_it_would_read_one(ratio):
+    """Never "1.0×": figures within 5% of each other are no mismatch, whatever reached the Pace (whether they
+    disagree is probes/pace.py's claim, which starts above 1.25 and holds down to 1.15: tests/test_pace_rule.py)."""
     pace = Pace(iteration=40, seconds_per_iter=0.64 * ratio, printed_seconds_per_iter=0.64, derived_from="step counter")
     assert pace_cross_check_line(pace) is None
 

@@ -17,7 +17,13 @@ from support.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, Fake
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
 from probes.gpu_metrics import GPM_METRICS
-from probes.sensors.nvml import INIT_RETRY_INTERVAL_S, NvmlGpuProbe, SharedGpuReading, decode_clock_event_reasons
+from probes.sensors.nvml import (
+    INIT_RETRY_INTERVAL_S,
+    NvmlGpuProbe,
+    SharedGpuReading,
+    decode_clock_event_reasons,
+    read_once,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,6 +140,16 @@ def test_a_shared_reading_reads_nvml_once_and_marks_each_targets_own_processes()
     assert fake.call_count("nvmlDeviceGetPowerUsage") == 4  # two devices, two refreshes: not once per target
     shared.close()
     assert fake.call_count("nvmlShutdown") == 1
+
+
+def test_a_single_reading_marks_the_target_and_shuts_nvml_down_again():
+    fake = two_h200s()
+    reading = read_once({4242: 42}, nvml=fake)
+    assert reading.available and reading.driver_version == "570.124.06"
+    assert [d.in_target for d in reading.devices] == [True, False]
+    assert fake.init_count == 0 and fake.live_gpm_samples == 0  # nothing left held between the reads
+    broken = FakeNvml([FakeGpu()], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    assert read_once(nvml=broken).reason.startswith("NVIDIA driver not loaded")
 
 
 def test_unsupported_fields_are_none_and_the_others_intact():

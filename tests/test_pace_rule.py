@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from probes.pace import (
+    AGREES,
     BAR_RATE,
+    DISAGREES,
+    HOLD_LINES,
     PACE_WINDOW_S,
     STEP_COUNTER,
     PaceFigures,
@@ -72,10 +75,58 @@ def test_a_step_below_the_last_starts_the_counter_again():
 
 
 def test_a_disagreement_is_the_printed_mean_over_the_counted_lines():
-    """A micro-step's 100 ms printed each step of 2 s: claimed, with the mean of the lines the counter spans (the
-    first line's figure is outside it: it times a step before the window)."""
-    pace = noted([(0.0, 0, 9.0), (2.0, 1, 0.1), (4.0, 2, 0.1), (6.0, 3, 0.1)])
-    assert pace.figures() == PaceFigures(2.0, STEP_COUNTER, pytest.approx(0.1), None)
+    """A micro-step's 100 ms printed each step of 2 s: claimed once it has held at HOLD_LINES step lines (the first
+    judged at the third line), with the mean of the lines the counter spans (the first line's figure is outside it:
+    it times a step before the window)."""
+    lines = [(0.0, 0, 9.0)] + [(2.0 * step, step, 0.1) for step in range(1, 2 + HOLD_LINES)]
+    assert noted(lines[:-1]).figures() == PaceFigures(2.0, STEP_COUNTER)  # judged past it at two lines only
+    assert noted(lines).figures() == PaceFigures(2.0, STEP_COUNTER, pytest.approx(0.1), None)
+
+
+def ratio_run(ratios: list[float]) -> list[bool]:
+    """Steps of 1 s whose printed figure is `ratio` times the step, judged over a window of the last 2 s (the
+    window's ratio is the mean of the last two lines'); whether a disagreement is claimed after each line."""
+    pace, claims = StepPace(window_s=2.0), []
+    pace.note_step(0, 0.0)
+    for step, ratio in enumerate(ratios, start=1):
+        pace.note_printed(ratio, None, float(step))
+        pace.note_step(step, float(step))
+        claims.append(pace.figures().printed_seconds_per_iter is not None)
+    return claims
+
+
+def test_a_ratio_past_the_threshold_at_fewer_than_hold_lines_claims_nothing():
+    """One odd line at 2× puts the window's ratio at 1.5 for two lines (it is in two windows): no claim, however far
+    past the threshold; three windows past it are a claim."""
+    assert HOLD_LINES == 3
+    assert not any(ratio_run([1.0] * 6 + [2.0] + [1.0] * 6))
+    assert ratio_run([1.0] * 6 + [2.0] * 2 + [1.0] * 6)[8]  # two odd lines are in three windows
+
+
+def test_a_claim_ends_only_below_the_lower_threshold_held_as_long():
+    """Claimed at 1.6×; a ratio between the thresholds (1.2) keeps it; below AGREES it ends after HOLD_LINES lines."""
+    between = (AGREES + DISAGREES) / 2
+    claims = ratio_run([1.6] * 8 + [between] * 10)
+    assert all(claims[-10:]), claims
+    below = ratio_run([1.6] * 8 + [1.1] * 10)
+    assert below[-1] is False and below.count(True) >= 8, below
+    # the ratio at 1.1 stands below AGREES from the window's first line of it on: gone within HOLD_LINES + 2 lines
+    assert below.index(False, 8) <= 8 + HOLD_LINES + 2, below
+
+
+def test_a_ratio_that_would_read_one_ends_the_claim_at_once():
+    claims = ratio_run([1.6] * 8 + [1.0] * 4)
+    assert claims[7] and not any(claims[10:]), claims  # the 2 s window holds one line of 1.6 until the line after
+
+
+def test_a_restart_forgets_a_claim():
+    pace = noted([(0.0, 0, None)] + [(2.0 * step, step, 0.1) for step in range(1, 8)])
+    assert pace.figures().printed_seconds_per_iter is not None
+    pace.restart()
+    for step in range(4):
+        pace.note_printed(2.0, None, 100.0 + 2.0 * step)
+        pace.note_step(step, 100.0 + 2.0 * step)
+    assert pace.figures() == PaceFigures(2.0, STEP_COUNTER)
 
 
 def test_alternating_printed_times_that_average_to_the_counter_claim_nothing():

@@ -79,10 +79,11 @@ def test_the_step_counter_overrules_a_printed_time_it_disagrees_with(tmp_path):
     assert reading.printed_from is None  # printed as a time, not worked out
 
 
-@pytest.mark.parametrize(("lines", "claimed"), [(2, False), (3, True)])
+@pytest.mark.parametrize(("lines", "claimed"), [(2, False), (4, False), (5, True)])
 def test_the_counter_is_the_pace_from_two_lines_and_a_disagreement_needs_two_intervals(tmp_path, lines, claimed):
     """The rule of probes/pace.py: two step lines 2 s apart give the pace (not the 100 ms they print); that the
-    printed time disagrees is said once it holds over two counted intervals, never on one."""
+    printed time disagrees is said once it holds over two counted intervals, never on one, at three step lines in a
+    row (HOLD_LINES: the lines 3, 4 and 5)."""
     log = tmp_path / "train.log"
     log.write_text("".join(f"2024-05-01 12:00:{2 * step:02d},000 step {step} | loss 2.0 | step_time 100ms\n"
                            for step in range(lines)), encoding="utf-8")
@@ -114,11 +115,12 @@ def test_printed_times_that_average_to_the_counter_claim_nothing(tmp_path):
 
 
 def test_a_counter_of_another_format_before_the_step_lines_is_not_their_start(tmp_path):
-    """litgpt's pretrain on TextFiles first draws litdata's tqdm bar (1/1) while it tokenizes, then its own step
-    lines: the step counter times litgpt's lines from their own first one, not from the bar (the time between is
-    model setup and compilation, no step)."""
+    """A bar that cannot be told from a training bar (no description, tqdm's "it": litdata's parquet reader's) before
+    litgpt's step lines: the step counter times litgpt's lines from their own first one, not from the bar (the time
+    between is model setup and compilation, no step). litdata's named "Progress" bar is not read at all
+    (tests/test_logformats_data_prep.py)."""
     log = tmp_path / "train.log"
-    log.write_text("Progress: 100%|██████████| 1/1 [00:03<00:00,  3.92s/it]\n", encoding="utf-8")
+    log.write_text("100%|██████████| 1/1 [00:03<00:00,  3.92s/it]\n", encoding="utf-8")
     probe = LogProgressProbe(1, str(log))
     assert probe.read().format == "tqdm"
     written = []

@@ -145,6 +145,24 @@ def test_samples_count_for_the_time_they_stand_for():
     assert time_shares(fast + slow).shares == {"compute": pytest.approx(0.5), "data": pytest.approx(0.5)}
 
 
+IMPORTING_TORCH = (
+    fr("<module>", SITE + "torch/_ops.py", 62),
+    fr("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
+    fr("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+) + ROOT
+
+
+def test_start_up_imports_are_no_phase_of_the_loop():
+    """Seen live on a crowded machine: importing torch took 30 s, counted as compute, and a job that then waited for
+    data in every sample read "it holds the step 29% of the time", a gain of 1.4×."""
+    starting = [make_frame(i, counts=[main_count(IMPORTING_TORCH, n=10)], cpu=100.0) for i in range(10)]
+    starved = [make_frame(i, counts=[main_count(DATALOADER_WAIT, n=4, idle=True), main_count(FORWARD, n=1)],
+                          cpu=5.0) for i in range(10, 20)]
+    shares = time_shares(starting + starved)
+    assert shares.shares == {"data": pytest.approx(0.8), "compute": pytest.approx(0.2)} and shares.samples == 50
+    assert time_shares(starting) is None  # nothing of the loop yet
+
+
 def test_no_samples_no_shares():
     assert time_shares([make_frame(i, cpu=100.0) for i in range(5)]) is None
     assert time_shares([]) is None
@@ -161,6 +179,31 @@ def test_no_samples_no_shares():
 def test_what_a_fix_can_win_is_one_over_one_minus_the_share_it_removes(bottleneck, phases, factor, words):
     gain = max_speedup(TimeShares(window_s=120.0, shares=phases, samples=SPEEDUP_MIN_SAMPLES), bottleneck)
     assert gain.factor == pytest.approx(factor) and gain.words == words
+
+
+@pytest.mark.parametrize("samples, data_share, words", [
+    (129, 1.0, "at least 43× faster if the input pipeline kept up (it holds the step 100% of the time); 0 of 129 "
+               "samples (last 60 s) fell outside it: more cannot be measured"),
+    (60, 59 / 60, "at least 13× faster if the input pipeline kept up (it holds the step 98% of the time); 1 of 60 "
+                  "samples (last 60 s) fell outside it: more cannot be measured"),
+])
+def test_a_phase_with_almost_no_samples_outside_it_says_the_least_its_fix_wins(samples, data_share, words):
+    """Every sample waiting for data puts no number on the step's own time: "up to 100×" was the cap, not a
+    measurement. What the samples show is a floor: n / 3 with none outside (95%)."""
+    shares = TimeShares(window_s=60.0, shares={"data": data_share, "compute": 1 - data_share}, samples=samples)
+    gain = max_speedup(shares, "data_bound")
+    assert gain is not None and gain.at_least and gain.words == words
+    assert not max_speedup(dataclasses.replace(shares, shares={"data": 0.9, "compute": 0.1}, samples=60),
+                           "data_bound").at_least  # 6 samples outside: the bound rests on them
+
+
+def test_a_verdict_whose_gain_is_a_floor_promises_no_bound():
+    frames = [make_frame(i, counts=[main_count(DATALOADER_WAIT, n=10, idle=True)], cpu=40.0) for i in range(20)]
+    monitor = fold(frames, replay=False)
+    verdict = monitor.view.verdict
+    assert verdict.bottleneck == "data_bound"
+    assert any(line.startswith("at least 67× faster if the input pipeline kept up") for line in verdict.evidence)
+    assert verdict.max_speedup is None and monitor.snapshot()["verdict"]["max_speedup"] is None
 
 
 def test_a_busy_gpu_leaves_little_for_anything_else():

@@ -356,18 +356,7 @@ def _profiles(frames: Sequence[Frame], main_pid: int,
             others.add(count)
         for count in stacks.worker_counts:
             workers.add(count)
-    if peer_wait == PEER_WAIT_BACKWARD:  # a CPU rank's waits py-spy calls awake (stacks.count_sleep_in_backward)
-        main.count_sleep_in_backward(_asleep_share(frames, main_pid))
     return main, others, workers
-
-
-def _asleep_share(frames: Sequence[Frame], main_pid: int) -> float | None:
-    """Share of wall time the main thread neither ran nor queued for a CPU over the frames (schedstat; None
-    without its run-queue time, where queued time cannot be told from sleep)."""
-    if mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in frames) is None:
-        return None
-    wanting = _wanting_cpu(frames, main_pid)
-    return None if wanting is None else max(0.0, 100.0 - wanting) / 100.0
 
 
 def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:

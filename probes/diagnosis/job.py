@@ -359,7 +359,7 @@ def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: 
     backend, why = collective_backend(history, live)
     timeout = (timeout_text(backend, why) if backend is not None
                else "the collective timeout (gloo 30 min, NCCL 10 min by default)")
-    head, waits_for = missing_head(job, missing, RANKS_LISTED)
+    head, waits_for = missing_head(job, missing, RANKS_LISTED, history)
     waiting = [d for d in live if in_collective_now(d)]
     if waiting:
         verb = "waits" if len(waiting) == 1 else "wait"
@@ -372,7 +372,7 @@ def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: 
         lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
     end_wait = leftover_advice(job, backend, RANKS_LISTED)
     advice = [
-        missing_advice(job, missing, RANKS_LISTED),
+        missing_advice(job, missing, RANKS_LISTED, history),
         *([end_wait] if end_wait else []),
         ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
          "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
@@ -410,7 +410,8 @@ def _hung_rank(history: Sequence[Frame], live: list[DiagnosedRank]) -> _Finding 
         advice.insert(0, (f"The other ranks wait in a collective until {timeout_text(backend, why)}: find what "
                           f"rank {culprit.rank} waits for (py-spy dump --pid {culprit.member.pid}"
                           f"{f' on {culprit.member.node}' if culprit.member.node else ''}), not them."))
-    verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice))
+    verdict = Verdict(culprit.verdict.bottleneck, "hung", culprit.verdict.confidence, tuple(lines), tuple(advice),
+                      step=culprit.verdict.step)
     return _Finding("hung_rank", verdict, culprit.rank)
 
 
@@ -440,7 +441,6 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
     lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
-    lines += [_sleep_counted(d.label, main) for d, main, _ in measured if main.sleep_counted_as_wait and d is not slow]
     advice = list(slow.verdict.advice)
     watch = f"gputop --pid {launcher_pid}" if launcher_pid is not None else "gputop on the launcher"
     advice.append(
@@ -454,14 +454,11 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
         persistence = min(1.0, max(0.0, now - previous.verdict.since) / CONFIDENCE_FULL_SECONDS)
     strength = min(1.0, least - slow_wait + 0.4)
     confidence = strength * (0.45 + 0.35 * support + 0.2 * persistence)
-    verdict = Verdict(slow.verdict.bottleneck, slow.verdict.liveness, confidence, tuple(lines), tuple(advice))
+    # The step facts of the rank whose advice the job's verdict carries: its levers were checked against them (a merge
+    # of every rank's would show facts no lever was checked against, and counts of no one process).
+    verdict = Verdict(slow.verdict.bottleneck, slow.verdict.liveness, confidence, tuple(lines), tuple(advice),
+                      step=slow.verdict.step)
     return _Finding("straggler", verdict, slow.rank, tuple(d for d, _, _ in measured))
-
-
-def _sleep_counted(label: str, main: ThreadProfile) -> str:
-    """How a CPU rank's wait share counts samples py-spy saw awake in backward (stacks.count_sleep_in_backward)."""
-    return (f"{label}: {main.sleep_counted_as_wait} of its samples in backward that py-spy saw awake count as waiting: "
-            f"its main thread slept {_pct(main.asleep_share or 0.0)} of the time (schedstat)")
 
 
 def _shared(live: list[DiagnosedRank]) -> _Finding | None:
@@ -480,7 +477,8 @@ def _shared(live: list[DiagnosedRank]) -> _Finding | None:
         lines.append("collective waits: " + ", ".join(f"rank {rank} {_pct(wait)}" for rank, wait in waits[:8]))
     confidence = min(d.verdict.confidence for d in live)
     verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice,
-                      one_time_cost=lead.verdict.one_time_cost)  # a warm-up on every rank promises no speed-up
+                      one_time_cost=lead.verdict.one_time_cost,  # a warm-up on every rank promises no speed-up
+                      step=lead.verdict.step)
     return _Finding("shared", verdict, None, tuple(live))
 
 
@@ -495,7 +493,7 @@ def _mixed(live: list[DiagnosedRank]) -> _Finding:
             f"rank {d.rank} {d.verdict.bottleneck}" + (f" (waits {_pct(d.wait)})" if d.wait is not None else "")
             for d in others[:RANKS_LISTED]))
     verdict = Verdict(lead.verdict.bottleneck, _job_liveness(live), lead.verdict.confidence, tuple(lines),
-                      lead.verdict.advice, one_time_cost=lead.verdict.one_time_cost)
+                      lead.verdict.advice, one_time_cost=lead.verdict.one_time_cost, step=lead.verdict.step)
     return _Finding("mixed", verdict, None, tuple(live))
 
 

@@ -379,56 +379,14 @@ class ThreadProfile:
     where: dict[Activity, Counter[tuple[StackFrame | None, StackFrame | None]]] = field(default_factory=dict)
     stacks: Counter[tuple[StackFrame, ...]] = field(default_factory=Counter)  # exact stack -> samples
     peer_wait: PeerWait | None = None  # a rank's main thread: how it waits for the others (classify_stack)
-    idle_samples: int = 0  # samples py-spy's flag calls idle, wherever they are
-    # Samples in backward flagged awake that count_sleep_in_backward counted as waiting for the other ranks, and
-    # the asleep share of wall time (schedstat) that made it do so; 0 and None where it did not.
-    sleep_counted_as_wait: int = 0
-    asleep_share: float | None = None
 
     def add(self, count: StackCount) -> None:
         classified = classify_cached(count.frames, count.idle, self.peer_wait)
         self.samples += count.count
-        if count.idle:
-            self.idle_samples += count.count
         self.by_activity[classified.activity] += count.count
         self.where.setdefault(classified.activity, Counter())[
             (classified.responsible, classified.user_frame)] += count.count
         self.stacks[count.frames] += count.count
-
-    def count_sleep_in_backward(self, asleep_share: float | None) -> int:
-        """For a rank of a CPU (gloo) job (PEER_WAIT_BACKWARD): count as waiting for the other ranks as many of its
-        samples at backward's entry flagged awake as the main thread's sleep leaves unexplained: `asleep_share` of
-        wall time (schedstat: neither on a CPU nor queued for one) times the samples, less the samples flagged
-        idle anywhere. Returns how many it moved from compute to the collective.
-
-        Why: py-spy's record windows carry no idle flag; the one they get is remembered by code position, and a
-        position any dump caught running stays busy (probes/sampling/idle_marks.py). At backward's entry a rank both
-        computes its backward and sleeps while DDP's reducer waits for its peers, so once one dump catches it
-        computing, or woken and queued for a core on a busy machine, every wait there reads as computing: a rank
-        asleep 70% of the time measured waiting 0%. Its sleep, read by the kernel, is not remembered by position."""
-        if self.peer_wait != PEER_WAIT_BACKWARD or asleep_share is None or not self.samples:
-            return 0
-        awake = [(spot, n) for spot, n in self.where.get(COMPUTE, Counter()).most_common()
-                 if spot[0] is not None and is_reducer_wait((spot[0],))]
-        unexplained = round(asleep_share * self.samples) - self.idle_samples
-        moved = min(unexplained, sum(n for _, n in awake))
-        if moved <= 0:
-            return 0
-        left = moved
-        for spot, n in awake:
-            step = min(left, n)
-            self.where[COMPUTE][spot] -= step
-            self.where.setdefault(COMMS, Counter())[spot] += step
-            left -= step
-            if not left:
-                break
-        self.where[COMPUTE] = +self.where[COMPUTE]  # drop the spots emptied
-        self.by_activity[COMPUTE] -= moved
-        self.by_activity[COMMS] += moved
-        self.by_activity = +self.by_activity
-        self.sleep_counted_as_wait += moved
-        self.asleep_share = asleep_share
-        return moved
 
     def share(self, *activities: Activity) -> float:
         if not self.samples:

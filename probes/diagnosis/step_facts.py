@@ -6,28 +6,32 @@ is not "no".
 
 Read from the main thread's sampled stacks over STEP_FACTS_LOOKBACK_S (step_marks.py says what each stack shows; the
 main process's other threads for the pin-memory thread and compiled code run off the main thread), the source lines
-those stacks name and the code torch.compile generated (read from this machine's disk: probes/sensors/source_lines.py),
-the training process's command line (a few flags whose meaning is fixed: `--compile=False`, `--bf16`, ...) and NVML
-(GpuSummary). py-spy's --locals is not used: a setting held only in a variable (`with ctx:`, nanoGPT's dtype from
-its config file) stays unknown. The stacks win over the command line: they are what runs.
+those stacks name and the code torch.compile generated (read from this machine's disk: probes/sensors/source_lines.py;
+in a replay, as the recording machine read them where this one cannot: step_source.py), the training process's command
+line (a few flags whose meaning is fixed: `--compile=False`, `--bf16`, ...) and NVML (GpuSummary). py-spy's --locals
+is not used: a setting held only in a variable (`with ctx:`, nanoGPT's dtype from its config file) stays unknown. The
+stacks win over the command line: they are what runs.
+
+Each frame's marks are counted once (memoised with the frame's stacks, as frame_stacks.py memoises its summary), so a
+call sums one small tally per frame of the look-back, whatever the History's length.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar, cast
 
-from probes.diagnosis.frame_stacks import frame_stacks
+from probes.diagnosis import step_source
+from probes.diagnosis.frame_stacks import CACHED_RANKS, frame_stacks
 from probes.diagnosis.gpu_summary import GpuSummary
 from probes.diagnosis.stacks import file_words, short_path
-from probes.diagnosis.step_marks import Mark, Origin, StackMarks, stack_marks_cached
-from probes.diagnosis.windows import recent
+from probes.diagnosis.step_marks import Mark, Origin, StackMarks
+from probes.diagnosis.step_source import RECORDED_WHERE, Generated
+from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES, recent
 from probes.frame import Frame
-from probes.lru import LruCache
-from probes.sensors import source_lines
 
 # As long as the compile look-back (compile_history.COMPILE_HISTORY_S): a GPU-bound main thread shows a window only a
 # few samples, most of them waiting, and the optimizer's step is one sample in 45 on GPT-2 XL (tests/fixtures/h200).
@@ -128,47 +132,6 @@ def _words(value: object) -> str:
     return "in the step (whether it scales not read)" if value == "seen" else str(value)
 
 
-@dataclass(frozen=True)
-class _Generated:
-    """What one file of torch.compile's generated code says (None fields where it does not say)."""
-
-    attention: Attention | None = None
-    attention_op: str | None = None  # the forward's op where the file names one (a backward's file names its own)
-    dtypes: tuple[tuple[str, int], ...] = ()  # buffers allocated, per float dtype
-
-
-_FUSED_ATTENTION_OP = re.compile(r"aten\._(?:scaled_dot_product_\w*?attention\w*|flash_attention_forward|"
-                                 r"efficient_attention_forward)")
-_FLASH_ATTN_OP = re.compile(r"torch\.ops\.flash_attn\.\w+")
-_SOFTMAX_OP = re.compile(r"aten\._(?:safe_)?softmax\b")
-_BMM_OP = re.compile(r"aten\.bmm\b")
-_BUFFER_DTYPE = re.compile(r"empty_strided(?:_\w+)?\(\([^()]*\),\s*\([^()]*\),\s*torch\.(bfloat16|float16|float32)\)")
-_generated_cache: LruCache[str, tuple[_Generated | None]] = LruCache(64)
-
-
-def _read_generated(path: str) -> _Generated | None:
-    text = source_lines.file_text(path)
-    if text is None:
-        return None
-    fused = sorted(set(_FUSED_ATTENTION_OP.findall(text)), key=lambda op: (op.endswith("_backward"), op))
-    flash = _FLASH_ATTN_OP.search(text)
-    attention: Attention | None = None
-    op = None
-    if fused:  # the forward's op by name, where a backward's file names it too
-        attention, op = "sdpa", fused[0]
-    elif flash:
-        attention, op = "flash_attn", flash.group(0)
-    elif _SOFTMAX_OP.search(text) and _BMM_OP.search(text):
-        attention, op = "by_hand", "aten._softmax and aten.bmm"
-    dtypes = Counter(_BUFFER_DTYPE.findall(text))
-    return _Generated(attention, op, tuple(sorted(dtypes.items(), key=lambda item: -item[1])))
-
-
-def _generated(path: str) -> _Generated | None:
-    """The generated code at `path`, read once (None where it is not readable here)."""
-    return _generated_cache.get_or_build(path, lambda: (_read_generated(path),))[0]
-
-
 class _Tally:
     """Samples per mark of one kind over the look-back."""
 
@@ -204,6 +167,71 @@ _KINDS: tuple[tuple[str, Callable[[StackMarks], Mark | None]], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class _FrameTally:
+    """One frame's main-thread marks, counted once: samples per (kind, mark), host syncs, the recomputed forward,
+    generated files run, user files not readable, and the pin-memory thread seen off the main thread."""
+
+    samples: int = 0
+    marks: tuple[tuple[str, Mark, int], ...] = ()
+    syncs: tuple[tuple[Mark, int], ...] = ()
+    recompute: int = 0
+    generated: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()
+    pinned_elsewhere: tuple[Mark, ...] = ()
+
+
+# As frame_stacks.py's cache: an entry goes with its frame's stacks (a weakref finalizer), and the bound caps it where
+# far more frames are alive at once (a replay holds its whole recording; a job of many ranks).
+_TALLY_LIMIT = 4 * CACHED_RANKS * (MAX_LOOKBACK_FRAMES + 16)
+_tallies: OrderedDict[int, tuple[int, _FrameTally]] = OrderedDict()
+
+
+def _frame_tally(frame: Frame, main_pid: int) -> _FrameTally:
+    """The frame's tally for the main process `main_pid` (memoised)."""
+    key = id(frame.stacks)  # unique while the stacks live, and the entry goes when they do
+    cached = _tallies.get(key)
+    if cached is not None and cached[0] == main_pid:
+        return cached[1]
+    tally = _count_frame(frame, main_pid)
+    if cached is None:
+        weakref.finalize(frame.stacks, _tallies.pop, key, None)
+    while len(_tallies) >= _TALLY_LIMIT:
+        _tallies.popitem(last=False)
+    _tallies[key] = (main_pid, tally)
+    return tally
+
+
+def _count_frame(frame: Frame, main_pid: int) -> _FrameTally:
+    counted: Counter[tuple[str, Mark]] = Counter()
+    syncs: Counter[Mark] = Counter()
+    generated: dict[str, None] = {}
+    unread: dict[str, None] = {}
+    pinned: dict[Mark, None] = {}
+    total = recompute = 0
+    stacks = frame_stacks(frame, main_pid)
+    for count in stacks.main_counts:
+        marks = step_source.marks(count.frames)
+        total += count.count
+        for name, read in _KINDS:
+            mark = read(marks)
+            if mark is not None:
+                counted[(name, mark)] += count.count
+        if marks.host_sync is not None:
+            syncs[marks.host_sync] += count.count
+        recompute += count.count if marks.recomputing else 0
+        generated.update(dict.fromkeys(marks.generated_files))
+        if marks.unread_file is not None:
+            unread[marks.unread_file] = None
+    for count in stacks.other_counts:  # the pin-memory thread; compiled backward on autograd's device thread
+        marks = step_source.marks(count.frames)
+        generated.update(dict.fromkeys(marks.generated_files))
+        if marks.pin_memory is not None:
+            pinned[Mark("on", "stacks", f"{marks.pin_memory.where} on another thread")] = None
+    return _FrameTally(total, tuple((name, mark, n) for (name, mark), n in counted.items()), tuple(syncs.items()),
+                       recompute, tuple(generated), tuple(unread), tuple(pinned))
+
+
 def step_facts(history: Sequence[Frame], main_pid: int, gpu: GpuSummary) -> StepFacts:
     """The StepFacts of the recent end of `history` (oldest first, not empty) for the main process `main_pid`."""
     tallies = {name: _Tally() for name, _ in _KINDS}
@@ -212,25 +240,19 @@ def step_facts(history: Sequence[Frame], main_pid: int, gpu: GpuSummary) -> Step
     unread: dict[str, None] = {}
     total = recompute = 0
     for frame in recent(history, STEP_FACTS_LOOKBACK_S):
-        stacks = frame_stacks(frame, main_pid)
-        for count in stacks.main_counts:
-            marks = stack_marks_cached(count.frames)
-            total += count.count
-            for name, read in _KINDS:
-                tallies[name].add(read(marks), count.count)
-            if marks.host_sync is not None:
-                syncs[marks.host_sync] += count.count
-            recompute += count.count if marks.recomputing else 0
-            generated.update(dict.fromkeys(marks.generated_files))
-            if marks.unread_file is not None:
-                unread[marks.unread_file] = None
-        for count in stacks.other_counts:  # the pin-memory thread; compiled backward on autograd's device thread
-            marks = stack_marks_cached(count.frames)
-            generated.update(dict.fromkeys(marks.generated_files))
-            if marks.pin_memory is not None:
-                tallies["pin_memory"].add(Mark("on", "stacks", f"{marks.pin_memory.where} on another thread"), 0)
+        tally = _frame_tally(frame, main_pid)
+        total += tally.samples
+        for name, mark, samples in tally.marks:
+            tallies[name].add(mark, samples)
+        for mark, samples in tally.syncs:
+            syncs[mark] += samples
+        recompute += tally.recompute
+        generated.update(dict.fromkeys(tally.generated))
+        unread.update(dict.fromkeys(tally.unread))
+        for mark in tally.pinned_elsewhere:
+            tallies["pin_memory"].add(mark, 0)
     flags = command_line_marks(_command_line(history[-1], main_pid))
-    code = {path: _generated(path) for path in generated}
+    code = {path: step_source.generated(path) for path in generated}
     unread.update((path, None) for path, read in code.items() if read is None)
     compiled = tallies["compiled"].best(total)
     eager = tallies["eager"].best(total)
@@ -264,7 +286,7 @@ def _flag(flags: dict[str, Mark], name: str) -> Fact | None:
     return Fact(mark.value, mark.origin, mark.where) if mark is not None else None
 
 
-def _generated_attention(code: dict[str, _Generated | None]) -> Fact[Attention] | None:
+def _generated_attention(code: dict[str, Generated | None]) -> Fact[Attention] | None:
     """The attention the generated code runs: a fused op wherever one file calls it (a forward's file first), else
     by hand."""
     ranked = sorted(((path, read) for path, read in code.items() if read is not None),
@@ -274,21 +296,24 @@ def _generated_attention(code: dict[str, _Generated | None]) -> Fact[Attention] 
             if read.attention == wanted:
                 where = f"{short_path(path)[:8]}….py calls {read.attention_op}" if wanted != "by_hand" else \
                     f"{short_path(path)[:8]}….py runs {read.attention_op} and no fused attention op"
-                return Fact(wanted, "generated code", where)
+                return Fact(wanted, "generated code", where + (RECORDED_WHERE if read.recorded else ""))
     return None
 
 
-def _generated_dtype(code: dict[str, _Generated | None]) -> Fact[Dtype] | None:
+def _generated_dtype(code: dict[str, Generated | None]) -> Fact[Dtype] | None:
     """The lowest-precision float the generated code allocates buffers in, with the counts of each."""
     counts: Counter[str] = Counter()
+    recorded = False
     for read in code.values():
         if read is not None:
             counts.update(dict(read.dtypes))
+            recorded = recorded or (read.recorded and bool(read.dtypes))
     if not counts:
         return None
     value = next(d for d in ("bfloat16", "float16", "float32") if counts[d])
     buffers = ", ".join(f"{n} {d}" for d, n in counts.most_common())
-    return Fact(cast(Dtype, value), "generated code", f"buffers of the compiled graphs: {buffers}")
+    return Fact(cast(Dtype, value), "generated code",
+                f"buffers of the compiled graphs: {buffers}" + (RECORDED_WHERE if recorded else ""))
 
 
 def _gpu_memory(gpu: GpuSummary) -> Fact[tuple[int, int]] | None:

@@ -23,7 +23,9 @@ leftover (it keeps the others waiting where gloo would fail them at once), never
 
 This module owns this machine's own names and addresses (the hostname, psutil's interface addresses). The
 :class:`Locator` reads at most every RECHECK_S, and only while a rank is unseen: a scan of the machine's processes
-and one sock_diag dump are too much for every tick.
+and one sock_diag dump are too much for every tick. A rank it found running here is checked every tick (one read of
+its environment), and read again as soon as it has ended: the frames then bracket its end within a tick
+(probes/diagnosis/absent_ranks.py says when it exited).
 """
 
 from __future__ import annotations
@@ -204,6 +206,12 @@ def find_ranks_here(key_environ: Mapping[str, str], unseen: Collection[int],
     return running, {rank: pids for rank, pids in leftovers.items() if rank not in running}
 
 
+def _still_rank(pid: int, rank: int) -> bool:
+    """Whether a process found running as `rank` still is: its environment still names that rank (an ended
+    process, a zombie among them, has none to read)."""
+    return int_or_none(read_environ(pid).get("RANK")) == rank
+
+
 def _holds_connections(pid: int) -> bool:
     return bool(established_peers([pid]))
 
@@ -220,7 +228,7 @@ def established_peers(pids: Collection[int]) -> list[str] | None:
 
 class Locator:
     """The placement of a job's unseen ranks, read again at most every RECHECK_S, or when the unseen ranks
-    change."""
+    change, or a rank it found running here has ended."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -229,7 +237,8 @@ class Locator:
     def place(self, ranks: Sequence[ProcessFacts], unseen: Collection[int], tree: Collection[int]) -> Placement:
         """Where the `unseen` ranks are, from the live `ranks` of the watched `tree` (its PIDs); never raises."""
         now, wanted = self._clock(), frozenset(unseen)
-        if self._last is not None and self._last[1] == wanted and now - self._last[0] < RECHECK_S:
+        if self._last is not None and self._last[1] == wanted and now - self._last[0] < RECHECK_S and all(
+                _still_rank(pid, rank) for rank, pid in self._last[2].running_here):
             return self._last[2]
         try:
             placement = self._read(ranks, wanted, tree)

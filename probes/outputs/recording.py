@@ -2,7 +2,10 @@
 
 A recording's first line is a header (`{"schema": "gputop.recording/1", ...}`); every further line is one
 Frame as `probes.frame.to_jsonable` writes it. Replay yields the same Frame objects a live engine produced,
-so the TUI, snapshots and the diagnosis behave identically on both.
+so the TUI, snapshots and the diagnosis behave identically on both. What the live run read of the job's source for
+the step facts (the lines its stacks name, torch.compile's generated code: files a replay elsewhere cannot read) rides
+on the frame line where it was first needed, under `step_source` (probes/diagnosis/step_source.py), a key older
+readers ignore; reading the frames back hands it to the step facts, so a replay says what the live screen said.
 
 Both ends survive damage. Writing, a failed write (a full disk, a removed file) stops the recording but
 never the monitor: `Recorder.append` returns False and `Recorder.problem` says why, in one line for the
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from probes import __version__
+from probes.diagnosis import step_source
 from probes.frame import Frame, from_jsonable, to_jsonable
 from probes.outputs.private_files import open_private
 
@@ -56,6 +60,7 @@ class Recorder:
         self.path = Path(path)
         self.frames = 0
         self.problem: str | None = None
+        self._source = step_source.SourceWriter()  # what this machine read of the job's source, carried along
         cut_short = _ends_mid_line(self.path)
         self._file: IO[str] | None = open_private(self.path, "a")  # stacks and command lines: 0600
         try:
@@ -79,7 +84,11 @@ class Recorder:
         if self._file is None:
             return False
         try:
-            self._write(to_jsonable(frame))
+            line = to_jsonable(frame)
+            read = self._source.new_in(frame)
+            if read is not None:
+                line[step_source.RECORDING_KEY] = read
+            self._write(line)
         except OSError as exc:
             self.problem = (
                 f"recording to {self.path} stopped after {self.frames} frames: {exc.strerror or exc}; "
@@ -218,6 +227,7 @@ def read_recording(path: str | Path, skipped: list[SkippedLine] | None = None) -
                     except (TypeError, ValueError, KeyError, AttributeError) as exc:
                         _skip(skipped, number, f"not a frame ({type(exc).__name__})")
                         continue
+                    step_source.remember(data.get(step_source.RECORDING_KEY))  # before the frame that needs it
                     yield frame
             except EOFError:  # a gzipped recording cut short: the frames before the cut are whole
                 _skip(skipped, number + 1, "cut short, the gzipped recording ends mid-stream")

@@ -296,8 +296,18 @@ def _reference(baseline: ProbeResult, tokens_per_iter: int) -> tuple[float, floa
     micro-steps × forward+backward + one optimizer step. The probe's own iteration when tokens agree."""
     if tokens_per_iter == baseline.tokens_per_iter:
         return baseline.iter_seconds, float(baseline.grad_accum)
-    micro_steps = tokens_per_iter / baseline.tokens_per_step
-    return micro_steps * baseline.fwd_bwd_seconds + baseline.optimizer_seconds, micro_steps
+    return reference_iteration(tokens_per_iter, baseline.tokens_per_step, baseline.fwd_bwd_seconds,
+                               baseline.optimizer_seconds)
+
+
+def reference_iteration(tokens_per_iter: int, probe_tokens_per_step: int, fwd_bwd_seconds: float,
+                        optimizer_seconds: float) -> tuple[float, float]:
+    """(seconds, micro-steps) the probe's step predicts for a job's iteration of tokens_per_iter: the job's tokens
+    in micro-steps of the probe's batch, each one forward+backward, and one optimizer step per iteration (the probe
+    pays that step every batch, so its own rate would flatter a job that accumulates). The one formula, for the
+    live pace (compare_progress) and `gputop compare` alike."""
+    micro_steps = tokens_per_iter / probe_tokens_per_step
+    return micro_steps * fwd_bwd_seconds + optimizer_seconds, micro_steps
 
 
 def _peak(inputs: ComparisonInputs, gpu_name: str | None) -> PeakFlops | None:

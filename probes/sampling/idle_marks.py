@@ -1,65 +1,115 @@
-"""Which samples of the record windows were idle: the dumps' activity flags, remembered by code position.
+"""Which samples of the record windows were idle: the dumps' activity flags, counted by code position.
 
 py-spy's raw output (the record windows) carries no idle flag; each dump gives every thread's current stack with
-py-spy's ``active`` flag. :class:`IdleMarks` remembers, for each innermost Python frame a dump caught a thread in,
-whether it was idle there (per thread, and for any thread), and marks each window's counts by it. It is bounded
-(least recently seen first out) and not thread-safe: the stack sampler calls it under its lock.
+py-spy's ``active`` flag. :class:`IdleMarks` counts, for each innermost Python frame a dump caught a thread in, how
+many dumps saw it idle there and how many saw it there at all (per thread, and for any thread), recent dumps
+weighing more, and splits each window's count at that position by the idle share those dumps observed: a count
+of 10 where 7 of 10 dumps saw the thread idle becomes 7 idle samples and 3 busy ones.
+
+Why a share, not one flag per position: the same line can be both. At a rank's entry into backward (DDP on
+gloo) the main thread computes its backward and then sleeps while DDP's reducer waits for the other ranks; a
+flag per line ("busy wins": a line any dump caught running stays busy) counted every one of those waits as
+compute once a single dump caught the rank computing, or woken and queued for a core on a busy machine (a rank
+asleep 70% of the time measured waiting 0%, issue 31). The dumps are samples of the thread's state at moments
+unrelated to its step, so the share of them that saw it idle at a position estimates the share of its time
+there that it was idle, without bias, where the flag per line was biased to busy. The kernel's per-thread sleep
+share (schedstat) is not used here: it says how long a thread slept, not where, so it cannot split one line's
+samples from another's, and it is not measured everywhere (no run-queue time, no sleep told from waiting).
+
+A known blocking call (KNOWN_WAITS) is always idle, even when a dump caught the thread running there (waking up,
+say). A position no dump has seen is busy: threads wait at a few recurring places that the dumps soon see, while
+busy code moves through many lines that a dump every few seconds rarely catches. The counts are bounded (least
+recently seen first out) and not thread-safe: the stack sampler calls them under its lock.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.sampling.pyspy_output import KNOWN_WAITS
 from probes.sampling.stacks import frame_matches
 
-# How many (thread, innermost frame) -> idle observations to remember for marking counts.
+# How many (thread, innermost frame) and innermost frame observations to remember for marking counts.
 FRAME_ACTIVITY_MEMORY = 4096
+# Each new dump at a position counts fully; the ones before it lose half their weight every this many dumps there.
+# Dumps come every 5 s (15 s once settled), so a share follows about the last minute of dumps at a position,
+# while some 20 dumps' worth of observations (an exponential average's effective count, (1 + w) / (1 - w)) keep a
+# share of 0.7 within about ±0.1 (one standard deviation).
+IDLE_HALF_LIFE_DUMPS = 8
+RECENT_WEIGHT = 0.5 ** (1 / IDLE_HALF_LIFE_DUMPS)
 
 Position = tuple[str, str, int]  # function, file, line of an innermost Python frame
+_ThreadPosition = tuple[int, int, str, str, int]  # pid, tid, and a Position
 _Key = TypeVar("_Key", bound=Hashable)
+_Value = TypeVar("_Value")
 
 
 def innermost_python(frames: Sequence[StackFrame]) -> StackFrame | None:
     return next((f for f in frames if not f.native), None)
 
 
+@dataclass
+class Observed:
+    """The dumps that caught a thread at one position: how many saw it idle, of how many, recent ones weighing more."""
+
+    idle: float = 0.0
+    seen: float = 0.0
+
+    def add(self, idle: bool) -> None:
+        self.idle = self.idle * RECENT_WEIGHT + (1.0 if idle else 0.0)
+        self.seen = self.seen * RECENT_WEIGHT + 1.0
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle / self.seen if self.seen else 0.0
+
+
 class IdleMarks:
-    """Idle flags the dumps gave to innermost Python frames: per (pid, tid, position), and per position."""
+    """What the dumps saw of innermost Python frames: per (pid, tid, position), and per position."""
 
     def __init__(self, memory: int = FRAME_ACTIVITY_MEMORY) -> None:
         self._memory = memory
-        self.by_thread: OrderedDict[tuple[int, int, str, str, int], bool] = OrderedDict()
-        self.anywhere: OrderedDict[Position, bool] = OrderedDict()
+        self.by_thread: OrderedDict[_ThreadPosition, Observed] = OrderedDict()
+        self.anywhere: OrderedDict[Position, Observed] = OrderedDict()
+        # Per (thread, position), the idle samples a split owed or gave beyond its share (under half a sample
+        # either way): a window's few samples at a line are split in whole samples, and this carries the rounding
+        # to the next window, so that over many small counts the idle ones come to the observed share.
+        self._owed: OrderedDict[_ThreadPosition, float] = OrderedDict()
 
-    def mark(self, count: StackCount) -> StackCount:
-        """``count`` with its ``idle`` judged (see :meth:`judge`)."""
-        idle = self.judge(count.pid, count.tid, innermost_python(count.frames))
-        return count if idle == count.idle else StackCount(
-            pid=count.pid, tid=count.tid, thread_name=count.thread_name, idle=idle,
-            frames=count.frames, count=count.count,
-        )
+    def split(self, count: StackCount) -> tuple[StackCount, ...]:
+        """``count`` as its idle samples and its busy ones (one count where all are one or the other), by the
+        idle share at its innermost Python frame (see :meth:`idle_share`)."""
+        frame = innermost_python(count.frames)
+        share = self.idle_share(count.pid, count.tid, frame)
+        if share <= 0.0 or share >= 1.0 or frame is None:
+            idle = count.count if share >= 1.0 else 0
+        else:
+            key = (count.pid, count.tid, frame.function, frame.file, frame.line)
+            owed = self._owed.get(key, 0.0) + count.count * share
+            # Within 0..count (the carry is under half a sample either way); bounded against rounding all the same.
+            idle = min(count.count, max(0, math.floor(owed + 0.5)))
+            _keep(self._owed, key, owed - idle, self._memory)
+        parts = ((True, idle), (False, count.count - idle))
+        return tuple(count if (idle_part == count.idle and n == count.count) else StackCount(
+            pid=count.pid, tid=count.tid, thread_name=count.thread_name, idle=idle_part, frames=count.frames, count=n,
+        ) for idle_part, n in parts if n)
 
-    def judge(self, pid: int, tid: int, frame: StackFrame | None) -> bool:
-        """Whether a sample at ``frame`` (innermost Python frame) was idle.
-
-        A known blocking call is idle even when a dump caught the thread running there (waking
-        up, say). Elsewhere the dumps decide: threads wait at a few recurring places that the dumps
-        soon see, while busy code moves through many lines that a dump every few seconds rarely
-        catches, so a place no dump has seen is taken as busy, and so is a place any dump saw running.
-        """
+    def idle_share(self, pid: int, tid: int, frame: StackFrame | None) -> float:
+        """The share of samples at ``frame`` (an innermost Python frame) that were idle: 1 at a known blocking
+        call; else the recent-weighted share of the dumps that caught this thread there idle, or any thread where
+        no dump caught this one there; 0 where no dump has been (or no Python frame)."""
         if frame is None:
-            return False
+            return 0.0
         if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS):
-            return True
+            return 1.0
         position = (frame.function, frame.file, frame.line)
-        seen = self.by_thread.get((pid, tid, *position))
-        if seen is None:
-            seen = self.anywhere.get(position, False)
-        return seen
+        seen = self.by_thread.get((pid, tid, *position)) or self.anywhere.get(position)
+        return seen.idle_share if seen is not None else 0.0
 
     def remember(self, threads: Sequence[ThreadStack]) -> None:
         """What one dump saw each thread doing, and where."""
@@ -68,14 +118,18 @@ class IdleMarks:
             if frame is None:
                 continue
             position = (frame.function, frame.file, frame.line)
-            # Busy wins: a thread caught running at a place is busy there, even if a later dump
-            # (under CPU contention, between time slices) calls it inactive at the same line.
-            _remember(self.by_thread, (thread.pid, thread.tid, *position), thread.idle, self._memory)
-            _remember(self.anywhere, position, thread.idle, self._memory)
+            _observe(self.by_thread, (thread.pid, thread.tid, *position), thread.idle, self._memory)
+            _observe(self.anywhere, position, thread.idle, self._memory)
 
 
-def _remember(memory: OrderedDict[_Key, bool], key: _Key, idle: bool, limit: int) -> None:
-    memory[key] = idle and memory.get(key, True)
+def _observe(memory: OrderedDict[_Key, Observed], key: _Key, idle: bool, limit: int) -> None:
+    observed = memory.get(key) or Observed()
+    observed.add(idle)
+    _keep(memory, key, observed, limit)
+
+
+def _keep(memory: OrderedDict[_Key, _Value], key: _Key, value: _Value, limit: int) -> None:
+    memory[key] = value
     memory.move_to_end(key)
     while len(memory) > limit:
         memory.popitem(last=False)

@@ -217,7 +217,7 @@ class SamplerResults:
                 self._marked_epochs = dict(self._mark_epochs)
         events, self._events = self._events, []
         states = dict(self.states)
-        counts = [self.idle.mark(c) for w in windows for c in w.counts]
+        counts = [part for w in windows for c in w.counts for part in self.idle.split(c)]
         for window in windows:
             state = states.get(window.pid)
             if state is not None and window.wall_seconds > 0:

@@ -456,6 +456,17 @@ class NvmlGpuProbe:
             return None
 
 
+def read_once(target_pids: Mapping[int, int] | None = None, nvml: Any = None) -> GpuReading:
+    """One reading of every GPU, NVML initialised for it and shut down after: for what reads the GPUs now and then,
+    not each tick (the record of the machine a check ran on, whether a GPU is free yet). Never raises; a field a GPU
+    or driver does not give is None, as in every reading. nvml: a module with pynvml's API (tests pass a fake)."""
+    probe = NvmlGpuProbe(nvml)
+    try:
+        return probe.read(target_pids)
+    finally:
+        probe.close()
+
+
 def for_target(reading: GpuReading, target_pids: Mapping[int, int]) -> GpuReading:
     """One reading of the node's GPUs, with each compute process marked in or out of one target's tree.
 

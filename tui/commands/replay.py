@@ -15,6 +15,7 @@ from tui.commands.shared import (
     check_writable,
     comparison_inputs,
     hang_after,
+    tell_verdict,
 )
 from tui.exitcodes import EXIT_OK
 
@@ -96,6 +97,8 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
         print(f"gputop: {notice}", file=sys.stderr)
     monitor.settle(now=last.time)  # across nodes: the last round, whichever node sent last
     write_json_atomic(monitor.snapshot(), args.snapshot)
+    if monitor.view is not None:  # the last line, as a headless live run ends: the answer on the terminal
+        tell_verdict(monitor.view)
     return EXIT_OK
 
 

@@ -1,7 +1,8 @@
 """The Ranks pane, shown only for a distributed job: one row per rank on this node (rank, local rank, PID, GPU,
 CPU%, the share of its samples spent waiting for the other ranks, its own verdict in a few words), the rank
-that holds the others back in bold; below them, the ranks of the world with no process here (gone before gputop
-attached, or on other nodes). The selected rank (`[` / `]`, or enter on a row) scopes the CPU and
+that holds the others back in bold; below them, the ranks of the world with no process here, in the words of
+probes/diagnosis/absent_ranks.py (exited by a time where gputop saw it run, not running, gone before gputop
+attached, or not on this node). The selected rank (`[` / `]`, or enter on a row) scopes the CPU and
 Stacks panes to it and its workers; the pure helpers below say which rows, words and processes that means.
 """
 
@@ -15,6 +16,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable
 
+from probes.diagnosis.absent_ranks import ELSEWHERE_WORDS, missing_rank_words, ranks_seen_gone
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
 from probes.jobs.world import ranges_text
 from probes.monitoring.view import MonitorView
@@ -39,8 +41,6 @@ ABSENT_KEY = "absent:"
 # The row that stands for a group of agreeing ranks (probes.monitoring.cluster.agreeing_ranks), under the group's
 # first rank.
 GROUP_KEY = "group:"
-MISSING_WORDS = "gone (exited before attach)"
-ELSEWHERE_WORDS = "not on this node"
 
 
 @dataclass(frozen=True)
@@ -102,17 +102,20 @@ def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankR
                    node=rank.node)
 
 
-def absent_ranks(job: JobInfo | None) -> list[tuple[str, str]]:
+def absent_ranks(job: JobInfo | None, frames: Sequence[Frame] = ()) -> list[tuple[str, str]]:
     """(rank or range of ranks, words) for each rank of the world with no process on this node: those this node
-    should hold ("gone (exited before attach)") and those on other nodes ("not on this node")."""
+    should hold, as `frames` (the history shown, oldest first) measured them ("exited by 12:00:05", "not running",
+    "gone (exited before attach)": absent_ranks.missing_rank_words), and those on other nodes ("not on this
+    node")."""
     if job is None:
         return []
-    return ([(str(rank), MISSING_WORDS) for rank in job.missing_ranks]
+    gone = ranks_seen_gone(frames, job.missing_ranks) if job.missing_ranks else {}
+    return ([(str(rank), missing_rank_words(job, rank, gone)) for rank in job.missing_ranks]
             + [(ranges_text([span]), ELSEWHERE_WORDS) for span in job.ranks_elsewhere])
 
 
 def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False) -> tuple[Text, ...]:
-    style = "bold red" if words == MISSING_WORDS else "dim"
+    style = "dim" if words == ELSEWHERE_WORDS else "bold red"  # a rank this node should hold and does not
     dash = Text("-", style=style, justify="right")
     return (Text(rank, style=style, justify="right"), *([dash] * (6 if nodes else 5)),
             Text(clip(words, verdict_room), style=style))

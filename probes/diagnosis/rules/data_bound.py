@@ -14,6 +14,7 @@ WORKER_BUSY_CPU_PCT = 70.0
 WORKER_BUSY_ACTIVE_SHARE = 0.6
 WORKER_STARVED_CPU_PCT = 50.0
 SATURATED_FRACTION = 0.85
+MIN_UNUSED_CPUS = 0.5  # less than half a CPU unused is no room for another worker
 
 DATA_BOUND = BottleneckFacts(
     name="data_bound",
@@ -90,15 +91,31 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
             ("The workers are CPU-starved: more workers will not help until CPUs are free. Make each sample "
             "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
         ]
-    if busy:
-        room = f"; {cpu_amount(effective)} available" if effective else ""
+    if not busy:
         return [
-            f"Raise DataLoader num_workers (now {n}{room}): the workers are busy and CPU is left.",
+            ("The workers are mostly idle while the main thread waits: look at IPC of large batches "
+             "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
+        ]
+    if effective is None:
+        return [
+            f"Raise DataLoader num_workers (now {n}) if CPUs are free: the workers are busy.",
             "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
         ]
+    # What more workers could run on: the CPUs the tree may use, less its own use and what other processes
+    # take of them. The tree below saturation is not CPU left where other work fills the rest.
+    others = ev.others_busy_cpus or 0.0
+    unused = effective - tree - others
+    if unused < MIN_UNUSED_CPUS:
+        lines.append(f"no CPU is left for more workers: the tree uses {tree:.1f} of {cpu_amount(effective)}, "
+                     f"other processes {others:.1f}")
+        return [
+            ("More workers will not help: other processes take the CPUs they would run on. Make each sample "
+             "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
+        ]
     return [
-        ("The workers are mostly idle while the main thread waits: look at IPC of large batches "
-         "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
+        (f"Raise DataLoader num_workers (now {n}; {unused:.1f} of {cpu_amount(effective)} unused): the workers "
+         "are busy and CPU is left."),
+        "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
     ]
 
 
