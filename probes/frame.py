@@ -361,6 +361,9 @@ class Verdict:
     # The most the verdict's fix can win, times faster, from the time shares over the last minutes
     # (probes/diagnosis/shares.py); None where its fix has no measured phase. Set on the verdict as shown.
     max_speedup: float | None = None
+    # Where under 3 of the samples fell outside that phase, no bound is measured, only a floor: at least this many
+    # times faster (n / 3 with none outside, at 95%; shares.max_speedup). None wherever max_speedup is given.
+    min_speedup: float | None = None
     # The phase it names is a one-time cost that ends by itself (torch.compile's warm-up): no fix removes it, so
     # no max_speedup is promised for it.
     one_time_cost: bool = False

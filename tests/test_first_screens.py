@@ -56,6 +56,10 @@ def test_the_verdict_line_is_the_headers_words_with_the_gain_and_its_condition()
                                      "kept up (it holds the step 82% of the time)")
     # No gain where the verdict carries none; the bound of a busy GPU in its own words.
     assert verdict_line(dataclasses.replace(starved, max_speedup=None)) == "input-bound · progressing · 76% sure"
+    # Every sample in the phase but a sample or two: a floor, its share in words (shares.max_speedup's at_least).
+    assert verdict_line(dataclasses.replace(starved, max_speedup=None, min_speedup=34.0)) == (
+        "input-bound · progressing · 76% sure · at least 34× faster if the input pipeline kept up (it holds the step "
+        "nearly all of the time)")
     gpu = Verdict(bottleneck="gpu_bound", liveness="progressing", confidence=0.9, max_speedup=1.25)
     assert verdict_line(gpu) == ("GPU-bound · progressing · 90% sure · anything outside the GPU can win at most 1.2× "
                                  "(it is busy 80% of the time)")

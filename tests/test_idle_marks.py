@@ -11,6 +11,9 @@ from probes.sampling.idle_marks import IdleMarks
 from probes.sampling.sampler_results import SamplerResults, Window
 
 RANK0, RANK1 = 4101, 4102
+WORKER1, WORKER2, WORKER3 = 4201, 4202, 4203
+SLOW_AUGMENT = (StackFrame("slow_augment", "/srv/job/train.py", 40), StackFrame("<module>", "/srv/job/train.py", 90))
+WORKER_FETCH = (StackFrame("fetch", "/srv/job/dataset.py", 25), StackFrame("_worker_loop", "/srv/job/worker.py", 8))
 NATIVE = StackFrame("futex_wait", "libc.so.6", 0, native=True)
 CONDITION_WAIT = (StackFrame("wait", "/usr/lib/python3.10/threading.py", 320),
                   StackFrame("worker", "/srv/job/train.py", 12))
@@ -96,15 +99,57 @@ def test_a_position_no_dump_saw_and_a_stack_without_python_frames_are_busy():
 
 
 def test_a_threads_own_dumps_decide_before_any_other_threads():
-    """Rank 0 waits at backward's entry, rank 1 (the straggler) only computes there: each its own share. A thread
-    no dump caught at a line takes what the dumps saw of any thread there."""
+    """Rank 0 waits at backward's entry, rank 1 (the straggler) only computes there: each its own share, one dump of
+    its own against three of another rank's."""
     marks = IdleMarks()
     for _ in range(3):
         marks.remember(dump(RANK0, DDP_WAIT, idle=True))
     marks.remember(dump(RANK1, DDP_WAIT, idle=False))
     assert marks.idle_share(RANK0, RANK0, DDP_WAIT[0]) == 1.0
     assert marks.idle_share(RANK1, RANK1, DDP_WAIT[0]) == 0.0
-    assert 0.7 < marks.idle_share(RANK1, RANK1 + 7, DDP_WAIT[0]) < 0.75  # another thread: any thread's, 3 of 4 idle
+
+
+def test_a_rank_no_dump_caught_at_a_line_is_not_made_idle_by_another_ranks_one_or_two_dumps():
+    """The straggler (rank 1) was never dumped at backward's entry; rank 0 was, idle, once or twice. Rank 1's
+    samples there stay busy: a share from one or two dumps of another process is 0 or 1, not a share (rank 1 of an
+    accelerate run looked 67% waiting from it)."""
+    for rank0_dumps in (1, 2):
+        results = sampler_results(RANK0, RANK1)
+        for _ in range(rank0_dumps):
+            results.add_dump(results.states[RANK0], dump(RANK0, DDP_WAIT, idle=True), worker=False)
+        results.add_dump(results.states[RANK1], dump(RANK1, SLOW_AUGMENT, idle=False), worker=False)
+        samples = collected(results, window_count(RANK1, DDP_WAIT, 30), window_count(RANK0, DDP_WAIT, 30))
+        assert samples == {(RANK1, False): 30, (RANK0, True): 30}, (rank0_dumps, samples)
+
+
+def test_a_thread_no_dump_caught_at_a_line_borrows_its_own_processs_threads_share_before_other_processes():
+    """A second thread of rank 1 at a line where rank 1's main thread was seen busy five times and rank 0 idle ten
+    times: the same process's threads decide, not the peer rank waiting there."""
+    marks = IdleMarks()
+    for _ in range(10):
+        marks.remember(dump(RANK0, DDP_WAIT, idle=True))
+    for _ in range(5):
+        marks.remember(dump(RANK1, DDP_WAIT, idle=False))
+    assert marks.idle_share(RANK1, RANK1 + 7, DDP_WAIT[0]) == 0.0
+    (part,) = marks.split(window_count(RANK1, DDP_WAIT, 6, tid=RANK1 + 7))
+    assert not part.idle and part.count == 6
+
+
+def test_a_borrowed_share_counts_only_with_enough_dumps_behind_it():
+    """One idle dump of a sibling thread is not enough to borrow from, nor four dumps in all; seven of DataLoader
+    workers at a line are: a worker started anew (no dump of its own yet) takes its siblings' share there."""
+    marks = IdleMarks()
+    marks.remember(dump(RANK0, WORKER_FETCH, idle=True, tid=RANK0 + 1))
+    assert marks.idle_share(RANK0, RANK0 + 2, WORKER_FETCH[0]) == 0.0  # one dump: unseen, busy
+    marks.remember(dump(RANK0, WORKER_FETCH, idle=True, tid=RANK0 + 1))
+    for pid in (WORKER1, WORKER2):
+        marks.remember(dump(pid, WORKER_FETCH, idle=True))
+    assert marks.idle_share(RANK0, RANK0 + 2, WORKER_FETCH[0]) == 0.0  # two of its process's, four in all
+    assert marks.idle_share(WORKER3, WORKER3, WORKER_FETCH[0]) == 0.0
+    for _ in range(3):
+        marks.remember(dump(WORKER1, WORKER_FETCH, idle=True))
+    assert marks.idle_share(WORKER3, WORKER3, WORKER_FETCH[0]) == 1.0  # seven dumps of three processes
+    assert marks.idle_share(RANK0, RANK0 + 2, WORKER_FETCH[0]) == 1.0  # its process's two fall back to them
 
 
 def test_recent_dumps_weigh_more_and_the_memory_is_bounded():
@@ -116,5 +161,5 @@ def test_recent_dumps_weigh_more_and_the_memory_is_bounded():
     assert 0.2 < marks.idle_share(RANK0, RANK0, DDP_WAIT[0]) < 0.5
     marks.remember(dump(RANK1, FORWARD, idle=True))
     marks.remember(dump(RANK1, CONDITION_WAIT[1:], idle=True))
-    assert len(marks.by_thread) == 2 and len(marks.anywhere) == 2
+    assert len(marks.by_thread) == 2 and len(marks.by_process) == 2 and len(marks.anywhere) == 2
     assert marks.idle_share(RANK0, RANK0, DDP_WAIT[0]) == 0.0  # forgotten: busy, as a line never seen

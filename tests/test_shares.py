@@ -204,6 +204,8 @@ def test_a_verdict_whose_gain_is_a_floor_promises_no_bound():
     assert verdict.bottleneck == "data_bound"
     assert any(line.startswith("at least 67× faster if the input pipeline kept up") for line in verdict.evidence)
     assert verdict.max_speedup is None and monitor.snapshot()["verdict"]["max_speedup"] is None
+    assert verdict.min_speedup == pytest.approx(200 / 3, abs=0.01) and monitor.snapshot()["verdict"]["min_speedup"] == \
+        verdict.min_speedup
 
 
 def test_a_busy_gpu_leaves_little_for_anything_else():

@@ -321,7 +321,8 @@ class GputopApp(App[None]):
         if view.nodes and len(rows) > SUMMARY_MIN_RANKS:  # many ranks across nodes: those that agree as one row
             groups = agreeing_ranks(view.job, keep=[(selected.node, selected.pid)] if selected is not None else ())
         self.query_one(RanksPane).show(rows, view.job, self.selected_rank_key, job_info.kind if job_info else None,
-                                       () if view.nodes else absent_ranks(job_info, view.shown_frames), groups)
+                                       view.absent_across_nodes if view.nodes else
+                                       absent_ranks(job_info, view.shown_frames, view.seen_running), groups)
         self.query_one(VerdictPane).show(view, now, selected)
         self.query_one(GpuPane).show(shown)
         self.query_one(CpuPane).show(shown[-1], group, selected.pid if selected else None, scope_words)

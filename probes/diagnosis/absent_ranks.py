@@ -8,6 +8,12 @@ a rank left running holds its connections open (what keeps the others waiting); 
 the watched tree (named with its PID); the rest are not on this node. probes/diagnosis/job.py puts them in the
 rank_exited finding and after any job verdict's headline; the Ranks pane (tui/panes/ranks.py) words each missing
 rank with :func:`missing_rank_words`. Pure: a JobInfo and frames in, sentences out.
+
+The history holds ten minutes of frames; past them, when a rank was last seen running is kept by
+:class:`SeenRunning`, a bounded record the Monitor carries from frame to frame (probes/monitoring/monitor.py), so a
+rank that exited stays "exited at 12:00:04" for as long as gputop runs, not "not running" once its frames age out.
+A job merged across nodes words each node's missing ranks the same, with the node: "exited at 12:00:04 on n2"
+(:func:`on_node`).
 """
 
 from __future__ import annotations
@@ -37,15 +43,51 @@ class SeenGone:
     gone_at: float  # the frame after it: the first that did not
 
 
+# The ranks whose last sighting SeenRunning keeps (those seen last are kept): a node's ranks started outside the
+# watched tree are a handful; the bound only keeps a long run's record from growing with every rank it ever saw.
+SEEN_RANKS_KEPT = 256
+
+
+@dataclass(frozen=True)
+class SeenRunning:
+    """The last frame that found each rank running outside the watched tree, and the frame after it, for as long
+    as gputop runs (the history drops frames older than its window). Immutable: after() gives the next record."""
+
+    last: tuple[SeenGone, ...] = ()  # one a rank, by rank
+    through: float | None = None  # the time of the latest frame read into it
+
+    def after(self, frames: Sequence[Frame]) -> SeenRunning:
+        """This record with the frames of `frames` (oldest first) it has not read yet: the Monitor calls it with
+        its whole history each frame, and only the frames newer than `through` are read."""
+        if not frames or (self.through is not None and frames[-1].time <= self.through):
+            return self
+        newer: dict[int, SeenGone] = {}
+        for index in range(len(frames) - 2, -1, -1):  # a pair of frames: found running, then the next
+            if self.through is not None and frames[index + 1].time <= self.through:
+                break  # read before
+            job = frames[index].job
+            for rank, pid in job.ranks_outside if job is not None else ():
+                newer.setdefault(rank, SeenGone(rank, pid, frames[index].time, frames[index + 1].time))
+        kept = {gone.rank: gone for gone in self.last} | newer
+        latest = sorted(kept.values(), key=lambda g: g.running_at)[-SEEN_RANKS_KEPT:]
+        return SeenRunning(tuple(sorted(latest, key=lambda g: g.rank)), frames[-1].time)
+
+    def of(self, ranks: Sequence[int]) -> dict[int, SeenGone]:
+        wanted = set(ranks)
+        return {gone.rank: gone for gone in self.last if gone.rank in wanted}
+
+
 def clock(at: float) -> str:
     """A Unix time as this machine's wall clock reads it: "12:00:04"."""
     return time.strftime("%H:%M:%S", time.localtime(at))
 
 
-def ranks_seen_gone(frames: Sequence[Frame], missing: Sequence[int]) -> dict[int, SeenGone]:
+def ranks_seen_gone(frames: Sequence[Frame], missing: Sequence[int],
+                    seen: SeenRunning | None = None) -> dict[int, SeenGone]:
     """{rank: SeenGone} for each of the `missing` ranks that an earlier frame of `frames` (oldest first) found
-    running outside the watched tree; a rank never seen running, or seen before the frames kept, is not in it."""
-    found: dict[int, SeenGone] = {}
+    running outside the watched tree, or, where the frames that did are gone from the history, `seen` (the record
+    that outlives it); a rank never seen running is not in it."""
+    found: dict[int, SeenGone] = seen.of(missing) if seen is not None else {}
     wanted = set(missing)
     for index in range(len(frames) - 2, -1, -1):  # the latest frame is the one that names them missing
         if not wanted:
@@ -72,6 +114,12 @@ def seen_words(gone: SeenGone) -> str:
     return f"PID {gone.pid}, seen running outside the watched tree" + ("" if at == clock(gone.gone_at) else f" at {at}")
 
 
+def on_node(words: str, node: str | None) -> str:
+    """A missing rank's words in a job merged across nodes, with the node that reported it: "exited at 12:00:04
+    on n2"."""
+    return words if node is None else f"{words} on {node}"
+
+
 def missing_rank_words(job: JobInfo, rank: int, gone: Mapping[int, SeenGone]) -> str:
     """A missing rank in a few words, as measured: "exited by 12:00:05" (seen running, then gone), "not running"
     (never seen, on a job that runs only on this machine), "gone (exited before attach)" (never seen, placed on this
@@ -89,12 +137,14 @@ def numbers_text(numbers: Sequence[int], limit: int) -> str:
     return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(shown)
 
 
-def missing_head(job: JobInfo, missing: Sequence[int], limit: int, frames: Sequence[Frame] = ()) -> tuple[str, str]:
+def missing_head(job: JobInfo, missing: Sequence[int], limit: int, frames: Sequence[Frame] = (),
+                 seen: SeenRunning | None = None) -> tuple[str, str]:
     """(what the missing ranks are, the words after "waits" that say for whom): "rank 1 of 2 exited by 12:00:05
     (PID 4242, seen running outside the watched tree at 12:00:04)" where `frames` show it ran, "rank 1 of 2 is
     not running (the job runs only on this machine: MASTER_ADDR 127.0.0.1)" and " for it" where the job showed where
-    it runs, else "rank 1 of 2 is gone (exited before attach)" (its launcher placed it on this node) and ""."""
-    gone = ranks_seen_gone(frames, missing)
+    it runs, else "rank 1 of 2 is gone (exited before attach)" (its launcher placed it on this node) and "".
+    `seen`: the record of when ranks were seen running that outlives `frames`."""
+    gone = ranks_seen_gone(frames, missing, seen)
     never = [rank for rank in missing if rank not in gone]
     parts = [f"rank {g.rank} of {job.world_size} {exit_words(g)} ({seen_words(g)})"
              for g in sorted(gone.values(), key=lambda g: g.rank)[:limit]]
@@ -110,9 +160,10 @@ def missing_head(job: JobInfo, missing: Sequence[int], limit: int, frames: Seque
     return "; ".join(parts), (" for it" if len(missing) == 1 else " for them") if told_where else ""
 
 
-def missing_advice(job: JobInfo, missing: Sequence[int], limit: int, frames: Sequence[Frame] = ()) -> str:
+def missing_advice(job: JobInfo, missing: Sequence[int], limit: int, frames: Sequence[Frame] = (),
+                   seen: SeenRunning | None = None) -> str:
     """Where to look for why the missing ranks are not there."""
-    gone = ranks_seen_gone(frames, missing)
+    gone = ranks_seen_gone(frames, missing, seen)
     never = [rank for rank in missing if rank not in gone]
     whys = []
     if gone:  # started apart, from a terminal or script of its own: no launcher kept its output

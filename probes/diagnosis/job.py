@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from probes.diagnosis.absent_ranks import (
+    SeenRunning,
     absent_ranks_lines,
     leftover_advice,
     leftover_lines,
@@ -348,10 +349,11 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
                                            tuple(advice)), first.rank)
 
 
-def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: Sequence[int]) -> _Finding | None:
+def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: Sequence[int],
+                  seen: SeenRunning | None = None) -> _Finding | None:
     """Ranks the job's nodes should hold that were never seen (JobInfo.missing_ranks: gone before gputop
     attached, or not running on a job that runs only on this machine): the live ranks cannot finish a collective
-    without them. Their words: absent_ranks.py."""
+    without them. Their words: absent_ranks.py (`seen`: when ranks were last seen running, past the history)."""
     job = history[-1].job
     missing = list(missing)
     if job is None or not missing or not live:  # (missing ranks are the job's: never without one)
@@ -359,7 +361,7 @@ def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: 
     backend, why = collective_backend(history, live)
     timeout = (timeout_text(backend, why) if backend is not None
                else "the collective timeout (gloo 30 min, NCCL 10 min by default)")
-    head, waits_for = missing_head(job, missing, RANKS_LISTED, history)
+    head, waits_for = missing_head(job, missing, RANKS_LISTED, history, seen)
     waiting = [d for d in live if in_collective_now(d)]
     if waiting:
         verb = "waits" if len(waiting) == 1 else "wait"
@@ -372,7 +374,7 @@ def _rank_missing(history: Sequence[Frame], live: list[DiagnosedRank], missing: 
         lines.append(f"rank {d.rank}: {d.verdict.bottleneck}, {d.verdict.liveness}")
     end_wait = leftover_advice(job, backend, RANKS_LISTED)
     advice = [
-        missing_advice(job, missing, RANKS_LISTED, history),
+        missing_advice(job, missing, RANKS_LISTED, history, seen),
         *([end_wait] if end_wait else []),
         ("A shorter timeout makes the others fail instead of waiting: init_process_group(timeout=timedelta("
          "minutes=...)); with NCCL, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns the wait into an error."),
@@ -562,9 +564,10 @@ def _elsewhere(latest: Frame) -> JobVerdict | None:
 
 
 def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
-                 hang_after_s: float = DEFAULT_HANG_AFTER_S) -> JobVerdict | None:
+                 hang_after_s: float = DEFAULT_HANG_AFTER_S, seen: SeenRunning | None = None) -> JobVerdict | None:
     """The verdict on the job in `history` (oldest frame first); None when its latest frame has no job or no
-    ranks. Pass the previous JobVerdict for stability (each rank's previous verdict rides in it)."""
+    ranks. Pass the previous JobVerdict for stability (each rank's previous verdict rides in it), and `seen`, the
+    Monitor's record of when ranks were last seen running (it outlives the history)."""
     latest = history[-1] if history else None
     job = latest.job if latest is not None else None
     if latest is None or job is None:
@@ -583,11 +586,12 @@ def diagnose_job(history: Sequence[Frame], previous: JobVerdict | None = None,
                           ranks=_rank_verdicts(diagnosed),
                           responsible_rank=previous.responsible_rank if previous is not None else None)
     return judge_ranks(history, diagnosed, previous, missing=job.missing_ranks,
-                       extra_evidence=absent_ranks_lines(job, RANKS_LISTED))
+                       extra_evidence=absent_ranks_lines(job, RANKS_LISTED), seen=seen)
 
 
 def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[DiagnosedRank], previous: JobVerdict | None,
-                missing: Sequence[int] = (), extra_evidence: Sequence[str] = ()) -> JobVerdict:
+                missing: Sequence[int] = (), extra_evidence: Sequence[str] = (),
+                seen: SeenRunning | None = None) -> JobVerdict:
     """The job's verdict over its diagnosed ranks, in the order of the module docstring: the one judgement, for
     one node's ranks (diagnose_job) or every node's, each rank tagged with its node (diagnose_job_across_nodes).
     `history` is the frames the backend, the Flight Recorders and the clock are read from; `extra_evidence`
@@ -606,7 +610,7 @@ def judge_ranks(history: Sequence[Frame], diagnosed: Sequence[DiagnosedRank], pr
                                                              *verdict.evidence[1:]))
         return JobVerdict(verdict=verdict, finding="single", ranks=ranks, responsible_rank=live[0].rank)
     launcher_pid = latest.job.launcher_pid if latest.job is not None else None
-    found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live, missing)
+    found = (_rank_exited(history, live, gone, previous) or _rank_missing(history, live, missing, seen)
              or _hung_rank(history, live) or _straggler(live, previous, launcher_pid, latest.time)
              or _shared(live) or _mixed(live))
     found = _settle(found, previous)

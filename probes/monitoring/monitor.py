@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from probes.diagnosis.absent_ranks import SeenRunning
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary
 from probes.diagnosis.job import diagnose_job
@@ -103,6 +104,7 @@ class Monitor:
         self.record_problem: str | None = None  # set once, when a write fails; monitoring goes on
         self._verdict: Verdict | None = None  # diagnose's own, fed back to it for stability
         self._job: JobVerdict | None = None  # diagnose_job's own, likewise
+        self._seen_running = SeenRunning()  # when each rank was last seen running: kept past the history's window
         self._timeline: list[VerdictChange] = []
         self._first_time: float | None = None
         self._pace_points: deque[float] = deque(maxlen=PACE_POINTS)
@@ -123,7 +125,9 @@ class Monitor:
         frames = tuple(self.history)
         # A job is diagnosed rank by rank, and its verdict replaces the tree's: the tree's root is the launcher,
         # which is never the bottleneck, so diagnosing it as well would only cost a diagnose() more per frame.
-        self._job = diagnose_job(frames, self._job, self.hang_after_s) if frame.job is not None else None
+        self._seen_running = self._seen_running.after(frames)
+        self._job = diagnose_job(frames, self._job, self.hang_after_s, self._seen_running) \
+            if frame.job is not None else None
         # The GPUs over the metric window, as the verdict was reached on them: read again for the advice, never
         # summarised twice. A job's ranks each summarised their own GPU only, so the job's is summarised once, below.
         window_gpu: GpuSummary | None = None
@@ -142,7 +146,8 @@ class Monitor:
         shown = _shown(self._verdict, pace, shares, frames, window_gpu)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
-                                 shares=shares, cannot_see=blind_spots(frame, self.startup_checks))
+                                 shares=shares, cannot_see=blind_spots(frame, self.startup_checks),
+                                 seen_running=self._seen_running)
         return self._view
 
     def settle(self, now: float) -> MonitorView | None:
@@ -335,4 +340,5 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
     evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],
                 *((gain.words,) if gain is not None else ()), *verdict.evidence[2:])
     return dataclasses.replace(verdict, evidence=evidence, advice=advice,
-                               max_speedup=round(gain.factor, 2) if gain is not None and not gain.at_least else None)
+                               max_speedup=round(gain.factor, 2) if gain is not None and not gain.at_least else None,
+                               min_speedup=round(gain.factor, 2) if gain is not None and gain.at_least else None)

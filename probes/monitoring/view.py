@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from probes.diagnosis.absent_ranks import SeenRunning
 from probes.diagnosis.shares import TimeShares
 from probes.doctor import Check
 from probes.frame import Bottleneck, Frame, JobVerdict, Liveness, Verdict
@@ -115,6 +116,12 @@ class MonitorView:
     # are the lead node's; a front end that shows another node's rank shows that node's frames (PIDs are each
     # node's own, so one node's PID means nothing in another's frames).
     node_frames: dict[str, tuple[Frame, ...]] = field(default_factory=dict)
+    # When each rank was last seen running (probes/diagnosis/absent_ranks.py), kept past the history's window: the
+    # Ranks pane words a rank that exited with it. A job merged across nodes: the lead node's.
+    seen_running: SeenRunning = field(default_factory=SeenRunning)
+    # A job merged across nodes: (rank, words) for each rank of the world no node shows running ("exited at
+    # 12:00:04 on n2"), for the Ranks pane (cluster.absent_across_nodes); () on a one-node run.
+    absent_across_nodes: tuple[tuple[str, str], ...] = ()
 
     @property
     def latest(self) -> Frame:

@@ -2,7 +2,7 @@
 
 py-spy's raw output (the record windows) carries no idle flag; each dump gives every thread's current stack with
 py-spy's ``active`` flag. :class:`IdleMarks` counts, for each innermost Python frame a dump caught a thread in, how
-many dumps saw it idle there and how many saw it there at all (per thread, and for any thread), recent dumps
+many dumps saw it idle there and how many saw it there at all (per thread, per process, for any thread), recent dumps
 weighing more, and splits each window's count at that position by the idle share those dumps observed: a count
 of 10 where 7 of 10 dumps saw the thread idle becomes 7 idle samples and 3 busy ones.
 
@@ -16,10 +16,24 @@ there that it was idle, without bias, where the flag per line was biased to busy
 share (schedstat) is not used here: it says how long a thread slept, not where, so it cannot split one line's
 samples from another's, and it is not measured everywhere (no run-queue time, no sleep told from waiting).
 
+Whose dumps decide: the share at a line is a property of what one thread does there, so a thread's own dumps
+decide wherever they caught it, even one dump against many of other threads. Where none did, the share is
+borrowed, first from the same process's other threads at that line (pooled), then from any thread's, and a
+borrowed share counts only where about five dumps' worth back it (MIN_BORROWED_WEIGHT), else the line is
+unseen, so busy. Another thread's share is evidence about this one only through a shared role (a pool's threads,
+a DataLoader's workers), and one or two dumps give a share of 0, ½ or 1 whatever the truth. The same process
+comes before any other: its threads run one program under one GIL and are never each other's peer in a
+collective, while the ranks of a job are separate processes that run the same lines and differ by design at the
+collectives (one computes while the other waits for it): rank 0's one idle dump at backward's entry made rank 1,
+the busy straggler, look 67% waiting at the end of an accelerate run when borrowed at once. A borrowed share backed by
+enough dumps still stands (a DataLoader worker started anew takes its siblings' share); a straggler that spends
+much time at a line soon has its own dumps there, which then decide.
+
 A known blocking call (KNOWN_WAITS) is always idle, even when a dump caught the thread running there (waking up,
-say). A position no dump has seen is busy: threads wait at a few recurring places that the dumps soon see, while
-busy code moves through many lines that a dump every few seconds rarely catches. The counts are bounded (least
-recently seen first out) and not thread-safe: the stack sampler calls them under its lock.
+say). A position no dump has seen (or too few to borrow from) is busy: threads wait at a few recurring places
+that the dumps soon see, while busy code moves through many lines that a dump every few seconds rarely catches.
+The counts are bounded (least recently seen first out) and not thread-safe: the stack sampler calls them under
+its lock.
 """
 
 from __future__ import annotations
@@ -42,9 +56,15 @@ FRAME_ACTIVITY_MEMORY = 4096
 # share of 0.7 within about ±0.1 (one standard deviation).
 IDLE_HALF_LIFE_DUMPS = 8
 RECENT_WEIGHT = 0.5 ** (1 / IDLE_HALF_LIFE_DUMPS)
+# A share borrowed from other threads (a thread no dump caught at a line) counts only with at least this weight of
+# observations behind it: five dumps in a row weigh 4.2 (1 + w + ... + w^4), four 3.5; a steady stream tends to 12
+# (1 / (1 - w)). From five dumps a share of 0.5 is known within about ±0.2 (one standard deviation); from one or
+# two it is 0, 0.5 or 1 whatever the truth.
+MIN_BORROWED_WEIGHT = 4.0
 
 Position = tuple[str, str, int]  # function, file, line of an innermost Python frame
 _ThreadPosition = tuple[int, int, str, str, int]  # pid, tid, and a Position
+_ProcessPosition = tuple[int, str, str, int]  # pid and a Position
 _Key = TypeVar("_Key", bound=Hashable)
 _Value = TypeVar("_Value")
 
@@ -70,11 +90,13 @@ class Observed:
 
 
 class IdleMarks:
-    """What the dumps saw of innermost Python frames: per (pid, tid, position), and per position."""
+    """What the dumps saw of innermost Python frames: per (pid, tid, position), per (pid, position), and per
+    position."""
 
     def __init__(self, memory: int = FRAME_ACTIVITY_MEMORY) -> None:
         self._memory = memory
         self.by_thread: OrderedDict[_ThreadPosition, Observed] = OrderedDict()
+        self.by_process: OrderedDict[_ProcessPosition, Observed] = OrderedDict()
         self.anywhere: OrderedDict[Position, Observed] = OrderedDict()
         # Per (thread, position), the idle samples a split owed or gave beyond its share (under half a sample
         # either way): a window's few samples at a line are split in whole samples, and this carries the rounding
@@ -101,15 +123,21 @@ class IdleMarks:
 
     def idle_share(self, pid: int, tid: int, frame: StackFrame | None) -> float:
         """The share of samples at ``frame`` (an innermost Python frame) that were idle: 1 at a known blocking
-        call; else the recent-weighted share of the dumps that caught this thread there idle, or any thread where
-        no dump caught this one there; 0 where no dump has been (or no Python frame)."""
+        call; else the recent-weighted share of the dumps that caught this thread there idle; where none did, the
+        share of this process's threads there, else of any thread's, each only with MIN_BORROWED_WEIGHT of dumps
+        behind it (see the module docstring); 0 where too few dumps have been (or no Python frame)."""
         if frame is None:
             return 0.0
         if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS):
             return 1.0
         position = (frame.function, frame.file, frame.line)
-        seen = self.by_thread.get((pid, tid, *position)) or self.anywhere.get(position)
-        return seen.idle_share if seen is not None else 0.0
+        own = self.by_thread.get((pid, tid, *position))
+        if own is not None:
+            return own.idle_share
+        for borrowed in (self.by_process.get((pid, *position)), self.anywhere.get(position)):
+            if borrowed is not None and borrowed.seen >= MIN_BORROWED_WEIGHT:
+                return borrowed.idle_share
+        return 0.0
 
     def remember(self, threads: Sequence[ThreadStack]) -> None:
         """What one dump saw each thread doing, and where."""
@@ -119,6 +147,7 @@ class IdleMarks:
                 continue
             position = (frame.function, frame.file, frame.line)
             _observe(self.by_thread, (thread.pid, thread.tid, *position), thread.idle, self._memory)
+            _observe(self.by_process, (thread.pid, *position), thread.idle, self._memory)
             _observe(self.anywhere, position, thread.idle, self._memory)
 
 

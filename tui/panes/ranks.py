@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable
 
-from probes.diagnosis.absent_ranks import ELSEWHERE_WORDS, missing_rank_words, ranks_seen_gone
+from probes.diagnosis.absent_ranks import ELSEWHERE_WORDS, SeenRunning, missing_rank_words, ranks_seen_gone
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
 from probes.jobs.world import ranges_text
 from probes.monitoring.view import MonitorView
@@ -102,14 +102,16 @@ def _row_from_verdict(rank: RankVerdict, frame: Frame, job: JobVerdict) -> RankR
                    node=rank.node)
 
 
-def absent_ranks(job: JobInfo | None, frames: Sequence[Frame] = ()) -> list[tuple[str, str]]:
+def absent_ranks(job: JobInfo | None, frames: Sequence[Frame] = (), seen: SeenRunning | None = None
+                 ) -> list[tuple[str, str]]:
     """(rank or range of ranks, words) for each rank of the world with no process on this node: those this node
-    should hold, as `frames` (the history shown, oldest first) measured them ("exited by 12:00:05", "not running",
+    should hold, as `frames` (the history shown, oldest first) and `seen` (the Monitor's record of when ranks were
+    last seen running, which outlives the history) measured them ("exited by 12:00:05", "not running",
     "gone (exited before attach)": absent_ranks.missing_rank_words), and those on other nodes ("not on this
-    node")."""
+    node"). A job merged across nodes has its own rows (MonitorView.absent_across_nodes)."""
     if job is None:
         return []
-    gone = ranks_seen_gone(frames, job.missing_ranks) if job.missing_ranks else {}
+    gone = ranks_seen_gone(frames, job.missing_ranks, seen) if job.missing_ranks else {}
     return ([(str(rank), missing_rank_words(job, rank, gone)) for rank in job.missing_ranks]
             + [(ranges_text([span]), ELSEWHERE_WORDS) for span in job.ranks_elsewhere])
 

@@ -101,10 +101,15 @@ def gain_words(verdict: Verdict) -> str | None:
     give it; None where the verdict carries no gain. The share is the one the factor rests on: a fix that removes a
     share s of the time wins at most 1 / (1 - s) (Amdahl), so s = 1 - 1 / factor."""
     factor = verdict.max_speedup
+    facts = facts_named(verdict.bottleneck)
+    if factor is None and verdict.min_speedup is not None and facts is not None and facts.fix_removes is not None:
+        # A floor: the phase held all but a sample or two, so its share is said in words, not as a figure.
+        floor = verdict.min_speedup
+        return (f"at least {floor:.1f}× faster " if floor < 10 else f"at least {floor:.0f}× faster ") + \
+            facts.fix_removes.why.format(pct="nearly all")
     if factor is None or factor <= 1.0:
         return None
     times = f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
-    facts = facts_named(verdict.bottleneck)
     if facts is not None and facts.gpu_busy:  # the bound is what runs outside a busy GPU
         return f"anything outside the GPU can win at most {times}× (it is busy {1.0 / factor:.0%} of the time)"
     if facts is None or facts.fix_removes is None:
