@@ -28,7 +28,7 @@ from probes.reference.like_settings import (
     shape_for,
     value_of,
 )
-from probes.sensors.nvml import NvmlGpuProbe
+from probes.sensors.nvml import read_once
 from probes.sensors.proctree import ProcessTreeProbe, target_exists
 
 NOT_A_JOB = ("is not a job whose settings gputop can read: neither nanoGPT's train.py (configurator.py beside it) "
@@ -90,8 +90,4 @@ def _gpu_reading(aliases: Mapping[int, int], nvml: Any, device: str) -> GpuReadi
     """One NVML reading with the job's processes marked; none needed for a probe on the CPU."""
     if device.strip().lower() == "cpu":
         return GpuReading(available=False, reason="the probe runs on the CPU")
-    probe = NvmlGpuProbe(nvml)
-    try:
-        return probe.read(aliases)
-    finally:
-        probe.close()
+    return read_once(aliases, nvml)
