@@ -165,6 +165,23 @@ async def test_a_down_pressed_as_a_refresh_sorts_again_moves_on_the_rows_the_per
 
 
 @pilot_test
+async def test_until_a_key_moves_it_the_cursor_stays_on_the_top_row():
+    """Seen in tmux: the first screen sorted jobs whose CPU% was still being measured, the cursor stayed with the
+    job first then, and after the refresh Enter attached to a pytest on the second row while torchrun sat on top."""
+    measuring = census((1, None), (2, None))
+    measured = census((1, 2.0), (2, 6.0))  # 2 first now
+    app = JobPicker(lambda: measuring, initial=measuring, clock=lambda: NOW, refresh_s=None)
+    async with app.run_test(size=(120, 20)) as pilot:
+        await pilot.pause()
+        first = under_cursor(app)
+        app._received(measured)
+        await pilot.pause()
+        assert app.shown_pids == [2, 1] and under_cursor(app) == 2, first
+        await pilot.press("enter")
+    assert app.return_value == 2
+
+
+@pilot_test
 async def test_the_cursor_stays_on_its_job_while_refreshes_sort_the_rows_again():
     readings = iter([census((1, 90.0), (2, 80.0), (3, 70.0), (4, 60.0)),
                      census((2, 10.0), (3, 95.0), (4, 60.0), (5, 99.0)),  # 1 gone, 5 new: 5, 3, 4, 2

@@ -6,8 +6,10 @@ normal attach screen on it. The census is read off the UI thread every REFRESH_S
 slow /proc walk never freezes the keys. Sorting and filtering are the census module's pure functions; the
 cells are tui/joblist.py's, the same words `gputop --list` prints.
 
-Each refresh sorts again, and the cursor stays on the job it is on (by its root PID, never its row); the keys
-that move it are the app's, run in the order they and the refreshes arrive, so a Down pressed on the rows a
+Each refresh sorts again. Until a key moves the cursor it stays on the top row, the job the sort puts first (the
+first screen sorts jobs whose CPU% is still being measured, and the cursor followed one of them down the list:
+Enter attached to a job on the third row while the busiest sat on the first). Once moved, the cursor stays on the
+job it is on (by its root PID, never its row); the keys that move it are the app's, run in the order they and the refreshes arrive, so a Down pressed on the rows a
 person saw moves on those rows. A CPU% is the difference of two readings: the first screen shows "…" (being
 measured) and the first refresh, CPU_WINDOW_S later from the same census, shows it.
 """
@@ -75,6 +77,7 @@ class JobPicker(App[int | None]):
         self.filter_text = ""
         self.shown_pids: list[int] = []  # the table's rows, top to bottom (tests read the order)
         self._mounted = False
+        self._cursor_moved = False  # a key has moved the cursor: from then on it follows its job, not the top row
 
     def compose(self) -> ComposeResult:
         yield Static(id="picker-status")
@@ -128,8 +131,10 @@ class JobPicker(App[int | None]):
         for job, cells in zip(jobs, rows, strict=True):
             table.add_row(*cells[:-1], cells[-1][:room], key=str(job.root_pid))
         self.shown_pids = [job.root_pid for job in jobs]
-        if selected in self.shown_pids:
+        if self._cursor_moved and selected in self.shown_pids:
             table.move_cursor(row=self.shown_pids.index(selected))
+        elif not self._cursor_moved and self.shown_pids:
+            table.move_cursor(row=0)
         self.query_one("#picker-status", Static).update(self._status_line(len(jobs)))
 
     def _status_line(self, shown: int) -> str:
@@ -187,6 +192,7 @@ class JobPicker(App[int | None]):
         return True
 
     def action_cursor(self, action: str) -> None:
+        self._cursor_moved = True
         getattr(self.query_one(DataTable), f"action_{action}")()
 
     def action_attach(self) -> None:
