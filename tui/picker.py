@@ -8,10 +8,11 @@ cells are tui/joblist.py's, the same words `gputop --list` prints.
 
 Each refresh sorts again. Until a key moves the cursor it stays on the top row, the job the sort puts first (the
 first screen sorts jobs whose CPU% is still being measured, and the cursor followed one of them down the list:
-Enter attached to a job on the third row while the busiest sat on the first). Once moved, the cursor stays on the
-job it is on (by its root PID, never its row); the keys that move it are the app's, run in the order they and the refreshes arrive, so a Down pressed on the rows a
-person saw moves on those rows. A CPU% is the difference of two readings: the first screen shows "…" (being
-measured) and the first refresh, CPU_WINDOW_S later from the same census, shows it.
+Enter attached to a job on the second row while the busiest sat on the first). Once moved, the cursor stays on
+the job it is on (by its root PID, never its row); the keys that move it are the app's, run in the order they and
+the refreshes arrive, so a Down pressed on the rows a person saw moves on those rows. A CPU% is the difference of
+two readings: the first screen shows "…" (being measured) and the first refresh, CPU_WINDOW_S later from the same
+census, shows it.
 """
 
 from __future__ import annotations
