@@ -328,6 +328,26 @@ def test_data_bound_with_busy_workers_and_spare_cpus_says_more_workers():
     assert last.advice[0].startswith("Raise DataLoader num_workers (now 2; 5.9 of 8 CPUs unused)")
 
 
+def test_data_bound_with_workers_waiting_inside_the_dataset_says_more_workers():
+    """torchrun ranks whose Dataset sleeps 50 ms a sample (a slow read): the workers at 1% CPU sit in __getitem__;
+    the advice was to look at IPC of large batches, collate_fn and prefetch_factor."""
+    frames = []
+    for i in range(8):
+        counts = [main_count(DATALOADER_WAIT, n=8, idle=True), main_count(FORWARD, n=1)]
+        counts += [StackCount(pid=PID + w, tid=PID + w, thread_name="MainThread", idle=True,
+                              frames=WORKER_GETITEM, count=9) for w in (1, 2)]
+        counts += [StackCount(pid=PID + w, tid=PID + 10 + w, thread_name="Thread-1", idle=True,
+                              frames=(fr("Condition.wait", STDLIB + "threading.py", 355),), count=9) for w in (1, 2)]
+        processes = [proc(cpu=12.0)] + [proc(pid=PID + w, role="dataloader_worker", cpu=1.0) for w in (1, 2)]
+        frames.append(make_frame(i, counts=counts, processes=processes,
+                                 cpu_reading=CpuReading(effective_cpus=8.0)))
+    last = run(frames)[-1]
+    assert last.bottleneck == "data_bound"
+    assert ("the workers spend their samples in ImageDataset.__getitem__ (data.py:57) yet use 1% CPU: they wait "
+            "there (a read, a request, a sleep), not compute") in last.evidence
+    assert last.advice[0].startswith("Raise DataLoader num_workers (now 2): each worker waits inside the dataset")
+
+
 def test_data_bound_with_busy_workers_and_cpus_taken_by_others_says_more_workers_will_not_help():
     """2 workers at 70% on 2 CPUs, other processes taking the rest: the tree is below saturation, yet no CPU is
     left for a third worker (seen live: "Raise num_workers (now 2; 2 CPUs available)" beside "the job gets 1.5 of

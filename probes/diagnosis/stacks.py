@@ -378,6 +378,9 @@ class ThreadProfile:
     # activity -> Counter of (responsible frame, user frame) -> samples
     where: dict[Activity, Counter[tuple[StackFrame | None, StackFrame | None]]] = field(default_factory=dict)
     stacks: Counter[tuple[StackFrame, ...]] = field(default_factory=Counter)  # exact stack -> samples
+    # activity -> the samples of it py-spy saw active (running or runnable), not blocked: a DataLoader worker inside
+    # __getitem__ is data preparation whether it computes there or sleeps on a read
+    awake: Counter[Activity] = field(default_factory=Counter)
     peer_wait: PeerWait | None = None  # a rank's main thread: how it waits for the others (classify_stack)
 
     def add(self, count: StackCount) -> None:
@@ -387,11 +390,19 @@ class ThreadProfile:
         self.where.setdefault(classified.activity, Counter())[
             (classified.responsible, classified.user_frame)] += count.count
         self.stacks[count.frames] += count.count
+        if not count.idle:
+            self.awake[classified.activity] += count.count
 
     def share(self, *activities: Activity) -> float:
         if not self.samples:
             return 0.0
         return sum(self.by_activity[a] for a in activities) / self.samples
+
+    def awake_share(self, *activities: Activity) -> float:
+        """The share of all samples that were in these activities and active (running or runnable)."""
+        if not self.samples:
+            return 0.0
+        return sum(self.awake[a] for a in activities) / self.samples
 
     def top(self, *activities: Activity) -> tuple[StackFrame | None, StackFrame | None, float]:
         """(responsible frame, user frame, share of these activities' samples) of the commonest spot.

@@ -7,7 +7,7 @@ from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import cpu_amount, hot_spot, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.rules.signs import producer_busy
-from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, QUEUE_WAIT
+from probes.diagnosis.stacks import COMPUTE, DATA_PREP, DATA_WAIT, IO, QUEUE_WAIT, WAIT
 
 GPU_STARVED_UTIL_PCT = 50.0
 WORKER_BUSY_CPU_PCT = 70.0
@@ -15,6 +15,9 @@ WORKER_BUSY_ACTIVE_SHARE = 0.6
 WORKER_STARVED_CPU_PCT = 50.0
 SATURATED_FRACTION = 0.85
 MIN_UNUSED_CPUS = 0.5  # less than half a CPU unused is no room for another worker
+# Idle workers whose engaged samples (all but the helper threads' waits) are mostly inside the dataset's own code
+# wait there per sample: a read, a request, a sleep.
+INSIDE_DATASET_SHARE = 0.6
 
 DATA_BOUND = BottleneckFacts(
     name="data_bound",
@@ -70,7 +73,7 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
         lines.append(f"{n} DataLoader workers at " + ", ".join(f"{c:.0f}%" for c in cpus[:6]) + " CPU")
     # py-spy's "active" means running or waiting for a CPU: a worker active in most samples is busy
     # even when a crowded machine gives it little CPU time.
-    active = ev.workers.share(COMPUTE, DATA_PREP, IO) if ev.workers.samples else None
+    active = ev.workers.awake_share(COMPUTE, DATA_PREP, IO) if ev.workers.samples else None
     if active is not None and active >= 0.3:
         lines.append(f"workers busy in {hot_spot(ev.workers, COMPUTE, DATA_PREP)}")
     busy = mean_cpu >= WORKER_BUSY_CPU_PCT or (active is not None and active >= WORKER_BUSY_ACTIVE_SHARE)
@@ -90,6 +93,15 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
         return [
             ("The workers are CPU-starved: more workers will not help until CPUs are free. Make each sample "
             "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
+        ]
+    if not busy and _wait_inside_dataset(ev, mean_cpu):
+        lines.append(f"the workers spend their samples in {hot_spot(ev.workers, DATA_PREP, IO)} yet use "
+                     f"{mean_cpu:.0f}% CPU: they wait there (a read, a request, a sleep), not compute")
+        return [
+            (f"Raise DataLoader num_workers (now {n}): each worker waits inside the dataset rather than computing, "
+             "so more workers overlap the waits at little CPU cost."),
+            ("Or make each read cheaper: local disk or a page-cached copy, larger sequential reads (shards), or "
+             "fewer round trips per sample."),
         ]
     if not busy:
         return [
@@ -117,6 +129,16 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
          "are busy and CPU is left."),
         "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
     ]
+
+
+def _wait_inside_dataset(ev: Evidence, mean_cpu: float) -> bool:
+    """Idle workers that are blocked inside the dataset (its __getitem__, a read) in most samples their main threads
+    are engaged: each worker process also runs threads that only wait (a queue feeder, the fd sharer), which the
+    WAIT activity holds, so the share is of the rest. Seen on torchrun ranks whose Dataset slept 50 ms a sample: the
+    workers at 0-1% CPU, 33 of 34 engaged samples in __getitem__, and the advice looked at IPC and collate_fn."""
+    engaged = ev.workers.samples - ev.workers.by_activity[WAIT]
+    inside = sum(ev.workers.by_activity[a] - ev.workers.awake[a] for a in (DATA_PREP, IO))  # blocked in there
+    return mean_cpu < WORKER_STARVED_CPU_PCT and engaged > 0 and inside / engaged >= INSIDE_DATASET_SHARE
 
 
 RULE = Rule(concludes=(DATA_BOUND,), evaluate=evaluate)
