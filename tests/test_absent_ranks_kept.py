@@ -98,7 +98,7 @@ def test_the_merge_words_a_rank_whose_task_ended_on_its_node():
         monitor.add(rank_0_waits(i))
         monitor.no_task_here("n2", note, heard_at=T0 + i + 1)
         monitor.merge(now=T0 + i + 1)
-    assert monitor.view.absent_across_nodes == (("1", f"exited with status 1 at {clock(T0 - 30)} on n2"),)
+    assert monitor.view.absent_across_nodes == (("1", f"exited with status 1 at {clock(T0 - 30)}", "n2"),)
 
 
 def test_the_merge_words_a_rank_its_node_saw_exit_even_after_the_history_drops_it():
@@ -110,7 +110,7 @@ def test_the_merge_words_a_rank_its_node_saw_exit_even_after_the_history_drops_i
         monitor.ingest(n2_rank_1_exits(i, exits_at=3))
     monitor.settle(T0 + 21)
     gone_at = n2_rank_1_exits(3, exits_at=3).time
-    assert monitor.view.absent_across_nodes == (("1", f"exited by {clock(gone_at)} on n2"),)
+    assert monitor.view.absent_across_nodes == (("1", f"exited by {clock(gone_at)}", "n2"),)
 
 
 @pilot_test
@@ -122,8 +122,9 @@ async def test_the_merged_rank_table_shows_the_rank_gone_on_n2():
         assert type(app.monitor).__name__ == "ClusterMonitor"
         rows = table_rows(app, "ranks-table")
         gone_at = n2_rank_1_exits(3, exits_at=3).time
-        words = f"exited by {clock(gone_at)} on n2"
-        assert app.monitor.view.absent_across_nodes == (("1", words),)
+        words = f"exited by {clock(gone_at)}"
+        assert app.monitor.view.absent_across_nodes == (("1", words, "n2"),)
         # the verdict column is narrow beside the other panes: the words are clipped to it, never other words
         shown = [row[-1] for row in rows if row[0] == "1"]
         assert len(shown) == 1 and len(shown[0]) > 10 and words.startswith(shown[0].rstrip("…")), shown
+        assert [row[1] for row in rows if row[0] == "1"] == ["n2"]  # the node in its own column, not clipped away

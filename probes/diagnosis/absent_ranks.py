@@ -114,12 +114,6 @@ def seen_words(gone: SeenGone) -> str:
     return f"PID {gone.pid}, seen running outside the watched tree" + ("" if at == clock(gone.gone_at) else f" at {at}")
 
 
-def on_node(words: str, node: str | None) -> str:
-    """A missing rank's words in a job merged across nodes, with the node that reported it: "exited at 12:00:04
-    on n2"."""
-    return words if node is None else f"{words} on {node}"
-
-
 def missing_rank_words(job: JobInfo, rank: int, gone: Mapping[int, SeenGone]) -> str:
     """A missing rank in a few words, as measured: "exited by 12:00:05" (seen running, then gone), "not running"
     (never seen, on a job that runs only on this machine), "gone (exited before attach)" (never seen, placed on this

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from probes.diagnosis.absent_ranks import missing_rank_words, on_node, ranks_seen_gone
+from probes.diagnosis.absent_ranks import missing_rank_words, ranks_seen_gone
 from probes.diagnosis.job_across_nodes import diagnose_job_across_nodes
 from probes.diagnosis.rank_projection import reserve_cached_ranks
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
@@ -370,19 +370,19 @@ def gone_ranks(notes: Mapping[str, NoTaskHere], views: Mapping[str, MonitorView]
 
 
 def absent_across_nodes(notes: Mapping[str, NoTaskHere], views: Mapping[str, MonitorView],
-                        accounted: bool) -> tuple[tuple[str, str], ...]:
-    """(rank, words) for the Ranks pane of a job merged across nodes: each rank of the world that no node shows
-    running, with the node that reported it. Where a node's agent says no task of the job runs there, srun's own
-    line on its end ("exited with status 1 at 18:54:19 on n2"); where a node's frames find a rank it should hold
-    missing, the one-node words of absent_ranks.py with the node ("exited at 18:54:19 on n2", "not running on n1");
-    a rank no node shows once every node is accounted for, "gone: no node runs it" (as gone_ranks says)."""
-    words: dict[int, str] = {}
+                        accounted: bool) -> tuple[tuple[str, str, str | None], ...]:
+    """(rank, words, node) for the Ranks pane of a job merged across nodes: each rank of the world that no node
+    shows running, with the node that reported it (its own column). Where a node's agent says no task of the job
+    runs there, srun's own line on its end ("exited with status 1 at 18:54:19", n2); where a node's frames find a
+    rank it should hold missing, the one-node words of absent_ranks.py ("exited at 18:54:19", "not running"); a rank
+    no node shows once every node is accounted for, "gone: no node runs it" (as gone_ranks says), with no node."""
+    words: dict[int, tuple[str, str | None]] = {}
     jobs = [view.latest.job for view in views.values() if view.latest.job is not None]
     if any(job.kind == "slurm" for job in jobs):  # srun names tasks, which are ranks only where Slurm launched them
         for name, note in sorted(notes.items(), key=lambda item: _natural(item[0])):
             for end in note.ends:
                 for task in end.tasks:
-                    words.setdefault(task, on_node(end.ended(), name))
+                    words.setdefault(task, (end.ended(), name))
     for name, view in sorted(views.items(), key=lambda item: _natural(item[0])):
         frames = view.shown_frames
         job = frames[-1].job
@@ -390,14 +390,14 @@ def absent_across_nodes(notes: Mapping[str, NoTaskHere], views: Mapping[str, Mon
             continue
         gone = ranks_seen_gone(frames, job.missing_ranks, view.seen_running)
         for rank in job.missing_ranks:
-            words.setdefault(rank, on_node(missing_rank_words(job, rank, gone), name))
+            words.setdefault(rank, (missing_rank_words(job, rank, gone), name))
     if notes and accounted:  # every node answers: a rank of the world none shows is nowhere
         world = max((job.world_size or 0 for job in jobs), default=0)
         seen = {rank.rank for view in views.values() if view.job is not None for rank in view.job.ranks}
         for rank in range(world):
             if rank not in seen:
-                words.setdefault(rank, "gone: no node runs it")
-    return tuple((str(rank), words[rank]) for rank in sorted(words))
+                words.setdefault(rank, ("gone: no node runs it", None))
+    return tuple((str(rank), *words[rank]) for rank in sorted(words))
 
 
 def _node_lines(statuses: Sequence[NodeStatus]) -> list[str]:

@@ -121,7 +121,7 @@ class MonitorView:
     seen_running: SeenRunning = field(default_factory=SeenRunning)
     # A job merged across nodes: (rank, words) for each rank of the world no node shows running ("exited at
     # 12:00:04 on n2"), for the Ranks pane (cluster.absent_across_nodes); () on a one-node run.
-    absent_across_nodes: tuple[tuple[str, str], ...] = ()
+    absent_across_nodes: tuple[tuple[str, str, str | None], ...] = ()
 
     @property
     def latest(self) -> Frame:

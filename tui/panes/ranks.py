@@ -116,10 +116,13 @@ def absent_ranks(job: JobInfo | None, frames: Sequence[Frame] = (), seen: SeenRu
             + [(ranges_text([span]), ELSEWHERE_WORDS) for span in job.ranks_elsewhere])
 
 
-def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False) -> tuple[Text, ...]:
+def absent_cells(rank: str, words: str, verdict_room: int, nodes: bool = False,
+                 node: str | None = None) -> tuple[Text, ...]:
+    """A rank no process stands for: its number, the node that reported it (across nodes), dashes, its words."""
     style = "dim" if words == ELSEWHERE_WORDS else "bold red"  # a rank this node should hold and does not
     dash = Text("-", style=style, justify="right")
-    return (Text(rank, style=style, justify="right"), *([dash] * (6 if nodes else 5)),
+    where = (Text(node or "-", style=style),) if nodes else ()
+    return (Text(rank, style=style, justify="right"), *where, *([dash] * 5),
             Text(clip(words, verdict_room), style=style))
 
 
@@ -248,7 +251,8 @@ class RanksPane(Vertical):
             self.show(*self._shown)
 
     def show(self, rows: Sequence[RankRow], job: JobVerdict | None, selected_key: str | None,
-             kind: str | None = None, absent: Sequence[tuple[str, str]] = (), groups: Sequence = ()) -> None:
+             kind: str | None = None, absent: Sequence[tuple[str, str] | tuple[str, str, str | None]] = (),
+             groups: Sequence = ()) -> None:
         """groups: probes.monitoring.cluster.RankGroup of a job of many ranks: each group's other ranks are one row,
         under
         its first rank's."""
@@ -278,7 +282,8 @@ class RanksPane(Vertical):
             cells.append((row.key, rank_cells(row, finding, row.key == selected_key, room, nodes)))
             if row.key in under:
                 cells.append((f"{GROUP_KEY}{row.key}", group_cells(under[row.key], room)))
-        cells += [(f"{ABSENT_KEY}{rank}", absent_cells(rank, words, room, nodes)) for rank, words in absent]
+        cells += [(f"{ABSENT_KEY}{row[0]}", absent_cells(row[0], row[1], room, nodes, row[2] if len(row) > 2 else None))
+                  for row in absent]
         sync_rows(table, cells, follow_key=False)
         if selected is not None and not table.has_focus:
             table.move_cursor(row=[key for key, _ in cells].index(selected.key), animate=False, scroll=True)
