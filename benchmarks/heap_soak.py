@@ -85,6 +85,7 @@ def frame_census(out: Path, elapsed: float) -> str:
               f" frame_summaries={len(frame_stacks._frame_cache)} projections={len(rank_projection._projections)}")
     for sampler in samplers:  # its idle flags per (thread, position) and per position
         census += (f" thread_position_idle={len(sampler._results.idle.by_thread)}"
+                   f" process_position_idle={len(sampler._results.idle.by_process)}"
                    f" position_idle={len(sampler._results.idle.anywhere)}")
     del samplers
     if len(frames) > DEFAULT_HISTORY_FRAMES + 5:
