@@ -14,8 +14,9 @@ whole test (started here, killed in a finally): on a crowded machine py-spy's sa
 slower, which is what this case needs to hold under. The test asserts the mechanism, never the clock: that the
 switch back was followed through a stack-check mark, in a run that brought the case (the training phase's samples
 were in, with no mark between them and the switch back; a run whose check woke at the switch to data, or where a
-cheap signal moved first after the switch back, is another case, and the test tries again, up to CASE_ATTEMPTS
-runs). The latency is printed and appended to $GPUTOP_STACK_PHASE_LATENCY_LOG when set.
+cheap signal moved first after the switch back, or where the settled window ended by itself before the checks,
+slowed by the load, could confirm the move, is another case, and the test tries again, up to CASE_ATTEMPTS runs).
+The latency is printed and appended to $GPUTOP_STACK_PHASE_LATENCY_LOG when set.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from support.recorded import frames_so_far
 
 from probes.frame import Frame
 from probes.monitoring.monitor import fold
-from probes.sampling.sampling_policy import SETTLED_RATE_HZ
+from probes.sampling.sampling_policy import SETTLED_RATE_HZ, SETTLED_WINDOW_S
 
 REPO = Path(__file__).resolve().parent.parent
 BUSY_NEIGHBOURS = 2
@@ -79,9 +80,10 @@ def _switch(target: subprocess.Popen, to: str) -> float:
     return float(line[1])
 
 
-def _run_case(spawn_target, folder: Path) -> tuple[list[Frame], int, float, float, float]:
+def _run_case(spawn_target, folder: Path) -> tuple[list[Frame], int, float, float, float, float]:
     """Train, switch to data preparation while gputop's second window runs, let it settle, switch back; (the
-    recorded frames, the target's PID, when it switched to data, back to compute, when the verdict turned)."""
+    recorded frames, the target's PID, when it switched to data, back to compute, when the verdict turned, when the
+    settled window running at the switch back would have ended by itself)."""
     folder.mkdir()
     target = spawn_target("phase_switch.py", "--seconds", "380", "--torch-threads", "1", "--start-in", "compute",
                           stdout=subprocess.PIPE, text=True,
@@ -108,7 +110,9 @@ def _run_case(spawn_target, folder: Path) -> tuple[list[Frame], int, float, floa
             return window is not None and window[0] != first[0] and window[1] >= SETTLED_WINDOW_RUNNING_S
 
         assert wait_for(second_settled_for_a_while, timeout=120, interval=0.2), "py-spy never settled to the slow rate"
+        running = _settled_window(monitor.pid, target.pid)
         to_compute = _switch(target, "compute")
+        window_ends = to_compute + SETTLED_WINDOW_S - (running[1] if running is not None else SETTLED_WINDOW_RUNNING_S)
 
         def turned() -> float | None:
             view = fold(frames_so_far(record)).view
@@ -120,7 +124,7 @@ def _run_case(spawn_target, folder: Path) -> tuple[list[Frame], int, float, floa
         monitor.send_signal(signal.SIGTERM)  # headless: stop now and write the snapshot
         monitor.communicate(timeout=60)
         stop_process_tree(target)  # a target left training would crowd the next attempt
-    return frames_so_far(record), target.pid, to_data, to_compute, turned_at
+    return frames_so_far(record), target.pid, to_data, to_compute, turned_at, window_ends
 
 
 @pytest.mark.slow
@@ -130,7 +134,8 @@ def test_a_stack_only_switch_back_to_a_phase_seen_before_is_followed_beside_busy
             for _ in range(BUSY_NEIGHBOURS)]
     try:
         for attempt in range(1, CASE_ATTEMPTS + 1):
-            frames, pid, to_data, to_compute, turned_at = _run_case(spawn_target, tmp_path / f"attempt-{attempt}")
+            frames, pid, to_data, to_compute, turned_at, window_ends = _run_case(spawn_target,
+                                                                                 tmp_path / f"attempt-{attempt}")
             marks = [(f.time, f.stacks.phase_change) for f in frames if f.stacks.phase_change]
             print(f"\nattempt {attempt}, marks (s after the switch back): "
                   f"{[(round(t - to_compute, 2), m) for t, m in marks]}")
@@ -139,12 +144,18 @@ def test_a_stack_only_switch_back_to_a_phase_seen_before_is_followed_beside_busy
             # signal moved first (a neighbour's load lifting at the switch can move the target's CPU): try again.
             trained = _main_samples([f for f in frames if f.time <= to_data + 1.0], pid, "train_step")
             after = [m for t, m in marks if to_compute <= t <= turned_at]
-            if trained and not [m for t, m in marks if t <= to_compute] and \
+            # Nor is a run where the settled window ended by itself before the checks could confirm the move: under
+            # load a dump can take seconds (py-spy's cadence adapts to its cost), and three of them did not fit in
+            # the window's last 8 s (a full CI run beside two busy processes: no mark, the turn at the window's end).
+            window_first = not after and turned_at >= window_ends
+            print(f"attempt {attempt}: turned {turned_at - to_compute:.2f} s after the switch back, the window would "
+                  f"end at {window_ends - to_compute:.2f} s")
+            if trained and not [m for t, m in marks if t <= to_compute] and not window_first and \
                     (not after or STACK_CHECK_MARK in after[0]):
                 break
         else:
             pytest.fail(f"in {CASE_ATTEMPTS} attempts the switch back never came with the training functions seen "
-                        "and not forgotten, followed before a cheap signal moved")
+                        "and not forgotten, followed before a cheap signal moved or the settled window ended")
     finally:
         for proc in busy:
             proc.kill()
