@@ -21,16 +21,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 from support.processes import wait_for
 from support.recorded import frames_so_far
+from support.settled_window import settled_window
 
 from probes.monitoring.monitor import fold
-from probes.sampling.sampling_policy import SETTLED_RATE_HZ
 
 REPO = Path(__file__).resolve().parent.parent
 SETTLED_WINDOW_RUNNING_S = 2.0  # how long the settled window has run when the test switches the target
@@ -47,20 +45,8 @@ def _verdict(path: Path) -> str | None:
 
 def _settled_window_age(monitor_pid: int, target_pid: int) -> float | None:
     """How long the monitor's py-spy record window on the target has run, if it runs at the settled rate."""
-    try:
-        children = psutil.Process(monitor_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return None
-    for child in children:
-        try:
-            argv = child.cmdline()
-            started = child.create_time()
-        except psutil.Error:
-            continue
-        if "record" in argv and argv[argv.index("--pid") + 1] == str(target_pid) and \
-                float(argv[argv.index("--rate") + 1]) == SETTLED_RATE_HZ:
-            return time.time() - started
-    return None
+    window = settled_window(monitor_pid, target_pid)
+    return window[1] if window is not None else None
 
 
 def _switch_and_measure(spawn_target, tmp_path, *target_args: str, log_variable: str):

@@ -25,17 +25,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 from support.processes import stop_process_tree, wait_for
 from support.recorded import frames_so_far
+from support.settled_window import settled_window
 
 from probes.frame import Frame
 from probes.monitoring.monitor import fold
-from probes.sampling.sampling_policy import SETTLED_RATE_HZ, SETTLED_WINDOW_S
+from probes.sampling.sampling_policy import SETTLED_WINDOW_S
 
 REPO = Path(__file__).resolve().parent.parent
 BUSY_NEIGHBOURS = 2
@@ -53,24 +52,6 @@ def _main_samples(frames: list[Frame], pid: int, function: str) -> int:
 def _verdict(path: Path) -> str | None:
     frames = frames_so_far(path)
     return fold(frames).view.verdict.bottleneck if frames else None
-
-
-def _settled_window(monitor_pid: int, target_pid: int) -> tuple[int, float] | None:
-    """The monitor's py-spy record window on the target, if it runs at the settled rate: (its PID, how long it has
-    run)."""
-    try:
-        children = psutil.Process(monitor_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return None
-    for child in children:
-        try:
-            argv, started = child.cmdline(), child.create_time()
-        except psutil.Error:
-            continue
-        if "record" in argv and argv[argv.index("--pid") + 1] == str(target_pid) and \
-                float(argv[argv.index("--rate") + 1]) == SETTLED_RATE_HZ:
-            return child.pid, time.time() - started
-    return None
 
 
 def _switch(target: subprocess.Popen, to: str) -> float:
@@ -103,14 +84,14 @@ def _run_case(spawn_target, folder: Path) -> tuple[list[Frame], int, float, floa
 
         # A settled window has ended and the next has run a while: the latest windows are the data phase's own (as
         # 15 s into it), not the one that held the switch to it.
-        first = wait_for(lambda: _settled_window(monitor.pid, target.pid), timeout=120, interval=0.2)
+        first = wait_for(lambda: settled_window(monitor.pid, target.pid), timeout=120, interval=0.2)
 
         def second_settled_for_a_while() -> bool:
-            window = _settled_window(monitor.pid, target.pid)
+            window = settled_window(monitor.pid, target.pid)
             return window is not None and window[0] != first[0] and window[1] >= SETTLED_WINDOW_RUNNING_S
 
         assert wait_for(second_settled_for_a_while, timeout=120, interval=0.2), "py-spy never settled to the slow rate"
-        running = _settled_window(monitor.pid, target.pid)
+        running = settled_window(monitor.pid, target.pid)
         to_compute = _switch(target, "compute")
         window_ends = to_compute + SETTLED_WINDOW_S - (running[1] if running is not None else SETTLED_WINDOW_RUNNING_S)
 
