@@ -61,6 +61,23 @@ def test_lines_read_at_one_time_count_as_their_newest_step():
     assert pace.figures().seconds_per_iter == pytest.approx(1.0)
 
 
+def test_lines_read_together_are_judged_once_the_read_is_whole():
+    """A 0.3 s step whose log is read a few lines at a time, each read timed to its newest write (as the log probe
+    times it): the reads of a CI run under load, the backlog first. The counter and the printed dt agree, so
+    nothing is claimed. Judged at the first line of each read, the read's time set against that earlier step made
+    the counter 1.40×, 1.25× and 1.27× slower than printed at three reads in a row, and a mismatch was claimed."""
+    reads = [(0.0, range(1, 6)), (1.2, range(6, 10)), (2.1, range(10, 13)), (3.0, range(13, 16)),
+             (4.2, range(16, 20)), (5.1, range(20, 23))]
+    pace = StepPace()
+    for when, steps in reads:
+        for step in steps:
+            pace.note_printed(0.2999, None, when)  # dt: 299.99ms
+            pace.note_step(step, when)
+        figures = pace.figures()
+        assert figures.printed_seconds_per_iter is None, (when, figures)
+    assert figures.seconds_per_iter == pytest.approx(0.3)
+
+
 def test_a_restart_forgets_the_steps_before_it():
     pace = noted([(0.0, 100, None), (10.0, 110, None)])
     pace.restart()
