@@ -25,7 +25,7 @@ from support.frames import (
 
 from probes.diagnosis.shares import SPEEDUP_MIN_SAMPLES, TimeShares, max_speedup, shares_summary, time_shares
 from probes.diagnosis.stacks import is_evaluation, is_logging
-from probes.frame import GpuProcess
+from probes.frame import GpuProcess, SampledWindow
 from probes.monitoring.monitor import fold
 
 # nanoGPT's evaluation: a forward pass under estimate_loss.
@@ -143,6 +143,27 @@ def test_samples_count_for_the_time_they_stand_for():
     fast = [dataclasses.replace(f, stacks=dataclasses.replace(f.stacks, rate_hz=10.0)) for f in fast]
     slow = [dataclasses.replace(f, stacks=dataclasses.replace(f.stacks, rate_hz=1.0)) for f in slow]
     assert time_shares(fast + slow).shares == {"compute": pytest.approx(0.5), "data": pytest.approx(0.5)}
+
+
+def with_windows(frame, *windows: tuple[float, int]):
+    """The frame with the main process's py-spy windows that ended in its tick: (wall seconds, samples) each."""
+    pid = frame.target.pid
+    taken = tuple(SampledWindow(pid=pid, started=frame.time - seconds, seconds=seconds, samples=samples)
+                  for seconds, samples in windows)
+    return dataclasses.replace(frame, stacks=dataclasses.replace(frame.stacks, windows=taken, achieved_rate_hz=4.6))
+
+
+def test_a_tick_with_a_fast_cut_window_counts_the_wall_time_its_windows_took():
+    """From a live run under load: a wake cut a window at 20 Hz as a checkpoint began (19 samples in 0.88 s) and a
+    5 Hz window followed (4 in 0.87 s), all in the save. Weighed by the tick's one rate (4.6 Hz), those 1.75 s
+    counted 5 s, and the checkpoint's share came out 28% against the log's 15%. Each window's samples stand for
+    its own wall time."""
+    computing = [with_windows(make_frame(i, counts=[main_count(FORWARD, n=19)], cpu=100.0), (4.25, 19))
+                 for i in range(4)]
+    saving = with_windows(make_frame(4, counts=[main_count(TORCH_SAVE, n=23, idle=True)], cpu=5.0),
+                          (0.88, 19), (0.87, 4))
+    shares = time_shares([*computing, saving])
+    assert shares.shares["checkpoint"] == pytest.approx(1.75 / (1.75 + 17.0))
 
 
 IMPORTING_TORCH = (

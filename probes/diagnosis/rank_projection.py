@@ -51,7 +51,8 @@ def project_rank(frame: Frame, pid: int) -> Frame:
         available=stacks.available, reason=stacks.reason, sampler=stacks.sampler, rate_hz=stacks.rate_hz,
         achieved_rate_hz=stacks.achieved_rate_hz, samples=sum(c.count for c in counts), native=stacks.native,
         threads=tuple(t for t in stacks.threads if t.pid in members), counts=counts,
-        errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked)
+        errors=stacks.errors, phase_change=stacks.phase_change, blocked=stacks.blocked,
+        windows=tuple(w for w in stacks.windows if w.pid in members))
     return dataclasses.replace(frame, target=target, processes=tuple(processes), stacks=stacks,
                                gpu=_rank_gpu(frame.gpu, sample), host=_host_outside_the_job(frame, members), job=None)
 

@@ -126,10 +126,7 @@ def _phase_seconds(frame: Frame, main_pid: int) -> dict[Phase, float]:
     found = _summaries.get(key)
     if found is not None:
         return found
-    # The rate the windows of this frame were taken at (the sampler slows to 1 Hz once the picture settles and
-    # looks again at 10 Hz when it moves); the asked-for rate where it was not measured.
-    rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
-    per_sample = 1.0 / rate if rate else 1.0
+    per_sample = _seconds_per_sample(frame, main_pid)
     seconds: dict[Phase, float] = {}
     for count in _step_counts(frame, main_pid):
         activity = classify_cached(count.frames, count.idle).activity
@@ -144,6 +141,19 @@ def _phase_seconds(frame: Frame, main_pid: int) -> dict[Phase, float]:
     _summaries[key] = seconds
     weakref.finalize(frame.stacks, _summaries.pop, key, None)
     return seconds
+
+
+def _seconds_per_sample(frame: Frame, main_pid: int) -> float:
+    """The wall time one of the main thread's samples in this frame stands for: the wall seconds of the process's
+    windows that ended this tick over their samples. A wake cuts a window at 20 Hz where the picture moves and the
+    settled ones run at 5 Hz or less, so a tick can hold windows of both; weighed by one rate for the whole tick
+    (the newest window's), a 1.75 s tick of 23 samples counted 5 s, and a checkpoint's share came out 2x the log's.
+    The tick's rate where the frame has no windows (a recording made before they were kept)."""
+    windows = [w for w in frame.stacks.windows if w.pid == main_pid and w.samples > 0]
+    if windows:
+        return sum(w.seconds for w in windows) / sum(w.samples for w in windows)
+    rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
+    return 1.0 / rate if rate else 1.0
 
 
 def _step_counts(frame: Frame, main_pid: int) -> list[StackCount]:
