@@ -196,10 +196,18 @@ def test_no_samples_no_shares():
      "up to 1.2× faster if checkpoints were saved in the background (saving takes 20% of the time)"),
     ("comms_bound", {"collectives": 0.5, "compute": 0.5}, 2.0,
      "up to 2.0× faster if collectives overlapped with compute (they take 50% of the time)"),
+    # gputop demo's first checkpoint: one decimal read "up to 1.0× faster", no claim at all
+    ("checkpoint_save", {"checkpoint": 0.04, "compute": 0.96}, 1 / 0.96,
+     "up to 4% faster if checkpoints were saved in the background (saving takes 4% of the time)"),
 ])
 def test_what_a_fix_can_win_is_one_over_one_minus_the_share_it_removes(bottleneck, phases, factor, words):
     gain = max_speedup(TimeShares(window_s=120.0, shares=phases, samples=SPEEDUP_MIN_SAMPLES), bottleneck)
     assert gain.factor == pytest.approx(factor) and gain.words == words
+
+
+def test_a_phase_that_rounds_to_none_of_the_time_says_no_gain():
+    assert max_speedup(TimeShares(window_s=120.0, shares={"checkpoint": 0.003, "compute": 0.997},
+                                  samples=SPEEDUP_MIN_SAMPLES * 10), "checkpoint_save") is None
 
 
 @pytest.mark.parametrize("samples, data_share, words", [

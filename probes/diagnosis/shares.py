@@ -66,6 +66,7 @@ RECURRING_EPISODES_OF = {"compile": 3}
 RECURRING_GAP_S = 3.0
 RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
 MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
+MIN_SAID_SHARE = 0.005  # a phase below this reads "0% of the time": no gain is said for its fix
 # With k of n samples outside a phase, the time outside it is below _OUTSIDE_UPPER_95[k] / n at 95% (Poisson's
 # one-sided upper limits for 0, 1, 2 events). Under 3 samples outside, 1/(1-s) rests on one or two samples, or on
 # none (a bound that read "up to 100×" from MAX_FIXABLE_SHARE on a job whose main thread waited in every sample):
@@ -255,8 +256,8 @@ def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup
     if removes is None or shares.samples < SPEEDUP_MIN_SAMPLES:
         return None
     share = min(MAX_FIXABLE_SHARE, shares.share(*removes.phases))
-    if share <= 0:
-        return None
+    if share < MIN_SAID_SHARE:
+        return None  # it would read "takes 0% of the time": nothing measured to win
     measured = shares.share(*removes.phases)
     why = removes.why.format(pct=_pct(measured))
     outside = round(shares.samples * (1.0 - measured))
@@ -267,11 +268,17 @@ def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup
                                   f"(last {_span(shares.window_s)}) fell outside it: more cannot be measured",
                           at_least=True)
     factor = 1.0 / (1.0 - share)
-    return MaxSpeedup(factor, f"up to {_times(factor)}× faster {why}")
+    return MaxSpeedup(factor, f"up to {_gain(factor)} faster {why}")
 
 
 def _times(factor: float) -> str:
     return f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
+
+
+def _gain(factor: float) -> str:
+    """A gain as said: "2.5×"; below 1.1× in percent ("4%"), where one decimal would read "up to 1.0× faster" (a
+    demo's 4% checkpoint share said just that)."""
+    return f"{_times(factor)}×" if factor >= 1.1 else _pct(factor - 1.0)
 
 
 def shares_summary(shares: TimeShares) -> str:
