@@ -391,7 +391,8 @@ def test_gpu_environment_without_nvml():
 
 
 class FakeProc:
-    """What JobTracker reads of each process (its environment, start time, wchan), set by the test."""
+    """What JobTracker reads of each process (its environment, start time, whether it waits on a child), set by
+    the test."""
 
     def __init__(self, monkeypatch, chosen: RootChoice) -> None:
         self.envs: dict[int, DistEnv] = {}
@@ -400,8 +401,7 @@ class FakeProc:
         monkeypatch.setattr(tracker_module, "read_dist_env", lambda pid: self.envs.get(pid, NO_ENV))
         monkeypatch.setattr(tracker_module, "start_ticks", lambda pid: 1000 + pid)
         monkeypatch.setattr(tracker_module, "process_executable", lambda pid: None)
-        monkeypatch.setattr(tracker_module, "read_text",
-                            lambda path: "do_wait" if int(path.split("/")[2]) in self.waiting else "0")
+        monkeypatch.setattr(tracker_module, "main_thread_waits_for_child", lambda pid, children: pid in self.waiting)
 
 
 def sample(pid, ppid, role=ROLE_OTHER, name="python3", alive=True, cmdline=("python3", "train.py")):

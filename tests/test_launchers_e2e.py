@@ -194,6 +194,18 @@ def test_one_node_of_a_larger_world_lists_the_other_ranks_and_calls_none_missing
         assert all("gone" not in line for line in monitor.ingest(watch.engine.tick()).job.verdict.evidence)
 
 
+def test_a_python_wrapper_that_relays_its_childs_output_is_its_launcher(tmp_path):
+    # Its main thread is blocked reading the pipe its child writes as stderr (wchan anon_pipe_read, not do_wait):
+    # it waits on the child as surely as Popen.wait does, so the child is the training process.
+    command = [sys.executable, str(TARGETS / "relaying_wrapper.py"), str(TARGETS / "busy_loop.py"), "--seconds", "300"]
+    with running(command, tmp_path / "job.log") as job:
+        (child,) = live_children(job.pid)
+        with watching(job.pid) as watch:
+            frame = watch.until(lambda f: f.job is not None and f.job.rank_pids == (child.pid,))
+    assert frame.job.kind == "launched" and frame.process(job.pid).role == ROLE_LAUNCHER
+    assert frame.job.note.startswith(f"attached to python (PID {job.pid}): watching python"), frame.job.note
+
+
 def test_accelerate_launch_of_one_process_is_a_launched_trainer_named_after_accelerate(tmp_path):
     accelerate = Path(sys.executable).with_name("accelerate")
     if not accelerate.exists():

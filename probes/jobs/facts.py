@@ -59,8 +59,17 @@ class ProcessFacts:
     python: bool = False
     env: DistEnv = NO_ENV
     spawn_child: bool = False  # runs multiprocessing's spawn_main (read while it lived: a zombie has no cmdline)
-    waiting_for_child: bool = False  # its main thread waits for a child process to end
+    # Its main thread waits on a child process: for it to end (wait4, subprocess's wait loop), or relaying its output.
+    waiting_for_child: bool = False
+    launcher_process: bool = False  # a known launcher's own process by its command line (`accelerate launch`)
     cpu_seconds: float | None = None
+
+
+    @property
+    def launches(self) -> bool:
+        """Whether it stands between the user and a training process rather than training itself: not Python (a
+        shell, uv, srun), a Python process waiting on its child, or a known launcher's own process."""
+        return not self.python or self.waiting_for_child or self.launcher_process
 
 
 @dataclass(frozen=True)

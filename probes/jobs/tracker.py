@@ -15,16 +15,13 @@ from dataclasses import dataclass
 from probes.frame import JobInfo, ProcessSample, StacksReading
 from probes.jobs.environment import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
 from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
-from probes.jobs.launchers import launcher_label, launcher_of_kind, read_dist_env
+from probes.jobs.launchers import launcher_label, launcher_of_kind, launcher_of_process, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.locality import NOT_PLACED, Locator, Placement
 from probes.jobs.root import resolve_root_safely
 from probes.jobs.world import WorldAccount, WorldWatch
-from probes.sensors.textfiles import read_text
-
-# A Python launcher waits for its child in the kernel's wait4: /proc/PID/wchan says do_wait.
-_WAITING_WCHAN = "do_wait"
+from probes.sensors.proc_readers import main_thread_waits_for_child
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,7 @@ class _Static:
     env: DistEnv
     python: bool
     spawn_child: bool
+    launcher_process: bool  # a known launcher's own process, by its command line
 
 
 class JobTracker:
@@ -80,8 +78,11 @@ class JobTracker:
             ended = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)
             return dataclasses.replace(self._last_info, rank_pids=(), selected_pid=None), ended
         spawn_evidence, waiting_in_stack = stack_evidence(stacks)
-        parents = {p.ppid for p in processes}
-        facts = [self._facts(p, waiting_in_stack, p.pid in parents, started.get(p.pid)) for p in processes]
+        children: dict[int, list[int]] = {}
+        for p in processes:
+            if p.ppid is not None and p.alive:
+                children.setdefault(p.ppid, []).append(p.pid)
+        facts = [self._facts(p, waiting_in_stack, children.get(p.pid, []), started.get(p.pid)) for p in processes]
         self._not_python = {f.pid for f in facts if not f.python}
         present = {p.pid for p in processes}
         self._static = {key: value for key, value in self._static.items() if key[0] in present}
@@ -105,7 +106,7 @@ class JobTracker:
         self._last_info, self._last_samples = self._job_info(layout, samples, by_pid), samples
         return self._last_info, samples
 
-    def _facts(self, sample: ProcessSample, waiting_in_stack: set[int], has_children: bool,
+    def _facts(self, sample: ProcessSample, waiting_in_stack: set[int], child_pids: list[int],
                started: int | None) -> ProcessFacts:
         if started is None:  # not read this tick by the caller
             started = start_ticks(sample.pid)
@@ -120,17 +121,19 @@ class JobTracker:
                     python=is_python_command(cmdline) or (
                         sample.alive and is_python_command((), process_executable(sample.pid))),
                     spawn_child=is_spawn_child(cmdline),
+                    launcher_process=launcher_of_process(sample.name, cmdline) is not None,
                 )
                 self._static[key] = static
         waiting = sample.pid in waiting_in_stack
         # Only a process with a child can wait for one: the DataLoader workers of a node's job (64 of its 73
         # processes) are spared a read of wchan each tick.
-        if static.python and sample.alive and not waiting and has_children:
-            waiting = (read_text(f"/proc/{sample.pid}/wchan") or "").strip() == _WAITING_WCHAN
+        if static.python and sample.alive and not waiting and child_pids:
+            waiting = main_thread_waits_for_child(sample.pid, child_pids)
         return ProcessFacts(
             pid=sample.pid, ppid=sample.ppid, role=sample.role, name=sample.name, cmdline=static.cmdline,
             alive=sample.alive, started=started or 0, python=static.python, env=static.env,
-            spawn_child=static.spawn_child, waiting_for_child=waiting, cpu_seconds=sample.cpu_seconds,
+            spawn_child=static.spawn_child, waiting_for_child=waiting, launcher_process=static.launcher_process,
+            cpu_seconds=sample.cpu_seconds,
         )
 
     def _job_info(self, layout: JobLayout, samples: Sequence[ProcessSample],

@@ -77,6 +77,59 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
+# The wait channel of a task blocked in the kernel's wait4 for a child.
+_WAIT_WCHAN = "do_wait"
+# ... and of one blocked reading an empty pipe: anon_pipe_read on Linux 6.x, pipe_read before it, pipe_wait(_readable)
+# on older kernels.
+_PIPE_READ_WCHANS = frozenset({"anon_pipe_read", "pipe_read", "pipe_wait", "pipe_wait_readable"})
+_PIPE_LINK = re.compile(r"pipe:\[(\d+)\]")
+
+
+def main_thread_waits_for_child(pid: int, child_pids: Sequence[int]) -> bool:
+    """Whether the process's main thread waits on one of its children: blocked in wait4 (a Python launcher's
+    ``Popen.wait``), or blocked reading a pipe that a child writes as its stdout or stderr, the launcher relaying
+    the child's output until it ends (``accelerate launch`` of one process since accelerate 1.16 copies its
+    child's stderr on its main thread). /proc/PID/wchan is the main thread's; /proc/PID/syscall names the fd it
+    reads where it may be read (the same permission py-spy needs), else any pipe it holds open for reading will do."""
+    wchan = (read_text(f"/proc/{pid}/wchan") or "").strip()
+    if wchan == _WAIT_WCHAN:
+        return True
+    if wchan not in _PIPE_READ_WCHANS or not child_pids:
+        return False
+    children_write = {inode for child in child_pids for fd in (1, 2) if (inode := _pipe_of(child, fd)) is not None}
+    if not children_write:
+        return False
+    fd = _fd_in_syscall(pid)
+    if fd is not None:
+        return _pipe_of(pid, fd) in children_write
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    return any(_pipe_of(pid, int(fd)) in children_write for fd in fds if fd.isdigit())
+
+
+def _pipe_of(pid: int, fd: int) -> int | None:
+    """The pipe inode behind a process's fd, or None when it is no pipe (or cannot be read)."""
+    try:
+        match = _PIPE_LINK.fullmatch(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def _fd_in_syscall(pid: int) -> int | None:
+    """The first argument of the syscall the main thread is blocked in (the fd of a read), from /proc/PID/syscall
+    ("NR ARG1 ARG2 ..."); None when it is not readable or the thread is not in a syscall."""
+    fields = (read_text(f"/proc/{pid}/syscall") or "").split()
+    if len(fields) < 2 or not fields[0].isdigit():
+        return None
+    try:
+        return int(fields[1], 16)
+    except ValueError:
+        return None
+
+
 def read_cmdline(pid: int) -> tuple[str, ...]:
     """/proc/PID/cmdline's arguments (empty for a zombie, a kernel thread, or when unreadable)."""
     text = read_text(f"/proc/{pid}/cmdline") or ""

@@ -8,7 +8,7 @@ import json
 from probes.frame import ROLE_OTHER
 from probes.jobs.environment import is_python_command
 from probes.jobs.facts import Attachment, ProcessFacts
-from probes.jobs.launchers import parse_dist_env
+from probes.jobs.launchers import launcher_of_process, parse_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from support.paths import REPO
 
@@ -21,7 +21,7 @@ def load_fixture(kind: str) -> dict:
 
 def fixture_facts(fixture: dict) -> list[ProcessFacts]:
     """The fixture's process table as the tracker would read it: environments through the launchers' own
-    readers, Python and spawn_main from the command line."""
+    readers, Python, spawn_main and a launcher's own process from the command line."""
     facts = []
     for p in fixture["processes"]:
         cmdline = tuple(p["cmdline"])
@@ -29,7 +29,8 @@ def fixture_facts(fixture: dict) -> list[ProcessFacts]:
             pid=p["pid"], ppid=p["ppid"], role=p.get("role", ROLE_OTHER), name=p["name"], cmdline=cmdline,
             alive=p.get("alive", True), started=p.get("started", p["pid"]), python=is_python_command(cmdline),
             env=parse_dist_env(p.get("environ", {})), spawn_child=is_spawn_child(cmdline),
-            waiting_for_child=p.get("waiting_for_child", False), cpu_seconds=p.get("cpu_seconds")))
+            waiting_for_child=p.get("waiting_for_child", False),
+            launcher_process=launcher_of_process(p["name"], cmdline) is not None, cpu_seconds=p.get("cpu_seconds")))
     return facts
 
 

@@ -9,11 +9,11 @@ from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import hot_spot, main_share_line, percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 from probes.diagnosis.rules.signs import (
-    IDLE_MAX_CPU_PCT,
     MOSTLY_ASLEEP_PCT,
     mostly_asleep,
     producer_busy,
     waits_on_gpu,
+    works_beside_the_main_thread,
 )
 from probes.diagnosis.stacks import COMMS, QUEUE_WAIT, WAIT
 
@@ -36,11 +36,14 @@ def evaluate(ev: Evidence) -> Candidate | None:
     idle_activities = (QUEUE_WAIT,) if on_gpu else (WAIT, QUEUE_WAIT)
     waiting = ev.main.share(*idle_activities)
     asleep = mostly_asleep(ev) and not on_gpu and not _asleep_in_collectives(ev)
-    if (waiting < 0.3 and not asleep) or (ev.main_cpu_pct is not None and ev.main_cpu_pct >= IDLE_MAX_CPU_PCT):
+    # Waiting in py-spy's samples while nothing works beside the main thread (its own work between waits may be
+    # a third of a core), or asleep by schedstat in a process that hardly uses a CPU.
+    seen_waiting = waiting >= 0.3 and not works_beside_the_main_thread(ev)
+    if not seen_waiting and not asleep:
         return None
     if ev.main.share(QUEUE_WAIT) >= 0.3 and producer_busy(ev):
         return None  # waiting on a working producer: the data rule's case
-    if waiting >= 0.3:
+    if seen_waiting:
         where = hot_spot(ev.main, *idle_activities)
         lines = [main_share_line(ev, waiting, "waiting", *idle_activities)]
     else:  # py-spy caught it runnable; schedstat says it slept

@@ -14,7 +14,8 @@ from probes.diagnosis.stacks import COMPUTE, DATA_PREP, IO
 LAUNCH_BOUND_SM_ACTIVE_PCT = LAUNCH_SM_ACTIVE_PCT  # one threshold for the cpu_bound rule and gpu_limit
 LAUNCH_BOUND_POWER_FRACTION = 0.35
 # The main thread asleep (neither on a CPU nor queued for one) this share of wall time, in a process using less
-# than IDLE_MAX_CPU_PCT of a core, waits more than it works whatever py-spy's samples say (see asleep_pct).
+# than IDLE_MAX_CPU_PCT of a core, waits more than it works whatever py-spy's samples say (see asleep_pct). A main
+# thread that py-spy sees waiting is idle unless IDLE_MAX_CPU_PCT of a core works beside it.
 MOSTLY_ASLEEP_PCT = 60.0
 IDLE_MAX_CPU_PCT = 30.0
 
@@ -44,6 +45,22 @@ def uses_torch_compile(ev: Evidence) -> bool:
     """The main thread's stacks show torch.compile: its compiled code running (over the compile look-back), or a
     compile (over the warm-up's). Such a model is never told to compile."""
     return ev.compiled_code_share > 0.0 or ev.compile.began is not None
+
+
+def works_beside_the_main_thread(ev: Evidence) -> bool:
+    """The main process uses IDLE_MAX_CPU_PCT of a core or more outside its main thread: while the main thread
+    waits, another thread of it works (a producer, a compute pool), so the waiting is not idleness.
+
+    The main thread's own CPU is taken out where schedstat gives it: a loop that sleeps 70% of each step and
+    computes the rest uses ~30% of a core in its main thread alone, and that is the work between its sleeps, not
+    work elsewhere (a quiet machine put such a loop at 30-32% and no rule fit). Without schedstat the whole
+    process's CPU is all there is to go on."""
+    process = ev.main_cpu_pct
+    if process is None:
+        return False
+    own = ev.main_thread_cpu_pct
+    beside = process - own if own is not None else process
+    return beside >= IDLE_MAX_CPU_PCT
 
 
 def mostly_asleep(ev: Evidence) -> bool:

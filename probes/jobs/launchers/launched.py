@@ -1,5 +1,6 @@
 """One Python training process under a launcher: a non-Python one (``bash train.sh``, ``uv run``, a container's
-init) or a Python one that waits for its child.
+init), a Python one that waits for its child or relays its output, or a known launcher's own process
+(``accelerate launch`` of one process).
 
 Nothing in the environment marks such a process: it is found by shape. The topmost Python processes under
 the root are the candidates; the one that has used the most CPU is the training process (role ``main``), and
@@ -21,7 +22,7 @@ class Launched(Launcher):
 
     def find(self, tree: WatchedTree) -> JobLayout | None:
         root = tree.root
-        if root is None or (root.python and not root.waiting_for_child):
+        if root is None or not root.launches:
             return None  # a Python process that trains by itself is no job
         candidates = _candidates(root, tree.children, root=True)
         if not candidates:
@@ -38,7 +39,7 @@ class Launched(Launcher):
     def keeps_job_without_training(self, root: ProcessFacts) -> bool:
         """A script between programs still launches; a Python process that ran a Python child for a while and
         now trains again is a lone process again."""
-        return not root.python or root.waiting_for_child
+        return root.launches
 
     def note(self, layout: JobLayout, context: NoteContext) -> str:
         attached = f"attached to {context.root_label} (PID {context.root_pid})"
@@ -53,8 +54,7 @@ class Launched(Launcher):
 def _candidates(f: ProcessFacts, children: Mapping[int, list[ProcessFacts]], root: bool) -> list[ProcessFacts]:
     """The topmost Python training processes at or under `f`: a non-Python process and a Python one waiting for
     its child are passed through; a Python one waiting with no Python process under it is one itself."""
-    launcher_like = not f.python or f.waiting_for_child
-    if not launcher_like and not root:
+    if not f.launches and not root:
         return [f] if f.role not in HELPER_ROLES else []
     found = []
     for child in children.get(f.pid, ()):
