@@ -277,7 +277,7 @@ def test_snapshot_help_says_it_samples_10_s_without_duration():
     parser = build_parser()
     snapshot = next(action for action in parser._actions if "--snapshot" in action.option_strings)
     assert snapshot.help is not None and "10 s" in snapshot.help and "--duration" in snapshot.help
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "commands.md").read_text()
     assert "`--snapshot`\nor `--flamegraph` without `--duration` samples 10 s" in readme
 
 
