@@ -4,6 +4,7 @@ this interpreter alone, and a test there that starts a process fails, saying whi
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -154,3 +155,27 @@ def slurm_two_nodes(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def snap_compare(snap_compare):
+    """pytest-textual-snapshot's snap_compare, taken once the screen has settled: after the keys are pressed, the
+    screen is exported until two exports 50 ms apart agree. Its own pauses wait for the message queues, not for a
+    refresh, and a pane's overflow (its scrollbar, "more below") is drawn only after the refresh that lays its text
+    out: Python 3.12 took the 80x24 verdict before it, 3.11 after it."""
+    def compare(app, *args, press=(), run_before=None, **kwargs):
+        async def settled(pilot):
+            if run_before is not None:
+                result = run_before(pilot)
+                if inspect.isawaitable(result):
+                    await result
+            await pilot.press(*press)
+            previous = None
+            for _ in range(200):  # a bound, not a wait: it ends as soon as the screen holds still
+                await pilot.pause(0.05)
+                shown = pilot.app.export_screenshot()
+                if shown == previous:
+                    return
+                previous = shown
+        return snap_compare(app, *args, run_before=settled, **kwargs)
+    return compare

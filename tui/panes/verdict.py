@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.visual import visualize
 from textual.widgets import Static
 
 from probes.diagnosis.bottlenecks import facts_named
@@ -282,15 +283,21 @@ class VerdictPane(VerticalScroll):
         # is longer than the pane, which is when the fit matters). None before the first layout.
         width = self.content_region.width - self.styles.scrollbar_size_vertical
         rows = self.content_region.height
+        static = self.query_one("#verdict-text", Static)
         if width > 0 and rows > 0:
-            console = self.app.console
-            options = console.options.update(width=width)
 
             def rows_of(renderable: RenderableType) -> int:
-                return len(console.render_lines(renderable, options, pad=False))
+                # Measured as the Static will draw it (Textual wraps a Text as its own Content, not as Rich does);
+                # Widget.get_content_height passes its styles as the rules just so.
+                return visualize(static, renderable).get_height(static.styles, width)  # type: ignore[arg-type]
 
             text = fitted_renderable(view, now, max_evidence, selected_rank, not short, rows_of, rows)
+            # The height is set, not left to Textual's auto height: that kept a longer text's height after the fitted
+            # one replaced it (seen at 80x24 under Python 3.12, 9 rows for 7, so a scrollbar and "more below" came and
+            # went with the Python version).
+            static.styles.height = rows_of(text)
         else:
             text = verdict_renderable(view, now, max_evidence, selected_rank, shares_line=not short)
-        self.query_one("#verdict-text", Static).update(text)
+            static.styles.height = "auto"
+        static.update(text)
         self.call_after_refresh(self.mark_overflow)
