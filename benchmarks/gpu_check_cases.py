@@ -2,7 +2,7 @@
 for it, how long it may take on the GPU and in the CPU dry run, and the command that starts it.
 
 The time budgets are constants, each the most its case may take from its start to its last file; their sum, with
-the setup and the packing, must stay under the issue's 8 minutes (``budget_problem``; tests/test_gpu_check.py).
+the setup and the packing, must stay under the issue's 8 minutes (``budget_problem``; tests/unit/test_gpu_check.py).
 A watched case leaves gputop ``watch_s`` seconds at its end plus a margin for its start and its snapshot
 (``watch_margin``); the job before it has the rest to reach its steady state (``steady_lines`` progress lines in
 its log).

@@ -35,7 +35,7 @@ The exit status is 0 when every check holds (RSS growth within ``--max-rss-growt
 It cleans up after itself: the target and gputop are killed, with every process under them, when it
 ends, on Ctrl-C and on SIGTERM (and on SIGHUP unless started under nohup). The target also ends by
 itself a few minutes after ``--duration`` in case the soak is killed with SIGKILL.
-tests/test_soak.py runs a CI-sized version (about 40 s) through ``run_soak``.
+tests/e2e/test_soak.py runs a CI-sized version (about 40 s) through ``run_soak``.
 """
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ Liveness = Literal["progressing", "hung", "sleeping", "exited", "unknown"]
 BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 LIVENESS_STATES: tuple[Liveness, ...] = typing.get_args(Liveness)
 # How a job was started: one name per launcher of probes/jobs/launchers/ (its LAUNCHERS tuple, in the same
-# order; tests/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
+# order; tests/unit/test_launchers.py holds the two to each other). "ranks": RANK set by a launcher gputop does not
 # know; "launched": one Python training process under a launcher (bash, uv run, a container init).
 JobKind = Literal["accelerate", "deepspeed", "torchrun", "mpirun", "slurm", "lightning", "ranks", "mp.spawn",
                   "launched"]

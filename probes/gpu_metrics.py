@@ -3,7 +3,7 @@ fills, pynvml's metric constant, its words on the GPU pane, and its Prometheus n
 
 Adding one is a field of `GpuDevice` (probes/frame.py, in the row's unit, None where the GPU or driver does not give
 it) and a row here: the NVML sensor (probes/sensors/nvml.py) asks for every row, the pane (tui/panes/gpu.py) and
-the exporter (probes/outputs/exporter.py) show every row, and tests/test_gpu_metrics.py fails until the two agree.
+the exporter (probes/outputs/exporter.py) show every row, and tests/unit/test_gpu_metrics.py fails until the two agree.
 A metric the diagnosis reads is also averaged into `GpuSummary` (probes/diagnosis/gpu_summary.py).
 
 A row carries its unit: a percentage (a share of time or of a peak) is shown as "12%" and exported as a 0-1

@@ -1,5 +1,5 @@
 """What merging N nodes costs: replay a recording of a job merged across nodes (`gputop --slurm-job J --record`,
-or tests/test_cluster_e2e.py's two "nodes") as N nodes' streams, and time probes.monitoring.cluster.ClusterMonitor.
+or tests/e2e/test_cluster_e2e.py's two "nodes") as N nodes' streams, and time probes.monitoring.cluster.ClusterMonitor.
 
 Usage: python scripts/measure_merge.py REC.jsonl [N ...]   (default N: 2 8 64)
 

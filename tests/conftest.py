@@ -1,6 +1,7 @@
 """Shared fixtures: start real target processes (tests/targets/*.py) and always clean them up. And the line between
-the two layers: a test that starts a process is end to end and marked slow; the fast layer (`-m "not slow"`) runs in
-this interpreter alone, and a test there that starts a process fails, saying which."""
+the two layers, drawn by the folder: tests/unit/ runs in this interpreter alone, and a test there that starts a
+process fails, saying which; tests/e2e/ starts real processes, and every test in it is marked slow (so
+`-m "not slow"` still selects the fast layer)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from support.paths import REPO, TARGETS
@@ -39,6 +41,24 @@ def pytest_runtestloop(session):
         for proc in procs:
             proc.kill()
             proc.wait(timeout=5)
+
+
+E2E = REPO / "tests" / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The folder decides the layer: a test in tests/e2e/ is slow whether or not it says so, and one marked slow
+    anywhere else is in the wrong folder."""
+    misplaced = []
+    for item in items:
+        in_e2e = E2E in Path(str(item.fspath)).resolve().parents
+        if in_e2e:
+            item.add_marker(pytest.mark.slow)
+        elif item.get_closest_marker("slow") is not None:
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"{len(misplaced)} test(s) marked slow outside tests/e2e/, first {misplaced[0]}: "
+                                "a test that starts a process belongs in tests/e2e/")
 
 
 STARTED_IN_SETUP = pytest.StashKey[list[str]]()

@@ -2,7 +2,7 @@
 
 Adding a format is one new module here (a ``parse`` function and its ``FORMAT``), its name in ``LogFormat``,
 one line in ``FORMATS``, its real lines in ``tests/fixtures/logs/<name>.log`` and a row in
-``docs/logformats.md``; tests/test_logformats.py fails while any of these is missing. Tailing the log (and what
+``docs/logformats.md``; tests/unit/test_logformats.py fails while any of these is missing. Tailing the log (and what
 the probe makes of successive lines) is ``probes.sensors.progress``'s business.
 """
 

@@ -11,7 +11,7 @@ from probes.logformats.peak_tables import PeakTable
 from probes.models.convention import PrintedCount
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
-# missing here, fails tests/test_logformats.py. The name is what the snapshot's progress.format says.
+# missing here, fails tests/unit/test_logformats.py. The name is what the snapshot's progress.format says.
 LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
                     "megatron", "litgpt", "llm_c", "fairseq", "torchtitan", "modded_nanogpt", "nanochat"]
 
@@ -72,14 +72,14 @@ class FormatParser:
     printed_tflops_counts: str | None = None
     # How the FLOPs behind the MFU or achieved TFLOP/s this format prints count a token, attention above all (the
     # whole T×T score matrix, as gputop counts, or the causal half): set exactly where the format prints one
-    # (tests/test_logformats.py), said beside the printed figure and used to put gputop's in its terms.
+    # (tests/unit/test_logformats.py), said beside the printed figure and used to put gputop's in its terms.
     printed_mfu_counts: PrintedCount | None = None
     # Where the framework looks its peak up by device name in a table of its own (nanochat's and torchtitan's
     # get_peak_flops): that table, so the peak it took for the GPU gputop reads is named, and flagged where it is
     # not that GPU's (a row meant for another GPU, or none). printed_mfu_against says it without a GPU.
     printed_mfu_peaks: PeakTable | None = None
     # Whose tokens the tokens per second this format prints count and over what time ("every rank's tokens over
-    # the optimizer step's dt"): set exactly where its fixture prints one (tests/test_logformats_programs.py).
+    # the optimizer step's dt"): set exactly where its fixture prints one (tests/unit/test_logformats_programs.py).
     printed_tokens_per_s_over: str | None = None
     reader: Callable[[], LineParser] | None = None
 

@@ -8,7 +8,7 @@ dense peak FLOP/s) and ``convention.py`` (how attention is counted: one conventi
 whole T×T score matrix, and how the frameworks that print an MFU count theirs).
 
 Adding a family is a new module with a ``FAMILY``, one line in ``FAMILIES``, a row in docs/models.md and a
-fixture of published parameter counts in tests/fixtures/models/ (tests/test_models.py asks for each).
+fixture of published parameter counts in tests/fixtures/models/ (tests/unit/test_models.py asks for each).
 """
 
 from __future__ import annotations

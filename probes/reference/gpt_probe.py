@@ -9,7 +9,7 @@ The model is the only per-family part: ``MODEL_BUILDERS`` maps a family (probes/
 module: nanoGPT's GPT in probes/reference/gpt_probe_model.py (our own implementation, same module names and
 initialisation), the Llama-shaped decoder in probes/reference/llama_probe_model.py, and the mixture of experts
 built on it in probes/reference/moe_probe_model.py (its experts in a plain loop). Every family in probes/models
-has a builder (tests/test_llama_probe.py checks).
+has a builder (tests/unit/test_llama_probe.py checks).
 
 ``layers`` (``--layers N``) builds and times N of the shape's L layers and scales the result to L: the
 forward and backward by FLOP per token (the family's own count, so the embedding and lm_head are counted

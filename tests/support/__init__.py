@@ -1,4 +1,4 @@
-"""What the tests share, one module per kind of thing; no test module imports another (tests/test_test_hygiene.py).
+"""What the tests share, one module per kind of thing; no test module imports another (tests/unit/test_test_hygiene.py).
 
 - paths, processes: where the repository and the targets are; waiting on a condition, killing a process tree,
   starting a target that logs to a file, a free port.

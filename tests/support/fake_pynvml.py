@@ -9,7 +9,7 @@ Honesty rules, so the fake cannot drift from the real module:
 - errors are raised the way the real module raises them (``NVMLError(code)`` picks the subclass), calls
   before ``nvmlInit`` fail with ``NVMLError_Uninitialized``, and a function the "driver" lacks fails with
   ``NVMLError_FunctionNotFound`` (the unversioned compute-processes call with ``NVMLLibraryMismatchError``);
-- every ``nvml*`` method's signature is the real function's (tests/test_nvml.py checks this).
+- every ``nvml*`` method's signature is the real function's (tests/unit/test_nvml.py checks this).
 """
 
 from __future__ import annotations

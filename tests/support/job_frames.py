@@ -3,7 +3,7 @@ workers), py-spy's stacks of a rank waiting for its peer in DDP's all-reduce, in
 Python, or synchronising with a GPU that spins on NCCL; `job_frame` / `run_job` to feed them to diagnose_job() as
 the monitor does, and `straggler_frames`, the job whose rank 1 holds rank 0 back.
 
-Stacks are what py-spy shows for a gloo DDP rank (tests/test_job_e2e.py watches real ones); GPU numbers are
+Stacks are what py-spy shows for a gloo DDP rank (tests/e2e/test_job_e2e.py watches real ones); GPU numbers are
 H200-like, as in support/frames.py.
 """
 

@@ -12,7 +12,7 @@ Run it under torchrun (``ddp_job.py --launch MODE`` execs ``python -m torch.dist
 
 Rank 0 prints "ready" once both ranks have finished a step together.
 
-As "two nodes" on this one machine (tests/test_cluster_e2e.py): ``ddp_job.py --launch-node K --nnodes 2
+As "two nodes" on this one machine (tests/e2e/test_cluster_e2e.py): ``ddp_job.py --launch-node K --nnodes 2
 --master-port P --slow-rank 3 straggler`` execs torchrun with ``--nnodes 2 --node_rank K --nproc_per_node 2``
 and a static rendezvous at 127.0.0.1:P; the two launchers together make a 4-rank job, ranks 2 and 3 on node 1.
 """

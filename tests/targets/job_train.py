@@ -1,4 +1,4 @@
-"""Target: a tiny training loop, launched the ways jobs are launched (tests/test_jobs.py).
+"""Target: a tiny training loop, launched the ways jobs are launched (tests/unit/test_jobs.py).
 
 Usage: job_train.py [--workers N] [--step-ms MS] [--fail-rank R --fail-when PATH]   one process, or a rank
        job_train.py --spawn N --master-port PORT [...]                 torch.multiprocessing.spawn, N ranks

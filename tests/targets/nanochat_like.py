@@ -9,7 +9,7 @@ dt spans the whole step, from the end of the step before. base_train.py starts i
 the logging between two steps is outside its dt: milliseconds on a GPU node, but on a loaded 2-core CI machine the
 target can be descheduled there, and what that costs is a real mismatch between dt and the step counter. The
 tests on this target check that a dt which agrees claims nothing, so here it agrees by construction; a claimed
-mismatch is tested on recorded logs (tests/test_pace_hysteresis.py).
+mismatch is tested on recorded logs (tests/unit/test_pace_hysteresis.py).
 
 Each step's end is also written to ``--steps-file`` (``N <unix time>`` a line), so a test knows the true rate.
 Prints "ready" on stderr once training starts."""

@@ -1,5 +1,5 @@
 """Flight Recorder dumps as ProcessGroupNCCL pickles them (the keys torch's fr_trace reads; checked by running
-fr_trace on them in tests/test_flight_recorder.py): used by those tests and by the fake NCCL rank
+fr_trace on them in tests/unit/test_flight_recorder.py): used by those tests and by the fake NCCL rank
 tests/targets/fr_pipe_rank.py, which writes one when its debug-info pipe is written."""
 
 from __future__ import annotations

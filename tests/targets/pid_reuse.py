@@ -3,7 +3,7 @@
 Starts a Python target, reads it with ProcessTreeProbe, kills it, then makes the kernel hand its PID to a
 new process (`sleep`) by writing ns_last_pid (root may, in its own PID namespace; no other process there
 takes PIDs meanwhile), and reads again. Prints one JSON object with what the probe saw, for
-tests/test_faults.py.
+tests/unit/test_faults.py.
 """
 
 import json

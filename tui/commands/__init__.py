@@ -2,7 +2,7 @@
 tui/cli.py builds the parser from.
 
 Adding a command is one new module here (a class with `name`, `help`, `description`, `prepare_parser` and
-`run`), one line in COMMANDS, and one row in docs/commands.md; tests/test_commands.py fails until all three
+`run`), one line in COMMANDS, and one row in docs/commands.md; tests/unit/test_commands.py fails until all three
 are there. Options that more than one command takes are declared once, in shared.py. A command module imports
 its heavy parts (Textual, torch, prometheus_client) inside `run`: building the parser must stay cheap and
 headless.

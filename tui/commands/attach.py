@@ -83,7 +83,7 @@ class AttachCommand:
                                  "config, BatchMode=yes) and merge their training jobs into one; "
                                  "$GPUTOP_SSH_COMMAND replaces `ssh` with a command and options of your own "
                                  "(\"ssh -i KEY -F CONFIG\"), as git's GIT_SSH_COMMAND")
-        # Test-only: the agents' commands, one per node, instead of srun's (tests/test_cluster_e2e.py).
+        # Test-only: the agents' commands, one per node, instead of srun's (tests/e2e/test_cluster_e2e.py).
         parser.add_argument("--agent-command", action="append", default=None, help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:

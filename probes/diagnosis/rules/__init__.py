@@ -3,7 +3,7 @@ can be), each declaring its BottleneckFacts beside the rule that concludes it; R
 order, and evaluate_rules runs them.
 
 A new bottleneck is its name in probes.frame.Bottleneck (the snapshot's vocabulary), one module here with its
-facts and its RULE, one line in RULES and a row in docs/diagnosis.md: tests/test_rules.py fails until all
+facts and its RULE, one line in RULES and a row in docs/diagnosis.md: tests/unit/test_rules.py fails until all
 four are there.
 """
 

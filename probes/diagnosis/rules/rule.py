@@ -4,7 +4,7 @@ reading the Evidence.
 
 Every fact the rest of gputop needs of one bottleneck is a field here, read through the registry
 (probes.diagnosis.bottlenecks FACTS_BY_NAME): the diagnosis, the time shares, `gputop compare`, the monitor's pace
-line and the TUI read it there, and tests/test_bottleneck_facts.py fails where one keeps a table of its own."""
+line and the TUI read it there, and tests/unit/test_bottleneck_facts.py fails where one keeps a table of its own."""
 
 from __future__ import annotations
 

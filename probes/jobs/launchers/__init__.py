@@ -2,7 +2,7 @@
 order they are asked (:data:`LAUNCHERS`), and the walks over that order that read one process.
 
 Adding a launcher is one module here, one slot in LAUNCHERS, its name in frame.JobKind, a row in docs/jobs.md's
-"Launchers" table and a fixture in tests/fixtures/launchers/ (tests/test_launchers.py fails without each).
+"Launchers" table and a fixture in tests/fixtures/launchers/ (tests/unit/test_launchers.py fails without each).
 find_layout (probes/jobs/layout.py), resolve_root (probes/jobs/root.py) and follow mode
 (probes/jobs/follow.py) walk the same tuple.
 """
