@@ -84,6 +84,10 @@ def run_demo(interval_s: float) -> int:
                 signal.signal(sig, lambda *_: app.call_next(app.exit))
             app.run()
         finally:
+            # Said as soon as the screen is gone: stopping the sampler and the training can take seconds, which
+            # read as a frozen terminal with nothing on it.
+            print(f"gputop demo: stopping the demo training process (PID {target.pid})…", file=sys.stderr,
+                  flush=True)
             engine.close()
     finally:
         for sig in previous_handlers:  # a second signal while stopping must not cut the cleanup short

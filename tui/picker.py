@@ -177,8 +177,8 @@ class JobPicker(App[int | None]):
         self._show()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if not event.value:
-            event.input.remove_class("-shown")
+        """Enter: the filter stays applied (the status line says so; `/` edits it) and the box closes."""
+        event.input.remove_class("-shown")
         self.query_one(DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

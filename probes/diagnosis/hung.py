@@ -17,7 +17,7 @@ from probes.diagnosis.stacks import (
     Activity,
     classify_stack,
     describe,
-    format_where,
+    format_place_first,
     is_library,
 )
 from probes.frame import StackFrame
@@ -39,8 +39,9 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
         stuck = classify_stack(ev.stuck_stack, idle=True, peer_wait=ev.peer_wait)
         activity = stuck.activity
         same = f"; same stack for {ev.unchanged_for_s:.0f} s" if ev.unchanged_for_s >= 1.0 else ""
-        lines.append(f"main thread ({ev.stuck_thread}, PID {ev.main_pid}) stuck in "
-                     f"{format_where(stuck.responsible, stuck.user_frame)}{same}")
+        # Where first: the line is cut to a row on a small screen, and file:line is what a person looks up.
+        lines.append(f"main thread stuck {format_place_first(stuck.responsible, stuck.user_frame)}; "
+                     f"thread {ev.stuck_thread}, PID {ev.main_pid}{same}")
     else:
         lines.append("no stack of the main thread was sampled")
     waiting_peers = _other_waiting_threads(ev)

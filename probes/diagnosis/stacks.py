@@ -170,8 +170,13 @@ def file_words(file: str) -> str:
 
 def describe(frame: StackFrame) -> str:
     """'Class.method (file.py:123)'; 'Runner.call (torch.compile's generated code czn2vzoo….py:224)'."""
+    return f"{frame.function} ({file_line(frame)})"
+
+
+def file_line(frame: StackFrame) -> str:
+    """'multiprocessing/queues.py:103'; the file alone where the frame has no line."""
     where = file_words(frame.file)
-    return f"{frame.function} ({where}:{frame.line})" if frame.line else f"{frame.function} ({where})"
+    return f"{where}:{frame.line}" if frame.line else where
 
 
 def is_library(frame: StackFrame) -> bool:
@@ -445,6 +450,17 @@ def format_where(responsible: StackFrame | None, user_frame: StackFrame | None) 
     if responsible is None:
         return "an unknown frame"
     text = describe(responsible)
+    if user_frame is not None and user_frame != responsible:
+        text += f", called from {describe(user_frame)}"
+    return text
+
+
+def format_place_first(responsible: StackFrame | None, user_frame: StackFrame | None) -> str:
+    """format_where with the file and line first: 'at socket.py:706 in SocketIO.readinto, called from fetch_shard
+    (train.py:15)'. A line cut to one row (an 80-column screen) keeps where it is and loses the words after."""
+    if responsible is None:
+        return "in an unknown frame"
+    text = f"at {file_line(responsible)} in {responsible.function}"
     if user_frame is not None and user_frame != responsible:
         text += f", called from {describe(user_frame)}"
     return text

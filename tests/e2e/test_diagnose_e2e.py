@@ -171,8 +171,8 @@ def test_cpu_training_loop_is_cpu_bound(spawn_target, tmp_path):
 def test_deadlock_is_hung_with_where(spawn_target, tmp_path):
     target = start_logged(spawn_target, tmp_path, "diag_deadlock.py")
     verdict, frames = watch(target.pid, tmp_path, "deadlock")
-    timeline = check("lock-order deadlock", verdict, frames, "unknown", "hung",
-                     "stuck in rotate_logs (diag_deadlock.py:")
+    timeline = check("lock-order deadlock", verdict, frames, "unknown", "hung", "stuck at diag_deadlock.py:")
+    assert re.search(r"stuck at diag_deadlock\.py:\d+ in rotate_logs", "\n".join(verdict["evidence"]))
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")
     assert hung_at is not None and hung_at <= HANG_AFTER_S + 2.0, timeline
     assert "thread metrics-flusher also waiting in flush_metrics (diag_deadlock.py" in \
@@ -185,8 +185,9 @@ def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_pat
     target = start_logged(spawn_target, tmp_path, "diag_dead_producer.py", "--die-after", "2.5")
     verdict, frames = watch(target.pid, tmp_path, "dead_producer", extra=("--hang-after", "3"))
     timeline = check("queue whose producer died (--hang-after 3)", verdict, frames, "unknown", "hung",
-                     "stuck in Queue.get (multiprocessing/queues.py:", hang_after_s=3.0)
+                     "stuck at multiprocessing/queues.py:", hang_after_s=3.0)
     evidence = "\n".join(verdict["evidence"])
+    assert re.search(r"stuck at multiprocessing/queues\.py:\d+ in Queue\.get", evidence), evidence
     assert "is a zombie (exited, not reaped) — the queue it fed will never fill" in evidence
     last_progress = max((t for t, v in timeline if v.liveness == "progressing"), default=0.0)
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")
@@ -284,7 +285,8 @@ def test_deadlock_beside_a_busy_heartbeat_thread_is_still_hung(spawn_target, tmp
     target = start_logged(spawn_target, tmp_path, "diag_deadlock.py", "--heartbeat", str(tmp_path / "beat.log"))
     verdict, frames = watch(target.pid, tmp_path, "deadlock_heartbeat")
     timeline = check("deadlock beside a busy heartbeat thread", verdict, frames, "unknown", "hung",
-                     "stuck in rotate_logs (diag_deadlock.py:")
+                     "stuck at diag_deadlock.py:")
+    assert re.search(r"stuck at diag_deadlock\.py:\d+ in rotate_logs", "\n".join(verdict["evidence"]))
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")
     assert hung_at is not None and hung_at <= HANG_AFTER_S + 2.0, timeline
     assert "main thread 0.00% CPU" in verdict["evidence"][0]
@@ -300,8 +302,9 @@ def test_stream_from_a_server_gone_silent_is_hung_and_names_the_peer(spawn_targe
     os.kill(server.pid, signal.SIGUSR1)  # the server keeps the connection open and sends nothing more
     verdict, frames = watch(target.pid, tmp_path, "http_silent", extra=("--hang-after", "3"))
     timeline = check("stream from a server gone silent (--hang-after 3)", verdict, frames, "io_bound", "hung",
-                     "stuck in SocketIO.readinto (socket.py:", hang_after_s=3.0)
+                     "stuck at socket.py:", hang_after_s=3.0)
     evidence = "\n".join(verdict["evidence"])
+    assert re.search(r"stuck at socket\.py:\d+ in SocketIO\.readinto", evidence), evidence
     assert f"connected to 127.0.0.1:{port}" in evidence
     assert "the peer has gone silent" in evidence
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")

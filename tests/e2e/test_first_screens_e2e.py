@@ -98,6 +98,6 @@ def test_a_hung_job_with_no_bottleneck_named_reads_as_a_verdict_in_the_tui(spawn
     tmux.run("resize-window", "-x", "160", "-y", "48")
     screen = tmux.wait_for(lambda s: "HUNG" in s and max(len(line) for line in s.splitlines()) > 80, 15,
                            "the hung verdict at 160x48")
-    assert "no verdict yet" not in screen and "stuck in" in screen, screen
+    assert "no verdict yet" not in screen and "stuck at" in screen, screen
     tmux.keys("q")
     assert "GPUTOP_EXIT=0" in tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 15, "gputop exiting")

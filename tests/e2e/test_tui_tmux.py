@@ -88,6 +88,8 @@ def test_demo_starts_its_training_and_stops_it_on_quit(tmux):
     tmux.keys("q")
     screen = tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 20, "gputop demo exiting")
     assert "GPUTOP_EXIT=0" in screen and "stopped the demo training process" in screen
+    # Said at once, before the seconds spent stopping it (the order: tests/unit/test_first_hour.py).
+    assert screen.index("stopping the demo training process") < screen.index("stopped the demo training process")
     time.sleep(0.5)
     alive = [pid for pid in family if psutil.pid_exists(pid)
              and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

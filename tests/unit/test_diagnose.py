@@ -146,7 +146,7 @@ def test_deadlock_is_hung_after_threshold_with_where_and_peer_thread():
     assert last.bottleneck == "unknown"
     assert last.evidence[0] == ("no progress in the 9 s watched so far (hang threshold 5 s): 0% CPU, no file I/O "
                                 "across 1 process")
-    assert "main thread (MainThread, PID 4242) stuck in rotate_logs (train.py:27)" in last.evidence[1]
+    assert last.evidence[1].startswith("main thread stuck at train.py:27 in rotate_logs; thread MainThread, PID 4242")
     assert "thread metrics-flusher also waiting in flush_metrics (train.py:19)" in text(last)
     assert any("locks in one global order" in a for a in last.advice)
     assert last.since == verdicts[4].since == frames[4].time  # since: when hung was first concluded
@@ -170,7 +170,7 @@ def test_dead_producer_is_named_when_main_waits_on_its_queue():
     last = run(frames)[-1]
     assert last.liveness == "hung"
     assert last.evidence[0].startswith("no progress for 8 s (hang threshold 5 s)")
-    assert "stuck in Queue.get (multiprocessing/queues.py:103)" in last.evidence[1]
+    assert "stuck at multiprocessing/queues.py:103 in Queue.get" in last.evidence[1]
     assert f"child PID {PID + 7} (python, other) exited — the queue it fed will never fill" in text(last)
     assert any("producer died" in a for a in last.advice)
 
@@ -230,7 +230,7 @@ def test_socket_read_waking_now_and_then_is_progress_a_silent_one_is_hung():
     silent = [make_frame(i, counts=[main_count(SOCKET_READ, idle=True)], cpu=0.0) for i in range(12)]
     last = run(silent)[-1]
     assert (last.liveness, last.bottleneck) == ("hung", "io_bound")
-    assert "stuck in SocketIO.readinto (socket.py:706), called from fetch_shard (train.py:15)" in last.evidence[1]
+    assert "stuck at socket.py:706 in SocketIO.readinto, called from fetch_shard (train.py:15)" in last.evidence[1]
     # Outside a read, the same trickle of CPU (a polling thread, a watchdog) is not progress.
     polling = [make_frame(i, counts=[main_count(LOCK_WAIT, idle=True)], cpu=1.0 if i % 2 else 0.0)
                for i in range(12)]
@@ -889,7 +889,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "frames"
 
 
 @pytest.mark.parametrize("recording, hang_after_s, bottleneck, liveness, phrase", [
-    ("real_deadlock.jsonl", 5.0, "unknown", "hung", "stuck in rotate_logs (diag_deadlock.py:27)"),
+    ("real_deadlock.jsonl", 5.0, "unknown", "hung", "stuck at diag_deadlock.py:27 in rotate_logs"),
     ("real_dead_producer.jsonl", 3.0, "unknown", "hung", "exited — the queue it fed will never fill"),
     ("real_sleepy.jsonl", 5.0, "idle", "progressing", "waiting in main (diag_sleepy.py:30)"),
     ("real_native_op.jsonl", 5.0, "cpu_bound", "progressing", "one_long_matmul (diag_native_op.py:18)"),

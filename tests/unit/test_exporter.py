@@ -134,7 +134,7 @@ def test_hung_target_states_its_silence_and_one_responsible_frame_never_a_stack_
     assert value(found, "gputop_liveness", gputop_liveness="progressing") == 0.0
     assert value(found, "gputop_last_progress_age_seconds") >= 5.0
     infos = [dict(ls) for (n, ls), _ in found.items() if n == "gputop_responsible_frame_info"]
-    # Where the verdict's evidence says it is stuck: "stuck in rotate_logs (train.py:27)".
+    # Where the verdict's evidence says it is stuck: "stuck at train.py:27 in rotate_logs".
     assert infos == [{"host": "node1", "training_job": f"pid-{PID}", "job_id": "", "rank": "", "pid": str(PID),
                       "function": "rotate_logs", "file": "train.py", "line": "27", "called_from": ""}], infos
     assert SECRET not in text and "WANDB" not in text and "CUDA_VISIBLE_DEVICES" not in text

@@ -84,7 +84,7 @@ def plain(renderable, width: int = 120) -> str:
 def test_a_hung_job_with_no_bottleneck_named_reads_as_a_verdict():
     hung = Verdict(bottleneck="unknown", liveness="hung", confidence=1.0, stalled_s=14.0, since=105.0,
                    evidence=("no progress for 14 s (hang threshold 5 s): main thread 0.00% CPU",
-                             "main thread (MainThread, PID 10) stuck in rotate_logs (train.py:34)"),
+                             "main thread stuck at train.py:34 in rotate_logs; thread MainThread, PID 10"),
                    advice=("Threads wait on each other: take locks in one global order.",))
     frame = Frame(seq=9, time=114.0, interval_s=1.0, target=TargetInfo(pid=10, alive=True))
     view = MonitorView(frames=(frame,), verdict=hung, first_time=100.0, timeline=(

@@ -186,8 +186,10 @@ class StacksPane(Vertical):
         self.query_one(f"#{self._view_id()}").focus()
 
     def action_back(self) -> None:
+        """Esc. In the open filter box: clear the filter and close the box, nothing else. Elsewhere, back one step:
+        call tree or current stacks -> hot frames, then a filter kept with Enter, then thread -> process -> all."""
         field = self.query_one("#filter", Input)
-        if field.has_focus or (field.display and self.filter_text):
+        if field.has_focus or field.display:
             field.value = ""
             field.display = False
             self.filter_text = ""
@@ -195,6 +197,10 @@ class StacksPane(Vertical):
             self.focus_view()
         elif self.mode in ("tree", "now"):
             self._switch("hot")
+        elif self.filter_text:
+            field.value = ""
+            self.filter_text = ""
+            self._refresh()
         elif self.scope_tid is not None:
             self.scope_tid = None
             self._refresh()
@@ -224,9 +230,9 @@ class StacksPane(Vertical):
         self._refresh()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter: the filter stays applied (the header says so; `/` edits it) and the box closes."""
         event.stop()
-        if not self.filter_text:
-            self.query_one("#filter", Input).display = False
+        self.query_one("#filter", Input).display = False
         self.focus_view()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
