@@ -6,6 +6,10 @@ probes/sensors/nvml.py, cgroups: probes/sensors/cgroup.py, a process's environme
 /proc files: probes/sensors/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one
 line of what it means and one of how to fix it. Nothing here runs py-spy or touches pynvml itself, and nothing raises.
 
+No NVIDIA GPU on the machine (no driver, no device) is a finding, not a failure: the check says so (its
+``brief``) and counts in no report's status, since gputop watches a CPU job all the same. A GPU that is there but
+unreadable (a permission, a driver updated without a reboot) has a fix and counts.
+
 "Cannot see the process" (:attr:`DoctorReport.cannot_see_process`) means gputop cannot read the target's
 stacks at all (ptrace denied, py-spy missing or unable to read that Python, the PID not visible from here):
 the verdict would then be a guess, so the monitor says "cannot see" instead of one.
@@ -68,6 +72,11 @@ class Check:
     brief: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def nothing_to_fix(self) -> bool:
+        """What the machine is, not what fails (no GPU here: the one line `brief` says): in no report's status."""
+        return self.brief is not None
+
 
 @dataclass(frozen=True)
 class DoctorReport:
@@ -77,7 +86,8 @@ class DoctorReport:
 
     @property
     def status(self) -> CheckStatus:
-        return max((c.status for c in self.checks), key=STATUS_ORDER.index, default="ok")
+        """The worst of the checks that have something to fix (a machine without a GPU is ok)."""
+        return max((c.status for c in self.checks if not c.nothing_to_fix), key=STATUS_ORDER.index, default="ok")
 
     @property
     def cannot_see_process(self) -> bool:
@@ -292,7 +302,7 @@ def check_nvml(caps: NvmlCapabilities) -> list[Check]:
     if not caps.available:
         reason = caps.reason or "NVML unavailable"
         return [Check("nvml", "cannot", f"{reason}: no GPU clocks, power, utilisation or memory",
-                      _nvml_fix(reason), details={"reason": reason})]
+                      _nvml_fix(reason), brief=_no_gpu_brief(reason), details={"reason": reason})]
     gpus = [{"index": g.index, "name": g.name, "gpm": g.gpm_supported,
              "clock_event_reasons": g.clock_event_reasons_supported} for g in caps.gpus]
     names = ", ".join(f"{g.index}: {g.name or '?'}" for g in caps.gpus)

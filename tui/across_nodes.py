@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from tui.commands.shared import UsageError, check_writable, hang_after, tell_verdict
+from tui.commands.shared import UsageError, check_writable, hang_after, tell_recording, tell_verdict
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 
 DEFAULT_DURATION_S = 10.0
@@ -109,14 +109,17 @@ def run_across_nodes(args: argparse.Namespace) -> int:
     check_writable(args.snapshot, "snapshot")
     check_writable(args.record, "recording")
     specs = agent_specs(args)
-    monitor = ClusterMonitor(hang_after_s=hang_after(args), recorder=_recorder(args), interval_s=args.interval,
+    recorder = _recorder(args)
+    monitor = ClusterMonitor(hang_after_s=hang_after(args), recorder=recorder, interval_s=args.interval,
                              expected_nodes=[s.node for s in specs] if not args.agent_command else ())
     headless = args.snapshot is not None or args.duration is not None
     where = ", ".join(s.node for s in specs)
     print(f"gputop: starting an agent on {len(specs)} node{'s' if len(specs) != 1 else ''} ({where})", file=sys.stderr)
     streams = AgentStreams(specs)
     if not headless:
-        return _run_tui(args, streams, monitor)
+        status = _run_tui(args, streams, monitor)
+        tell_recording(recorder)
+        return status
     stop = threading.Event()
     previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     told: set[tuple[str, str]] = set()
@@ -137,6 +140,7 @@ def run_across_nodes(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous_handler)
         streams.close()
         monitor.close()
+    tell_recording(recorder)
     if monitor.view is None:
         monitor.merge()  # the nodes' last state: each lost one with what its agent or srun said
         said = "; ".join(s.line() for s in monitor.statuses) or "no agent answered"
@@ -168,7 +172,7 @@ def _recorder(args: argparse.Namespace):
 
 
 def _run_tui(args: argparse.Namespace, streams, monitor) -> int:
-    from tui.app import make_app
+    from tui.app import exit_status, make_app
 
     app = make_app(cluster=(streams, monitor), hang_after_s=hang_after(args))
     try:
@@ -176,4 +180,4 @@ def _run_tui(args: argparse.Namespace, streams, monitor) -> int:
     finally:
         streams.close()
         monitor.close()
-    return EXIT_OK
+    return exit_status(app)

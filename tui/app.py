@@ -15,6 +15,7 @@ whatever a test freezes.
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +41,8 @@ from probes.monitoring.view import MonitorProtocol, MonitorView
 from probes.outputs.recording import Recorder
 from probes.reference.baseline import ComparisonInputs
 from tui import header
+from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
+from tui.export import save_snapshot, snapshots_dir
 from tui.header import JobNote, StatusBar
 from tui.panes.cpu import CpuPane
 from tui.panes.gpu import GpuPane
@@ -103,11 +106,11 @@ class GputopApp(App[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="Quit gputop (the target keeps running)"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),  # quits too, exit status 130
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Show every key"),
         *JOB_BINDINGS,
         Binding("p", "pause", "Pause", tooltip="Freeze the view; sampling and recording continue"),
-        Binding("s", "save", "Save", tooltip="Write a snapshot (JSON) and a screenshot (SVG) here"),
+        Binding("s", "save", "Save", tooltip="Save a snapshot (JSON) and a screenshot (SVG) in ~/.local/state/gputop"),
         Binding("1", "focus_pane('verdict')", "Verdict", show=False, key_display="1 2 3 4",
                 tooltip="Go to the Verdict, GPU, CPU or Stacks pane"),
         Binding("2", "focus_pane('gpu')", "GPU", show=False),
@@ -133,7 +136,7 @@ class GputopApp(App[None]):
         super().__init__()
         self.source = source
         self._record_problem_shown = False
-        self.save_dir = Path(save_dir) if save_dir is not None else Path.cwd()
+        self.save_dir = Path(save_dir) if save_dir is not None else snapshots_dir()
         self._clock = clock
         self.view: MonitorView | None = None  # the latest view received
         self._newest_view: MonitorView | None = None  # the latest view the sampling thread made
@@ -190,6 +193,7 @@ class GputopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        end_on_sigint(self)
         self._apply_size(*self.size)
         self.query_one(StacksPane).focus_view()
         source = self.source
@@ -419,9 +423,11 @@ class GputopApp(App[None]):
         else:
             self._render_status()
 
-    def action_save(self) -> None:
-        from tui.export import save_snapshot  # on first use: keeps start-up short
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit, with the exit status shells give an interrupted command (exit_status)."""
+        self.exit(return_code=EXIT_INTERRUPTED)
 
+    def action_save(self) -> None:
         if self.view is None:
             self.notify("nothing to save yet: no reading has arrived", severity="warning")
             return
@@ -431,7 +437,7 @@ class GputopApp(App[None]):
             self.notify(f"could not save in {self.save_dir}: {exc.strerror or exc}", severity="error")
             return
         self._last_saved = f"{saved.json_path.name} (+ .svg)"
-        self.notify(f"saved {saved.json_path} and {saved.svg_path.name}", timeout=6)
+        self.notify(f"saved {saved.json_path} and {saved.svg_path.name} beside it", timeout=8)
         self._render_status()
 
     def action_focus_pane(self, pane_id: str) -> None:
@@ -482,6 +488,20 @@ class GputopApp(App[None]):
                         "(py-spy then pauses the target for each sample)", timeout=8)
 
 
+def end_on_sigint(app: GputopApp) -> None:
+    """From the app's mount on, SIGINT (kill -INT; Ctrl-C itself arrives as the ctrl+c key in the terminal's raw
+    mode) ends it as that key does, exit status 130: asyncio's own handler would cancel the app, which ends 0."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, app.action_interrupt)
+    except (NotImplementedError, RuntimeError, ValueError):  # not in the main thread: SIGINT is not ours
+        pass
+
+
+def exit_status(app: GputopApp) -> int:
+    """The command's exit status once `app.run()` has returned: 130 where Ctrl-C or SIGINT ended it, else 0."""
+    return EXIT_INTERRUPTED if app.return_code == EXIT_INTERRUPTED else EXIT_OK
+
+
 def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | None = None,
              record_path: str | Path | None = None, hang_after_s: float = 5.0,
              clock: Callable[[], float] | None = None, save_dir: str | Path | None = None,
@@ -491,7 +511,7 @@ def make_app(*, engine: Engine | None = None, replay_frames: Sequence[Frame] | N
              cluster: tuple[AgentStreams, ClusterMonitor] | None = None) -> GputopApp:
     """The app, live (engine=...), replaying (replay_frames=...) or merging a job's nodes live (cluster=(the
     agents' streams, the ClusterMonitor)): exactly one of them. `clock` freezes "since" texts for
-    tests; `save_dir` is where `s` writes (default: the current directory). Live frames go to `recorder`,
+    tests; `save_dir` is where `s` writes (default: gputop's folder, snapshots_dir()). Live frames go to `recorder`,
     or to a recording opened at `record_path`. `replay_notice` says what a replay left out; `comparison`
     (--baseline, --model, --tokens-per-iter) is what the job's pace is measured against; `startup_checks` what
     `gputop doctor`'s checks found not ok on attach (probes.doctor.startup_blind_spots); `start_notice`, shown on

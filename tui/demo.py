@@ -63,7 +63,7 @@ def run_demo(interval_s: float) -> int:
         print("gputop demo needs torch: pip install 'gputop[probe]'", file=sys.stderr)
         return EXIT_NEEDS_TORCH
     from probes.monitoring.engine import Engine, EngineConfig
-    from tui.app import make_app
+    from tui.app import exit_status, make_app
 
     def unwind(signum, _frame) -> None:  # before the screen is up: leave through the `finally` below
         raise SystemExit(128 + signum)
@@ -100,4 +100,4 @@ def run_demo(interval_s: float) -> int:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
     print(f"gputop demo: stopped the demo training process (PID {target.pid}).", file=sys.stderr)
-    return 0
+    return exit_status(app)

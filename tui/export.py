@@ -1,16 +1,26 @@
 """Saving what the screen shows (`s`): the snapshot JSON (probes.outputs.snapshot, schema gputop.snapshot/1) and
-an SVG screenshot beside it, named after the target's PID and the time of the latest reading."""
+an SVG screenshot beside it, named after the target's PID and the time of the latest reading, in gputop's own
+folder (snapshots_dir: never the current folder, which may be a clone that would collect untracked files)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from probes.frame import Frame
-from probes.outputs.private_files import write_private_text
+from probes.outputs.private_files import make_private_dir, write_private_text
 from probes.outputs.snapshot import write_json_atomic
+
+
+def snapshots_dir() -> Path:
+    """Where `s` saves: $XDG_STATE_HOME/gputop, else ~/.local/state/gputop (the XDG base directories' state
+    folder, for what a program keeps between runs that is not its configuration)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"  # a relative one is ignored
+    return base / "gputop"
 
 
 @dataclass(frozen=True)
@@ -32,9 +42,9 @@ def snapshot_stem(frames: Sequence[Frame], directory: Path) -> str:
 
 def save_snapshot(frames: Sequence[Frame], document: dict, screenshot_svg: str,
                   directory: str | Path) -> SavedSnapshot:
-    """Write the snapshot document (the monitor's) and the screenshot into `directory`, named after the
-    latest of `frames`; raises OSError when it cannot (the caller says so on screen)."""
-    directory = Path(directory)
+    """Write the snapshot document (the monitor's) and the screenshot into `directory` (made, 0700, where it is
+    missing), named after the latest of `frames`; raises OSError when it cannot (the caller says so on screen)."""
+    directory = make_private_dir(directory)
     stem = snapshot_stem(frames, directory)
     json_path = directory / f"{stem}.json"
     svg_path = directory / f"{stem}.svg"

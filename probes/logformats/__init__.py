@@ -33,8 +33,8 @@ from probes.logformats import (
 )
 from probes.logformats.interface import FormatParser, LineParser, LogFormat, ProgressLine
 
-__all__ = ["FORMATS", "FormatParser", "LogFormat", "LogReader", "ProgressLine", "format_named", "known_format",
-           "parse_line", "reported_format", "visible_text"]
+__all__ = ["FORMATS", "FormatParser", "LogFormat", "LogReader", "ProgressLine", "format_named", "forms_read",
+           "known_format", "parse_line", "reported_format", "visible_text"]
 
 # Tried in this order; the first that parses a line claims it. Each slot says what it must come before.
 FORMATS: tuple[FormatParser, ...] = (
@@ -67,6 +67,15 @@ FORMATS: tuple[FormatParser, ...] = (
 )
 
 _BY_NAME: dict[LogFormat, FormatParser] = {parser.name: parser for parser in FORMATS}
+# The shape generic (the last format) reads in any script's own lines: what a log no format knows can print.
+_GENERIC_SHAPE = 'generic: a step number with a time or a loss, as in "step 120 | loss 2.29 | time 520ms"'
+
+
+def forms_read() -> str:
+    """The formats in the order they are tried, generic's shape last: what gputop looks for, said where a log has
+    shown no line it reads."""
+    return ", ".join(parser.name for parser in FORMATS if parser.name != "generic") + f"; {_GENERIC_SHAPE}"
+
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # A leading date and time (logging's default, ISO 8601), possibly after a bracket or a logger's own tag

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO
 
 PRIVATE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
 
 def open_private(path: str | Path, mode: str = "w") -> IO[str]:
@@ -33,3 +34,14 @@ def write_private_text(path: str | Path, text: str) -> None:
     """Write `text` to `path` as a 0600 file (see open_private)."""
     with open_private(path, "w") as handle:
         handle.write(text)
+
+
+def make_private_dir(path: str | Path) -> Path:
+    """`path` as an absolute folder, made with its missing parents where it is not there yet: the folder gputop
+    makes is its owner's only (0700, whatever the umask); one that exists is left as it is. Raises OSError."""
+    folder = Path(path).expanduser().absolute()
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(PRIVATE_DIR_MODE, exist_ok=True)
+        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+    return folder

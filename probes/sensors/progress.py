@@ -40,15 +40,19 @@ from probes.logformats import (
     LogReader,
     ProgressLine,
     format_named,
+    forms_read,
     lightning_csv,
     parse_line,
     reported_format,
+    visible_text,
 )
 from probes.pace import PaceFigures, StepPace
+from probes.redact import redact_argv
 
 INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead
 _LAST_LINE_CHARS = 300
+_UNREAD_LINE_CHARS = 80  # the last line no format read, as quoted in the no-pace reason (one line on the screen)
 # A file's modification time stands for when its newest lines arrived only within this much of the reads around
 # them: a clock read over NFS from another machine, or a file touched by hand, falls back to the time of the read.
 MTIME_TRUSTED_WITHIN_S = 1.0
@@ -191,6 +195,7 @@ class LogProgressProbe:
         self._reported_tflops: float | None = None  # per GPU, where the log prints achieved TFLOP/s (Megatron-LM)
         self._reported_tokens: float | None = None  # the log's own tokens/s, where it prints one
         self._last_line: str | None = None
+        self._last_unread: str | None = None  # the newest line no format read, as the no-pace reason quotes it
         self._last_update: float | None = None
         self._bar_total: int | None = None
         self._bar_done = False
@@ -370,7 +375,10 @@ class LogProgressProbe:
             if segments and segments[0] == previously_taken:
                 segments.pop(0)  # the bar counted last time, now terminated by the next one
             for segment in segments:
-                self._take(segment, tailed.display, seen_at, tailed.lines.read(segment), arrived_at)
+                record = tailed.lines.read(segment)
+                if record is None:
+                    self._note_unread(segment)
+                self._take(segment, tailed.display, seen_at, record, arrived_at)
             if unterminated and unterminated != previously_taken:
                 # A bar's newest state has no terminator until the next one replaces it; other lines may be
                 # half-written, but then they do not parse yet and are taken once complete (read alone here, so
@@ -397,7 +405,16 @@ class LogProgressProbe:
                         f"restart it with python -u or PYTHONUNBUFFERED=1; {names} has not grown in {quiet_s:.0f} s, "
                         "its step lines wait in Python's buffer")
         hint = f" ({_PYTHON_BUFFERS})" if buffered or self._owner is None else ""  # --log: whose it is is unknown
-        return f"no pace: no step lines recognised yet in {names}{hint}"
+        seen = f'the last line, "{self._last_unread}", is' if self._last_unread is not None else "no line yet is"
+        return (f"no pace: no step lines recognised yet in {names}{hint}; {seen} none of the forms gputop reads "
+                f"({forms_read()}); --log PATH reads another file")
+
+    def _note_unread(self, segment: str) -> None:
+        """Keep a line no format read, shortened and with what looks secret hidden (the reason reaches snapshots)."""
+        text = visible_text(segment)
+        if text:
+            text = " ".join(redact_argv(text.split()))
+            self._last_unread = text if len(text) <= _UNREAD_LINE_CHARS else text[:_UNREAD_LINE_CHARS - 1] + "…"
 
     def _buffers_stdout(self, pid: int) -> bool:
         """The process is a Python interpreter that writes stdout block-buffered into its file (read once per PID:

@@ -38,7 +38,7 @@ def test_no_such_pid_is_one_line_and_exit_2(tmp_path):
         (["--pid", "1", "--rate", "0"], "--rate"),
         (["--pid", "1", "--interval", "0.1"], "--interval"),
         (["--pid", "abc"], "--pid"),
-        (["--frobnicate"], "unrecognized"),
+        (["--frobnicate"], "unknown option --frobnicate"),
         (["--duration", "5"], "--pid"),  # sampling needs a PID; `gputop` alone lists jobs (test_job_picker.py)
     ],
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from probes.frame import ProgressReading
+from probes.logformats import FORMATS
 from probes.sensors.progress import INITIAL_TAIL_BYTES, LogProgressProbe
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -217,6 +218,19 @@ def test_starts_near_the_end_of_a_big_log(tmp_path):
     with log.open("a", encoding="utf-8") as out:
         out.write("iter 2: loss 8.0000, time 100.00ms, mfu 1.00%\n")
     assert probe.read().iteration == 2
+
+
+def test_no_step_lines_says_what_it_reads_and_the_last_line_it_could_not(tmp_path):
+    log = tmp_path / "train.log"
+    unread = "Epoch 3 done: accuracy 0.91 after " + "x" * 200  # a line of the script's own, no format reads it
+    log.write_text(f"loading the dataset\n\x1b[32m{unread}\x1b[0m\n\n", encoding="utf-8")
+    reason = LogProgressProbe(1, str(log)).read().no_pace
+    assert reason.startswith(f"no pace: no step lines recognised yet in {log}")
+    quoted = reason.split('"')[1]  # the last line that was not empty, shortened and without its colours
+    assert quoted.startswith("Epoch 3 done: accuracy 0.91 after xxx") and quoted.endswith("…") and len(quoted) <= 80
+    assert [parser.name for parser in FORMATS if parser.name in reason] == [parser.name for parser in FORMATS]
+    assert "step 120 | loss 2.29 | time 520ms" in reason  # the shape a script's own line can take to be read
+    assert "--log PATH" in reason
 
 
 def test_truncated_log_is_read_from_the_start(tmp_path):

@@ -30,6 +30,7 @@ from tui.commands.shared import (
     hang_after,
     positive_float,
     resolve_slurm_job,
+    tell_recording,
     tell_verdict,
 )
 from tui.exitcodes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_NO_JOB, EXIT_OK
@@ -127,7 +128,7 @@ class AttachCommand:
         if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.monitoring.engine import Engine
-        from tui.app import make_app
+        from tui.app import exit_status, make_app
 
         startup_checks = attach_checks(args)
         recorder = open_recorder(args, comparison)
@@ -138,7 +139,8 @@ class AttachCommand:
             app.run()
         finally:
             engine.close()
-        return EXIT_OK
+        tell_recording(recorder)  # the screen is gone: a problem it showed is said again here
+        return exit_status(app)
 
 
 def runs_here(step) -> bool:
@@ -245,7 +247,8 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     from probes.outputs.snapshot import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
-    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=open_recorder(args, comparison),
+    recorder = open_recorder(args, comparison)
+    monitor = Monitor(hang_after_s=hang_after(args), comparison=comparison, recorder=recorder,
                       startup_checks=attach_checks(args))
     engine = Engine(args.pid, engine_config(args))
     profile = None
@@ -289,6 +292,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
         print(f"gputop: {profile_problem}" if profile_problem else
               f"gputop: {profile.format} of PID {engine.root_pid} and its children written to {args.flamegraph}",
               file=sys.stderr)
+    tell_recording(recorder, problem_told=told_record_problem)
     if monitor.view is None:
         print("gputop: no reading was taken before the run stopped", file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else EXIT_INCOMPLETE

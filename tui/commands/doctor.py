@@ -1,7 +1,8 @@
 """`gputop doctor [--pid P] [--json]`: what gputop can and cannot see here, and how to fix each (ptrace rights,
 py-spy and the target's Python, NVML and the driver, GPM, clock event reasons, cgroup, PID namespace, the job's
 Flight Recorder and NCCL variables). The checks are probes/doctor.py; this module only prints them and picks
-the exit status: 0 all ok, 3 limited, 4 cannot see the process (tui/exitcodes.py).
+the exit status: 0 nothing to fix (no GPU on the machine is a finding, not a failure), 3 something with a fix is
+limited, 4 cannot see the process (tui/exitcodes.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tui.commands.shared import UsageError, add_pid_argument
 from tui.exitcodes import EXIT_CANNOT_SEE, EXIT_LIMITED, EXIT_OK
 
 STATUS_LABEL = {"ok": "ok", "limited": "LIMITED", "cannot": "CANNOT"}
+NOTHING_TO_FIX_LABEL = "note"  # a check that says what the machine is (no GPU), with nothing to fix
 
 
 class DoctorCommand:
@@ -21,8 +23,9 @@ class DoctorCommand:
     help = "what gputop can and cannot see here (ptrace, py-spy, NVML, cgroup, namespace), and how to fix each"
     description = ("Checks what gputop can read on this machine, and for --pid P what it can read of that process: "
                    "each line is ok, limited or cannot, with what it means and how to fix it. Exit status: "
-                   f"{EXIT_OK} all ok, {EXIT_LIMITED} something is limited, {EXIT_CANNOT_SEE} gputop cannot see "
-                   "the process's stacks.")
+                   f"{EXIT_OK} nothing to fix (a machine without a GPU too: gputop watches CPU jobs), "
+                   f"{EXIT_LIMITED} something it reads is limited, {EXIT_CANNOT_SEE} gputop cannot see the "
+                   "process's stacks.")
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_pid_argument(parser)
@@ -59,13 +62,18 @@ def format_report(report) -> list[str]:
                  + f", as {user}"]
     width = max((len(check.name) for check in report.checks), default=0)
     for check in report.checks:
+        if check.nothing_to_fix:
+            lines.append(f"  {NOTHING_TO_FIX_LABEL:<8} {check.name:<{width}}  {check.brief}")
+            continue
         lines.append(f"  {STATUS_LABEL[check.status]:<8} {check.name:<{width}}  {check.finding}")
         if check.fix and check.status != "ok":
             lines.append(f"  {'':<8} {'':<{width}}  fix: {check.fix}")
     if report.cannot_see_process:
         summary = "gputop cannot see this process's stacks: its verdict would be a guess; fix the CANNOT lines first"
     elif report.status == "ok":
-        summary = "everything gputop reads is visible here"
+        noted = any(check.nothing_to_fix for check in report.checks)
+        summary = ("everything gputop reads is visible here" if not noted
+                   else "gputop works here: nothing to fix (the note says what this machine lacks)")
     else:
         summary = "gputop works here, without what the LIMITED/CANNOT lines name"
     lines.append(summary)

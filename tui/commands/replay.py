@@ -50,11 +50,12 @@ class ReplayCommand:
             raise UsageError(notice or f"{args.recording} holds no frames")
         if notice:  # a recording cut mid-line (its writer was killed) or damaged: replay what is whole
             print(f"gputop: {notice}", file=sys.stderr)
-        from tui.app import make_app
+        from tui.app import exit_status, make_app
 
-        make_app(replay_frames=frames, replay_notice=notice, comparison=_comparison(args),
-                 hang_after_s=hang_after(args)).run()
-        return EXIT_OK
+        app = make_app(replay_frames=frames, replay_notice=notice, comparison=_comparison(args),
+                       hang_after_s=hang_after(args))
+        app.run()
+        return exit_status(app)
 
 
 def _comparison(args: argparse.Namespace):

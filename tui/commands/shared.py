@@ -270,6 +270,19 @@ def tell_verdict(view) -> None:
     print(f"gputop: verdict: {verdict_line(view.verdict, view.job)}", file=sys.stderr)
 
 
+def tell_recording(recorder, *, problem_told: bool = False) -> None:
+    """On stderr, once a run with --record ends: where the recording was written and how many frames this run
+    added, as a snapshot says where it went; or, where the recording stopped (a full disk), why, unless the run
+    has said so already."""
+    if recorder is None:
+        return
+    if recorder.problem is None:
+        frames = f"{recorder.frames} frame{'s' if recorder.frames != 1 else ''}"
+        print(f"gputop: recording written to {recorder.path} ({frames})", file=sys.stderr)
+    elif not problem_told:
+        print(f"gputop: {recorder.problem}", file=sys.stderr)
+
+
 def silence_stdout() -> None:
     """After a broken pipe (the reader went away), point stdout at /dev/null so the interpreter's final flush
     does not raise again and print a traceback (as Python's signal docs advise)."""
