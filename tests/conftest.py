@@ -29,11 +29,24 @@ def pytest_addoption(parser):
     )
 
 
+# Workers per core for `-n auto` (pyproject's addopts). The end-to-end tests mostly wait (sampling windows, start-up),
+# so more workers than cores shorten the run; each was made to hold beside busy processes. Measured on the 2-core
+# CI machine: docs/benchmarks.md, "The test loop". PYTEST_XDIST_AUTO_NUM_WORKERS overrides it.
+WORKERS_PER_CPU = 3
+MAX_WORKERS = 16
+
+
+def pytest_xdist_auto_num_workers(config):
+    cpus = len(os.sched_getaffinity(0))
+    return max(2, min(MAX_WORKERS, WORKERS_PER_CPU * cpus))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session):
     """With --busy N (or GPUTOP_TEST_BUSY=N): N CPU-burning processes run beside the whole run (started here, outside
     any test, so that no test counts them as its own)."""
-    count = session.config.getoption("--busy")
+    # Under xdist the controller's loop wraps every worker's: the neighbours are started there, once.
+    count = 0 if hasattr(session.config, "workerinput") else session.config.getoption("--busy")
     procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(count)]
     try:
         return (yield)
@@ -48,14 +61,16 @@ E2E = REPO / "tests" / "e2e"
 
 def pytest_collection_modifyitems(config, items):
     """The folder decides the layer: a test in tests/e2e/ is slow whether or not it says so, and one marked slow
-    anywhere else is in the wrong folder."""
+    anywhere else is in the wrong folder. The fast layer runs first, so that a break there shows in the first
+    minute of a full run."""
     misplaced = []
+    in_e2e = {item: E2E in Path(str(item.fspath)).resolve().parents for item in items}
     for item in items:
-        in_e2e = E2E in Path(str(item.fspath)).resolve().parents
-        if in_e2e:
+        if in_e2e[item]:
             item.add_marker(pytest.mark.slow)
         elif item.get_closest_marker("slow") is not None:
             misplaced.append(item.nodeid)
+    items.sort(key=in_e2e.__getitem__)  # stable: each layer keeps its own order
     if misplaced:
         raise pytest.UsageError(f"{len(misplaced)} test(s) marked slow outside tests/e2e/, first {misplaced[0]}: "
                                 "a test that starts a process belongs in tests/e2e/")

@@ -128,7 +128,10 @@ class JobPicker(App[int | None]):
         # command is in `gputop --list`.
         fixed = sum(max(len(cell) for cell in column) + 2
                     for column in zip(COLUMNS[:-1], *(row[:-1] for row in rows), strict=False))
-        room = max(MIN_COMMAND_CHARS, table.size.width - fixed - 3)
+        # The table spans the screen: before its first layout its own width is 0, and a command cut to the minimum then
+        # stayed so at 160 columns when no later census redrew it (the snapshot caught either, by timing).
+        width = table.size.width or self.size.width
+        room = max(MIN_COMMAND_CHARS, width - fixed - 3)
         for job, cells in zip(jobs, rows, strict=True):
             table.add_row(*cells[:-1], cells[-1][:room], key=str(job.root_pid))
         self.shown_pids = [job.root_pid for job in jobs]

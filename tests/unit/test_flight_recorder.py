@@ -13,6 +13,7 @@ import pickle
 import threading
 
 import pytest
+from support.requires import needs_torch
 from targets.nccl_dumps import GRAD_ELEMENTS, T0_NS, nccl_dump, nccl_entry
 
 from probes.diagnosis.collectives import collective_gaps, gap_line, size_text
@@ -146,6 +147,7 @@ def test_sizes_in_words():
 # --- the worker server ------------------------------------------------------------------------------------
 
 
+@needs_torch
 def test_a_real_worker_server_is_asked_and_its_owner_checked(tmp_path):
     """torch's own _WorkerServer (what worker_main() starts) in this process: its recorder is empty (no process
     group), its socket is ours and no other process's."""

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from support.requires import needs_torch
 
 from probes.models import PRESETS
 from probes.models.convention import ATTENTION_CONVENTION
@@ -27,6 +28,7 @@ TINY = PRESETS["tiny"]
 CLI = "import sys; from tui.cli import main; main(sys.argv[1:])"
 
 
+@needs_torch
 def test_tiny_probe_trains_on_cpu():
     messages = []
     result = run_probe(ProbeConfig(TINY, "tiny", batch_size=8, steps=4, warmup=2, device="cpu",
@@ -48,6 +50,7 @@ def test_tiny_probe_trains_on_cpu():
     assert any("timing 4 steps" in m for m in messages)
 
 
+@needs_torch
 def test_grad_accum_predicts_the_iteration():
     result = run_probe(ProbeConfig(TINY, "tiny", batch_size=2, grad_accum=8, steps=2, warmup=1, device="cpu"))
     assert result.tokens_per_iter == 8 * result.tokens_per_step
@@ -55,6 +58,7 @@ def test_grad_accum_predicts_the_iteration():
     assert result.mfu is None and "no CPU peak" in result.peak_source
 
 
+@needs_torch
 def test_module_matches_the_flop_formula_for_every_preset():
     import torch
 
@@ -78,6 +82,7 @@ def test_largest_fitting_batch_is_a_binary_search():
     assert largest_fitting_batch(lambda batch: True, 64) == 63
 
 
+@needs_torch
 def test_out_of_memory_reports_the_largest_batch(monkeypatch):
     """An allocator failure above batch 5 (as CUDA raises it) ends in a message, not a traceback."""
     import torch
@@ -97,6 +102,7 @@ def test_out_of_memory_reports_the_largest_batch(monkeypatch):
     assert "\n" not in str(caught.value)
 
 
+@needs_torch
 def test_a_batch_fits_only_if_its_second_step_fits(monkeypatch):
     """AdamW's state appears at the end of the first step: a batch whose second step runs out of memory
     (as llama-3-8b's did on an H100) must not be offered as the one that fits."""
@@ -127,6 +133,7 @@ def test_a_batch_fits_only_if_its_second_step_fits(monkeypatch):
         (ProbeConfig(TINY, warmup=0), "--warmup must be at least 1"),
     ],
 )
+@needs_torch
 def test_bad_config_raises_input_error(config, message):
     with pytest.raises(ProbeInputError, match=message):
         run_probe(config)
@@ -138,6 +145,7 @@ def run_cli(argv, capsys):
     return code, captured.out, captured.err
 
 
+@needs_torch
 def test_cli_asks_for_cuda_on_a_cpu_machine(capsys):
     import torch
 
@@ -149,6 +157,7 @@ def test_cli_asks_for_cuda_on_a_cpu_machine(capsys):
     assert err.count("\n") == 1
 
 
+@needs_torch
 def test_cli_text_report(capsys):
     code, out, _ = run_cli(["probe", "--model", "tiny", "--steps", "2", "--warmup", "1", "--device", "cpu",
                             "--n-layer", "1"], capsys)

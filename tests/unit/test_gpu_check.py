@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pynvml
 import pytest
-import torch
 from support.fake_pynvml import GIB, FakeGpu, FakeNvml
 from support.h200 import fixture
 from support.paths import REPO
@@ -22,10 +21,12 @@ from support.paths import REPO
 from probes.frame import BOTTLENECKS
 from probes.models.nanogpt_config import read_command_line
 
+# The check itself is a torch program (its cases run tiny training loops): without torch it has nothing to check.
+torch = pytest.importorskip("torch", reason="torch is not installed (the probe extra)")
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_check
-import gpu_check_cases as cases
-import gpu_check_summary as summary
+import gpu_check  # noqa: E402 (after the skip without torch: the check imports it)
+import gpu_check_cases as cases  # noqa: E402
+import gpu_check_summary as summary  # noqa: E402
 
 BY_NAME = {case.name: case for case in cases.CASES}
 H100_BYTES, H200_BYTES = 80 * 2**30, 141 * 2**30

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from support.requires import needs_torch
 
 from probes.models import FAMILIES, PRESETS
 from probes.models.hf_config import shape_from_config
@@ -66,6 +67,7 @@ def test_every_model_family_has_a_probe_builder():
     shape_from_config(TINY_MIXTRAL, "the test"),
     shape_from_config(TINY_QWEN2_MOE, "the test"),
 ], ids=lambda shape: shape.describe())
+@needs_torch
 def test_moe_module_has_the_family_parameter_count(shape):
     import torch
 
@@ -74,6 +76,7 @@ def test_moe_module_has_the_family_parameter_count(shape):
     assert model.num_params() == MOE_FAMILY.params(shape)
 
 
+@needs_torch
 @pytest.mark.parametrize("config", [TINY_MIXTRAL, TINY_QWEN2_MOE], ids=["mixtral", "qwen2_moe"])
 def test_moe_config_trains_through_the_cli(tmp_path, capsys, config):
     path = tmp_path / "config.json"
@@ -94,6 +97,7 @@ def test_moe_config_trains_through_the_cli(tmp_path, capsys, config):
     tiny(model_type="qwen2", use_sliding_window=False),  # biases on q, k and v
     tiny(model_type="qwen3"),  # per-head q and k norms
 ], ids=lambda shape: shape.describe())
+@needs_torch
 def test_module_has_the_family_parameter_count(shape):
     import torch
 
@@ -108,6 +112,7 @@ def test_module_has_the_family_parameter_count(shape):
     ("qwen2", {"use_sliding_window": False}),
     ("qwen3", {"head_dim": 16}),
 ])
+@needs_torch
 def test_module_computes_what_transformers_computes(model_type, extra):
     """Same weights, same tokens: the probe's module gives transformers' logits, so its step is that model's."""
     import torch
@@ -127,6 +132,7 @@ def test_module_computes_what_transformers_computes(model_type, extra):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
+@needs_torch
 def test_sliding_window_shape_trains():
     shape = tiny(model_type="mistral", sliding_window=8)
     result = run_probe(ProbeConfig(shape, "mistral-tiny", batch_size=2, steps=2, warmup=1, device="cpu"))
@@ -134,6 +140,7 @@ def test_sliding_window_shape_trains():
     assert all(math.isfinite(loss) for loss in result.losses) and result.losses[-1] < result.losses[0]
 
 
+@needs_torch
 def test_layers_times_fewer_layers_and_says_it_scaled(tmp_path, capsys):
     config = write_config(tmp_path)
     code, out, err = run_cli(["probe", "--config", config, *FAST, "--layers", "1"], capsys)
@@ -180,6 +187,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@needs_torch
 def test_a_model_too_large_for_host_memory_is_refused_before_it_is_built(monkeypatch):
     """On the CPU the OOM killer ends the process instead of raising: the probe says so first, with --layers."""
     from probes.reference import gpt_probe
@@ -194,6 +202,7 @@ def test_a_model_too_large_for_host_memory_is_refused_before_it_is_built(monkeyp
     assert result.scaled_from_layers == 1
 
 
+@needs_torch
 def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
     from probes.reference import gpt_probe
 
@@ -204,6 +213,7 @@ def test_llama_3_8b_on_a_small_host_is_one_line(monkeypatch, capsys):
     assert err.endswith("40.0 GiB available: try --layers 5\n")
 
 
+@needs_torch
 def test_a_llama_probe_result_is_a_baseline(tmp_path):
     """`gputop --pid P --baseline probe.json` takes what `gputop probe --config ... --json` wrote."""
     from probes.reference.baseline import BaselineError, load_baseline, load_comparison_inputs
@@ -220,6 +230,7 @@ def test_a_llama_probe_result_is_a_baseline(tmp_path):
         load_baseline(str(path))
 
 
+@needs_torch
 def test_moe_module_computes_what_transformers_mixtral_computes():
     """Same weights, same tokens: the routed experts give Mixtral's logits (transformers fuses each layer's
     experts into gate_up_proj, gate rows first, and down_proj tensors; split here into our per-expert MLPs)."""
