@@ -10,7 +10,7 @@ the turns other work got on a busy machine) and in wall time:
     python benchmarks/diagnose_cost.py
 
 The tests check the shape of this cost instead of its size (tests/unit/test_diagnose.py: a call does the same work
-on 1,200 frames as on 600); the figures live here and in the README, not in a timed test.
+on 1,200 frames as on 600); the figures live here and in docs/benchmarks.md, not in a timed test.
 """
 
 from __future__ import annotations

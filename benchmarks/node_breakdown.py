@@ -13,7 +13,7 @@ defaults, and over the steady part of the run (after ``--settle-seconds``) count
     python benchmarks/node_breakdown.py --ranks 8 --workers 8 --settle-seconds 30 --seconds 90
 
 Wrapping a function in a timer costs a little: the figures are for comparing parts and before/after on the same
-machine, not for the README's totals (node_overhead.py measures those from outside).
+machine, not for the totals in docs/benchmarks.md (node_overhead.py measures those from outside).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from probes.diagnosis.stacks import is_library, is_main_thread
 from probes.frame import StackCount, ThreadStack
 
 DEFAULT_RATE_HZ = 5.0
-# Once a process's picture has settled sampling drops to this rate. The overhead benchmark (README) chose
+# Once a process's picture has settled sampling drops to this rate. The overhead benchmark (docs/benchmarks.md) chose
 # these: py-spy's cost to the target grows with threads x rate.
 SETTLED_RATE_HZ = 1.0
 DEFAULT_DUMP_EVERY_S = 5.0

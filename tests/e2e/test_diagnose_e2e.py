@@ -137,7 +137,7 @@ def check(case: str, verdict: dict, frames, bottleneck: str, liveness: str, name
     assert names in evidence.replace(", most often in ", " in "), evidence
     first = first_time(timeline, lambda v: v.bottleneck != "unknown" or v.liveness == "hung")
     if liveness != "hung":
-        # A verdict came while watching. How soon is a figure (the README's table, GPUTOP_DIAG_TABLE), not an
+        # A verdict came while watching. How soon is a figure (docs/diagnosis.md's table, GPUTOP_DIAG_TABLE), not an
         # assertion: on a crowded machine py-spy's first window can take seconds longer.
         assert first is not None, timeline
         assert not any(v.liveness == "hung" for _, v in timeline), "a false hung on a slow case"

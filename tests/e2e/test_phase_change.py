@@ -1,6 +1,6 @@
 """End to end (issue 8): the verdict follows a change of phase, even once sampling has settled, because a
-change in the cheap per-tick signals wakes the sampler. How soon (the goal: within 5 s) is a figure for the
-README, printed here and appended to $GPUTOP_PHASE_LATENCY_LOG when set, not an assertion: on a crowded
+change in the cheap per-tick signals wakes the sampler. How soon (the goal: within 5 s) is a figure for
+docs/benchmarks.md, printed here and appended to $GPUTOP_PHASE_LATENCY_LOG when set, not an assertion: on a crowded
 machine it depends on how fast py-spy and the target run.
 
 A real target prepares data on its main thread (a tokenize-like Python loop) until the test sends it SIGUSR1,

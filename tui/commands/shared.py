@@ -118,7 +118,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     add_interval_argument(parser)
     parser.add_argument("--rate", type=positive_float, default=None, metavar="HZ",
                         help="py-spy stack samples per second per process, fixed (default: 5, dropping to 1 "
-                             "while the picture holds still; see README)")
+                             "while the picture holds still; see docs/benchmarks.md)")
 
 
 def add_monitoring_arguments(parser: argparse.ArgumentParser) -> None:
