@@ -26,12 +26,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
-from probes.jobs.census import DEFAULT_CPU_WINDOW_S, CensusReading, job_matches, sort_jobs
+from probes.jobs.census import CensusReading, job_matches, sort_jobs
 from tui.joblist import COLUMNS, job_cells
 
 REFRESH_S = 2.0
-# The first refresh comes sooner: it brings every CPU% (a CPU% needs two readings; --list measures over as long).
-CPU_WINDOW_S = DEFAULT_CPU_WINDOW_S
+# The first refresh comes sooner: it brings every CPU% (a CPU% needs two readings), over a window long enough for the
+# kernel's 10 ms ticks. The rows come at once, from the first reading.
+CPU_WINDOW_S = 0.5
 # The table's cursor keys and its actions for them, which the picker runs itself (see BINDINGS).
 CURSOR_KEYS = (("up", "cursor_up"), ("down", "cursor_down"), ("pageup", "page_up"), ("pagedown", "page_down"),
                ("ctrl+home", "scroll_top"), ("ctrl+end", "scroll_bottom"))

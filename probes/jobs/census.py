@@ -6,35 +6,40 @@ knows, a process whose environment names its rank, or one holding a GPU context:
 them, each once from its root, exactly as `gputop serve --follow` does. Each job is then read the way
 `gputop --pid` reads it: its tree through probes/sensors/proctree.py, its launcher, ranks and workers through
 probes/jobs/tracker.py, its GPUs through probes/sensors/nvml.py and probes/jobs/gpus.py. CPU% is a rate, so a job's
-first scan has none: :func:`list_jobs` scans twice, a short window apart.
+first scan has none: the first answer (:func:`list_jobs`, the picker's first screen) is one scan, shown at once, and
+only the picker's next scans, from the same census, bring each job's CPU%.
 
 Sorting and filtering (:func:`sort_jobs`, :func:`job_matches`) are pure functions shared by the picker's
 screen and `--list`. Nothing here raises: a process that ends while being read drops out of the list.
+
+:func:`not_a_training_job` answers `gputop --pid PID` for a PID that names no job, with the jobs this census
+finds: a process that is not Python and that no launcher claims, whose tree either holds gputop itself (the
+census never lists such a tree, probes/jobs/root.py never watches one) or is an init's (PID 1 here or in a
+container) that holds no training job or several. A container init that started one job stays that job's launcher.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from probes.frame import ROLE_COMPILE_WORKER, ROLE_DATALOADER_WORKER, GpuReading
-from probes.jobs.environment import process_cmdline
+from probes.jobs.environment import is_python_command, process_cmdline, process_executable, process_name
 from probes.jobs.follow import find_training_jobs
 from probes.jobs.gpus import with_gpu_indices
-from probes.jobs.launchers import launcher_label
+from probes.jobs.launchers import launcher_label, launcher_of_process
+from probes.jobs.root import holds_gputop, resolve_root_safely
 from probes.jobs.tracker import JobTracker
 from probes.redact import redact_argv
 from probes.sensors.nvml import NvmlGpuProbe, for_target
-from probes.sensors.proctree import ProcessTreeProbe, process_started_at
+from probes.sensors.proctree import ProcessTreeProbe, is_pid_namespace_init, node_processes, process_started_at
 from probes.sensors.textfiles import read_text
 
 JSON_SCHEMA = "gputop.jobs/1"
 # Paths that only a process that imported torch has mapped: the C++ library and the extension module.
 _TORCH_MAPS_MARKERS = ("/torch/lib/libtorch", "/torch/_C.")
-DEFAULT_CPU_WINDOW_S = 0.5  # --list's CPU% is measured over this long: long enough for 10 ms kernel ticks
 LONE_PROCESS = "python"  # the launcher column of a training process that no launcher started
 SORT_KEYS = ("cpu", "age", "command")
 _WORKER_ROLES = (ROLE_DATALOADER_WORKER, ROLE_COMPILE_WORKER)
@@ -173,18 +178,73 @@ class JobCensus:
         )
 
 
-def list_jobs(census: JobCensus | None = None, cpu_window_s: float = DEFAULT_CPU_WINDOW_S,
-              stop: threading.Event | None = None) -> CensusReading:
-    """The jobs with their CPU%: two scans `cpu_window_s` apart (the first only starts each job's counters)."""
+def list_jobs(census: JobCensus | None = None) -> CensusReading:
+    """The jobs as one scan finds them, at once (`gputop --list`): no CPU% (None), which needs a second scan a
+    window later; the picker's refreshes bring it, as htop's second screen does."""
     census = census if census is not None else JobCensus()
     try:
-        first = census.scan()
-        if not first.jobs:
-            return first
-        (stop or threading.Event()).wait(cpu_window_s)
         return census.scan()
     finally:
         census.close()
+
+
+# --- a PID that names no training job ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotAJob:
+    """`gputop --pid PID` named a process that is no training job: why, and the jobs the census found here."""
+
+    pid: int
+    name: str  # its process name (/proc/PID/comm)
+    why: str  # "it is this system's init, and this gputop runs under it"
+    reading: CensusReading  # this machine's jobs, as `gputop --list` finds them
+
+
+def not_a_training_job(pid: int, make_census: Callable[[], JobCensus] = JobCensus) -> NotAJob | None:
+    """None when `pid` may be watched as a job, as before: a Python process (a lone training process, a rank, a
+    worker), a launcher's own process, one a launcher names a root for (a batch script: its Slurm step), a script
+    or container init that started a job. A NotAJob for a process that is not Python and no launcher's whose tree
+    holds this gputop, or for an init whose tree holds no training job or several (as the census finds them).
+    The census (`make_census()`, NVML read as `gputop --list` reads it) is made and scanned only for those."""
+    name, cmdline = process_name(pid), process_cmdline(pid)
+    if is_python_command(cmdline, process_executable(pid)) or launcher_of_process(name, cmdline) is not None:
+        return None
+    if resolve_root_safely(pid).root_pid != pid:
+        return None
+    ours, init = holds_gputop(pid), is_pid_namespace_init(pid)
+    if not (ours or init):
+        return None
+    census = make_census()
+    try:
+        reading = census.scan()
+    finally:
+        census.close()
+    where = "this system's init" if pid == 1 else "a container's init (PID 1 inside it)" if init else ""
+    if ours:
+        why = f"it is {where}, and this gputop runs under it" if init else \
+            "this gputop runs under it (the shell or terminal gputop was started from, or one above them)"
+        return NotAJob(pid, name, why, reading)
+    parent_of = {proc.pid: proc.ppid for proc in node_processes().values()}
+    under = sum(1 for job in reading.jobs if _in_tree(job.root_pid, pid, parent_of))
+    if under == 1:
+        return None  # a container's init that started the job: its launcher, watched as before
+    held = "no training job" if under == 0 else f"{under} training jobs"
+    return NotAJob(pid, name, f"it is {where}, with {held} under it", reading)
+
+
+def _in_tree(pid: int, top: int, parent_of: dict[int, int]) -> bool:
+    """Whether `pid` is `top` or a descendant of it, by `parent_of` ({pid: parent pid})."""
+    seen: set[int] = set()
+    while pid not in seen:
+        if pid == top:
+            return True
+        seen.add(pid)
+        parent = parent_of.get(pid)
+        if parent is None:
+            return False
+        pid = parent
+    return False
 
 
 # --- ordering and filtering, shared by the picker and --list ----------------------------------------------

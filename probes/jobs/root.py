@@ -25,6 +25,12 @@ def _our_ancestors() -> set[int]:
     return found
 
 
+def holds_gputop(pid: int) -> bool:
+    """Whether `pid`'s tree holds this gputop (it is gputop or one of its ancestors: the shell gputop was typed in,
+    the terminal's session, the machine's init): such a tree is never watched as a job, nor listed as one."""
+    return pid in _our_ancestors()
+
+
 def _attachment(pid: int, parent: int | None) -> Attachment:
     """The named process and its parent; a parent that must not be watched (init, gputop's own ancestors) is
     left blank, so that no launcher takes it for the root."""

@@ -129,12 +129,24 @@ def node_processes() -> dict[int, NodeProcess]:
     return found
 
 
-def _nspid_depth(pid: int | str) -> int | None:
+def _nspids(pid: int | str) -> list[str] | None:
+    """Its status's NSpid: its PID in each PID namespace from the procfs's down to its own; None when unknown."""
     status = read_text(f"/proc/{pid}/status")
     if status is None:
         return None
-    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), None)
+    return next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), None) or None
+
+
+def _nspid_depth(pid: int | str) -> int | None:
+    nspid = _nspids(pid)
     return len(nspid) if nspid else None
+
+
+def is_pid_namespace_init(pid: int) -> bool:
+    """Whether `pid` is an init: PID 1 of this machine's PID namespace or of a container's below it (its PID in
+    its own namespace, NSpid's last, is 1). False when unknown."""
+    nspid = _nspids(pid)
+    return pid == 1 or (nspid is not None and nspid[-1] == "1")
 
 
 def in_nested_pid_namespace(pid: int) -> bool:

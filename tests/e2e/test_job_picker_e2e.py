@@ -74,14 +74,14 @@ def test_list_groups_the_jobs_by_launcher_and_rank_and_leaves_out_a_process_with
         "torchrun", 2, 2, 2)
     assert torchrun["processes"] == 5  # the agent, 2 ranks, a worker each
     for job in (plain, torchrun):
-        assert job["cpu_pct"] is not None and job["cpu_pct"] >= 0
+        assert job["cpu_pct"] is None  # one reading, printed at once: a CPU% needs a second (the picker's refresh)
         assert 0 < job["age_s"] < START_TIMEOUT_S + 120
     assert "job_train.py" in plain["command"] and "torch.distributed.run" in torchrun["command"]
 
     text = gputop("--list")
     assert text.returncode == EXIT_OK, text.stderr
     lines = {int(line.split()[0]): line for line in text.stdout.splitlines()[1:]}
-    assert text.stdout.splitlines()[0].split() == ["PID", "JOB", "GPU", "CPU%", "AGE", "COMMAND"]
+    assert text.stdout.splitlines()[0].split() == ["PID", "JOB", "GPU", "AGE", "COMMAND"]
     assert "torchrun 2 ranks +2 workers" in lines[jobs.torchrun.pid]
     assert "python +1 worker " in lines[jobs.plain.pid]
     assert jobs.not_torch.pid not in lines

@@ -143,3 +143,25 @@ for case, nvml in (("gpus", FakeNvml([FakeGpu(), FakeGpu(processes=[(holder, 2 *
     out[case] = {"note": reading.gpu_note, "jobs": [job.to_json(reading.time) for job in reading.jobs]}
 print(json.dumps(out))
 """
+
+
+def test_a_pid_that_is_no_job_is_one_line_naming_the_jobs_found_here():
+    from probes.jobs.census import CensusReading, NotAJob
+    from tui.joblist import not_a_job_line
+
+    why = "it is this system's init, and this gputop runs under it"
+    snippet = summary(12, command="/usr/bin/python3 -c import time\nwhile True: time.sleep(1)")  # a program inline
+    torchrun = summary(30, launcher="torchrun", ranks=2, world=2, workers=2,
+                       command="/v/bin/python -m torch.distributed.run")
+
+    def line_with(*jobs: JobSummary) -> str:
+        return not_a_job_line(NotAJob(1, "tini", why, CensusReading(jobs=jobs, time=NOW)))
+
+    assert line_with(snippet, torchrun) == (
+        "PID 1 (tini) is not a training job: it is this system's init, and this gputop runs under it; the training "
+        "jobs here: PID 12 python (python3 -c import time while True: time.sleep(1)), PID 30 torchrun 2 ranks "
+        "+2 workers (python -m torch.distributed.run); attach to one with gputop --pid PID")
+    assert line_with().endswith("runs under it; no training job found on this machine (gputop --list looks again)")
+    many = line_with(*(summary(p) for p in range(2, 10)))
+    assert "PID 6 python" in many and "PID 7 " not in many
+    assert many.endswith(" and 3 more (gputop --list); attach to one with gputop --pid PID")

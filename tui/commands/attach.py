@@ -125,6 +125,8 @@ class AttachCommand:
             # Sampling for S seconds and keeping nothing would print nothing and exit 0: say what is missing.
             raise UsageError("--duration needs --snapshot PATH ('-' for stdout), --record FILE.jsonl or --flamegraph "
                              "FILE: it sets how long a headless run samples before writing them")
+        if attach_note is None and args.slurm_job is None and not args.process_only:
+            check_a_job(args.pid, read_gpu=not args.no_gpu)
         if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
         from probes.monitoring.engine import Engine
@@ -154,6 +156,18 @@ def runs_here(step) -> bool:
     return not isinstance(step_root(step), SlurmError)
 
 
+def check_a_job(pid: int, *, read_gpu: bool) -> None:
+    """A PID named by the user that is no training job (the machine's init, the shell gputop runs in: see
+    census.not_a_training_job) is a UsageError, said in one line with the jobs `--list` finds, before anything
+    starts."""
+    from probes.jobs.census import JobCensus, not_a_training_job
+    from tui.joblist import not_a_job_line
+
+    found = not_a_training_job(pid, lambda: JobCensus(read_gpu=read_gpu))
+    if found is not None:
+        raise UsageError(not_a_job_line(found))
+
+
 @dataclass(frozen=True)
 class ChosenJob:
     """The job to attach to when no PID was given: its root PID, and the note to show (the only job)."""
@@ -169,12 +183,12 @@ def choose_job(args: argparse.Namespace) -> ChosenJob | int:
     from tui.joblist import NO_JOB_LINE, json_document, one_job_note, text_table
 
     interactive = not args.list and sys.stdin.isatty() and sys.stdout.isatty()
-    # In a terminal the first look is at once, from the census the picker goes on scanning (so its first refresh
-    # has each job's CPU%); a list measures CPU% first.
+    # The first answer is one reading, shown at once: in a terminal from the census the picker goes on scanning (its
+    # first refresh brings each job's CPU%), a list without CPU% (it would cost a second reading a window later).
     census = JobCensus(read_gpu=not args.no_gpu)
     try:
         reading = census.scan() if interactive else list_jobs(census)
-        jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)
+        jobs = sort_jobs(reading.jobs, "cpu", now=reading.time)  # no CPU% yet: by root PID, as ps lists
         if not interactive:
             if args.json:
                 print(json_document(reading, jobs))
