@@ -6,7 +6,9 @@ process fails, saying which; tests/e2e/ starts real processes, and every test in
 from __future__ import annotations
 
 import inspect
+import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -57,12 +59,13 @@ def pytest_runtestloop(session):
 
 
 E2E = REPO / "tests" / "e2e"
+DURATIONS = REPO / "tests" / "support" / "durations.json"  # scripts/test_durations.py writes it
 
 
 def pytest_collection_modifyitems(config, items):
     """The folder decides the layer: a test in tests/e2e/ is slow whether or not it says so, and one marked slow
     anywhere else is in the wrong folder. The fast layer runs first, so that a break there shows in the first
-    minute of a full run."""
+    minutes of a full run."""
     misplaced = []
     in_e2e = {item: E2E in Path(str(item.fspath)).resolve().parents for item in items}
     for item in items:
@@ -70,7 +73,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         elif item.get_closest_marker("slow") is not None:
             misplaced.append(item.nodeid)
-    items.sort(key=in_e2e.__getitem__)  # stable: each layer keeps its own order
+    # The fast layer first; then the end-to-end tests longest first, so that the workers end together rather than
+    # waiting on one long test handed out last (tests/support/durations.json; a test not in it counts as typical).
+    durations = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    typical = statistics.median(durations.values()) if durations else 0.0
+    items.sort(key=lambda item: (in_e2e[item], -durations.get(item.nodeid, typical) if in_e2e[item] else 0.0))
     if misplaced:
         raise pytest.UsageError(f"{len(misplaced)} test(s) marked slow outside tests/e2e/, first {misplaced[0]}: "
                                 "a test that starts a process belongs in tests/e2e/")
