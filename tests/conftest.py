@@ -32,7 +32,7 @@ def pytest_addoption(parser):
 # Workers per core for `-n auto` (pyproject's addopts). The end-to-end tests mostly wait (sampling windows, start-up),
 # so more workers than cores shorten the run; each was made to hold beside busy processes. Measured on the 2-core
 # CI machine: docs/benchmarks.md, "The test loop". PYTEST_XDIST_AUTO_NUM_WORKERS overrides it.
-WORKERS_PER_CPU = 3
+WORKERS_PER_CPU = 2
 MAX_WORKERS = 16
 
 
