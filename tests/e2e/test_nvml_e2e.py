@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from support.fake_pynvml import GIB, FakeGpu, FakeNvml
+from support.fake_pynvml import two_h200s
 
 from probes.sensors.nvml import (
     NvmlGpuProbe,
@@ -21,25 +21,6 @@ SM_UTIL = pynvml.NVML_GPM_METRIC_SM_UTIL
 SM_OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
 TENSOR = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
 DRAM_BW = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
-
-
-def two_h200s() -> FakeNvml:
-    return FakeNvml(
-        [
-            FakeGpu(
-                uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
-                processes=[(4242, 70 * GIB), (5151, None)],
-            ),
-            FakeGpu(
-                uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                util_gpu=0,
-                power_mw=120_500,
-                sm_clock_mhz=345,
-                clock_event_reasons=pynvml.nvmlClocksEventReasonGpuIdle,
-                processes=[(999, 1 * GIB)],
-            ),
-        ]
-    )
 
 
 # --- no library, no driver, no device ----------------------------------------------------------------

@@ -359,3 +359,24 @@ class FakeNvml:
 for _name in REEXPORTED:
     setattr(FakeNvml, _name, getattr(_real, _name))
 del _name
+
+
+def two_h200s() -> FakeNvml:
+    """Two H200s: one busy with the target (PID 4242, 70 GiB) and a PID NVML gives no memory for, one idle with another
+    user's process; the NVML tests' common machine."""
+    return FakeNvml(
+        [
+            FakeGpu(
+                uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
+                processes=[(4242, 70 * GIB), (5151, None)],
+            ),
+            FakeGpu(
+                uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
+                util_gpu=0,
+                power_mw=120_500,
+                sm_clock_mhz=345,
+                clock_event_reasons=_real.nvmlClocksEventReasonGpuIdle,
+                processes=[(999, 1 * GIB)],
+            ),
+        ]
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from support.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml
+from support.fake_pynvml import GIB, OLD_PYNVML_LACKS, REEXPORTED, FakeGpu, FakeNvml, two_h200s
 
 from probes.frame import GpuReading, from_jsonable, to_jsonable
 from probes.gpu_metrics import GPM_METRICS
@@ -38,25 +38,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def two_h200s() -> FakeNvml:
-    return FakeNvml(
-        [
-            FakeGpu(
-                uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
-                processes=[(4242, 70 * GIB), (5151, None)],
-            ),
-            FakeGpu(
-                uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
-                util_gpu=0,
-                power_mw=120_500,
-                sm_clock_mhz=345,
-                clock_event_reasons=pynvml.nvmlClocksEventReasonGpuIdle,
-                processes=[(999, 1 * GIB)],
-            ),
-        ]
-    )
 
 
 def make_probe(fake: FakeNvml) -> tuple[NvmlGpuProbe, FakeClock]:
