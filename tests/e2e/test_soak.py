@@ -26,6 +26,7 @@ DURATION_S = 40.0
 PYSPY_PER_PROCESS = 2
 
 
+@pytest.mark.starts_first  # its 40 s of watching wait on the clock, not a CPU
 @pytest.mark.timeout(360)  # 40 s of gputop, plus torch's import and the workers' start on a loaded machine
 def test_short_soak_nothing_accumulates(tmp_path):
     s = soak.run_soak(DURATION_S, 1.0, tmp_path, record=True, phase_seconds=10.0)

@@ -19,7 +19,7 @@ from probes.sampling.tree_sampling import TURN_REST_S, TURN_START_SLACK_S, TURN_
 
 # The outer bound sits past the test's own wait for its state (3 x TIMEOUT_S), which it cut short at 2 x TIMEOUT_S
 # + 60: a CI run with six workers was killed by pytest-timeout at 300 s, inside the wait the test allows itself.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * TIMEOUT_S + 60)]
+pytestmark = [pytest.mark.slow, pytest.mark.starts_first, pytest.mark.timeout(3 * TIMEOUT_S + 60)]
 
 TURNS_WANTED = 4  # per rank, after each worker's first look
 # Windows of two alike siblings may overlap when one was called up (its CPU or wake-ups moved): allowed, but rare.
