@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -57,6 +58,30 @@ def pytest_runtestloop(session):
 
 
 E2E = REPO / "tests" / "e2e"
+
+# GPUTOP_TEST_CPU_LOG=FILE: each test's wall time and the CPU seconds it cost (this process and the children it
+# reaped: targets, the gputop command, py-spy), one tab-separated line a test, appended. Where a run's time goes when
+# the machine's cores are the limit (scripts/test_cpu.py sums it by file); daemons a test leaves to init (Slurm's,
+# sshd) are not counted.
+CPU_LOG = os.environ.get("GPUTOP_TEST_CPU_LOG")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        return (yield)
+    wall, cpu = time.monotonic(), _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        with open(CPU_LOG, "a", encoding="utf-8") as log:
+            log.write(f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{_cpu_seconds() - cpu:.2f}\n")
+
 
 
 def pytest_collection_modifyitems(config, items):

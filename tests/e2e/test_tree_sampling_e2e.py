@@ -68,17 +68,24 @@ def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_
         target = spawn_target("ddp_job.py", "data_starved", "--launch", "--workers", "2", stdout=handle,
                      stderr=subprocess.STDOUT, timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
     frames_seen = []
+    last_seen = {}  # what the latest view showed, for the message if the state never comes
 
     def reached(view) -> bool:
         frames_seen.append(view.latest)
         job = view.job
+        by_owner = worker_windows(frames_seen)
+        last_seen.update(frames=len(frames_seen), finding=job and job.finding,
+                         verdict=job and (job.verdict.bottleneck, settled(job), job.verdict.evidence[:2]),
+                         turns={owner: [pid for pid, _, _ in turns(ws)] for owner, ws in by_owner.items()})
         if job is None or job.finding != "shared" or job.verdict.bottleneck != "data_bound" or not settled(job):
             return False
-        by_owner = worker_windows(frames_seen)
         return len(by_owner) == 2 and all(
             len({p for p, _, _ in ws}) == 2 and len(turns(ws)) >= TURNS_WANTED for ws in by_owner.values())
 
-    document, frames, jobs, _ = watch_until(target.pid, tmp_path, reached, timeout=3 * TIMEOUT_S)
+    try:
+        document, frames, jobs, _ = watch_until(target.pid, tmp_path, reached, timeout=3 * TIMEOUT_S)
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; the latest view: {last_seen}")
     verdict = document["verdict"]
     assert document["job"]["finding"] == "shared" and verdict["bottleneck"] == "data_bound", verdict
     assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung"
