@@ -62,6 +62,11 @@ try:
     from probes.monitoring.history import DEFAULT_HISTORY_FRAMES as HISTORY_FRAMES
 except ImportError:  # pragma: no cover - the soak still runs from a bare checkout
     pass
+SNAPSHOT_SCHEMA = "gputop.snapshot/2"  # probes.outputs.snapshot.SNAPSHOT_SCHEMA (read from there when importable)
+try:
+    from probes.outputs.snapshot import SNAPSHOT_SCHEMA
+except ImportError:  # pragma: no cover
+    pass
 
 PERSISTENT_ZOMBIE_S = 5.0
 # How far above its warm-up max a count may end before it counts as accumulating. py-spy children come
@@ -475,7 +480,7 @@ def run_soak(duration: float, interval: float, out: str | Path, *, record: bool 
         snapshot = json.loads(snapshot_path.read_text())
     except (OSError, ValueError):
         pass
-    summary["snapshot_written"] = isinstance(snapshot, dict) and snapshot.get("schema") == "gputop.snapshot/1"
+    summary["snapshot_written"] = isinstance(snapshot, dict) and snapshot.get("schema") == SNAPSHOT_SCHEMA
     checks["snapshot_written"] = summary["snapshot_written"]
     if isinstance(snapshot, dict) and isinstance(snapshot.get("verdict"), dict):
         v = snapshot["verdict"]

@@ -25,7 +25,7 @@ from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
 from probes.models.nanogpt_config import DEFAULT_VOCAB, configurator_overrides
-from probes.outputs.snapshot import SNAPSHOT_SCHEMA
+from probes.outputs.snapshot import READ_SNAPSHOT_SCHEMAS, SNAPSHOT_SCHEMA
 from probes.reference.baseline import BaselineError, baseline_from_data
 from probes.reference.gpt_probe import PROBE_SCHEMA
 
@@ -108,7 +108,7 @@ def _read_snapshot(path: str) -> dict[str, Any]:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CompareError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(document, dict) or document.get("schema") not in (SNAPSHOT_SCHEMA, PROBE_SCHEMA):
+    if not isinstance(document, dict) or document.get("schema") not in (*READ_SNAPSHOT_SCHEMAS, PROBE_SCHEMA):
         raise CompareError(f"{path}: not a gputop snapshot or probe result (no \"schema\": "
                            f"\"{SNAPSHOT_SCHEMA}\" or \"{PROBE_SCHEMA}\")")
     return document

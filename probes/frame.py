@@ -158,6 +158,9 @@ class GpuDevice:
     max_sm_clock_mhz: int | None = None
     power_w: float | None = None
     power_limit_w: float | None = None  # enforced limit
+    # The most the board lets the limit be set to (NVML's power management limit constraints): a limit already
+    # there cannot be raised. None where the driver does not say.
+    power_max_limit_w: float | None = None
     util_gpu_pct: float | None = None  # a kernel was running; says nothing of how busy the SMs were
     util_mem_pct: float | None = None
     mem_used_bytes: int | None = None

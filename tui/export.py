@@ -1,4 +1,4 @@
-"""Saving what the screen shows (`s`): the snapshot JSON (probes.outputs.snapshot, schema gputop.snapshot/1) and
+"""Saving what the screen shows (`s`): the snapshot JSON (probes.outputs.snapshot, schema gputop.snapshot/2) and
 an SVG screenshot beside it, named after the target's PID and the time of the latest reading, in gputop's own
 folder (snapshots_dir: never the current folder, which may be a clone that would collect untracked files)."""
 

@@ -36,6 +36,7 @@ class GpuSummary:
     max_sm_clock_mhz: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    power_max_limit_w: float | None = None  # the board's maximum limit, where read
     sm_active_pct: float | None = None
     tensor_active_pct: float | None = None
     # The GPM metrics what is inside the GPU reads (probes/diagnosis/gpu_limit.py), means like the above; the others
@@ -95,6 +96,7 @@ def gpu_summary(frames: Sequence[Frame]) -> GpuSummary:
         max_sm_clock_mhz=mean(d.max_sm_clock_mhz for d in readings),
         power_w=mean(d.power_w for d in readings),
         power_limit_w=mean(d.power_limit_w for d in readings),
+        power_max_limit_w=mean(d.power_max_limit_w for d in readings),
         sm_active_pct=mean(d.gpm_sm_active_pct for d in readings),
         tensor_active_pct=mean(d.gpm_tensor_active_pct for d in readings),
         dram_bw_pct=mean(d.gpm_dram_bw_pct for d in readings),

@@ -8,7 +8,8 @@ fact-free checklist this list replaces (issue 30). So an
 eager model is told to compile only where its stacks or command line show it eager; bf16 only where the GPU's pipes
 or the compiled code's buffers show fp32 math and no autocast was seen.
 
-A lever's advice is one sentence a person acts on: what to do, then "most it can win: …", then its basis.
+A lever's advice is one sentence a person acts on: what to do, then "most it can win: …" with the gain's kind and
+basis (probes/diagnosis/claims.py turns the typed gain into those words).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from probes.diagnosis.claims import Advice, Gain, lever_advice
 from probes.diagnosis.gpu_limit import TENSOR_BOUND_PCT, THROTTLE_REASONS, GpuLimit, clock_cap
 from probes.diagnosis.gpu_summary import GpuSummary
 from probes.diagnosis.step_facts import StepFacts
@@ -29,6 +31,10 @@ MEMORY_ROOM_FRACTION: Final = 0.7
 _PROBE_EAGER_S: Final = 0.357
 _PROBE_COMPILED_S: Final = 0.330
 _HW_SLOWDOWNS: Final = ("hw_slowdown", "hw_power_brake_slowdown", "board_limit", "reliability")
+# A limit within this of the board's maximum is at it (NVML reports both in milliwatts; boards round).
+POWER_LIMIT_SLACK_W: Final = 1.0
+# fp32 math with the tensor cores this busy runs its matmuls as TF32: plain FP32 never touches them.
+TF32_TENSOR_ACTIVE_PCT: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,6 @@ class Seen:
 
 
 @dataclass(frozen=True)
-class Gain:
-    """The most a lever can win, and what that figure rests on."""
-
-    most: str  # "up to ~25%"
-    basis: str
-    measured: bool
-
-    def words(self) -> str:
-        return f"most it can win: {self.most} ({'measured' if self.measured else 'estimate'}: {self.basis})"
-
-
-@dataclass(frozen=True)
 class Lever:
     """One lever: whether it applies, what to do, and its gain. `inside_step`: False for the board's caps, which
     a step at its reference's rate still has (the reference ran under the same cap)."""
@@ -64,10 +58,10 @@ class Lever:
     inside_step: bool
     applies: Callable[[Seen], bool]
     action: Callable[[Seen], str]
-    gain: Callable[[Seen], Gain]
+    gain: Callable[[Seen], Gain | None]
 
-    def advice(self, seen: Seen) -> str:
-        return f"{self.action(seen)} — {self.gain(seen).words()}."
+    def advice(self, seen: Seen) -> Advice:
+        return lever_advice(self.action(seen), self.name, self.gain(seen))
 
 
 def _gib(value: int) -> str:
@@ -98,14 +92,29 @@ def _clock_gain(seen: Seen) -> Gain:
     cap = clock_cap(seen.gpu)
     fraction = cap.clock_fraction if cap is not None else 1.0
     return Gain(f"~{100 * (1 / fraction - 1):.0f}%",
-                f"the SM clock runs at {100 * fraction:.0f}% of its maximum; a step bound by the GPU's math "
-                "runs about in proportion to its clock", measured=False)
+                f"the SM clock runs at {100 * fraction:.0f}% of its maximum, and a step speeds up at most in "
+                "proportion to its clock (less where memory, not math, holds it)", "bound")
+
+
+def _power_raisable(seen: Seen) -> bool:
+    """The limit is below the board's maximum, or the maximum was not read (then the advice says how to read it)."""
+    limit, most = seen.gpu.power_limit_w, seen.gpu.power_max_limit_w
+    return limit is None or most is None or limit < most - POWER_LIMIT_SLACK_W
 
 
 def _power_action(seen: Seen) -> str:
-    limit = f" ({seen.gpu.power_limit_w:.0f} W)" if seen.gpu.power_limit_w else ""
-    return (f"The power limit{limit} caps the clock: nvidia-smi -q -d POWER shows the limit and the maximum; raise "
-            "it with nvidia-smi -pl if the board and the site allow")
+    limit, most = seen.gpu.power_limit_w, seen.gpu.power_max_limit_w
+    if limit is not None and most is not None:
+        return (f"The power limit ({limit:.0f} W) caps the clock and the board allows {most:.0f} W: raise it with "
+                f"nvidia-smi -pl {most:.0f} if the site allows")
+    at = f" ({limit:.0f} W)" if limit else ""
+    return (f"The power limit{at} caps the clock: gputop could not read the board's maximum; nvidia-smi -q -d POWER "
+            "shows it (Max Power Limit), and nvidia-smi -pl raises the limit where it is below that")
+
+
+def _power_gain(seen: Seen) -> Gain | None:
+    """A clock gain only where the board's maximum was read above the limit: without it no gain is claimed."""
+    return _clock_gain(seen) if seen.gpu.power_max_limit_w is not None else None
 
 
 def _thermal_action(seen: Seen) -> str:
@@ -118,19 +127,18 @@ def _sm_idle_gain(seen: Seen) -> Gain:
     sm = _figure(seen, "SM active")
     if sm is None:
         return Gain("the gaps between kernels", "this GPU gives no SM activity, so their share is not read",
-                    measured=False)
+                    "estimate")
     # GPM's SM activity is each SM's share of cycles with a warp resident, averaged over the SMs: its rest is SM time
     # with nothing on it, between kernels or beside a kernel too small to fill every SM. Launch levers win at most that.
     return Gain(f"the {100 - sm:.0f}% of the SMs' time with no work on them", f"SM active {sm:.0f}%, NVML GPM",
-                measured=True)
+                "bound")
 
 
 def _compile_gain(seen: Seen) -> Gain:
     return Gain(f"~{100 * (_PROBE_EAGER_S / _PROBE_COMPILED_S - 1):.0f}% on a bf16 GPT-2 XL step, more where small "
                 "kernels dominate",
                 f"gputop probe's GPT-2 XL step on an H200 took {_PROBE_EAGER_S:.3f} s eager, "
-                f"{_PROBE_COMPILED_S:.3f} s compiled",
-                measured=False)
+                f"{_PROBE_COMPILED_S:.3f} s compiled", "estimate")
 
 
 def _fp32_seen(seen: Seen) -> str:
@@ -150,6 +158,31 @@ def _bf16_applies(seen: Seen) -> bool:
     return (seen.limit is not None and seen.limit.kind == "fp32_math") or dtype is not None
 
 
+def _tf32_seen(seen: Seen) -> bool:
+    """fp32 math with the tensor cores at work: its matmuls run as TF32 (torch's allow_tf32, nanoGPT sets it)."""
+    tensor = _figure(seen, "tensor active")
+    return tensor is not None and tensor >= TF32_TENSOR_ACTIVE_PCT
+
+
+def _bf16_action(seen: Seen) -> str:
+    action = (f"bf16 autocast ({_fp32_seen(seen)}): torch.autocast('cuda', dtype=torch.bfloat16) around the "
+              "forward")
+    if _tf32_seen(seen):
+        return action  # TF32 is already on: it is not offered again
+    return action + ", and TF32 (torch.backends.cuda.matmul.allow_tf32 = True) for matmuls left in fp32"
+
+
+def _bf16_gain(seen: Seen) -> Gain:
+    if _tf32_seen(seen):
+        return Gain("up to about half the matmuls' time; the rest of the step does not shrink",
+                    f"the tensor cores are at work (tensor active {_figure(seen, 'tensor active'):.0f}%), so the "
+                    "fp32 matmuls already run as TF32, whose dense peak is half bf16's (495 against 989 TFLOP/s on "
+                    "an H100 SXM)", "estimate")
+    return Gain("the matmuls' time several-fold; the rest of the step does not shrink",
+                "a Hopper GPU's dense bf16 tensor-core peak is about 15× its FP32 rate (989 against 67 TFLOP/s on "
+                "an H100 SXM), with the tensor cores idle now", "estimate")
+
+
 def _tensor_low(seen: Seen) -> bool:
     tensor = _figure(seen, "tensor active")
     return tensor is not None and tensor < TENSOR_BOUND_PCT
@@ -160,10 +193,26 @@ def _outside_tensor_pct(seen: Seen) -> float:
     return 100.0 - 100.0 * tensor / sm if tensor is not None and sm else 100.0
 
 
-def _share_gain(fact_share: float | None, what: str) -> Gain:
+def _share_gain(fact_share: float | None, samples: int | None, what: str) -> Gain:
+    """The share of the main thread's samples a fix removes: a bound on the step time it wins, where the CPU's time
+    is the step's (a launch-bound step; a GPU-bound one hides it behind the GPU's queue)."""
     if fact_share is None:
-        return Gain(f"the time {what}", "not sampled often enough to say its share", measured=False)
-    return Gain(f"the {100 * fact_share:.0f}% of main-thread samples {what}", "py-spy", measured=True)
+        return Gain(f"the time {what}", "not sampled often enough to say its share", "estimate")
+    return Gain(f"the {100 * fact_share:.0f}% of main-thread samples {what}", "py-spy's samples of this job", "bound",
+                samples)
+
+
+def _optimizer_gain(seen: Seen) -> Gain:
+    """A launch-bound step waits on the CPU, so the loop's share of its samples bounds the gain; a step the GPU
+    holds hides the CPU's time behind the queued kernels, and the loop's cost is its many small kernels on the
+    GPU, which py-spy does not see."""
+    optimizer = seen.step.optimizer
+    if seen.launch_bound or seen.limit is None:
+        return _share_gain(optimizer.share() if optimizer else None, optimizer.of_samples if optimizer else None,
+                           "in that loop")
+    return Gain("the optimizer's share of the GPU's time", "not measured here: the GPU is busy, so the loop's CPU "
+                "time is hidden behind its kernels; a profiler's trace (torch.profiler) times the optimizer's kernels",
+                "estimate")
 
 
 # The levers in the order they are offered: the board's caps first (they hold every kernel), then the step's own
@@ -175,7 +224,10 @@ def _sync_words(value: str) -> str:
 
 LEVERS: Final[tuple[Lever, ...]] = (
     # The SM clock held by the power limit (NVML's software power cap, or the power brake).
-    Lever("power_cap", False, lambda s: _held(s, ("sw_power_cap",)), _power_action, _clock_gain),
+    # Offered only where the limit can be raised: below the board's maximum (a gain, a bound) or the maximum unread
+    # (how to read it, and no gain claimed).
+    Lever("power_cap", False, lambda s: _held(s, ("sw_power_cap",)) and _power_raisable(s), _power_action,
+          _power_gain),
     # Held by heat.
     Lever("thermal_cap", False, lambda s: _held(s, ("sw_thermal_slowdown", "hw_thermal_slowdown")), _thermal_action,
           _clock_gain),
@@ -184,19 +236,14 @@ LEVERS: Final[tuple[Lever, ...]] = (
           lambda s: "Hardware slowdown: check nvidia-smi -q -d PERFORMANCE and the node's power supplies", _clock_gain),
     # FP32 math: the GPU's FP32 pipes busy while its tensor cores idle, or the compiled graphs' buffers all float32,
     # and no autocast seen.
-    Lever("bf16_autocast", True, _bf16_applies,
-          lambda s: (f"bf16 autocast ({_fp32_seen(s)}): torch.autocast('cuda', dtype=torch.bfloat16) around the "
-                     "forward, and TF32 (torch.backends.cuda.matmul.allow_tf32 = True) for matmuls left in fp32"),
-          lambda s: Gain("the matmuls' time several-fold; the rest of the step does not shrink",
-                         "a Hopper GPU's dense bf16 tensor-core peak is about 15× its FP32 rate (989 against 67 "
-                         "TFLOP/s on an H100 SXM)", measured=False)),
+    Lever("bf16_autocast", True, _bf16_applies, _bf16_action, _bf16_gain),
     # Activation checkpointing on, and memory to hold the activations it frees.
     Lever("drop_checkpointing", True,
           lambda s: s.step.checkpointing is not None and s.step.checkpointing.value == "on" and _memory_room(s),
           lambda s: (f"Drop activation checkpointing ({_memory_words(s)}; "
                      f"{s.step.checkpointing.source() if s.step.checkpointing else ''})"),
           lambda s: Gain("~25%", "checkpointing recomputes the forward, about 1/3 more FLOPs: without it the step "
-                         "does 3/4 of its work", measured=False)),
+                         "does 3/4 of its work", "estimate")),
     # An eager model (its stacks run nn.Module forwards outside compiled code, or its command line says so); a
     # launch-bound one is told of torch.compile with CUDA graphs by the next lever instead.
     Lever("compile", True,
@@ -213,7 +260,7 @@ LEVERS: Final[tuple[Lever, ...]] = (
           lambda s: Gain("the attention's share of the step, more at long sequences",
                          "not measured here: the T×T scores it writes to memory and reads back are gone in a fused "
                          "kernel; gputop probe --like PID times the same model with fused attention on this GPU",
-                         measured=False)),
+                         "estimate")),
     # Launch-bound: CUDA graphs replay the step's kernels in one launch.
     Lever("cuda_graphs", True, lambda s: s.launch_bound,
           lambda s: ("Cut launch overhead with CUDA graphs: the model already runs compiled; mode='reduce-overhead' "
@@ -228,12 +275,12 @@ LEVERS: Final[tuple[Lever, ...]] = (
     Lever("drop_host_syncs", True, lambda s: s.launch_bound and bool(s.step.host_syncs),
           lambda s: (f"Remove the per-step host sync {_sync_words(s.step.host_syncs[0].value)} "
                      f"({s.step.host_syncs[0].where}) so the CPU runs ahead of the GPU"),
-          lambda s: _share_gain(s.step.host_syncs[0].share(), "waiting at it")),
+          lambda s: _share_gain(s.step.host_syncs[0].share(), s.step.host_syncs[0].of_samples, "waiting at it")),
     # The optimizer steps one parameter at a time.
     Lever("fused_optimizer", True, lambda s: s.step.optimizer is not None and s.step.optimizer.value == "per_parameter",
           lambda s: ("A fused optimizer: torch.optim.AdamW(..., fused=True) runs every parameter in a few kernels "
                      f"instead of a loop ({s.step.optimizer.source() if s.step.optimizer else ''})"),
-          lambda s: _share_gain(s.step.optimizer.share() if s.step.optimizer else None, "in that loop")),
+          _optimizer_gain),
     # GPU-bound with the tensor cores under-used beside busy SMs (a model too narrow for them) and memory to spare.
     Lever("larger_micro_batch", True,
           lambda s: (not s.launch_bound and s.limit is not None and s.limit.kind in ("busy_outside_tensor_cores",
@@ -244,13 +291,13 @@ LEVERS: Final[tuple[Lever, ...]] = (
           lambda s: Gain(f"less than the {_outside_tensor_pct(s):.0f}% of the SMs' active time spent outside the "
                          "tensor cores: the non-matmul work in it stays",
                          "NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice its batch "
-                         "(--batch-size) measures it on this GPU", measured=False)),
+                         "(--batch-size) measures it on this GPU", "bound")),
 )
 assert len({lever.name for lever in LEVERS}) == len(LEVERS)
 assert set(THROTTLE_REASONS) >= {"sw_power_cap", *_HW_SLOWDOWNS}
 
 
-def offered(seen: Seen, *, inside_step: bool | None = None) -> list[str]:
+def offered(seen: Seen, *, inside_step: bool | None = None) -> list[Advice]:
     """The advice of each lever that applies, in LEVERS' order; `inside_step` keeps only the step's own levers
     (True) or only the board's caps (False)."""
     return [lever.advice(seen) for lever in LEVERS

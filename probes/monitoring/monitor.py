@@ -155,7 +155,7 @@ class Monitor:
         return None
 
     def snapshot(self, partial: str | None = None) -> dict[str, Any]:
-        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one frame. `partial` says
+        """The snapshot document (gputop.snapshot/2) of everything folded so far; needs one frame. `partial` says
         why the run stopped before the duration asked (the document's "partial" and "partial_reason")."""
         if self._view is None:
             raise ValueError("a snapshot needs at least one frame")

@@ -173,7 +173,7 @@ class MonitorProtocol(Protocol):
         ...
 
     def snapshot(self, partial: str | None = None) -> dict[str, Any]:
-        """The snapshot document (gputop.snapshot/1) of everything folded so far; needs one view."""
+        """The snapshot document (gputop.snapshot/2) of everything folded so far; needs one view."""
         ...
 
     def close(self) -> None:

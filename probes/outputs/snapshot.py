@@ -1,4 +1,4 @@
-"""Snapshot: one JSON document (schema gputop.snapshot/1) summing up a run, written atomically.
+"""Snapshot: one JSON document (schema gputop.snapshot/2) summing up a run, written atomically.
 
 The snapshot is what scripts, CI and bug reports consume: the latest readings, hot frames aggregated over
 the whole sampled window, and the verdict. Command lines and environments inside it were redacted when they
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from probes import __version__
+from probes.diagnosis.claims import advice_record
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.gil import gil_summary
 from probes.diagnosis.gpu_summary import GPU_WAIT_UTIL_PCT
@@ -29,7 +30,10 @@ from probes.reference.baseline import ComparisonInputs, compare_progress, target
 from probes.reference.pace_inputs import pace_inputs_document
 from probes.sampling.stacks import hot_frames
 
-SNAPSHOT_SCHEMA = "gputop.snapshot/1"
+SNAPSHOT_SCHEMA = "gputop.snapshot/2"
+# The schemas a reader of snapshots (compare) takes: /1 wrote `verdict.advice` as plain strings, /2 as records
+# (lever, gain, its kind and basis) with the strings in `verdict.advice_text`; nothing it reads changed otherwise.
+READ_SNAPSHOT_SCHEMAS = ("gputop.snapshot/1", SNAPSHOT_SCHEMA)
 HOT_FRAMES_LIMIT = 30
 PER_PROCESS_HOT_FRAMES_LIMIT = 10
 
@@ -115,7 +119,10 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "liveness": verdict.liveness,
             "confidence": round(verdict.confidence, 2),
             "evidence": list(verdict.evidence),
-            "advice": list(verdict.advice),
+            # Each advice line as a record: its text, the lever it pulls and the most it can win with the gain's kind
+            # (measured, bound, estimate) and basis; the lines as plain text in advice_text, as /1 wrote `advice`.
+            "advice": [advice_record(line) for line in verdict.advice],
+            "advice_text": list(verdict.advice),
             "max_speedup": verdict.max_speedup,
             "min_speedup": verdict.min_speedup,
             "step": list(verdict.step),

@@ -282,6 +282,7 @@ class NvmlGpuProbe:
             ("name", "nvmlDeviceGetName", ()),
             ("uuid", "nvmlDeviceGetUUID", ()),
             ("max_sm_clock", "nvmlDeviceGetMaxClockInfo", (nvml.NVML_CLOCK_SM,)),
+            ("power_constraints", "nvmlDeviceGetPowerManagementLimitConstraints", ()),  # [min, max] in mW
         ):
             if static.get(key) is None:
                 static[key] = self._call(device, errors, key, function_name, *args)
@@ -306,6 +307,7 @@ class NvmlGpuProbe:
             max_sm_clock_mhz=static["max_sm_clock"],
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            power_max_limit_w=_max_limit_w(static["power_constraints"]),
             util_gpu_pct=None if utilization is None else float(utilization.gpu),
             util_mem_pct=None if utilization is None else float(utilization.memory),
             mem_used_bytes=None if memory is None else int(memory.used),
@@ -579,3 +581,12 @@ def _clock_event_reasons_supported(nvml: Any, handle: Any) -> bool | None:
         except nvml.NVMLError:
             answer = None
     return answer
+
+
+def _max_limit_w(constraints: Any) -> float | None:
+    """The board's maximum power limit in watts from nvmlDeviceGetPowerManagementLimitConstraints' [min, max] in
+    milliwatts; None where it was not read."""
+    try:
+        return float(constraints[1]) / 1000.0 if constraints is not None else None
+    except (TypeError, IndexError, ValueError):
+        return None

@@ -68,7 +68,7 @@ def test_non_python_target_runs_with_stacks_unavailable(spawn_target):
         sleeper.wait()
     assert result.returncode == 0, result.stderr
     snap = json.loads(result.stdout)
-    assert snap["schema"] == "gputop.snapshot/1"
+    assert snap["schema"] == "gputop.snapshot/2"
     assert snap["stacks"]["available"] is False
     assert "Python" in snap["stacks"]["reason"]
     assert snap["processes"][0]["pid"] == sleeper.pid

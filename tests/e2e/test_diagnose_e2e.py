@@ -158,7 +158,7 @@ def test_main_thread_tokenization_is_data_bound(spawn_target, tmp_path):
     verdict, frames = watch(target.pid, tmp_path, "tokenize")
     check("tokenization on the main thread", verdict, frames, "data_bound", "progressing",
           "preparing data on the main thread in tokenize_text (diag_tokenize.py")
-    assert any("pre-tokenize" in a for a in verdict["advice"])
+    assert any("pre-tokenize" in a for a in verdict["advice_text"])
 
 
 def test_cpu_training_loop_is_cpu_bound(spawn_target, tmp_path):
@@ -226,7 +226,7 @@ def test_compile_recompiling_on_new_shapes_is_a_storm(spawn_target, tmp_path):
     check("torch.compile, new shape every few steps", verdict, frames, "compile_warmup", "progressing",
           "compiling in ")
     assert "recompilation storm" in verdict["evidence"][0]
-    assert "TORCH_LOGS=recompiles" in verdict["advice"][0]
+    assert "TORCH_LOGS=recompiles" in verdict["advice_text"][0]
 
 
 def test_the_first_compile_of_a_deep_model_is_the_warm_up_not_a_storm(spawn_target, tmp_path):
@@ -245,7 +245,7 @@ def test_the_first_compile_of_a_deep_model_is_the_warm_up_not_a_storm(spawn_targ
     timeline = check("torch.compile, first compile of 96 layers", verdict, frames, "compile_warmup", "progressing",
                      "compiling in ")
     assert warm_up.match(verdict["evidence"][0]), verdict["evidence"]
-    said = "\n".join(verdict["evidence"] + verdict["advice"])
+    said = "\n".join(verdict["evidence"] + verdict["advice_text"])
     assert "storm" not in said and "TORCH_LOGS" not in said and verdict["max_speedup"] is None, said
     assert not [v.evidence[0] for _, v in timeline if "storm" in "\n".join(v.evidence)]
 
@@ -260,7 +260,7 @@ def test_a_compiled_model_on_cpu_is_named_as_compiled_code_not_advised_to_compil
     check("a torch.compile'd model training on the CPU", verdict, frames, "cpu_bound", "progressing",
           "running on the CPU")
     assert "torch.compile's generated code" in verdict["evidence"][0], verdict["evidence"]
-    advice = "\n".join(verdict["advice"])
+    advice = "\n".join(verdict["advice_text"])
     assert "The hot frame is Runner.call (torch.compile's generated code" in advice, advice
     assert "the model already runs compiled" in advice
     assert "your own Python" not in advice and "torch.compile it" not in advice, advice
@@ -352,7 +352,7 @@ def test_loop_in_a_tiny_cpu_quota_is_cpu_throttled(spawn_target, tmp_path, tiny_
     check("8 torch threads in a 0.2-CPU cgroup", verdict, frames, "cpu_throttled", "progressing",
           "throttled in ")
     assert "runnable threads on 0.2 CPUs" in "\n".join(verdict["evidence"])
-    assert "torch.set_num_threads(1)" in verdict["advice"][0]
+    assert "torch.set_num_threads(1)" in verdict["advice_text"][0]
 
 
 @pytest.mark.parametrize("recording, bottleneck, names", [

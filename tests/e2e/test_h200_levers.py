@@ -29,21 +29,29 @@ def replayed(path: Path, *options: str) -> dict:
 
 
 def test_gpt2xl_replayed_keeps_the_power_cap_and_against_its_probe_has_nothing_in_the_step_to_win(tmp_path):
-    advice = replayed(remade_recording("gpt2xl_s2", tmp_path))["verdict"]["advice"]
+    alone = replayed(remade_recording("gpt2xl_s2", tmp_path))["verdict"]
+    advice = alone["advice_text"]
     assert len(advice) == 1 and advice[0].startswith("The power limit (700 W) caps the clock"), advice
+    # The recording holds no board maximum (700 W is the H200 SXM's): no gain is claimed for raising the limit.
+    assert "most it can win" not in advice[0]
+    assert alone["advice"] == [{"text": advice[0], "lever": "power_cap", "gain": None}]
     verdict = replayed(remade_recording("gpt2xl_s2", tmp_path), "--baseline",
                        str(fixture("gpt2xl_probe_compile.json")))["verdict"]
-    assert verdict["advice"][0] == ("The step runs at 98% of this GPU's compiled reference for its model: nothing in "
-                                    "the step to win; only a bigger GPU or fewer FLOPs per token.")
-    assert verdict["advice"][1].startswith("The power limit (700 W) caps the clock")
-    assert not any(word in line for line in verdict["advice"] for word in CHECKLIST)
+    assert verdict["advice_text"][0] == ("The step runs at 98% of this GPU's compiled reference for its model: "
+                                         "nothing in the step to win; only a bigger GPU or fewer FLOPs per token.")
+    assert verdict["advice_text"][1].startswith("The power limit (700 W) caps the clock")
+    assert not any(word in line for line in verdict["advice_text"] for word in CHECKLIST)
     assert not any("as expected for this model" in line for line in verdict["evidence"])
 
 
 def test_seed004_a_replayed_is_offered_a_larger_micro_batch_with_its_basis(tmp_path):
-    advice = replayed(recording("seed004_a_rec", tmp_path))["verdict"]["advice"]
+    verdict = replayed(recording("seed004_a_rec", tmp_path))["verdict"]
+    advice = verdict["advice_text"]
     assert len(advice) == 1 and advice[0].startswith("A larger micro-batch (9 of 140 GiB used, tensor active 31%)")
-    assert "(estimate: NVML GPM's tensor and SM activity;" in advice[0]
+    assert "(a bound: NVML GPM's tensor and SM activity;" in advice[0]
+    record = verdict["advice"][0]
+    assert (record["lever"], record["gain"]["kind"]) == ("larger_micro_batch", "bound")
+    assert record["gain"]["most"].startswith("less than the 63% of the SMs' active time")
     assert not any(word in line for line in advice for word in CHECKLIST)
 
 

@@ -42,5 +42,5 @@ def test_a_compiled_gpu_bound_run_is_not_advised_to_torch_compile(tmp_path):
     # (/tmp/torchinductor_root/he/ches4dgb….py) and Triton's launchers. The live run advised "torch.compile".
     snapshot = _replay_snapshot(recording("seed004_a_rec", tmp_path))
     assert snapshot["verdict"]["bottleneck"] == "gpu_bound"
-    advice = "\n".join(snapshot["verdict"]["advice"])
+    advice = "\n".join(snapshot["verdict"]["advice_text"])
     assert "torch.compile" not in advice, advice

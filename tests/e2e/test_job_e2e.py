@@ -63,7 +63,7 @@ def test_a_deadlocked_rank_makes_the_job_hung(spawn_target, tmp_path):
     headline = document["verdict"]["evidence"][0]
     assert headline.startswith("rank 1 stuck in flush_metrics (ddp_job.py:"), headline
     assert headline.endswith("rank 0 waits for it in all_reduce"), headline
-    assert "30 min" in "\n".join(document["verdict"]["advice"])  # gloo's default timeout: no GPU in use
+    assert "30 min" in "\n".join(document["verdict"]["advice_text"])  # gloo's default timeout: no GPU in use
     print(f"hung_rank after {seconds_to(frames, jobs, lambda j: j.finding == 'hung_rank'):.1f} s: {headline}")
 
 

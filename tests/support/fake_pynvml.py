@@ -59,6 +59,7 @@ class FakeGpu:
     max_sm_clock_mhz: int = 1980
     power_mw: int = 690_000
     power_limit_mw: int = 700_000
+    power_max_limit_mw: int | None = 700_000  # the board's maximum limit; None: not supported
     util_gpu: int = 100
     util_memory: int = 62
     mem_used: int = 80 * GIB
@@ -242,6 +243,12 @@ class FakeNvml:
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle):
         return self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle):
+        gpu = self._enter("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        if gpu.power_max_limit_mw is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return [200_000, gpu.power_max_limit_mw]
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)

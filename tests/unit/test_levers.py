@@ -5,6 +5,8 @@ already does (StepFacts) say it applies, with the most it can win and its basis;
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support.h200 import fixture, recording
 
@@ -99,10 +101,13 @@ def test_launch_bound_levers_cuda_graphs_batch_and_host_syncs():
     assert names(s) == ["cuda_graphs", "launch_batch", "drop_host_syncs"]
     advice = offered(s)
     assert advice[0].startswith("Cut launch overhead with CUDA graphs: the model already runs compiled")
-    assert ("most it can win: the 80% of the SMs' time with no work on them (measured: SM active 20%, NVML GPM)"
+    assert ("most it can win: the 80% of the SMs' time with no work on them (a bound: SM active 20%, NVML GPM)"
             in advice[0])
     assert advice[2] == ("Remove the per-step host sync .item() (Tensor.item (train.py:88)) so the CPU runs ahead of "
-                         "the GPU — most it can win: the 15% of main-thread samples waiting at it (measured: py-spy).")
+                         "the GPU — most it can win: the 15% of main-thread samples waiting at it (a bound: py-spy's "
+                         "samples of this job, over 40 samples).")
+    assert [(a.lever, a.gain.kind) for a in advice] == [("cuda_graphs", "bound"), ("launch_batch", "bound"),
+                                                        ("drop_host_syncs", "bound")]
     # A sync in a GPU-bound step costs little: the GPU has the queued work to run meanwhile.
     assert "drop_host_syncs" not in names(seen(TENSOR_BOUND, host_syncs=(sync,)))
 
@@ -122,16 +127,50 @@ def test_fused_optimizer_for_a_per_parameter_loop():
     assert "fused_optimizer" in names(seen(TENSOR_BOUND, optimizer=loop))
     assert "fused_optimizer" not in names(seen(TENSOR_BOUND, optimizer=stacks("fused")))
     assert "fused_optimizer" not in names(seen(TENSOR_BOUND))
-    assert "the 20% of main-thread samples in that loop (measured: py-spy)" in offered(seen(TENSOR_BOUND,
-                                                                                             optimizer=loop))[0]
+    # The loop's share of CPU samples is no gain for a step the tensor cores hold: its CPU time hides behind the GPU.
+    gpu_bound = offered(seen(TENSOR_BOUND, optimizer=loop))[0]
+    assert "main-thread samples in that loop" not in gpu_bound and gpu_bound.gain.kind == "estimate"
+    assert "the optimizer's share of the GPU's time (estimate: not measured here" in gpu_bound
+    launch = _gpu(sm_active_pct=20.0, tensor_active_pct=5.0, dram_bw_pct=5.0)
+    launch_bound = offered(seen(launch, launch_bound=True, optimizer=loop))[-1]
+    assert "the 20% of main-thread samples in that loop (a bound: py-spy's samples of this job, over 40 samples)" \
+        in launch_bound
 
 
 def test_the_power_cap_with_its_clock_and_no_step_lever_of_a_compiled_fused_job():
-    s = seen(CAPPED, compiled=stacks("compiled"), optimizer=stacks("fused"), gpu_memory=FULL)
+    below = dataclasses.replace(CAPPED, power_limit_w=600.0, power_max_limit_w=700.0)
+    s = seen(below, compiled=stacks("compiled"), optimizer=stacks("fused"), gpu_memory=FULL)
     assert names(s) == ["power_cap"]
     assert offered(s, inside_step=True) == []
-    assert offered(s)[0].startswith("The power limit (700 W) caps the clock")
-    assert "most it can win: ~19% (estimate: the SM clock runs at 84% of its maximum" in offered(s)[0]
+    advice = offered(s)[0]
+    assert advice.startswith("The power limit (600 W) caps the clock and the board allows 700 W: raise it with "
+                             "nvidia-smi -pl 700")
+    assert "most it can win: ~19% (a bound: the SM clock runs at 84% of its maximum" in advice
+    assert (advice.lever, advice.gain.kind) == ("power_cap", "bound")
+
+
+def test_a_power_limit_at_the_boards_maximum_is_not_offered_to_raise():
+    """Issue 38, item 2: 700 W is an H200 SXM's maximum; a limit already there cannot be raised."""
+    at_max = dataclasses.replace(CAPPED, power_max_limit_w=700.0)
+    assert "power_cap" not in names(seen(at_max))
+
+
+def test_a_power_limit_whose_maximum_was_not_read_claims_no_gain():
+    advice = offered(seen(CAPPED))[0]  # CAPPED: the maximum unread, as on the H200 recordings
+    assert advice.startswith("The power limit (700 W) caps the clock: gputop could not read the board's maximum")
+    assert "most it can win" not in advice and advice.gain is None
+
+
+def test_tf32_is_not_offered_to_fp32_math_that_already_runs_on_the_tensor_cores():
+    """Issue 38, item 5: nanoGPT's fp32 step sets allow_tf32; tensor active 40% shows its matmuls on the tensor
+    cores, so bf16's gain is against TF32 (about 2x on the matmuls), not against FP32 (15x)."""
+    tf32 = _gpu(sm_active_pct=90.0, tensor_active_pct=40.0, dram_bw_pct=30.0, fp32_active_pct=40.0)
+    float32 = Fact("float32", "generated code", "buffers of the compiled graphs: 40 float32")
+    advice = next(a for a in offered(seen(tf32, compute_dtype=float32)) if a.lever == "bf16_autocast")
+    assert "allow_tf32" not in advice and "15×" not in advice
+    assert "already run as TF32, whose dense peak is half bf16's" in advice and advice.gain.kind == "estimate"
+    idle = next(a for a in offered(seen(FP32)) if a.lever == "bf16_autocast")
+    assert "allow_tf32" in idle and "15×" in idle
 
 
 # --- the real H200 runs ------------------------------------------------------------------------------------------
@@ -162,7 +201,7 @@ def test_seed004_a_is_offered_a_larger_micro_batch_with_its_basis(tmp_path):
     assert advice == (
         "A larger micro-batch (9 of 140 GiB used, tensor active 31%): bigger matmuls fill more of the tensor cores — "
         "most it can win: less than the 63% of the SMs' active time spent outside the tensor cores: the non-matmul "
-        "work in it stays (estimate: NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice "
+        "work in it stays (a bound: NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice "
         "its batch (--batch-size) measures it on this GPU).",)
     assert not any(word in line for line in advice for word in CHECKLIST)
 

@@ -184,7 +184,7 @@ async def test_save_writes_snapshot_json_and_svg(tmp_path):
         saved_svg = list(tmp_path.glob("gputop-*.svg"))
         assert len(saved_json) == 1 and len(saved_svg) == 1
         document = json.loads(saved_json[0].read_text())
-        assert document["schema"] == "gputop.snapshot/1"
+        assert document["schema"] == "gputop.snapshot/2"
         assert document["verdict"]["liveness"] == "exited"
         assert saved_svg[0].read_text().lstrip().startswith("<svg")
         assert f"saved {saved_json[0].name}" in app.status_text().plain
