@@ -50,12 +50,13 @@ class Advice(VerdictLine):
     gain: Gain | None
 
     def __new__(cls, text: str, lever: str, gain: Gain | None = None) -> Advice:
-        line = super().__new__(cls, text, "finding")
+        line = str.__new__(cls, text)
+        line.kind = "finding"
         line.lever = lever
         line.gain = gain
         return line
 
-    def __reduce__(self) -> tuple[Any, ...]:  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, ...]:
         return Advice, (str(self), self.lever, self.gain)  # copies keep the lever and its gain
 
 

@@ -297,9 +297,9 @@ assert len({lever.name for lever in LEVERS}) == len(LEVERS)
 assert set(THROTTLE_REASONS) >= {"sw_power_cap", *_HW_SLOWDOWNS}
 
 
-def offered(seen: Seen, *, inside_step: bool | None = None) -> list[Advice]:
-    """The advice of each lever that applies, in LEVERS' order; `inside_step` keeps only the step's own levers
-    (True) or only the board's caps (False)."""
+def offered(seen: Seen, *, inside_step: bool | None = None) -> list[str]:
+    """The advice of each lever that applies, in LEVERS' order (each an Advice line, with its lever and gain);
+    `inside_step` keeps only the step's own levers (True) or only the board's caps (False)."""
     return [lever.advice(seen) for lever in LEVERS
             if (inside_step is None or lever.inside_step == inside_step) and lever.applies(seen)]
 
