@@ -373,6 +373,11 @@ class Verdict:
     # What the step already does, each fact with where it was read (probes/diagnosis/step_facts.py): what the
     # levers in the advice were checked against, so a person can see why one was not offered.
     step: tuple[str, ...] = ()
+    # What the verdict rests on, for the words that say how far to trust it (probes/diagnosis/support.py; `confidence`
+    # is a score the hysteresis weighs, not a probability): the main thread's samples in its stack window (None where
+    # not counted), and whether its rule reads counters (NVML, the cgroup) rather than stacks.
+    samples: int | None = None
+    from_counters: bool = False
 
 
 @dataclass(frozen=True)

@@ -459,7 +459,7 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
     # The step facts of the rank whose advice the job's verdict carries: its levers were checked against them (a merge
     # of every rank's would show facts no lever was checked against, and counts of no one process).
     verdict = Verdict(slow.verdict.bottleneck, slow.verdict.liveness, confidence, tuple(lines), tuple(advice),
-                      step=slow.verdict.step)
+                      step=slow.verdict.step, samples=min(d.samples for d, _, _ in measured))
     return _Finding("straggler", verdict, slow.rank, tuple(d for d, _, _ in measured))
 
 
@@ -480,8 +480,15 @@ def _shared(live: list[DiagnosedRank]) -> _Finding | None:
     confidence = min(d.verdict.confidence for d in live)
     verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice,
                       one_time_cost=lead.verdict.one_time_cost,  # a warm-up on every rank promises no speed-up
-                      step=lead.verdict.step)
+                      step=lead.verdict.step, samples=_fewest_samples(live),
+                      from_counters=lead.verdict.from_counters)
     return _Finding("shared", verdict, None, tuple(live))
+
+
+def _fewest_samples(live: list[DiagnosedRank]) -> int | None:
+    """The job's verdict over its ranks rests on the thinnest rank's samples."""
+    counted = [d.verdict.samples for d in live if d.verdict.samples is not None]
+    return min(counted) if counted else None
 
 
 def _mixed(live: list[DiagnosedRank]) -> _Finding:
@@ -495,7 +502,8 @@ def _mixed(live: list[DiagnosedRank]) -> _Finding:
             f"rank {d.rank} {d.verdict.bottleneck}" + (f" (waits {_pct(d.wait)})" if d.wait is not None else "")
             for d in others[:RANKS_LISTED]))
     verdict = Verdict(lead.verdict.bottleneck, _job_liveness(live), lead.verdict.confidence, tuple(lines),
-                      lead.verdict.advice, one_time_cost=lead.verdict.one_time_cost, step=lead.verdict.step)
+                      lead.verdict.advice, one_time_cost=lead.verdict.one_time_cost, step=lead.verdict.step,
+                      samples=lead.verdict.samples, from_counters=lead.verdict.from_counters)
     return _Finding("mixed", verdict, None, tuple(live))
 
 

@@ -264,8 +264,9 @@ def max_speedup(shares: TimeShares | None, bottleneck: Bottleneck) -> MaxSpeedup
     if outside < len(_OUTSIDE_UPPER_95):
         # Too few samples outside the phase to place the bound: the step's own time is only known to be small.
         factor = shares.samples / _OUTSIDE_UPPER_95[outside]
-        return MaxSpeedup(factor, f"at least {_times(factor)}× faster {why}; {outside} of {shares.samples} samples "
-                                  f"(last {_span(shares.window_s)}) fell outside it: more cannot be measured",
+        return MaxSpeedup(factor, f"at least {_times(factor)}× faster (a 95% lower bound) {why}; {outside} of "
+                                  f"{shares.samples} samples (last {_span(shares.window_s)}) fell outside it: more "
+                                  "cannot be measured",
                           at_least=True)
     factor = 1.0 / (1.0 - share)
     return MaxSpeedup(factor, f"up to {_gain(factor)} faster {why}")

@@ -114,6 +114,8 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         stalled_s=round(evidence.stuck_for_s, 1),
         one_time_cost=candidate.one_time_cost,
         step=evidence.step.lines(),
+        samples=evidence.main.samples,
+        from_counters=candidate.from_metrics,
     ), evidence
 
 

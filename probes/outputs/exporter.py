@@ -172,8 +172,9 @@ def _verdict_metrics(families: _Families, prefix: str, what: str, labels: Sequen
         list(values), {state: verdict.bottleneck == state for state in BOTTLENECKS})
     families.state_set(f"{prefix}_liveness", f"{what}: progressing, hung or exited (one state is 1)",
                        labels).add_metric(list(values), {state: verdict.liveness == state for state in LIVENESS_STATES})
-    families.set(f"{prefix}_verdict_confidence_ratio", f"{what}: how sure the verdict is, 0-1", labels, values,
-                 verdict.confidence)
+    score = f"{what}: the verdict's score, 0-1 (how strongly its rule fits, scaled by samples and time held; not a " \
+        "probability)"
+    families.set(f"{prefix}_verdict_confidence_ratio", score, labels, values, verdict.confidence)
     families.set(f"{prefix}_last_progress_age_seconds",
                  f"{what}: seconds since the last sign of progress (CPU, I/O, stack, GPU, log)", labels, values,
                  verdict.stalled_s if verdict.liveness != "exited" else None)

@@ -118,6 +118,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
             "bottleneck": verdict.bottleneck,
             "liveness": verdict.liveness,
             "confidence": round(verdict.confidence, 2),
+            "samples": verdict.samples,
+            "from_counters": verdict.from_counters,
             "evidence": list(verdict.evidence),
             # Each advice line as a record: its text, the lever it pulls and the most it can win with the gain's kind
             # (measured, bound, estimate) and basis; the lines as plain text in advice_text, as /1 wrote `advice`.

@@ -19,33 +19,19 @@ import sys
 import pytest
 from support.cli import gputop, ready
 from support.tmux import TMUX_MARKS, Tmux
+from support.verdict_line import check_verdict_line
 
-from probes.frame import Verdict
 from probes.sensors.nvml import NO_GPU_SHORT_REASONS
-from tui.panes.text import gain_words, liveness_words, verdict_name
 
 pytestmark = pytest.mark.slow
 HEADLESS_TIMEOUT_S = 120  # a 5 s run, with py-spy's start and the imports, on a busy 2-core machine
-
-
-def said_verdict(snapshot: dict) -> tuple[str, str | None]:
-    """The start of the verdict line the snapshot's verdict makes (its name and liveness), and its gain's words."""
-    verdict = snapshot["verdict"]
-    start = f"gputop: verdict: {verdict_name(verdict['bottleneck'], verdict['liveness'])}"
-    if verdict["bottleneck"] != "unknown" or verdict["liveness"] not in ("hung", "exited"):
-        start += f" · {liveness_words(verdict['liveness'])}"
-    gain = gain_words(Verdict(bottleneck=verdict["bottleneck"], max_speedup=verdict["max_speedup"]))
-    return start, gain
 
 
 def check_stderr(stderr: str, snapshot: dict) -> None:
     lines = stderr.splitlines()
     assert lines and all(line.startswith("gputop: ") for line in lines), stderr
     assert "Traceback" not in stderr
-    start, gain = said_verdict(snapshot)
-    last = lines[-1]
-    assert last.startswith(start) and f"{snapshot['verdict']['confidence']:.0%} sure" in last, (last, snapshot)
-    assert last.endswith(gain) if gain is not None else "×" not in last, last
+    check_verdict_line(lines[-1], snapshot)
     assert sum(1 for line in lines if line.startswith("gputop: verdict: ")) == 1
     gpus = snapshot["gpus"]
     short = NO_GPU_SHORT_REASONS.get(gpus.get("reason") or "") if not gpus.get("available") else None
@@ -93,7 +79,7 @@ def test_a_hung_job_with_no_bottleneck_named_reads_as_a_verdict_in_the_tui(spawn
     tmux.start(f"{sys.executable} -m tui --pid {target.pid}", 80, 24)
     screen = tmux.wait_for(lambda s: "HUNG" in s and "no progress seen for" in s, 90, "the hung verdict")
     header = next(line for line in screen.splitlines() if "HUNG" in line)
-    assert re.fullmatch(r"\s*HUNG\s+no progress seen for \d+ s · \d+% sure\s*", header), header
+    assert re.fullmatch(r"\s*HUNG\s+no progress seen for \d+ s\s*", header), header
     assert "no verdict yet" not in screen, screen
     tmux.run("resize-window", "-x", "160", "-y", "48")
     screen = tmux.wait_for(lambda s: "HUNG" in s and max(len(line) for line in s.splitlines()) > 80, 15,

@@ -51,23 +51,36 @@ SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 
 
 def test_the_verdict_line_is_the_headers_words_with_the_gain_and_its_condition():
-    starved = Verdict(bottleneck="data_bound", liveness="progressing", confidence=0.76, max_speedup=5.7)
-    assert verdict_line(starved) == ("input-bound · progressing · 76% sure · up to 5.7× faster if the input pipeline "
-                                     "kept up (it holds the step 82% of the time)")
+    starved = Verdict(bottleneck="data_bound", liveness="progressing", confidence=0.76, max_speedup=5.7, samples=48)
+    assert verdict_line(starved) == ("input-bound · progressing · on 48 samples · up to 5.7× faster if the input "
+                                     "pipeline kept up (it holds the step 82% of the time)")
     # No gain where the verdict carries none; the bound of a busy GPU in its own words.
-    assert verdict_line(dataclasses.replace(starved, max_speedup=None)) == "input-bound · progressing · 76% sure"
-    # Every sample in the phase but a sample or two: a floor, its share in words (shares.max_speedup's at_least).
+    assert verdict_line(dataclasses.replace(starved, max_speedup=None)) == "input-bound · progressing · on 48 samples"
+    # Every sample in the phase but a sample or two: a floor, its share in words (shares.max_speedup's at_least),
+    # and that it is a 95% bound.
     assert verdict_line(dataclasses.replace(starved, max_speedup=None, min_speedup=34.0)) == (
-        "input-bound · progressing · 76% sure · at least 34× faster if the input pipeline kept up (it holds the step "
-        "nearly all of the time)")
-    gpu = Verdict(bottleneck="gpu_bound", liveness="progressing", confidence=0.9, max_speedup=1.25)
-    assert verdict_line(gpu) == ("GPU-bound · progressing · 90% sure · anything outside the GPU can win at most 1.2× "
-                                 "(it is busy 80% of the time)")
+        "input-bound · progressing · on 48 samples · at least 34× faster (a 95% lower bound) if the input pipeline "
+        "kept up (it holds the step nearly all of the time)")
+    gpu = Verdict(bottleneck="gpu_bound", liveness="progressing", confidence=0.9, max_speedup=1.25, samples=9,
+                  from_counters=True)
+    assert verdict_line(gpu) == ("GPU-bound · progressing · on counters and 9 samples · anything outside the GPU can "
+                                 "win at most 1.2× (it is busy 80% of the time)")
     # A job's verdict names the rank, as the pane's first line does.
     job = JobVerdict(verdict=starved, finding="straggler", responsible_rank=1)
-    assert verdict_line(starved, job).startswith("input-bound · straggler: rank 1 · progressing · 76% sure")
+    assert verdict_line(starved, job).startswith("input-bound · straggler: rank 1 · progressing · on 48 samples")
     hung = Verdict(bottleneck="unknown", liveness="hung", confidence=1.0, stalled_s=125.0)
-    assert verdict_line(hung) == "HUNG · no progress seen for 2m05s · 100% sure"
+    assert verdict_line(hung) == "HUNG · no progress seen for 2m05s"
+
+
+def test_the_verdict_says_what_it_rests_on_and_never_a_percent():
+    """Issue 38, item 6: "90% sure" over 9 samples read as a probability; a score is not one. Under 10 samples the
+    verdict is provisional and says how many; a counter-based one says so; no percent of confidence anywhere."""
+    thin = Verdict(bottleneck="data_bound", liveness="progressing", confidence=0.4, samples=4)
+    assert verdict_line(thin) == "input-bound · progressing · provisional: 4 samples"
+    one = dataclasses.replace(thin, samples=1)
+    assert verdict_line(one).endswith("provisional: 1 sample")
+    for verdict in (thin, one, dataclasses.replace(thin, samples=258, confidence=0.91)):
+        assert "%" not in verdict_line(verdict) and "sure" not in verdict_line(verdict)
 
 
 # --- a hung job with no bottleneck named ------------------------------------------------------------------
@@ -93,7 +106,7 @@ def test_a_hung_job_with_no_bottleneck_named_reads_as_a_verdict():
     text = plain(verdict_renderable(view, now=116.0))
     first = text.splitlines()[0]
     assert "no verdict yet" not in text
-    assert first.split() == ["HUNG", "no", "progress", "seen", "for", "14", "s", "·", "100%", "sure"], first
+    assert first.split() == ["HUNG", "no", "progress", "seen", "for", "14", "s"], first
     assert timeline_text(view).plain == "timeline +0:01 idle → +0:05 HUNG"
     row = RankRow(pid=10, rank=1, verdict=hung, responsible=True)
     assert rank_verdict_words(row, "hung_rank") == "hung: the others wait for it"

@@ -11,27 +11,15 @@ import json
 import pytest
 from support.h200 import recording
 from support.pilot import RECORDINGS
+from support.verdict_line import check_verdict_line
 
-from probes.frame import Verdict
 from tui.cli import run
-from tui.panes.text import gain_words, liveness_words, verdict_name
-
-
-def said_verdict(snapshot: dict) -> tuple[str, str, str | None]:
-    """What the verdict line of the snapshot's verdict starts with, its confidence's words, and its gain's."""
-    verdict = snapshot["verdict"]
-    start = f"gputop: verdict: {verdict_name(verdict['bottleneck'], verdict['liveness'])}"
-    if verdict["bottleneck"] != "unknown" or verdict["liveness"] not in ("hung", "exited"):
-        start += f" · {liveness_words(verdict['liveness'])}"
-    gain = gain_words(Verdict(bottleneck=verdict["bottleneck"], max_speedup=verdict["max_speedup"]))
-    return start, f"{verdict['confidence']:.0%} sure", gain
 
 
 def check_ends_with_the_verdict(stderr: str, snapshot: dict) -> None:
     lines = stderr.splitlines()
-    start, sure, gain = said_verdict(snapshot)
-    assert lines and lines[-1].startswith(start) and sure in lines[-1], (stderr, snapshot["verdict"])
-    assert lines[-1].endswith(gain) if gain is not None else "×" not in lines[-1], lines[-1]
+    assert lines, stderr
+    check_verdict_line(lines[-1], snapshot)
     assert sum(1 for line in lines if line.startswith("gputop: verdict: ")) == 1, stderr
 
 

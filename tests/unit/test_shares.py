@@ -211,10 +211,10 @@ def test_a_phase_that_rounds_to_none_of_the_time_says_no_gain():
 
 
 @pytest.mark.parametrize("samples, data_share, words", [
-    (129, 1.0, "at least 43× faster if the input pipeline kept up (it holds the step 100% of the time); 0 of 129 "
-               "samples (last 60 s) fell outside it: more cannot be measured"),
-    (60, 59 / 60, "at least 13× faster if the input pipeline kept up (it holds the step 98% of the time); 1 of 60 "
-                  "samples (last 60 s) fell outside it: more cannot be measured"),
+    (129, 1.0, "at least 43× faster (a 95% lower bound) if the input pipeline kept up (it holds the step 100% of "
+               "the time); 0 of 129 samples (last 60 s) fell outside it: more cannot be measured"),
+    (60, 59 / 60, "at least 13× faster (a 95% lower bound) if the input pipeline kept up (it holds the step 98% "
+                  "of the time); 1 of 60 samples (last 60 s) fell outside it: more cannot be measured"),
 ])
 def test_a_phase_with_almost_no_samples_outside_it_says_the_least_its_fix_wins(samples, data_share, words):
     """Every sample waiting for data puts no number on the step's own time: "up to 100×" was the cap, not a
@@ -231,7 +231,8 @@ def test_a_verdict_whose_gain_is_a_floor_promises_no_bound():
     monitor = fold(frames, replay=False)
     verdict = monitor.view.verdict
     assert verdict.bottleneck == "data_bound"
-    assert any(line.startswith("at least 67× faster if the input pipeline kept up") for line in verdict.evidence)
+    assert any(line.startswith("at least 67× faster (a 95% lower bound) if the input pipeline kept up")
+               for line in verdict.evidence)
     assert verdict.max_speedup is None and monitor.snapshot()["verdict"]["max_speedup"] is None
     assert verdict.min_speedup == pytest.approx(200 / 3, abs=0.01) and monitor.snapshot()["verdict"]["min_speedup"] == \
         verdict.min_speedup

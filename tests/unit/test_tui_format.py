@@ -132,12 +132,12 @@ def test_no_gpu_is_one_line_with_the_reason():
 def test_verdict_text_says_since_when_and_hides_the_opening_no_verdict():
     verdict = Verdict(bottleneck="data_bound", liveness="progressing", confidence=0.8,
                       evidence=("main waits in _next_data 90% of samples", "2 workers at 99% CPU", "third", "4th"),
-                      advice=("raise num_workers",), since=130.0)
+                      advice=("raise num_workers",), since=130.0, samples=40)
     view = MonitorView(frames=(frame(time=160.0),), verdict=verdict, first_time=100.0, timeline=(
         VerdictChange(100.0, "unknown", "unknown"), VerdictChange(104.0, "compile_warmup", "progressing"),
         VerdictChange(130.0, "data_bound", "progressing")))
     text = plain(verdict_renderable(view, now=175.0))
-    assert "input-bound" in text and "80% sure · for 45 s" in text
+    assert "input-bound" in text and "on 40 samples · for 45 s" in text
     assert "main waits in _next_data" in text and "third" in text and "4th" not in text
     assert "→ raise num_workers" in text
     assert timeline_text(view).plain == "timeline +0:04 compiling (warm-up) → +0:30 input-bound"

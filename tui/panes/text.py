@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS, facts_named
+from probes.diagnosis.support import support_words
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -105,8 +106,8 @@ def gain_words(verdict: Verdict) -> str | None:
     if factor is None and verdict.min_speedup is not None and facts is not None and facts.fix_removes is not None:
         # A floor: the phase held all but a sample or two, so its share is said in words, not as a figure.
         floor = verdict.min_speedup
-        return (f"at least {floor:.1f}× faster " if floor < 10 else f"at least {floor:.0f}× faster ") + \
-            facts.fix_removes.why.format(pct="nearly all")
+        times = f"{floor:.1f}" if floor < 10 else f"{floor:.0f}"
+        return f"at least {times}× faster (a 95% lower bound) " + facts.fix_removes.why.format(pct="nearly all")
     if factor is None or factor <= 1.0:
         return None
     times = f"{factor:.1f}" if factor < 10 else f"{factor:.0f}"
@@ -119,10 +120,10 @@ def gain_words(verdict: Verdict) -> str | None:
 
 def verdict_line(verdict: Verdict, job: JobVerdict | None = None) -> str:
     """The verdict in one line, in the words of the verdict pane's first line, with the most its fix can win:
-    "input-bound · progressing · 76% sure · up to 5.7× faster if the input pipeline kept up (…)". What a headless
+    "input-bound · progressing · on 48 samples · up to 5.7× faster if the input pipeline kept up (…)". What a headless
     run says last, so the answer is on the terminal and not only in the JSON."""
     parts = (verdict_name(verdict.bottleneck, verdict.liveness), finding_words(job) if job is not None else None,
-             verdict_state(verdict), f"{verdict.confidence:.0%} sure", gain_words(verdict))
+             verdict_state(verdict), support_words(verdict), gain_words(verdict))
     return " · ".join(part for part in parts if part)
 
 

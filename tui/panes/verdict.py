@@ -17,6 +17,7 @@ from textual.widgets import Static
 from probes.diagnosis.bottlenecks import facts_named
 from probes.diagnosis.rules.rule import BadgeTone
 from probes.diagnosis.shares import shares_summary
+from probes.diagnosis.support import support_words
 from probes.frame import Verdict
 from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.reference.baseline import mfu_percent, printed_percent
@@ -85,7 +86,9 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     if state is not None:
         head.append(f"{gap}{state}", style="bold red" if verdict.liveness == "hung" else "bold")
         gap = " · "
-    head.append(f"{gap}{verdict.confidence:.0%} sure")
+    support = support_words(verdict)
+    if support is not None:
+        head.append(f"{gap}{support}")
     if verdict.since is not None and not named_by_liveness(verdict.bottleneck, verdict.liveness):
         head.append(f" · for {duration(now - verdict.since)}")
     target = view.latest.target
