@@ -90,7 +90,8 @@ def _against_reference(job: RunSummary, probe: RunSummary) -> list[str]:
         lines = [f"{job.label} runs {share:.2g}× as fast as {reference}: the probe's step is no bound for it "
                  "(torch.compile, a larger micro-batch or another dtype?)"]
     elif share >= 1 - SAME_WITHIN:
-        lines = [f"{job.label} runs at {share:.0%} of {reference}: nothing in the step to win"]
+        lines = [f"{job.label} runs at {share:.0%} of {reference}: the reference's own levers have nothing left to "
+                 "win; what it does not try (FP8, CUDA graphs, another micro-batch) it does not rule out"]
     else:
         lines = [f"{job.label} runs at {share:.0%} of {reference}: ~{1 - share:.0%} of its time goes to work the "
                  "reference step does not do (input pipeline, host work, communication) or to a slower step than the "

@@ -304,9 +304,27 @@ def offered(seen: Seen, *, inside_step: bool | None = None) -> list[str]:
             if (inside_step is None or lever.inside_step == inside_step) and lever.applies(seen)]
 
 
-def nothing_to_win_words(compute_bound_pct: float, compiled: bool | None) -> str:
-    """The step at its reference's rate: "the step runs at 98% of this GPU's compiled reference for its model:
-    nothing in the step to win; only a bigger GPU or fewer FLOPs per token"."""
+# The levers gputop's reference step pulls (probes/reference/gpt_probe.py: bf16, SDPA attention, fused AdamW, no
+# activation checkpointing; torch.compile where it was compiled): a step at its rate has their gains already.
+_REFERENCE_PULLS: Final = frozenset({"bf16_autocast", "fused_attention", "fused_optimizer", "drop_checkpointing"})
+
+
+def reference_words(rate_pct: float, compiled: bool | None, settings: str | None) -> str:
+    """The step at its reference's rate, as measured: "The step runs at 98% of the rate of this GPU's compiled
+    reference step for its model (bf16, compiled, …): …". The reference is one implementation, not a ceiling: what it
+    does not try is said, not ruled out."""
     kind = "compiled " if compiled else "eager " if compiled is False else ""
-    return (f"The step runs at {compute_bound_pct:.0f}% of this GPU's {kind}reference for its model: nothing in "
-            "the step to win; only a bigger GPU or fewer FLOPs per token.")
+    pulls = f" ({settings})" if settings else ""
+    return (f"The step runs at {rate_pct:.0f}% of the rate of this GPU's {kind}reference step for its model{pulls}: "
+            "the levers that step pulls have nothing left to win here. It does not try FP8 (where the GPU has it), "
+            "CUDA graphs, another micro-batch or attention kernel: those it does not rule out.")
+
+
+def beside_reference(advice: tuple[str, ...], rate_pct: float, compiled: bool | None,
+                     settings: str | None) -> tuple[str, ...]:
+    """The advice of a step at its reference's rate: that measurement first, then the levers the reference does not
+    pull (the board's caps, which held the reference too; compile where the reference ran eager; CUDA graphs, the
+    micro-batch), each as the rule offered it."""
+    pulled = _REFERENCE_PULLS | ({"compile"} if compiled else set())
+    kept = [line for line in advice if isinstance(line, Advice) and line.lever not in pulled]
+    return (reference_words(rate_pct, compiled, settings), *kept)

@@ -22,13 +22,10 @@ from typing import Any
 
 from probes.diagnosis.absent_ranks import SeenRunning
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
-from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary
 from probes.diagnosis.job import diagnose_job
-from probes.diagnosis.levers import Seen, nothing_to_win_words, offered
+from probes.diagnosis.levers import beside_reference
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines, time_shares
-from probes.diagnosis.step_facts import StepFacts
-from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose_with_evidence
-from probes.diagnosis.windows import METRIC_WINDOW_S, recent
+from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
 from probes.doctor import Check, blind_spots
 from probes.frame import Frame, JobVerdict, ProgressReading, Verdict
 from probes.logformats import known_format
@@ -128,14 +125,10 @@ class Monitor:
         self._seen_running = self._seen_running.after(frames)
         self._job = diagnose_job(frames, self._job, self.hang_after_s, self._seen_running) \
             if frame.job is not None else None
-        # The GPUs over the metric window, as the verdict was reached on them: read again for the advice, never
-        # summarised twice. A job's ranks each summarised their own GPU only, so the job's is summarised once, below.
-        window_gpu: GpuSummary | None = None
         if self._job is not None:
             self._verdict = self._job.verdict
         else:
-            self._verdict, evidence = diagnose_with_evidence(frames, self._verdict, self.hang_after_s)
-            window_gpu = evidence.gpu if evidence is not None else None
+            self._verdict = diagnose(frames, self._verdict, self.hang_after_s)
         pair = (self._verdict.bottleneck, self._verdict.liveness)
         if not self._timeline or (self._timeline[-1].bottleneck, self._timeline[-1].liveness) != pair:
             since = self._verdict.since if self._verdict.since is not None else frame.time
@@ -143,7 +136,7 @@ class Monitor:
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
         shares = time_shares(frames)
-        shown = _shown(self._verdict, pace, shares, frames, window_gpu)
+        shown = _shown(self._verdict, pace, shares)
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks),
@@ -307,22 +300,17 @@ def nothing_to_win_pct(pace: Pace | None) -> float | None:
     return compared.compute_bound_pct if compared.nothing_to_win else None
 
 
-def _lever_advice(verdict: Verdict, pace: Pace | None, frames: tuple[Frame, ...],
-                  window_gpu: GpuSummary | None = None) -> tuple[str, ...]:
-    """The verdict's advice, or, for a GPU-busy step at its reference's rate, that nothing in the step is left to win
-    and the board's caps (the reference ran under them too): the levers the rule chose before the pace was known
-    are measured away by it. `window_gpu`: the diagnosis's own GpuSummary of the metric window, where it made one
-    of the whole tree; else (a job, judged rank by rank) the tree's GPUs are summarised here."""
+def _lever_advice(verdict: Verdict, pace: Pace | None) -> tuple[str, ...]:
+    """The verdict's advice, or, for a GPU-busy step at its reference's rate, that measurement and the levers the
+    reference does not pull (levers.beside_reference): the ones it pulls are measured away by it."""
     pct = nothing_to_win_pct(pace)
     if pct is None or not FACTS_BY_NAME[verdict.bottleneck].gpu_busy or pace is None or pace.comparison is None:
         return verdict.advice
-    gpu = window_gpu if window_gpu is not None else gpu_summary(recent(frames, METRIC_WINDOW_S))
-    caps = offered(Seen(StepFacts(), None, gpu), inside_step=False)
-    return (nothing_to_win_words(pct, pace.comparison.reference_compiled), *caps)
+    return beside_reference(verdict.advice, pct, pace.comparison.reference_compiled,
+                            pace.comparison.reference_settings)
 
 
-def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
-           frames: tuple[Frame, ...] = (), window_gpu: GpuSummary | None = None) -> Verdict:
+def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
@@ -334,7 +322,7 @@ def _shown(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
     # A one-time cost (torch.compile's warm-up) ends by itself: no fix removes it, so no speed-up is promised.
     gain = max_speedup(shares, verdict.bottleneck) if verdict.liveness != "unknown" and not verdict.one_time_cost \
         else None
-    advice = _lever_advice(verdict, pace, frames, window_gpu)
+    advice = _lever_advice(verdict, pace)
     if not paced and not also and gain is None and advice == verdict.advice:
         return verdict
     evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],

@@ -195,7 +195,8 @@ def _pace_metrics(families: _Families, view: MonitorView, mfu_floor: float | Non
                      "log's own figure), 0-1", TARGET_LABELS, target,
                      _ratio(comparison.corrected_mfu_pct) if comparison is not None else None)
         families.set("gputop_reference_rate_ratio", "The job's pace against the --baseline probe's reference step for "
-                     "its tokens per iteration (1: the reference's rate; from 0.95 nothing in the step to win)",
+                     "its tokens per iteration (1: the reference's rate; from 0.95 the reference's own levers have "
+                     "nothing left to win)",
                      TARGET_LABELS, target,
                      _ratio(comparison.compute_bound_pct) if comparison is not None else None)
     families.set("gputop_mfu_floor_ratio", "The MFU below which the user asked to be alerted (gputop serve "

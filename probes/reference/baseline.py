@@ -205,6 +205,16 @@ def load_comparison_inputs(baseline_path: str | None, model: str | None, tokens_
 # --- the comparison ----------------------------------------------------------------------------------
 
 
+def reference_settings(baseline: ProbeResult) -> str:
+    """What the reference step does, the levers it pulls: "bf16, compiled, fused AdamW, SDPA attention, micro-batch
+    16". A job at its rate has those levers' gains; the ones it does not try (FP8, CUDA graphs, another micro-batch
+    or attention kernel) it says nothing of."""
+    dtype = baseline.dtype + (" with TF32" if baseline.dtype == "fp32" and baseline.tf32 else "")
+    return ", ".join((dtype, "compiled" if baseline.compiled else "eager",
+                      "fused AdamW" if baseline.fused_adamw else "AdamW", "SDPA attention",
+                      f"micro-batch {baseline.batch_size}"))
+
+
 @dataclass(frozen=True)
 class ProgressComparison:
     """Observed progress against the baseline and the peak; percentages are 0-100."""
@@ -220,6 +230,7 @@ class ProgressComparison:
     reference_seconds_per_iter: float | None = None  # predicted for this run's tokens per iteration
     reference_grad_accum: float | None = None  # micro-steps of the probe's batch in one iteration
     reference_compiled: bool | None = None  # whether the probe's step ran under torch.compile
+    reference_settings: str | None = None  # what the reference step does (reference_settings())
     # The job runs at NOTHING_TO_WIN_PCT or more of a reference probed on its own GPU (read, not assumed): decided here
     # once, for the pace's words, the advice that replaces the levers, and the exporter.
     nothing_to_win: bool = False
@@ -363,15 +374,20 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         else:
             other = max(0.0, 100.0 - compute_bound)
             where = "this GPU's" if gpu_name else f"{baseline.device_name}'s"
-            said = f"{head}: the job runs at {compute_bound:.0f}% of {where} {kind} reference for its model: "
+            said = (f"{head}: the job runs at {compute_bound:.0f}% of {where} {kind} reference for its model "
+                    f"({reference_settings(baseline)}): ")
             if compute_bound < NOTHING_TO_WIN_PCT:
-                said += f"the input pipeline and other work outside the model cost ~{other:.0f}%."
+                # The gap is the job's time beyond the reference step's; what fills it is not measured here: work
+                # outside the model, or settings the reference does not share (another dtype, micro-batch, compile).
+                said += (f"~{other:.0f}% of the job's time is beyond the reference step's: work outside the model "
+                         "(the input pipeline, logging, evaluation) or settings the reference does not share; "
+                         "gputop probe --like PID times the job's own settings.")
             elif gpu_name:  # the reference ran on the target's own GPU
-                said += "nothing in the step to win."
+                said += "the reference's own levers have nothing left to win here."
                 nothing_to_win = True
             else:  # the target's GPU was not read: the reference holds only if it is the same
-                said += (f"nothing in the step to win if the job runs on {baseline.device_name} too (its GPU was "
-                         "not read).")
+                said += (f"the reference's own levers have nothing left to win if the job runs on "
+                         f"{baseline.device_name} too (its GPU was not read).")
             lines.append(said)
     elif other_model:
         assert baseline is not None and inputs.shape is not None  # other_model compares the two
@@ -480,6 +496,7 @@ def compare_progress(progress: ProgressReading | None, inputs: ComparisonInputs 
         reference_seconds_per_iter=reference,
         reference_grad_accum=micro_steps,
         reference_compiled=baseline.compiled if baseline is not None else None,
+        reference_settings=reference_settings(baseline) if baseline is not None else None,
         nothing_to_win=nothing_to_win,
         compute_bound_pct=compute_bound,
         other_cost_pct=other,

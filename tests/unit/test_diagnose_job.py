@@ -487,7 +487,7 @@ def test_folding_a_long_job_recording_diagnoses_each_rank_once_per_frame(monkeyp
         return real(history, previous, hang_after_s)
 
     monkeypatch.setattr(diagnose_job_module, "diagnose_with_evidence", counting)
-    monkeypatch.setattr(monitor_module, "diagnose_with_evidence", lambda *args: tree.append(1))
+    monkeypatch.setattr(monitor_module, "diagnose", lambda *args: tree.append(1))
     fold(straggler_frames(700))
     assert len(seen) == 2 * 700 and max(seen) == 600
     assert tree == []  # the launcher's tree is not diagnosed besides

@@ -12,7 +12,7 @@ from support.h200 import fixture, recording
 
 from probes.diagnosis.gpu_limit import classify
 from probes.diagnosis.gpu_summary import GpuSummary
-from probes.diagnosis.levers import LEVERS, Seen, offered
+from probes.diagnosis.levers import LEVERS, Seen, beside_reference, offered
 from probes.diagnosis.step_facts import Fact, StepFacts
 from probes.frame import GpuDevice
 from probes.monitoring.monitor import fold
@@ -180,19 +180,34 @@ CHECKLIST = ("torch.compile", "scaled_dot_product_attention", "FlashAttention", 
              "TF32")
 
 
-def test_gpt2xl_is_offered_no_lever_it_already_pulls_and_nothing_in_the_step_at_its_reference(tmp_path):
+def test_gpt2xl_is_offered_no_lever_it_already_pulls_and_what_its_reference_measured(tmp_path):
     frames = list(read_recording(recording("gpt2xl_s2", tmp_path)))
-    advice = fold(frames, replay=True).view.verdict.advice
-    assert len(advice) == 1 and advice[0].startswith("The power limit (700 W) caps the clock")
+    alone = fold(frames, replay=True).view.verdict.advice
+    assert len(alone) == 1 and alone[0].startswith("The power limit (700 W) caps the clock")
     comparison = load_comparison_inputs(str(fixture("gpt2xl_probe_compile.json")), None, 131_072)
     view = fold(frames, comparison=comparison, replay=True).view
     assert view.pace.comparison.compute_bound_pct == pytest.approx(98, abs=0.5)
-    assert view.verdict.advice[0] == ("The step runs at 98% of this GPU's compiled reference for its model: nothing "
-                                      "in the step to win; only a bigger GPU or fewer FLOPs per token.")
-    assert view.verdict.advice[1].startswith("The power limit (700 W) caps the clock")
-    assert not any(word in line for line in view.verdict.advice for word in CHECKLIST)
+    # Issue 38, item 1: the reference is one implementation, not a ceiling: what it pulls, and what it does not try.
+    assert view.verdict.advice[0] == (
+        "The step runs at 98% of the rate of this GPU's compiled reference step for its model (bf16, compiled, fused "
+        "AdamW, SDPA attention, micro-batch 16): the levers that step pulls have nothing left to win here. It does "
+        "not try FP8 (where the GPU has it), CUDA graphs, another micro-batch or attention kernel: those it does not "
+        "rule out.")
+    # The board's cap held the reference too: the rule's own line, as offered without the reference.
+    assert view.verdict.advice[1:] == alone
+    assert not any(word in line for line in view.verdict.advice[1:] for word in CHECKLIST)
     # With a reference, MFU is judged against it, not against a fixed 35%.
     assert not any("as expected for this model" in line for line in view.verdict.evidence)
+
+
+def test_beside_an_eager_reference_an_eager_job_keeps_the_compile_lever():
+    """Issue 38, item 1: a job at 98% of an eager probe has the gains of the eager probe's levers, not compile's."""
+    eager = stacks("eager", "Block.forward (model.py:40)")
+    advice = tuple(offered(seen(TENSOR_BOUND, compiled=eager)))
+    assert [a.lever for a in advice] == ["compile"]
+    assert [getattr(a, "lever", None) for a in beside_reference(advice, 98.0, False, "bf16, eager")] == \
+        [None, "compile"]
+    assert [getattr(a, "lever", None) for a in beside_reference(advice, 98.0, True, "bf16, compiled")] == [None]
 
 
 def test_seed004_a_is_offered_a_larger_micro_batch_with_its_basis(tmp_path):
@@ -204,20 +219,3 @@ def test_seed004_a_is_offered_a_larger_micro_batch_with_its_basis(tmp_path):
         "work in it stays (a bound: NVML GPM's tensor and SM activity; a gputop probe at the job's shape with twice "
         "its batch (--batch-size) measures it on this GPU).",)
     assert not any(word in line for line in advice for word in CHECKLIST)
-
-
-def test_the_advice_reads_the_gpus_the_verdict_was_reached_on_not_a_second_summary(tmp_path, monkeypatch):
-    """The board's caps under "nothing in the step to win" come from the diagnosis's own GpuSummary of the metric
-    window: the monitor summarises a lone process's GPUs no second time."""
-    import probes.monitoring.monitor as monitor
-
-    summarised_again = []
-    real = monitor.gpu_summary
-    monkeypatch.setattr(monitor, "gpu_summary", lambda frames: summarised_again.append(frames) or real(frames))
-    frames = list(read_recording(recording("gpt2xl_s2", tmp_path)))
-    assert all(frame.job is None for frame in frames)  # a lone process: diagnose() gathers the whole tree's GPUs
-    comparison = load_comparison_inputs(str(fixture("gpt2xl_probe_compile.json")), None, 131_072)
-    advice = fold(frames, comparison=comparison, replay=True).view.verdict.advice
-    assert advice[0].startswith("The step runs at 98% of this GPU's compiled reference")
-    assert advice[1].startswith("The power limit (700 W) caps the clock")
-    assert summarised_again == []

@@ -111,13 +111,13 @@ def test_folding_a_long_recording_diagnoses_a_bounded_window_per_frame(monkeypat
     """Replay is linear in the recording's length: each frame is diagnosed once, over at most the
     history's capacity (the old replay re-diagnosed frames[:i] for every i)."""
     seen = []
-    real = monitor_module.diagnose_with_evidence
+    real = monitor_module.diagnose
 
     def counting(frames, previous=None, hang_after_s=5.0):
         seen.append(len(frames))
         return real(frames, previous, hang_after_s)
 
-    monkeypatch.setattr(monitor_module, "diagnose_with_evidence", counting)
+    monkeypatch.setattr(monitor_module, "diagnose", counting)
     frames = [dataclasses.replace(make_frame(i, counts=[main_count(FORWARD, n=2)]), seq=i + 1) for i in range(700)]
     fold(frames)
     assert len(seen) == 700 and max(seen) == 600
