@@ -37,9 +37,9 @@ def test_gpt2xl_replayed_keeps_the_power_cap_and_against_its_probe_is_told_what_
     assert alone["advice"] == [{"text": advice[0], "lever": "power_cap", "gain": None}]
     verdict = replayed(remade_recording("gpt2xl_s2", tmp_path), "--baseline",
                        str(fixture("gpt2xl_probe_compile.json")))["verdict"]
-    assert verdict["advice_text"][0].startswith("The step runs at 98% of the rate of this GPU's compiled reference "
-                                                "step for its model (bf16, compiled, fused AdamW,")
-    assert "It does not try FP8" in verdict["advice_text"][0] and "bigger GPU" not in verdict["advice_text"][0]
+    assert verdict["advice_text"][0].startswith("The step runs at 98% of this GPU's compiled reference step for its "
+                                                "model (bf16, fused AdamW, SDPA, micro-batch 16)")
+    assert "FP8, CUDA graphs" in verdict["advice_text"][0] and "bigger GPU" not in verdict["advice_text"][0]
     assert verdict["advice_text"][1].startswith("The power limit (700 W) caps the clock")
     assert not any(word in line for line in verdict["advice_text"] for word in CHECKLIST)
     assert not any("as expected for this model" in line for line in verdict["evidence"])

@@ -64,8 +64,8 @@ def test_the_design_case_against_a_probe_baseline():
     assert result.reported_mfu_pct == 164.0
     # The reference is one implementation: what it does is said, and only its own levers are measured away.
     assert result.lines[0] == ("observed 21.0 s/iter; reference 20.4 s for 1,048,576 tokens: the job runs at 97% "
-                               "of this GPU's compiled reference for its model (bf16, compiled, fused AdamW, SDPA "
-                               "attention, micro-batch 16): the reference's own levers have nothing left to win here.")
+                               "of this GPU's compiled reference for its model (bf16, fused AdamW, SDPA, "
+                               "micro-batch 16): the reference's own levers have nothing left to win here.")
     text = "\n".join(result.lines)
     assert ("Corrected MFU 51.8% (513.0 TFLOP/s of NVIDIA H200's 989.5 TFLOP/s bf16 dense peak); "
             "the log printed 164%, counting attention over the whole matrix, as gputop does.") in result.lines
@@ -123,7 +123,7 @@ def test_a_baseline_at_another_batch_gives_the_jobs_tokens_per_iteration(tmp_pat
     assert result.corrected_mfu_pct == pytest.approx(53.1, abs=0.05)
     assert result.compute_bound_pct == pytest.approx(100 * (8 * 0.3107 + 0.0184) / 2.5634)  # 97.7
     assert ("observed 2.56 s/iter; reference 2.50 s for 131,072 tokens: the job runs at 98% of this GPU's compiled "
-            "reference for its model (bf16, compiled, fused AdamW, SDPA attention, micro-batch 16): the reference's "
+            "reference for its model (bf16, fused AdamW, SDPA, micro-batch 16): the reference's "
             "own levers have nothing left to win here.") == result.lines[0]
     given = load_comparison_inputs(path, None, 16_384, stated=stated)  # the user's figure still wins, and is said
     assert given.tokens_per_iter == 16_384
