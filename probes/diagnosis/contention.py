@@ -24,6 +24,9 @@ from probes.frame import Frame, Verdict
 CONTENTION_MIN_CPUS = 0.5
 CONTENTION_MIN_SHARE = 0.25
 STEAL_NOTABLE_PCT = 10.0
+# A main thread runnable but not running less than this share of wall time is not short of a CPU: the others take
+# CPUs it does not want (a job that sleeps most of its step by design), and it is told to move nothing.
+QUEUED_NOTABLE_PCT = 5.0
 LINE_PREFIX = "CPUs shared with other work: "
 
 
@@ -31,7 +34,8 @@ def contention(ev: Evidence) -> tuple[VerdictLine, VerdictLine] | None:
     """(evidence line, advice) when the CPUs the job may use are busy with other work, else None."""
     # A rank's projection marks its target with the ranks on its node (and only a projection does).
     rank = ev.latest.target.ranks_on_node is not None
-    return _said(ev.others_busy_cpus, ev.allowed_cpus, ev.effective_cpus, ev.steal_pct, ev.job_cpus, rank)
+    return _said(ev.others_busy_cpus, ev.allowed_cpus, ev.effective_cpus, ev.steal_pct, ev.job_cpus, rank,
+                 ev.main_thread_runqueue_pct)
 
 
 def job_contention(frames: Sequence[Frame]) -> tuple[VerdictLine, VerdictLine] | None:
@@ -51,7 +55,11 @@ def _job_cpus(frame: Frame) -> float | None:
 
 
 def _said(others: float | None, allowed: int | None, effective: float | None, steal_pct: float | None,
-          job_cpus: float | None, rank: bool) -> tuple[VerdictLine, VerdictLine] | None:
+          job_cpus: float | None, rank: bool,
+          queued_pct: float | None = None) -> tuple[VerdictLine, VerdictLine] | None:
+    """The line and its advice; the advice is empty ("") where the main thread was seen not waiting for a CPU
+    (`queued_pct`, its run-queue share of wall time from schedstat; None where unread): the others then take CPUs
+    the job does not want, and nothing is to be moved for it."""
     steal = steal_pct or 0.0
     # Others matter only where they eat into what the job may use: under a quota of 0.2 CPUs on a
     # 2-CPU machine, another process on the other 1.8 takes nothing from it.
@@ -71,17 +79,23 @@ def _said(others: float | None, allowed: int | None, effective: float | None, st
                          f"the job {own:.1f}")
     if steal >= STEAL_NOTABLE_PCT:
         parts.append(f"the hypervisor took {steal:.0f}% of their time (steal)")
+    unwanted = bool(shared) and queued_pct is not None and queued_pct < QUEUED_NOTABLE_PCT
+    if unwanted:
+        parts.append(f"its main thread waited for a CPU {queued_pct:.0f}% of the time: it is not short of one")
     line = LINE_PREFIX + "; ".join(parts)
-    if shared and rank:
-        advice = (f"Processes outside the job use {others:.1f} of its {allowed} CPUs (this rank gets {own:.1f}): "
-                  "find them (top, sorted by CPU) and move them elsewhere, or give the job CPUs of its own "
-                  "(taskset, a cpuset); its figures here are those of a shared machine.")
-    elif shared:
-        advice = (f"The job gets {own:.1f} of its {allowed} CPUs: other processes use the rest. Find them "
-                  "(top, sorted by CPU) and move them elsewhere, or give the job CPUs of its own (taskset, a "
-                  "cpuset); its figures here are those of a shared machine.")
+    move = ("find them (top, sorted by CPU) and move them elsewhere, or give the job CPUs of its own (taskset, a "
+            "cpuset); its figures here are those of a shared machine.")
+    if not shared or unwanted:
+        advice = "This VM loses CPU time to its neighbours (steal): a dedicated or larger instance avoids it." \
+            if steal >= STEAL_NOTABLE_PCT else ""
+    elif queued_pct is not None:  # what the others cost the job, measured: its main thread queued for a core
+        whose = "this rank's" if rank else "the job's"
+        advice = (f"While other processes used {others:.1f} of its {allowed} CPUs, {whose} main thread waited for a "
+                  f"CPU {queued_pct:.0f}% of the time: {move}")
+    elif rank:
+        advice = f"Processes outside the job use {others:.1f} of its {allowed} CPUs (this rank gets {own:.1f}): {move}"
     else:
-        advice = "This VM loses CPU time to its neighbours (steal): a dedicated or larger instance avoids it."
+        advice = f"The job gets {own:.1f} of its {allowed} CPUs: other processes use the rest. {move.capitalize()}"
     return VerdictLine(line, "contention"), VerdictLine(advice, "contention")
 
 

@@ -208,7 +208,8 @@ def _with_context(candidate: Candidate, evidence: Evidence, thin: bool) -> Candi
         # Never before the rule's own first advice: in the first slot this generic line pushed the specific fix off
         # the verdict pane (issue 20). Right after it where CPU is what this verdict is short of, else last.
         lines.append(shared[0])
-        advice.insert(1 if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu else len(advice), shared[1])
+        if shared[1]:  # empty where the job is not short of a CPU: nothing to move for it
+            advice.insert(1 if FACTS_BY_NAME[candidate.bottleneck].short_of_host_cpu else len(advice), shared[1])
     return dataclasses.replace(candidate, evidence=lines, advice=advice)
 
 

@@ -5,22 +5,27 @@ time) and replays its frames through the Monitor to read the verdict as it stood
 - a loop calling the same half-second matmul again and again is said as what the samples saw, never "one call";
 - a job importing its modules for seconds is "starting", with no verdict, until its own code runs;
 - a job whose log has been still for longer than the hang threshold, and whose CPU does not move, is hung from the
-  first frames that can show it (the CPU counter needs two readings).
+  first frames that can show it (the CPU counter needs two readings);
+- a job that sleeps most of each step by design, beside two busy processes, is told what they cost it as measured
+  (its main thread's wait for a CPU), never that it "gets 0.2 of its CPUs: other processes use the rest" (issue 38).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.cli import ready
 from support.paths import REPO
 from support.processes import start_logged, wait_for
 from support.recorded import frames_so_far
 
+from probes.diagnosis.verdict_lines import kind_of
 from probes.frame import Frame, Verdict
 from probes.monitoring.monitor import Monitor
 
@@ -122,3 +127,32 @@ def test_a_log_still_for_longer_than_the_hang_threshold_is_hung_from_the_second_
     assert hung.liveness == "hung", [v.liveness for v in verdicts]
     assert hung.evidence[0].startswith("no log line for ") and " (the log's last write), no CPU used in the " \
         in hung.evidence[0], hung.evidence[0]
+
+
+@pytest.mark.timeout(300)
+def test_a_rate_limited_job_beside_busy_processes_is_told_what_they_cost_it(spawn_target, tmp_path):
+    """Issue 38, item 8: rate_limited.py computes 20 ms of each 0.1 s step and sleeps the rest by design; two `yes`
+    processes keep the two CPUs busy. The CPUs shared with other work are said with what was measured of their cost,
+    the main thread's wait for a CPU (schedstat), and its advice never says the job lacks the CPUs it leaves free."""
+    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+    try:
+        target = spawn_target("rate_limited.py", stdout=subprocess.PIPE, ready=ready)
+        command, recording = _start_gputop(target.pid, tmp_path)
+        try:
+            # The state: a verdict that says what the others cost, as advice with the wait or as "not short".
+            wait_for(lambda: any(kind_of(line) == "contention" and ("not short" in line or "waited" in line)
+                                 for v in _verdicts(frames_so_far(recording)) for line in (*v.evidence, *v.advice)),
+                     timeout=240, interval=1.0)
+        finally:
+            _stop(command)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait(timeout=10)
+    verdicts = _verdicts(frames_so_far(recording))
+    said = [line for v in verdicts for line in (*v.evidence, *v.advice) if kind_of(line) == "contention"]
+    assert not any("use the rest" in line for line in said), said
+    tips = {line for v in verdicts for line in v.advice if kind_of(line) == "contention"}
+    for tip in tips:
+        assert re.search(r"main thread waited for a CPU \d+% of the time: find them", tip), tip
+    print(f"said of the CPUs shared: {sorted(set(said))}")

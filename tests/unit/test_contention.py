@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from support.frames import LONG_MATMUL, main_count, make_frame
 from support.job_frames import (
     DDP_WAIT,
     FORWARD,
@@ -25,10 +26,11 @@ from support.job_frames import (
     worker_proc,
 )
 
-from probes.diagnosis.contention import LINE_PREFIX, job_contention, with_job_contention
+from probes.diagnosis.contention import LINE_PREFIX, _said, job_contention, with_job_contention
 from probes.diagnosis.rank_projection import project_rank
 from probes.diagnosis.verdict_lines import VerdictLine, kind_of
-from probes.frame import HostCpuReading, Verdict
+from probes.frame import CpuReading, HostCpuReading, Verdict
+from probes.monitoring.monitor import fold
 
 CPUS = 2
 
@@ -118,3 +120,43 @@ def test_across_nodes_the_first_rank_that_shares_its_cpus_says_it_under_its_name
     quiet = with_job_contention(job, _frames(busy_cpus=1.9), [("rank 1 on n2", Verdict("cpu_bound", "progressing",
                                                                                         0.8, ("works",)))], False)
     assert quiet.evidence == ("rank 1 on n2 is the straggler: ...",) and quiet.advice == ("advice",)
+
+
+# --- what the others cost the job: its main thread's wait for a CPU (issue 38, item 8) ---------------------------
+
+
+def test_others_on_cpus_the_job_does_not_want_are_said_and_nothing_is_to_be_moved():
+    """A job that sleeps 80% of each step by design, beside a process busy on one of its two CPUs: its main thread
+    never waits for a CPU (schedstat), so "the job gets 0.1 of its 2 CPUs: other processes use the rest" was a false
+    cause; the line says what was measured and no advice follows."""
+    line, advice = _said(1.0, 2, 2.0, 0.0, 0.1, rank=False, queued_pct=0.0)
+    assert line == (f"{LINE_PREFIX}other processes used 1.0 of the 2 CPUs this job may run on, the job 0.1; its main "
+                    "thread waited for a CPU 0% of the time: it is not short of one")
+    assert advice == ""
+
+
+def test_others_that_make_the_job_wait_are_said_with_the_wait_measured():
+    line, advice = _said(1.9, 2, 2.0, 0.0, 0.3, rank=False, queued_pct=14.6)
+    assert "not short" not in line
+    assert advice.startswith("While other processes used 1.9 of its 2 CPUs, the job's main thread waited for a CPU "
+                             "15% of the time: find them (top, sorted by CPU)")
+    _, unread = _said(1.9, 2, 2.0, 0.0, 0.3, rank=False)  # no schedstat: the older words, the job's own figure
+    assert unread.startswith("The job gets 0.3 of its 2 CPUs: other processes use the rest. Find them")
+
+
+def _beside_one_busy_process(queued_pct: float) -> Verdict:
+    """A host-CPU-bound loop (its samples in one long matmul) at 20% CPU of a 2-CPU machine whose other process keeps
+    one CPU busy, its main thread queued `queued_pct` of the time."""
+    frames = [dataclasses.replace(
+        make_frame(i, counts=[main_count(LONG_MATMUL, n=10)], cpu=20.0, main_thread_cpu_pct=20.0,
+                   main_thread_runqueue_pct=queued_pct, cpu_reading=CpuReading(effective_cpus=2.0, affinity_cpus=2)),
+        host=HostCpuReading(online_cpus=2, allowed_cpus=2, busy_cpus=1.2)) for i in range(20)]
+    return fold(frames, replay=True).view.verdict
+
+
+def test_a_verdict_on_a_job_not_short_of_a_cpu_tells_it_to_move_nothing():
+    verdict = _beside_one_busy_process(queued_pct=0.0)
+    assert not any(kind_of(line) == "contention" for line in verdict.advice), verdict.advice
+    queued = _beside_one_busy_process(queued_pct=30.0)
+    assert any(kind_of(line) == "contention" and "waited for a CPU 30% of the time" in line
+               for line in queued.advice), queued.advice

@@ -67,8 +67,10 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
         return ["Use more DataLoader workers (num_workers) or make each sample cheaper to produce."]
     n = len(cpus)
     mean_cpu = sum(cpus) / n
-    if max(cpus) - min(cpus) <= 10:
-        lines.append(f"{n} DataLoader worker{'s' if n > 1 else ''} at {mean_cpu:.0f}% CPU each")
+    if n == 1:
+        lines.append(f"1 DataLoader worker at {mean_cpu:.0f}% CPU")
+    elif max(cpus) - min(cpus) <= 10:
+        lines.append(f"{n} DataLoader workers at {mean_cpu:.0f}% CPU each")
     else:
         lines.append(f"{n} DataLoader workers at " + ", ".join(f"{c:.0f}%" for c in cpus[:6]) + " CPU")
     # py-spy's "active" means running or waiting for a CPU: a worker active in most samples is busy
