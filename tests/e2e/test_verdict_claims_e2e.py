@@ -7,7 +7,9 @@ time) and replays its frames through the Monitor to read the verdict as it stood
 - a job whose log has been still for longer than the hang threshold, and whose CPU does not move, is hung from the
   first frames that can show it (the CPU counter needs two readings);
 - a job that sleeps most of each step by design, beside two busy processes, is told what they cost it as measured
-  (its main thread's wait for a CPU), never that it "gets 0.2 of its CPUs: other processes use the rest" (issue 38).
+  (its main thread's wait for a CPU), never that it "gets 0.2 of its CPUs: other processes use the rest" (issue 38);
+- a job tokenizing on its main thread beside two busy processes is not told to move the work to DataLoader workers,
+  which would need the CPUs the others take (issue 38).
 """
 
 from __future__ import annotations
@@ -156,3 +158,27 @@ def test_a_rate_limited_job_beside_busy_processes_is_told_what_they_cost_it(spaw
     for tip in tips:
         assert re.search(r"main thread waited for a CPU \d+% of the time: find them", tip), tip
     print(f"said of the CPUs shared: {sorted(set(said))}")
+
+
+@pytest.mark.timeout(300)
+def test_main_thread_data_work_beside_busy_processes_is_not_sent_to_workers_with_no_cpu(spawn_target, tmp_path):
+    """Issue 38, item 10: diag_tokenize.py tokenizes on its main thread; two `yes` processes take the CPUs a worker
+    would run on."""
+    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+    try:
+        target = start_logged(spawn_target, tmp_path, "diag_tokenize.py")
+        command, recording = _start_gputop(target.pid, tmp_path)
+        try:
+            settled = wait_for(lambda: next((v for v in reversed(_verdicts(frames_so_far(recording)))
+                                             if v.bottleneck == "data_bound" and (v.samples or 0) >= 10), None),
+                               timeout=240, interval=1.0)
+        finally:
+            _stop(command)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait(timeout=10)
+    said = "\n".join(settled.evidence)
+    assert "no CPU is left for DataLoader workers beside the step" in said, said
+    assert not any("runs it in parallel" in line for line in settled.advice), settled.advice
+    assert settled.advice[0].startswith("Do it once, offline: pre-tokenize"), settled.advice

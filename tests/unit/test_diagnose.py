@@ -382,6 +382,42 @@ def test_main_thread_tokenization_is_data_bound_with_move_it_advice():
     assert "num_workers > 0" in last.advice[0] and "pre-tokenize" in last.advice[1]
 
 
+def test_main_thread_data_work_with_no_cpu_left_is_not_told_to_move_it_to_workers():
+    """Issue 38, item 10: workers beside the step need CPUs; with the tree on one of 2 CPUs and other processes on
+    the other, "a DataLoader with num_workers > 0 runs it in parallel" would only move the wait."""
+    frames = [dataclasses.replace(
+        make_frame(i, counts=[main_count(TOKENIZE, n=8), main_count(FORWARD, n=2)], cpu=100.0,
+                   cpu_reading=CpuReading(effective_cpus=2.0)),
+        host=HostCpuReading(online_cpus=2, allowed_cpus=2, busy_cpus=2.0)) for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "data_bound"
+    assert "no CPU is left for DataLoader workers beside the step: the tree uses 1.0 of 2 CPUs, other processes " \
+           "1.0" in last.evidence
+    assert not any("runs it in parallel" in a for a in last.advice), last.advice
+    assert last.advice[0].startswith("Do it once, offline: pre-tokenize")
+
+
+def test_one_worker_busy_part_of_the_time_is_not_called_idle():
+    """Issue 38, item 9: num_workers=1, its worker at 38% CPU and the main thread waiting on it: the input pipeline is
+    that one worker, busy part of the time, not "mostly idle" with IPC to look at."""
+    frames = []
+    for i in range(8):
+        # The worker makes a sample in 4 of its 9 samples and waits for the next index in the rest.
+        counts = [main_count(DATALOADER_WAIT, n=8, idle=True), main_count(FORWARD, n=1),
+                  StackCount(pid=PID + 1, tid=PID + 1, thread_name="MainThread", idle=False, frames=WORKER_GETITEM,
+                             count=4),
+                  StackCount(pid=PID + 1, tid=PID + 1, thread_name="MainThread", idle=True, frames=QUEUE_GET,
+                             count=5)]
+        processes = [proc(cpu=12.0), proc(pid=PID + 1, role="dataloader_worker", cpu=38.0)]
+        frames.append(make_frame(i, counts=counts, processes=processes, cpu_reading=CpuReading(effective_cpus=8.0)))
+    last = run(frames)[-1]
+    assert last.bottleneck == "data_bound"
+    assert "1 DataLoader worker at 38% CPU" in last.evidence
+    assert not any("mostly idle" in a for a in last.advice), last.advice
+    assert last.advice[0].startswith("Raise DataLoader num_workers (now 1; ") and \
+        "the workers are busy part of the time and CPU is left" in last.advice[0]
+
+
 def test_io_bound_from_socket_reads_with_low_cpu():
     frames = [make_frame(i, counts=[main_count(SOCKET_READ, n=9, idle=True), main_count(FORWARD, n=1)],
                          cpu=3.0, read_chars_per_s=40_000.0) for i in range(6)]

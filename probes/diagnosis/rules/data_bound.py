@@ -13,6 +13,10 @@ GPU_STARVED_UTIL_PCT = 50.0
 WORKER_BUSY_CPU_PCT = 70.0
 WORKER_BUSY_ACTIVE_SHARE = 0.6
 WORKER_STARVED_CPU_PCT = 50.0
+# Workers under this CPU (and not active most of their samples) are idle: the batch waits elsewhere (IPC, collate,
+# prefetch). Between this and WORKER_BUSY_CPU_PCT they work part of the time: one worker at 38% that the main thread
+# waits on is its input pipeline, not an idle one.
+WORKER_IDLE_CPU_PCT = 25.0
 SATURATED_FRACTION = 0.85
 MIN_UNUSED_CPUS = 0.5  # less than half a CPU unused is no room for another worker
 # Idle workers whose engaged samples (all but the helper threads' waits) are mostly inside the dataset's own code
@@ -45,12 +49,20 @@ def evaluate(ev: Evidence) -> Candidate | None:
     lines, advice = [], []
     if prep >= wait + queue:
         lines.append(main_share_line(ev, prep, "preparing data on the main thread", DATA_PREP))
-        advice += [
-            ("Move this work off the training loop: a DataLoader with num_workers > 0 runs it in parallel "
-            "with the step."),
-            ("Or do it once, offline: pre-tokenize the corpus to a binary file (e.g. uint16 token ids in a "
-            "np.memmap, as nanoGPT's prepare.py does)."),
-        ]
+        offline = ("Do it once, offline: pre-tokenize the corpus to a binary file (e.g. uint16 token ids in a "
+                   "np.memmap, as nanoGPT's prepare.py does).")
+        unused = _unused_cpus(ev)
+        if unused is not None and unused < MIN_UNUSED_CPUS:
+            # Workers beside the step need CPUs: where none is left, moving the work to them only moves the wait.
+            lines.append(_no_cpu_left_line(ev, "DataLoader workers beside the step"))
+            advice += [offline, "Or make it cheaper (the hot frame above), or run where more CPUs are free: a "
+                       "DataLoader with num_workers > 0 needs CPUs beside the step's."]
+        else:
+            advice += [
+                ("Move this work off the training loop: a DataLoader with num_workers > 0 runs it in parallel "
+                 "with the step."),
+                "Or d" + offline[1:],
+            ]
     else:
         lines.append(main_share_line(ev, wait + queue, "waiting for the next batch", DATA_WAIT, QUEUE_WAIT))
         advice += _worker_findings(ev, lines)
@@ -105,32 +117,44 @@ def _worker_findings(ev: Evidence, lines: list[str]) -> list[str]:
             ("Or make each read cheaper: local disk or a page-cached copy, larger sequential reads (shards), or "
              "fewer round trips per sample."),
         ]
-    if not busy:
+    if not busy and mean_cpu < WORKER_IDLE_CPU_PCT:
         return [
             ("The workers are mostly idle while the main thread waits: look at IPC of large batches "
              "(pin_memory, shared memory), a slow collate_fn, or prefetch_factor too small."),
         ]
+    how_busy = "busy" if busy else "busy part of the time"
     if effective is None:
         return [
-            f"Raise DataLoader num_workers (now {n}) if CPUs are free: the workers are busy.",
+            f"Raise DataLoader num_workers (now {n}) if CPUs are free: the workers are {how_busy}.",
             "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
         ]
-    # What more workers could run on: the CPUs the tree may use, less its own use and what other processes
-    # take of them. The tree below saturation is not CPU left where other work fills the rest.
-    others = ev.others_busy_cpus or 0.0
-    unused = effective - tree - others
-    if unused < MIN_UNUSED_CPUS:
-        lines.append(f"no CPU is left for more workers: the tree uses {tree:.1f} of {cpu_amount(effective)}, "
-                     f"other processes {others:.1f}")
+    unused = _unused_cpus(ev)
+    if unused is not None and unused < MIN_UNUSED_CPUS:
+        lines.append(_no_cpu_left_line(ev, "more workers"))
         return [
             ("More workers will not help: other processes take the CPUs they would run on. Make each sample "
              "cheaper (the hot frame above), pre-process the dataset offline, or stop what else runs here."),
         ]
+    left = f"; {unused:.1f} of {cpu_amount(effective)} unused" if unused is not None else ""
     return [
-        (f"Raise DataLoader num_workers (now {n}; {unused:.1f} of {cpu_amount(effective)} unused): the workers "
-         "are busy and CPU is left."),
+        f"Raise DataLoader num_workers (now {n}{left}): the workers are {how_busy} and CPU is left.",
         "Make each sample cheaper (the hot frame above), or pre-process the dataset offline.",
     ]
+
+
+def _unused_cpus(ev: Evidence) -> float | None:
+    """What more work beside the step could run on: the CPUs the tree may use, less its own use and what other
+    processes take of them (the tree below saturation is not CPU left where other work fills the rest)."""
+    if ev.effective_cpus is None:
+        return None
+    return ev.effective_cpus - (ev.tree_cpu_pct or 0.0) / 100.0 - (ev.others_busy_cpus or 0.0)
+
+
+def _no_cpu_left_line(ev: Evidence, for_what: str) -> str:
+    tree, others = (ev.tree_cpu_pct or 0.0) / 100.0, ev.others_busy_cpus or 0.0
+    effective = ev.effective_cpus or 0.0
+    return (f"no CPU is left for {for_what}: the tree uses {tree:.1f} of {cpu_amount(effective)}, other processes "
+            f"{others:.1f}")
 
 
 def _wait_inside_dataset(ev: Evidence, mean_cpu: float) -> bool:
