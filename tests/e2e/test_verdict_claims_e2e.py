@@ -9,7 +9,9 @@ time) and replays its frames through the Monitor to read the verdict as it stood
 - a job that sleeps most of each step by design, beside two busy processes, is told what they cost it as measured
   (its main thread's wait for a CPU), never that it "gets 0.2 of its CPUs: other processes use the rest" (issue 38);
 - a job tokenizing on its main thread beside two busy processes is not told to move the work to DataLoader workers,
-  which would need the CPUs the others take (issue 38).
+  which would need the CPUs the others take (issue 38);
+- a CPU training loop at torch's default threads beside a busy process is not told to set the threads it has
+  (issue 38).
 """
 
 from __future__ import annotations
@@ -182,3 +184,24 @@ def test_main_thread_data_work_beside_busy_processes_is_not_sent_to_workers_with
     assert "no CPU is left for DataLoader workers beside the step" in said, said
     assert not any("runs it in parallel" in line for line in settled.advice), settled.advice
     assert settled.advice[0].startswith("Do it once, offline: pre-tokenize"), settled.advice
+
+
+@pytest.mark.timeout(300)
+def test_cpu_training_at_torchs_default_threads_is_not_told_to_set_them(spawn_target, tmp_path):
+    """Issue 38, item 7: diag_cpu_train.py at torch's default threads (the 2 CPUs it may use), a `yes` process on
+    one of them: the job gets about 1 of its 2 CPUs, and set_num_threads(2) is what it already runs with."""
+    busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        target = start_logged(spawn_target, tmp_path, "diag_cpu_train.py")
+        command, recording = _start_gputop(target.pid, tmp_path)
+        try:
+            settled = wait_for(lambda: next((v for v in reversed(_verdicts(frames_so_far(recording)))
+                                             if v.bottleneck == "cpu_bound" and (v.samples or 0) >= 10), None),
+                               timeout=240, interval=1.0)
+        finally:
+            _stop(command)
+    finally:
+        busy.kill()
+        busy.wait(timeout=10)
+    if "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ:  # nothing holds torch's pool
+        assert not any("set_num_threads" in line for line in settled.advice), settled.advice

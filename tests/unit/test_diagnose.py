@@ -446,6 +446,8 @@ def test_io_bound_through_workers_blocked_on_reads():
 def test_cpu_only_training_is_cpu_bound():
     frames = [make_frame(i, counts=[main_count(FORWARD, n=4), main_count(BACKWARD, n=6)], cpu=100.0)
               for i in range(6)]
+    frames = [dataclasses.replace(f, target=dataclasses.replace(f.target, environment={"OMP_NUM_THREADS": "1"}))
+              for f in frames]
     last = run(frames)[-1]
     assert (last.bottleneck, last.liveness) == ("cpu_bound", "progressing")
     assert last.evidence[0] == ("main thread: 100% of 60 samples running on the CPU, most often in "
@@ -454,6 +456,23 @@ def test_cpu_only_training_is_cpu_bound():
     assert "main process at 100% CPU (8 CPUs available)" in last.evidence
     assert "no GPU readings (no NVIDIA driver): the work runs on the CPU" in last.evidence
     assert any("torch.set_num_threads(8)" in a for a in last.advice)
+
+
+def test_a_job_at_torchs_default_threads_is_not_told_to_set_them():
+    """Issue 38, item 7: torch at its default threads (the CPUs it may use, 2) on a 2-CPU machine, another process
+    taking 1.0 CPU: the job gets 1.0 of its 2 CPUs. "torch.set_num_threads(2) lets CPU ops use them" is advice it
+    already follows; only an environment that sets fewer (OMP_NUM_THREADS=1) holds the pool below its share."""
+    frames = [dataclasses.replace(
+        make_frame(i, counts=[main_count(FORWARD, n=4), main_count(BACKWARD, n=6)], cpu=100.0,
+                   cpu_reading=CpuReading(effective_cpus=2.0, affinity_cpus=2)),
+        host=HostCpuReading(online_cpus=2, allowed_cpus=2, busy_cpus=2.0)) for i in range(6)]
+    last = run(frames)[-1]
+    assert last.bottleneck == "cpu_bound"
+    assert not any("set_num_threads" in a for a in last.advice), last.advice
+    capped = [dataclasses.replace(f, target=dataclasses.replace(f.target, environment={"OMP_NUM_THREADS": "1"}))
+              for f in frames]
+    assert any("(2 CPUs), OMP_NUM_THREADS=1: torch.set_num_threads(2) lets CPU ops use them" in a
+               for a in run(capped)[-1].advice)
 
 
 AGGREGATE = (

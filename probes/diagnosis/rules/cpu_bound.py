@@ -121,13 +121,28 @@ def evaluate(ev: Evidence) -> Candidate | None:
                       "(model.to('cuda'), batch.to('cuda', non_blocking=True)).")
     cpus = ev.effective_cpus
     threads = threads_per_rank(cpus, ev) if cpus else 1
-    if cpus and threads >= 2 and main_cpu is not None and main_cpu < 100.0 * (threads - 0.5):
+    held_below = _threads_held_below(ev, threads) if cpus and threads >= 2 else None
+    if cpus and held_below is not None and main_cpu is not None and main_cpu < 100.0 * (threads - 0.5):
         # Sized to this process's share: the ranks on the node and its DataLoader workers run on the same CPUs.
         per = " per rank" if ev.ranks_on_node > 1 else ""
         advice.append(f"It uses {main_cpu / 100:.1f} of the {threads} CPUs that are its share "
-                      f"({cpu_share_words(cpus, ev)}): torch.set_num_threads({threads}){per} lets CPU "
+                      f"({cpu_share_words(cpus, ev)}){held_below}: torch.set_num_threads({threads}){per} lets CPU "
                       "ops use them.")
     return Candidate("cpu_bound", score, lines, advice)
+
+
+def _threads_held_below(ev: Evidence, threads: int) -> str | None:
+    """What holds torch's thread pool below `threads`, in words (", OMP_NUM_THREADS=1"), or None where nothing read
+    says it is: torch sizes its pool by the CPUs a process may use, so a lone process is told to raise it only where
+    its environment sets fewer (advice it already follows is never offered). A rank's pool is its launcher's choice
+    (torchrun sets OMP_NUM_THREADS=1 for each rank where it is unset, and the ranks' own environment is not the one
+    read): for a rank the empty string, the advice sized to its share of the node."""
+    environment = ev.latest.target.environment or {}
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        value = environment.get(name, "")
+        if value.isdigit() and int(value) < threads:
+            return f", {name}={value}"
+    return "" if ev.ranks_on_node > 1 else None
 
 
 def _busy_on_one_stack(ev: Evidence) -> bool:
