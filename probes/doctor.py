@@ -425,13 +425,36 @@ def collective_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return redact_environ(wanted)
 
 
+def _environment_unreadable_why(pid: int) -> tuple[str, str]:
+    """Why /proc/PID/environ could not be read, and what to do: the process is gone; it is another user's; gputop
+    lacks CAP_SYS_PTRACE, which reading a process that is not dumpable needs (one that changed its user); or the
+    kernel refused even with it (a process holding capabilities gputop's lacks, or in another user namespace, as a
+    container's init). "another user's process" said to root of PID 1 was a false cause."""
+    status = read_text(f"/proc/{pid}/status")
+    if status is None:
+        return "the process is gone", "check the PID: gputop --list shows the training processes it finds"
+    uid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:")), None)
+    me = os.geteuid()
+    if uid is not None and me != 0 and uid != me:
+        return (f"another user's process: uid {uid}, gputop runs as uid {me}",
+                "run gputop as the job's user or as root")
+    if has_cap_sys_ptrace() is False:
+        return ("gputop lacks CAP_SYS_PTRACE, which reading a process that changed its user (not dumpable) needs",
+                "give gputop CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE), or run it as the job's user")
+    who = "root" if me == 0 else "its own user"
+    return (f"the kernel refuses it even to {who} with CAP_SYS_PTRACE: the process holds capabilities gputop's "
+            "lacks or runs in another user namespace, as a container's init does",
+            "if it is the training job, run gputop where the job runs (inside its container); gputop --list shows "
+            "the jobs it can see")
+
+
 def check_job_environment(pid: int) -> Check:
     raw = read_text(f"/proc/{pid}/environ")
     if raw is None:
+        why, fix = _environment_unreadable_why(pid)
         return Check("job_environment", "limited",
-                     "the target's environment is unreadable (another user's process): its launcher, rank and "
-                     "Flight Recorder settings are unknown",
-                     "run gputop as the job's user or as root")
+                     f"the target's environment is unreadable ({why}): its launcher, rank and Flight Recorder "
+                     "settings are unknown", fix)
     environ = parse_environ(raw)
     world = torch_distributed_env(environ).world_size
     read_from = pid

@@ -163,6 +163,11 @@ def test_doctor_on_a_process_it_may_not_trace(spawn_target, runner):
     assert ptrace["details"]["cap_sys_ptrace"] is False and ptrace["details"]["target_user"] == "nobody"
     assert "SYS_PTRACE" in ptrace["fix"]
     assert checks["stacks"]["status"] == "cannot"
+    # Why its environment is unreadable, as it is (issue 38, item 14): whose process it is and who gputop runs as.
+    # Root without the capability still reads it (environ is a read, not a trace).
+    if runner is AS_OTHER_USER:
+        environment = checks["job_environment"]
+        assert f"another user's process: uid 65534, gputop runs as uid {OTHER_UID}" in environment["finding"]
     text = gputop("doctor", "--pid", str(target.pid), prefix=runner)
     assert text.returncode == EXIT_CANNOT_SEE
     assert "CANNOT   ptrace" in text.stdout and "fix: " in text.stdout

@@ -153,3 +153,24 @@ def test_the_nccl_version_a_cuda_image_sets_is_not_shown_as_a_setting():
 
     assert collective_variables({"NCCL_VERSION": "2.28.3-1", "NCCL_DEBUG": "WARN", "PATH": "/bin"}) == {
         "NCCL_DEBUG": "WARN"}
+
+
+def test_an_unreadable_environment_says_why_and_not_another_user_to_root(monkeypatch):
+    """Issue 38, item 14: `gputop --pid 1` as root in a container read "another user's process" for a container init
+    the kernel refuses to root; the reason follows what was read: whose process, our user, our capability."""
+    import probes.doctor as doctor
+
+    status = {"text": "Name:\tprocess_api\nUid:\t0\t0\t0\t0\n"}
+    monkeypatch.setattr(doctor, "read_text", lambda path: status["text"] if path.endswith("/status") else None)
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(doctor, "has_cap_sys_ptrace", lambda: True)
+    check = doctor.check_job_environment(1)
+    assert check.status == "limited" and "another user's" not in check.finding
+    assert "the kernel refuses it even to root with CAP_SYS_PTRACE" in check.finding
+    assert "inside its container" in check.fix
+    monkeypatch.setattr(doctor, "has_cap_sys_ptrace", lambda: False)
+    assert "gputop lacks CAP_SYS_PTRACE" in doctor.check_job_environment(1).finding
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    assert "another user's process: uid 0, gputop runs as uid 1000" in doctor.check_job_environment(1).finding
+    status["text"] = None
+    assert "the process is gone" in doctor.check_job_environment(1).finding
