@@ -42,7 +42,9 @@ def test_tiny_probe_trains_on_cpu():
     assert result.flops_per_token == flops_per_token(TINY)
     assert result.tokens_per_step == result.tokens_per_iter == 8 * TINY.block_size
     assert result.step_seconds_min <= result.step_seconds <= result.step_seconds_max
-    assert result.iter_seconds == pytest.approx(result.fwd_bwd_seconds + result.optimizer_seconds)
+    # Issue 38, item 13: with one micro-batch an iteration the iteration is the step's own median, not the sum of
+    # its parts' medians (which differ: "step time 0.6789 s median" beside "iteration 0.667 s").
+    assert result.iter_seconds == result.step_seconds
     assert result.achieved_flops_per_s == pytest.approx(result.flops_per_token * result.tokens_per_s)
     assert (result.peak_source, result.peak_flops_per_s) == ("--peak-tflops", 1e9)
     assert result.mfu == pytest.approx(result.achieved_flops_per_s / 1e9)

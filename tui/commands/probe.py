@@ -191,8 +191,8 @@ def format_probe_report(result) -> list[str]:
                       if result.grad_accum > 1 else "")),
         ("warm-up", warmup),
         ("step time", (f"{result.step_seconds:.4f} s median of {result.timed_steps} ({result.timing}; "
-                       f"min {result.step_seconds_min:.4f}, max {result.step_seconds_max:.4f}): forward+backward "
-                       f"{result.fwd_bwd_seconds:.4f}, optimizer {result.optimizer_seconds:.4f}")),
+                       f"min {result.step_seconds_min:.4f}, max {result.step_seconds_max:.4f}); medians of its parts: "
+                       f"forward+backward {result.fwd_bwd_seconds:.4f}, optimizer {result.optimizer_seconds:.4f}")),
         ("iteration", iteration),
         ("throughput", f"{result.tokens_per_s:,.0f} tokens/s, {result.achieved_flops_per_s / 1e12:.3g} TFLOP/s"),
         ("peak", peak),
