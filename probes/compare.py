@@ -117,9 +117,13 @@ def _verdict(a: RunSummary, b: RunSummary, differences: Sequence[tuple[str, Any,
     """What made the difference, in words: work done per second first (tokens/s, else the pace), then why."""
     lines = _headline(a, b, differences)
     if a.bottleneck and b.bottleneck and a.bottleneck != b.bottleneck:
-        lines.append(f"the bottleneck moved: {a.bottleneck} → {b.bottleneck}")
-        if _same_job(a, b) and (predicted := _predicted_gain(a, b)) is not None:
-            lines.append(predicted)
+        if _same_job(a, b):  # B is A's job again: what limits it moved
+            lines.append(f"the bottleneck moved: {a.bottleneck} → {b.bottleneck}")
+            if (predicted := _predicted_gain(a, b)) is not None:
+                lines.append(predicted)
+        else:  # two jobs side by side: each has its own limit, nothing moved
+            lines.append(f"the bottlenecks differ: {a.label} {a.bottleneck}, {b.label} {b.bottleneck} (not the same "
+                         "job: another model or tokens per iteration, or either unknown)")
     both_gpu_bound = _gpu_busy(a) and _gpu_busy(b)
     shares_a, shares_b = _compared_shares(a, both_gpu_bound), _compared_shares(b, both_gpu_bound)
     moved = sorted(set(shares_a) | set(shares_b), key=lambda p: -max(shares_a.get(p, 0.0), shares_b.get(p, 0.0)))

@@ -37,6 +37,7 @@ FLOP_SETTINGS = ("n_layer", "n_embd", "block_size", "vocab_size")
 # ("Overriding: key = value") into its log through configurator.py.
 _CONFIG_LINE = re.compile(r"^(?:Overriding: )?([a-z_][a-z0-9_]*) = (.+?)(?:\s+#.*)?$")
 _TOKENS_PER_ITER_LINE = re.compile(r"tokens per iteration will be: ([\d,]+)")
+_BARE_WORD = re.compile(r"[\w.:/-]+")
 
 
 class CompareError(Exception):
@@ -288,8 +289,9 @@ def _summary_from_log(path: str, label: str, tokens_per_iter: int | None, stated
         with open(path, encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 text = line.strip()
-                if (setting := _CONFIG_LINE.match(text)) is not None:
-                    config[setting.group(1)] = _value(setting.group(2))
+                if (setting := _CONFIG_LINE.match(text)) is not None and \
+                        (value := _setting_value(setting.group(2))) is not None:
+                    config[setting.group(1)] = value
                 elif (tokens_line := _TOKENS_PER_ITER_LINE.search(text)) is not None:
                     printed_tokens = int(tokens_line.group(1).replace(",", ""))
                 elif (progress := reader.read(text)) is not None:
@@ -375,6 +377,17 @@ def parse_settings(settings: Iterable[str]) -> dict[str, Any]:
             raise CompareError(f"expected KEY=VALUE, got {setting!r}")
         parsed[key.strip()] = _value(value.strip())
     return parsed
+
+
+def _setting_value(text: str) -> Any:
+    """A config line's value, where it is one: a Python literal (nanoGPT's config files: `batch_size = 12`,
+    `dataset = 'openwebtext'`) or a bare word (its "Overriding: dataset = shakespeare_char"). None for code: a source
+    line a warning quotes (`cpu = _conversion_method_template(device=torch.device("cpu"))`) matches `key = value`
+    and is no setting."""
+    try:
+        return literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text if _BARE_WORD.fullmatch(text) else None
 
 
 def _value(text: str) -> Any:

@@ -100,6 +100,18 @@ def test_a_run_without_tokens_is_compared_by_its_pace(tmp_path):
     assert comparison.verdict[0] == "after is 2.0× faster per iteration than before (s/iter 3 → 1.5)"
 
 
+def test_a_source_line_a_warning_quotes_is_no_setting(tmp_path):
+    """Issue 38, item 12: torch's warnings quote their source line, `cpu = _conversion_method_template(...)`, which
+    has the shape of a config line; compare read it as a setting ("cpu — → _conversion_method_template(device=…)")."""
+    log = tmp_path / "train.log"
+    log.write_text("Overriding: dataset = shakespeare_char\nbatch_size = 12\n"
+                   "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py:1443: UserWarning: deprecated\n"
+                   '  cpu = _conversion_method_template(device=torch.device("cpu"))\n'
+                   + "".join(f"iter {i}: loss 9.0, time 3000.00ms, mfu 12.5%\n" for i in range(6)))
+    run = load_run(str(log), "A")
+    assert run.config == {"dataset": "shakespeare_char", "batch_size": 12}
+
+
 def test_a_nanogpt_log_gives_its_config_pace_and_printed_mfu(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("Overriding config with config/train_gpt2.py:\n"

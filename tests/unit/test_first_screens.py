@@ -263,7 +263,10 @@ def test_compare_sets_a_predicted_gain_against_measured_only_for_the_same_job():
     for b in (other_model, other_batch, unknown):
         comparison = compare_runs(before, b)
         assert said_gain(before, b) == [], comparison.verdict
-        assert "the bottleneck moved: data_bound → cpu_bound" in comparison.verdict
+        # Issue 38, item 12: two jobs side by side each have their own limit; nothing "moved" between them.
+        assert not any("moved" in line for line in comparison.verdict), comparison.verdict
+        assert "the bottlenecks differ: A data_bound, B cpu_bound (not the same job" in " ".join(comparison.verdict)
+    assert "the bottleneck moved: data_bound → cpu_bound" in compare_runs(before, fixed).verdict
 
 
 # --- no GPU here: one short line; --snapshot's default duration in its help --------------------------------
