@@ -19,6 +19,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.evidence import main_pid_of
@@ -65,6 +66,8 @@ RECURRING_EPISODES_OF = {"compile": 3}
 # no phase, or none), split the one 30 s compile of tests/fixtures/h200/gpt2xl_s1 into two runs "every 14 s".
 RECURRING_GAP_S = 3.0
 RECURRING_MIN_SHARE = 0.03  # smaller recurring phases are not worth a line
+# A gap between two episodes' starts this many times the shortest one or more holds an episode no window saw.
+MISSED_EPISODE_RATIO = 1.5
 MAX_FIXABLE_SHARE = 0.99  # a phase of all the time would promise an infinite speed-up
 MIN_SAID_SHARE = 0.005  # a phase below this reads "0% of the time": no gain is said for its fix
 # With k of n samples outside a phase, the time outside it is below _OUTSIDE_UPPER_95[k] / n at 95% (Poisson's
@@ -217,9 +220,18 @@ def _recurring(per_frame: list[tuple[Frame, dict[Phase, float]]],
             else:
                 away += window
         if len(starts) >= RECURRING_EPISODES_OF.get(phase, RECURRING_EPISODES):
-            period = (starts[-1] - starts[0]) / (len(starts) - 1)
-            found.append(RecurringPhase(phase, shares[phase], period, len(starts)))
+            found.append(RecurringPhase(phase, shares[phase], _period(starts), len(starts)))
     return tuple(sorted(found, key=lambda r: -r.share))
+
+
+def _period(starts: list[float]) -> float:
+    """The period of episodes starting at `starts` (two at least, in order): the mean of the gaps of one period.
+    A short phase can fall between two stack windows and go unseen, and a gap over it spans two periods or more: a
+    200 MB save every 15 s read "every ~31 s" as the mean of all gaps. The shortest gap is one period; gaps under
+    1.5 of it are single periods, the rest hold missed episodes and are left out."""
+    gaps = sorted(later - earlier for earlier, later in pairwise(starts))
+    single = [gap for gap in gaps if gap < MISSED_EPISODE_RATIO * gaps[0]]
+    return sum(single) / len(single)
 
 
 def _pct(share: float) -> str:

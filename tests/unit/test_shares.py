@@ -76,6 +76,16 @@ def test_a_checkpoint_every_few_iterations_is_named_with_its_share_and_period():
     assert recurring["evaluation"].period_s == pytest.approx(18.0) and recurring["evaluation"].episodes == 6
 
 
+def test_a_short_save_that_windows_miss_keeps_its_period():
+    """Issue 38, item 11: a 200 MB save every 15 s, short enough that a stack window can miss it. Seen at 15, 30 and
+    60 s (the one at 45 s missed), the mean of the gaps said "every ~22 s"; the gaps of one period say 15."""
+    seen_at = {15, 30, 60, 75, 105}  # 45 and 90 fell between windows
+    frames = [make_frame(i, counts=[main_count(TORCH_SAVE if i in seen_at else FORWARD, n=5)], cpu=100.0)
+              for i in range(118)]
+    checkpoint = next(r for r in time_shares(frames).recurring if r.phase == "checkpoint")
+    assert checkpoint.episodes == 5 and checkpoint.period_s == pytest.approx(15.0)
+
+
 def test_the_verdict_names_recurring_phases_while_the_window_is_compute():
     monitor = fold(_cycle_frames(), replay=False)
     verdict = monitor.view.verdict

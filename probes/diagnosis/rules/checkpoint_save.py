@@ -8,6 +8,9 @@ from probes.diagnosis.rules.lines import byte_rate, main_share_line
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, FixRemoves, Rule
 from probes.diagnosis.stacks import CHECKPOINT
 
+# Below this the main process is not writing a checkpoint out (a few bytes a second are a log line).
+WRITING_BYTES_PER_S = 1_000_000.0
+
 CHECKPOINT_SAVE = BottleneckFacts(
     name="checkpoint_save",
     words="saving a checkpoint",
@@ -28,8 +31,12 @@ def evaluate(ev: Evidence) -> Candidate | None:
     if share < 0.05:
         return None
     lines = [main_share_line(ev, share, "saving a checkpoint", CHECKPOINT)]
-    if ev.main_write_per_s:
+    if ev.main_write_per_s is not None and ev.main_write_per_s >= WRITING_BYTES_PER_S:
         lines.append(f"main process writing {byte_rate(ev.main_write_per_s)}")
+    elif ev.main_write_per_s is not None:
+        # A figure of bytes a second says nothing of a save: its write is over, or has not begun (torch.save
+        # serializes before it writes).
+        lines.append("main process writing nothing over the last seconds: the save's write is over, or not begun")
     return Candidate("checkpoint_save", share, lines, [
         "Save less often, or only what a restart needs (model and optimizer state, not every buffer).",
         ("Save asynchronously: torch.distributed.checkpoint.async_save, or copy the state_dict to CPU and "

@@ -79,9 +79,11 @@ def evaluate(ev: Evidence) -> Candidate | None:
     score = compute if running is not None or main_cpu is None or main_cpu >= 50.0 else 0.8 * compute
     lines = [main_share_line(ev, compute, "running on the CPU", COMPUTE)]
     if running is not None and running < 0.8:
-        lines.append(f"of that, it waited for a free core {percent(1 - running)} of the time (runnable, not running): "
-                     f"{ev.main_thread_runqueue_pct:.0f}% of wall time queued against {ev.main_thread_cpu_pct:.0f}% "
-                     "on a CPU")
+        # Said whole, not "of that": the monitor sets other lines (a recurring checkpoint) between this and the line
+        # it would refer to.
+        lines.append(f"the main thread waited for a free core {percent(1 - running)} of the time it was runnable "
+                     f"(schedstat): {ev.main_thread_runqueue_pct:.0f}% of wall time queued against "
+                     f"{ev.main_thread_cpu_pct:.0f}% on a CPU")
     if main_cpu is not None:
         available = f" ({cpu_amount(ev.effective_cpus)} available)" if ev.effective_cpus else ""
         lines.append(f"main process at {main_cpu:.0f}% CPU{available}")
