@@ -16,6 +16,7 @@ Pure: a reading in, frozen findings out, no I/O and no clock.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from probes.frame import CollectiveRecord, CollectivesReading, GroupCollectives
@@ -79,7 +80,7 @@ def _record_of(records: tuple[CollectiveRecord, ...], seq: int) -> CollectiveRec
     return next((r for r in records if r.seq == seq), None)
 
 
-def _ranks(numbers) -> str:
+def _ranks(numbers: Sequence[int]) -> str:
     shown = [str(n) for n in list(numbers)[:RANKS_LISTED]]
     if len(numbers) > RANKS_LISTED:
         shown.append(f"{len(numbers) - RANKS_LISTED} more")

@@ -74,6 +74,7 @@ from probes.frame import (
     Liveness,
     ProcessSample,
     RankVerdict,
+    StackFrame,
     Verdict,
 )
 from probes.monitoring.history import recent_frames
@@ -246,7 +247,7 @@ def wait_place(d: DiagnosedRank) -> str:
     return _base_name(responsible.function)
 
 
-def _is_collective_frame(frame) -> bool:
+def _is_collective_frame(frame: StackFrame) -> bool:
     return classify_stack((frame,), idle=False).activity == COMMS
 
 

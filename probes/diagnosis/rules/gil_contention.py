@@ -15,6 +15,7 @@ from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate, Rule
 from probes.diagnosis.stacks import QUEUE_WAIT, WAIT, describe, is_library
+from probes.frame import StackFrame
 
 # Fewest looks a share is judged on: 20 looks put a 50% share within about +-11% (one standard error).
 MIN_LOOKS = 20
@@ -82,7 +83,7 @@ def evaluate(ev: Evidence) -> Candidate | None:
     return Candidate("gil_contention", score, lines, advice, sustained=True)
 
 
-def _where(stack) -> str:
+def _where(stack: tuple[StackFrame, ...]) -> str:
     """', in aggregate_metrics (telemetry.py:41),': the thread's own innermost frame, else its innermost one."""
     if not stack:
         return ""
