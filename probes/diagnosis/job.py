@@ -77,7 +77,7 @@ from probes.frame import (
     StackFrame,
     Verdict,
 )
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 
 # A straggler: the other ranks wait in collectives at least WAITING_SHARE of their samples, and it waits at
 # least STRAGGLER_MARGIN less than the least-waiting of them. Once named, it stays named while the picture

@@ -26,7 +26,7 @@ from probes.frame import (
     StacksReading,
     TargetInfo,
 )
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 
 
 def project_rank(frame: Frame, pid: int) -> Frame:

@@ -42,7 +42,7 @@ from probes.diagnosis.stacks import (
     is_logging,
 )
 from probes.frame import Bottleneck, Frame, StackCount
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 
 SHARES_WINDOW_S = 120.0  # "the last minutes": long enough to hold several cycles of a periodic phase
 MAX_SHARES_FRAMES = 600  # bounds the walk whatever the tick

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from probes.frame import Frame
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 
 STACK_WINDOW_S = 10.0  # stack counts arrive in windows of up to 5 s: look at two of them
 METRIC_WINDOW_S = 5.0  # CPU, cgroup and GPU counters: recent enough to follow a phase change

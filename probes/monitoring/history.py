@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from probes.frame import Frame
+from probes.recent import recent_frames
 
 DEFAULT_HISTORY_FRAMES = 600  # ten minutes at the default 1 s tick
 
@@ -41,24 +42,3 @@ class History:
     def window(self, seconds: float) -> list[Frame]:
         """Frames whose time lies within `seconds` of the latest frame's (all of them for seconds <= 0)."""
         return recent_frames(self._frames, seconds if seconds > 0 else None)
-
-
-def recent_frames(frames: Sequence[Frame], seconds: float | None, limit: int | None = None) -> list[Frame]:
-    """The frames within `seconds` of the latest one's time, oldest first (a frame exactly `seconds` old is
-    in); all of them for None. At most `limit` (the newest), so a walk costs the same on any history.
-
-    The one definition of "the last N seconds" that the diagnosis, the panes and the snapshot share."""
-    out: list[Frame] = []
-    if not frames:
-        return out
-    recent = getattr(frames, "recent", None)
-    if recent is not None:  # a view that finds the window without building every frame it looks at
-        return recent(seconds, limit)  # (probes/diagnosis/rank_projection.py's RankHistory)
-    cutoff = None if seconds is None else frames[-1].time - seconds
-    for index in range(len(frames) - 1, -1, -1):
-        frame = frames[index]
-        if (cutoff is not None and frame.time < cutoff) or (limit is not None and len(out) >= limit):
-            break
-        out.append(frame)
-    out.reverse()
-    return out

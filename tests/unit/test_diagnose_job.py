@@ -68,7 +68,7 @@ from probes.frame import (
     TargetInfo,
     ThreadStack,
 )
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 from probes.monitoring.monitor import Monitor, fold
 
 # --- classification and projection ---------------------------------------------------------------------------

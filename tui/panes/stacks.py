@@ -22,7 +22,7 @@ from textual.widgets.tree import TreeNode
 
 from probes.diagnosis.stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
-from probes.monitoring.history import recent_frames
+from probes.recent import recent_frames
 from probes.sampling.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
 from tui.panes.tables import SyncedTable, forget_rows, sync_rows
 from tui.panes.text import clip, clip_left, duration, node_title, process_role_words
