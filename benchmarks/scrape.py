@@ -38,8 +38,8 @@ from probes.frame import (
     ThreadStack,
     Verdict,
 )
-from probes.monitoring.view import MonitorView, Pace
 from probes.outputs.exporter import GputopCollector, WatchedView
+from probes.view import MonitorView, Pace
 
 HISTORY = 120  # frames per view, as a Monitor keeps them (only the latest is read)
 SITE = "/opt/venv/lib/python3.11/site-packages/"

@@ -37,9 +37,9 @@ from probes.frame import Frame
 from probes.monitoring.cluster import SUMMARY_MIN_RANKS, AgentStreams, ClusterMonitor, RankGroup, agreeing_ranks
 from probes.monitoring.engine import Engine
 from probes.monitoring.monitor import Monitor, recording_meta
-from probes.monitoring.view import MonitorProtocol, MonitorView
 from probes.outputs.recording import Recorder
 from probes.reference.baseline import ComparisonInputs
+from probes.view import MonitorProtocol, MonitorView
 from tui import header
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from tui.export import save_snapshot, snapshots_dir

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from probes.frame import JobInfo
-from probes.monitoring.view import MonitorView
+from probes.view import MonitorView
 from tui.panes.text import duration
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from probes.monitoring.view import MonitorView
+from probes.view import MonitorView
 from tui.panes.ranks import RankRow, rank_key
 
 

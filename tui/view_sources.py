@@ -9,7 +9,7 @@
   its frames carry their node), so the screen shows the end state at once and is deterministic.
 
 Every source hands out the same immutable `MonitorView`s and offers its monitor through
-`probes.monitoring.view.MonitorProtocol`; `tui/app.py`'s `make_app()` picks the source.
+`probes.view.MonitorProtocol`; `tui/app.py`'s `make_app()` picks the source.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from probes.frame import Frame
 from probes.monitoring.cluster import AgentStreams, ClusterMonitor, run_merge
 from probes.monitoring.engine import Engine, run_ticks
 from probes.monitoring.monitor import Monitor
-from probes.monitoring.view import MonitorProtocol, MonitorView
+from probes.view import MonitorProtocol, MonitorView
 
 # What a source hands the app: a view, and what a Flight Recorder dump request did, rank by rank, at that frame
 # (each line with whether it is a problem).

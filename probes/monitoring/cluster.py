@@ -39,11 +39,11 @@ from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
 from probes.frame import Frame, JobVerdict, RankVerdict, from_jsonable, to_jsonable
 from probes.jobs.world import ranges_text, rank_ranges
 from probes.monitoring.monitor import Monitor
-from probes.monitoring.view import MonitorView, NodeStatus, VerdictChange
 from probes.outputs.recording import RECORDING_SCHEMA, Recorder
 from probes.outputs.snapshot import build_snapshot
 from probes.reference.baseline import ComparisonInputs
 from probes.sensors.slurm import NoTaskHere
+from probes.view import MonitorView, NodeStatus, VerdictChange
 
 LOST_AFTER_INTERVALS = 5  # a node silent this many ticks is lost (an agent writes a frame every tick)
 MIN_LOST_AFTER_S = 10.0  # never sooner: one slow py-spy read or a busy login node must not lose a node
@@ -80,7 +80,7 @@ class _Node:
 
 class ClusterMonitor:
     """Folds the frames of several nodes into one MonitorView; see the module docstring. A MonitorProtocol
-    (probes/monitoring/view.py), as Monitor is, so a front end can use either."""
+    (probes/view/monitor_view.py), as Monitor is, so a front end can use either."""
 
     def __init__(self, *, hang_after_s: float = DEFAULT_HANG_AFTER_S, comparison: ComparisonInputs | None = None,
                  recorder: Recorder | None = None, replay: bool = False, interval_s: float = 1.0,

@@ -30,7 +30,6 @@ from probes.doctor import Check, blind_spots
 from probes.frame import Frame, JobVerdict, ProgressReading, Verdict
 from probes.logformats import known_format
 from probes.monitoring.history import DEFAULT_HISTORY_FRAMES, History
-from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.outputs.recording import Recorder
 from probes.outputs.snapshot import build_snapshot
 from probes.pace import disagreement_words
@@ -43,6 +42,7 @@ from probes.reference.baseline import (
     target_gpu_name,
 )
 from probes.reference.pace_inputs import pace_inputs_document
+from probes.view import MonitorView, Pace, VerdictChange
 
 TIMELINE_LIMIT = 50
 PACE_POINTS = 60  # s/iter readings kept for the sparkline: the last minutes of a run's pace

@@ -32,8 +32,8 @@ from prometheus_client.core import (
 from probes.diagnosis.stacks import classify_cached, describe, short_path
 from probes.frame import BOTTLENECKS, LIVENESS_STATES, Frame, GpuDevice, JobFinding, JobVerdict, Verdict
 from probes.gpu_metrics import GPM_METRICS
-from probes.monitoring.view import MonitorView
 from probes.sensors.nvml import CLOCK_EVENT_REASONS
+from probes.view import MonitorView
 
 # The states of the job's finding, as probes/frame.py's vocabulary lists them.
 JOB_FINDINGS: tuple[JobFinding, ...] = typing.get_args(JobFinding)

@@ -25,10 +25,10 @@ from probes.diagnosis.shares import TimeShares
 from probes.diagnosis.stacks import describe
 from probes.doctor import Check, check_dict
 from probes.frame import Frame, JobVerdict, Verdict, to_jsonable
-from probes.monitoring.view import Pace
 from probes.reference.baseline import ComparisonInputs, compare_progress, target_gpu_name
 from probes.reference.pace_inputs import pace_inputs_document
 from probes.sampling.stacks import hot_frames
+from probes.view import Pace
 
 SNAPSHOT_SCHEMA = "gputop.snapshot/2"
 # The schemas a reader of snapshots (compare) takes: /1 wrote `verdict.advice` as plain strings, /2 as records

@@ -30,9 +30,9 @@ from probes.frame import (
     Verdict,
 )
 from probes.monitoring.monitor import fold
-from probes.monitoring.view import MonitorView
 from probes.outputs.exporter import GputopCollector, WatchedView
 from probes.reference.baseline import load_comparison_inputs
+from probes.view import MonitorView
 from tui.serve import Server
 
 RULES = REPO / "deploy" / "prometheus"

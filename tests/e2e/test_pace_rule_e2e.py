@@ -21,8 +21,8 @@ from support.processes import wait_for
 
 from probes.frame import ProgressReading
 from probes.monitoring.monitor import pace_cross_check_line
-from probes.monitoring.view import Pace
 from probes.sensors.progress import LogProgressProbe
+from probes.view import Pace
 
 pytestmark = pytest.mark.slow
 

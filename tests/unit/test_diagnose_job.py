@@ -68,8 +68,8 @@ from probes.frame import (
     TargetInfo,
     ThreadStack,
 )
-from probes.recent import recent_frames
 from probes.monitoring.monitor import Monitor, fold
+from probes.recent import recent_frames
 
 # --- classification and projection ---------------------------------------------------------------------------
 

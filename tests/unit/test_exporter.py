@@ -31,10 +31,10 @@ from probes.gpu_metrics import GPM_METRICS
 from probes.jobs.follow import _top, find_training_jobs
 from probes.jobs.launchers import launcher_of_process
 from probes.monitoring.monitor import fold
-from probes.monitoring.view import MonitorView
 from probes.outputs.exporter import GputopCollector, WatchedView, build_metrics, job_id_label, training_job_label
 from probes.reference.baseline import load_comparison_inputs
 from probes.sensors.proctree import NodeProcess
+from probes.view import MonitorView
 from tui.serve import ListenError, Server, parse_listen
 
 RULES = REPO / "deploy" / "prometheus"

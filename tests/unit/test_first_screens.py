@@ -30,9 +30,9 @@ from probes.compare import RunSummary, compare_runs
 from probes.doctor import frame_blind_spots
 from probes.frame import Frame, GpuReading, JobVerdict, TargetInfo, Verdict
 from probes.jobs.census import CensusReading, JobSummary
-from probes.monitoring.view import MonitorView, VerdictChange
 from probes.outputs.recording import read_recording
 from probes.sensors.nvml import NO_LIBRARY
+from probes.view import MonitorView, VerdictChange
 from tui.app import make_app
 from tui.cli import build_parser
 from tui.commands.attach import tell_cannot_see

@@ -15,9 +15,9 @@ import pytest
 from probes.frame import ProgressReading
 from probes.logformats import parse_line
 from probes.monitoring.monitor import pace_cross_check_line
-from probes.monitoring.view import Pace
 from probes.pace import AGREES, DISAGREES, HOLD_LINES, PACE_WINDOW_S
 from probes.sensors.progress import LogProgressProbe
+from probes.view import Pace
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 

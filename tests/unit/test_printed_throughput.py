@@ -16,9 +16,9 @@ from probes.logformats import format_named, parse_line
 from probes.logformats.composer import reader as composer_reader
 from probes.models import PRESETS, family_of
 from probes.monitoring.monitor import pace_line
-from probes.monitoring.view import Pace
 from probes.reference.baseline import PeakOptions, compare_progress, load_comparison_inputs
 from probes.sensors.progress import LogProgressProbe
+from probes.view import Pace
 from tui.panes.verdict import pace_text
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -21,7 +21,7 @@ from probes.frame import (
     Verdict,
 )
 from probes.monitoring.monitor import NO_LOG_HINT
-from probes.monitoring.view import MonitorView, Pace, VerdictChange
+from probes.view import MonitorView, Pace, VerdictChange
 from tui.panes.cpu import command_width, cpu_notes, cpu_summary, tree_order
 from tui.panes.gpu import clock_event_words, gpu_text, ordered_devices
 from tui.panes.stacks import hot_column_widths, window_counts
@@ -186,8 +186,8 @@ def test_pace_line_reads_like_the_seed_case_and_says_how_to_give_a_log():
 def test_the_mfu_the_log_printed_keeps_its_decimals_on_screen():
     # Issue 20: nanoGPT printed "mfu 0.01%" (a CPU run) and the pace line said "log 0%", which reads as a bug.
     from probes.logformats import parse_line
-    from probes.monitoring.view import Pace
     from probes.reference.baseline import mfu_percent, printed_percent
+    from probes.view import Pace
     from tui.panes.verdict import pace_text
 
     printed = parse_line("iter 120: loss 4.2113, time 812.35ms, mfu 0.01%").reported_mfu_pct

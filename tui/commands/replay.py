@@ -70,9 +70,9 @@ def _comparison(args: argparse.Namespace):
 def _replay_to_snapshot(args: argparse.Namespace) -> int:
     """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
     from probes.monitoring.monitor import Monitor
-    from probes.monitoring.view import MonitorProtocol
     from probes.outputs.recording import RecordingError, read_recording, skipped_notice
     from probes.outputs.snapshot import write_json_atomic
+    from probes.view import MonitorProtocol
 
     comparison = _comparison(args)
     check_writable(args.snapshot, "snapshot")

@@ -19,8 +19,8 @@ from probes.diagnosis.rules.rule import BadgeTone
 from probes.diagnosis.shares import shares_summary
 from probes.diagnosis.support import support_words
 from probes.frame import Verdict
-from probes.monitoring.view import MonitorView, Pace, VerdictChange
 from probes.reference.baseline import mfu_percent, printed_percent
+from probes.view import MonitorView, Pace, VerdictChange
 from tui.panes.ranks import SELECTED_MARK, RankRow, rank_label, rank_verdict_words
 from tui.panes.text import (
     duration,

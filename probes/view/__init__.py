@@ -1,0 +1,15 @@
+"""The door the front ends (tui/, probes/outputs/) read a run through: the MonitorView a monitor hands out for each
+frame and what it holds (monitor_view.py). A floor of its own, below the monitors that make views (probes/monitoring)
+and above the diagnosis whose verdict it carries, so no reader of a view imports the code that folds frames.
+"""
+
+from probes.view.monitor_view import (
+    MonitorProtocol,
+    MonitorView,
+    NodeState,
+    NodeStatus,
+    Pace,
+    VerdictChange,
+)
+
+__all__ = ["MonitorProtocol", "MonitorView", "NodeState", "NodeStatus", "Pace", "VerdictChange"]
