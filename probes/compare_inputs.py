@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.diagnosis.gpu_summary import GPU_WAIT_UTIL_PCT
-from probes.diagnosis.stacks import ThreadProfile, is_main_thread
+from probes.diagnosis.stacks import ThreadProfile
 from probes.logformats import LogReader, known_format
 from probes.models.gpt2 import FAMILY as GPT2
 from probes.models.gpt2 import GptShape
@@ -28,6 +28,7 @@ from probes.models.nanogpt_config import DEFAULT_VOCAB, configurator_overrides
 from probes.outputs.snapshot import READ_SNAPSHOT_SCHEMAS, SNAPSHOT_SCHEMA
 from probes.reference.baseline import BaselineError, baseline_from_data
 from probes.reference.gpt_probe import PROBE_SCHEMA
+from probes.stack_identity import is_main_thread
 
 # Settings that change the FLOPs of a token (the head count does not: 12·L·H·Q·T = 12·L·n_embd·T): a run whose
 # stated configuration changes one has its FLOPs per token counted again.

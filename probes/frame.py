@@ -17,7 +17,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, TypeVar
 
-from probes.logformats.interface import LogFormat
+# The log formats gputop reads, one parser each in probes/logformats/ (its FORMATS): the vocabulary a frame's
+# progress and the snapshot carry, kept here with the others so that frame.py imports nothing of gputop's.
+LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
+                    "megatron", "litgpt", "llm_c", "fairseq", "torchtitan", "modded_nanogpt", "nanochat"]
+
 
 FRAME_SCHEMA = "gputop.frame/1"
 

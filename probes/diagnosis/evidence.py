@@ -25,7 +25,6 @@ from probes.diagnosis.stacks import (
     PeerWait,
     ThreadProfile,
     classify_cached,
-    is_main_thread,
 )
 from probes.diagnosis.step_facts import StepFacts, step_facts
 from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES, METRIC_WINDOW_S, STACK_WINDOW_S, mean, recent
@@ -43,6 +42,7 @@ from probes.frame import (
 )
 from probes.jobs.environment import is_python_command
 from probes.sampling.pyspy_output import is_worker_stack
+from probes.stack_identity import is_main_thread
 
 # The kinds of progress a frame can show: the main thread's CPU time (or, on frames recorded before per-thread
 # counters, the tree's), its producers' CPU, data reaching a blocked read, I/O, its stack moving, the GPU at work,

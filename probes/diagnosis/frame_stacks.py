@@ -11,9 +11,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.diagnosis.stacks import COMPILE, classify_cached, is_main_thread, runs_compiled_code
+from probes.diagnosis.stacks import COMPILE, classify_cached, runs_compiled_code
 from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES
 from probes.frame import ROLE_DATALOADER_WORKER, Frame, StackCount, StackFrame
+from probes.stack_identity import is_main_thread
 
 Stack = tuple[StackFrame, ...]  # innermost frame first
 

@@ -20,6 +20,7 @@ from typing import Final, Literal, get_args
 from probes.frame import StackCount, StackFrame
 from probes.lru import LruCache
 from probes.sampling.stacks import frame_matches
+from probes.stack_identity import is_generated_code, is_generated_file, is_library
 
 # What a stack does, most specific first: when one stack holds several markers, the first listed wins (a
 # collective inside a distributed checkpoint is the checkpoint; a socket read inside a DataLoader fetch is I/O).
@@ -62,13 +63,6 @@ _COMPILE_FILES = (
     "torch/_inductor/async_compile.py",
     "torch/_inductor/compile_worker/",
 )
-# Frames of torch.compile's compiled code running (not compiling). Inductor writes the Python that runs each
-# compiled graph (its Runner.call, or call on older torch) into its cache and imports it from there: by default
-# /tmp/torchinductor_<user>/ (seen: /tmp/torchinductor_root/zn/czn2vzooio72….py on CPU, …/bl/cblfrorb….py on an
-# H200). TORCHINDUCTOR_CACHE_DIR moves the cache, but the files keep their layout, <2 characters>/c<the same 2
-# characters><hash>.py, which no file a person writes has.
-_INDUCTOR_CACHE_DIR = "/torchinductor_"
-_GENERATED_FILE = re.compile(r"/([a-z0-9]{2})/c\1[a-z0-9]{20,}\.py$")
 # What runs around and beneath that code: the call of a compiled graph, AOTAutograd's wrappers around its forward
 # and backward (any backend), Inductor's and Triton's kernel launchers.
 _COMPILED_RUNTIME_FILES = (
@@ -146,7 +140,6 @@ _DATA_FUNCTION = re.compile(
 )
 _QUEUE_GET = (("get", "multiprocessing/queues.py"), ("get", "/queue.py"), ("get", "multiprocessing/managers.py"))
 
-_LIBRARY_PATH = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d+(\.\d+)?/|^<)")
 _SHORT_PATH = re.compile(r".*/(?:site-packages|dist-packages|lib/python\d+(?:\.\d+)?)/")
 
 
@@ -163,7 +156,7 @@ def file_words(file: str) -> str:
     such, its file by the start of its hash: 'torch.compile's generated code czn2vzoo….py'."""
     if not file:
         return "?"
-    if _INDUCTOR_CACHE_DIR in file or _GENERATED_FILE.search(file):
+    if is_generated_file(file):
         return f"torch.compile's generated code {short_path(file)[:8]}….py"
     return short_path(file)
 
@@ -177,17 +170,6 @@ def file_line(frame: StackFrame) -> str:
     """'multiprocessing/queues.py:103'; the file alone where the frame has no line."""
     where = file_words(frame.file)
     return f"{where}:{frame.line}" if frame.line else where
-
-
-def is_library(frame: StackFrame) -> bool:
-    """True for the interpreter's standard library, installed packages and the code torch.compile generates;
-    False for the user's code."""
-    return bool(_LIBRARY_PATH.search(frame.file)) or frame.native or is_generated_code(frame)
-
-
-def is_generated_code(frame: StackFrame) -> bool:
-    """The frame runs Python that Inductor generated for a compiled graph (its cache; see _GENERATED_FILE)."""
-    return _INDUCTOR_CACHE_DIR in frame.file or bool(_GENERATED_FILE.search(frame.file))
 
 
 def runs_compiled_code(frames: Sequence[StackFrame]) -> bool:
@@ -430,19 +412,6 @@ class ThreadProfile:
 
 def _spot(responsible: StackFrame | None, user_frame: StackFrame | None) -> tuple:
     return tuple((f.function, f.file) if f is not None else None for f in (responsible, user_frame))
-
-
-def is_main_thread(count_pid: int, tid: int, thread_name: str | None, frames: Sequence[StackFrame],
-                   main_pid: int) -> bool:
-    """The interpreter's main thread of `main_pid`: named MainThread, or the thread whose id is the PID,
-    or (when py-spy gave neither) the one whose outermost frame is the script's <module>."""
-    if count_pid != main_pid:
-        return False
-    if thread_name is not None:
-        return thread_name == "MainThread"
-    if tid == main_pid:
-        return True
-    return bool(frames) and frames[-1].function in ("<module>", "_run_module_as_main")
 
 
 def format_where(responsible: StackFrame | None, user_frame: StackFrame | None) -> str:

@@ -28,11 +28,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from probes.diagnosis.stacks import is_library, is_main_thread
+from probes.diagnosis.stacks import is_library
 from probes.diagnosis.step_marks import Mark, StackMarks, stack_marks_cached
 from probes.frame import ROLE_DATALOADER_WORKER, Frame, StackFrame
 from probes.lru import LruCache
 from probes.sensors import source_lines
+from probes.stack_identity import is_main_thread
 
 Stack = tuple[StackFrame, ...]  # innermost frame first
 

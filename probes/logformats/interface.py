@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
+from probes.frame import LogFormat
 from probes.logformats.peak_tables import PeakTable
 from probes.models.convention import PrintedCount
 
 # Every format gputop recognises, named once. A name here without a parser in FORMATS, or a parser whose name is
 # missing here, fails tests/unit/test_logformats.py. The name is what the snapshot's progress.format says.
-LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
-                    "megatron", "litgpt", "llm_c", "fairseq", "torchtitan", "modded_nanogpt", "nanochat"]
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import re
 from collections.abc import Sequence
 from functools import partial
 
-from probes.diagnosis.stacks import is_main_thread
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.lru import LruCache
 from probes.sampling.stacks import frame_matches
+from probes.stack_identity import is_main_thread
 
 _THREAD_PART = re.compile(r"^thread \((?P<tid>0x[0-9A-Fa-f]+|\d+)\)(?:: (?P<name>.*))?$")
 _PROCESS_PART = re.compile(r'^process \d+:"')

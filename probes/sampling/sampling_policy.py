@@ -53,8 +53,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from probes.diagnosis.stacks import is_library, is_main_thread
 from probes.frame import StackCount, ThreadStack
+from probes.stack_identity import is_library, is_main_thread
 
 DEFAULT_RATE_HZ = 5.0
 # Once a process's picture has settled sampling drops to this rate. The overhead benchmark (docs/benchmarks.md) chose

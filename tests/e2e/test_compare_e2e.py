@@ -18,7 +18,7 @@ from support.paths import REPO
 from support.processes import stop_process_tree, wait_for
 from support.recorded import frames_so_far
 
-from probes.diagnosis.stacks import is_main_thread
+from probes.stack_identity import is_main_thread
 from probes.models.gpt2 import FAMILY, GptShape
 from probes.monitoring.monitor import Monitor
 
