@@ -18,9 +18,9 @@ from support.paths import REPO
 from support.processes import stop_process_tree, wait_for
 from support.recorded import frames_so_far
 
-from probes.stack_identity import is_main_thread
 from probes.models.gpt2 import FAMILY, GptShape
 from probes.monitoring.monitor import Monitor
+from probes.stack_identity import is_main_thread
 
 TIMEOUT_S = 120.0
 PACED_FRAMES = 3  # frames that carry the job's pace: the recording's pace is the job's, not a first guess
