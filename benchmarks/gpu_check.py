@@ -103,8 +103,9 @@ def machine_facts(cpu: bool, nanogpt: Path) -> dict[str, Any]:
 
 
 def gpu_facts(nvml: Any = None) -> dict[str, Any]:
-    """GPU 0's name, memory and power limit, the GPUs' count, the driver and who holds GPU 0, as probes/sensors/nvml.py
-    reads them (None where this GPU or driver does not give one); without GPU 0's name and memory only why
+    """GPU 0's name, memory, power limit and the board's maximum one, the GPUs' count, the driver and who holds GPU 0,
+    as probes/sensors/nvml.py reads them (None where this GPU or driver does not give one); without GPU 0's name and
+    memory only why
     (gpu_reason), so that nothing runs on a GPU that may not be there. nvml: a module with pynvml's API (tests pass a
     fake); None: the real one."""
     reading = read_once(nvml=nvml)
@@ -114,6 +115,8 @@ def gpu_facts(nvml: Any = None) -> dict[str, Any]:
     return {"gpu_name": first.name, "gpu_memory_bytes": first.mem_total_bytes, "gpu_count": len(reading.devices),
             "driver": reading.driver_version,
             "power_limit_w": round(first.power_limit_w) if first.power_limit_w is not None else None,
+            # The board's maximum as NVML's limit constraints give it: the power lever is offered only below it.
+            "power_max_limit_w": round(first.power_max_limit_w) if first.power_max_limit_w is not None else None,
             "gpu_processes_at_start": [process.pid for process in first.processes]}
 
 

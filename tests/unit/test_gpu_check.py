@@ -200,7 +200,7 @@ def test_the_machine_record_reads_the_gpus_through_the_nvml_sensor():
                     driver_version="580.159.04")
     assert gpu_check.gpu_facts(fake) == {
         "gpu_name": "NVIDIA H200", "gpu_memory_bytes": 143_771 * 2**20, "gpu_count": 2, "driver": "580.159.04",
-        "power_limit_w": 700, "gpu_processes_at_start": [4242, 5151]}
+        "power_limit_w": 700, "power_max_limit_w": 700, "gpu_processes_at_start": [4242, 5151]}
     assert fake.init_count == 0
     assert gpu_check.gpu_processes(fake) == [4242, 5151] and fake.init_count == 0
 
@@ -210,6 +210,8 @@ def test_a_field_the_gpu_does_not_give_is_none_and_no_gpu_is_a_reason():
     facts = gpu_check.gpu_facts(no_limit)
     assert facts["gpu_name"] == "NVIDIA H200" and facts["power_limit_w"] is None
     assert facts["gpu_processes_at_start"] == []
+    no_maximum = FakeNvml([FakeGpu(power_max_limit_mw=None)])  # the constraints not supported: no maximum read
+    assert gpu_check.gpu_facts(no_maximum)["power_max_limit_w"] is None
 
     no_driver = FakeNvml([FakeGpu()], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     facts = gpu_check.gpu_facts(no_driver)

@@ -61,6 +61,7 @@ def test_reads_two_h200_like_devices_in_nvml_order():
     assert first.uuid == "GPU-aaaaaaaa-0000-0000-0000-000000000000"
     assert (first.sm_clock_mhz, first.max_sm_clock_mhz) == (1980, 1980)
     assert (first.power_w, first.power_limit_w) == (690.0, 700.0)
+    assert first.power_max_limit_w == 700.0  # the board's maximum (limit constraints): the limit is at it
     assert (first.util_gpu_pct, first.util_mem_pct) == (100.0, 62.0)
     assert (first.mem_used_bytes, first.mem_total_bytes) == (80 * GIB, 143_771 * 1024**2)
     assert first.temperature_c == 64.0
@@ -528,3 +529,14 @@ def test_a_reason_this_nvidia_ml_py_does_not_name_is_reported_by_its_bit():
         nvmlClocksEventReasonSwPowerCap = 0x4
 
     assert decode_clock_event_reasons(OlderPynvml, 0x204) == ("sw_power_cap", "unknown_0x200")
+
+
+def test_the_boards_maximum_power_limit_is_read_and_none_where_unsupported():
+    fake = two_h200s()
+    fake.gpus[0].power_limit_mw, fake.gpus[0].power_max_limit_mw = 600_000, 700_000
+    fake.gpus[1].power_max_limit_mw = None  # nvmlDeviceGetPowerManagementLimitConstraints: not supported
+    probe, _ = make_probe(fake)
+    first, second = probe.read().devices
+    assert (first.power_limit_w, first.power_max_limit_w) == (600.0, 700.0)
+    assert second.power_max_limit_w is None
+    probe.close()
