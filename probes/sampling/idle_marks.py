@@ -30,8 +30,12 @@ enough dumps still stands (a DataLoader worker started anew takes its siblings' 
 much time at a line soon has its own dumps there, which then decide.
 
 A known blocking call (KNOWN_WAITS) is always idle, even when a dump caught the thread running there (waking up,
-say). A position no dump has seen (or too few to borrow from) is busy: threads wait at a few recurring places
-that the dumps soon see, while busy code moves through many lines that a dump every few seconds rarely catches.
+say); so is a line of Python that only sleeps (`time.sleep(0.5)`, read from the file the frame names where it is
+on this disk): time.sleep is C code, no Python frame of its own, and a thread that sleeps there in a loop was
+counted busy for a whole window where the one dump that saw it had caught it woken, queued for a core or the GIL
+on a busy machine. A position no dump has seen (or too few to borrow from) is busy: threads wait at a few
+recurring places that the dumps soon see, while busy code moves through many lines that a dump every few seconds
+rarely catches.
 The counts are bounded (least recently seen first out) and not thread-safe: the stack sampler calls them under
 its lock.
 """
@@ -39,6 +43,7 @@ its lock.
 from __future__ import annotations
 
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -47,6 +52,10 @@ from typing import TypeVar
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.sampling.pyspy_output import KNOWN_WAITS
 from probes.sampling.stacks import frame_matches
+from probes.sensors.source_lines import line_in
+
+# A line of Python that does nothing but sleep: time.sleep(…), asyncio's, or a sleep imported bare.
+_SLEEP_LINE = re.compile(r"(?:await\s+)?(?:time\.|asyncio\.)?sleep\(")
 
 # How many (thread, innermost frame) and innermost frame observations to remember for marking counts.
 FRAME_ACTIVITY_MEMORY = 4096
@@ -102,6 +111,7 @@ class IdleMarks:
         # either way): a window's few samples at a line are split in whole samples, and this carries the rounding
         # to the next window, so that over many small counts the idle ones come to the observed share.
         self._owed: OrderedDict[_ThreadPosition, float] = OrderedDict()
+        self._sleep_lines: OrderedDict[Position, bool] = OrderedDict()  # per position: its line only sleeps
 
     def split(self, count: StackCount) -> tuple[StackCount, ...]:
         """``count`` as its idle samples and its busy ones (one count where all are one or the other), by the
@@ -121,6 +131,16 @@ class IdleMarks:
             pid=count.pid, tid=count.tid, thread_name=count.thread_name, idle=idle_part, frames=count.frames, count=n,
         ) for idle_part, n in parts if n)
 
+    def _sleeps(self, frame: StackFrame) -> bool:
+        """The frame's line only sleeps (read once per position, from this machine's copy of its file)."""
+        position = (frame.function, frame.file, frame.line)
+        known = self._sleep_lines.get(position)
+        if known is None:
+            text = line_in(frame.file, frame.line, frame.function) if frame.line > 0 else None
+            known = text is not None and _SLEEP_LINE.match(text) is not None
+            _keep(self._sleep_lines, position, known, self._memory)
+        return known
+
     def idle_share(self, pid: int, tid: int, frame: StackFrame | None) -> float:
         """The share of samples at ``frame`` (an innermost Python frame) that were idle: 1 at a known blocking
         call; else the recent-weighted share of the dumps that caught this thread there idle; where none did, the
@@ -128,7 +148,7 @@ class IdleMarks:
         behind it (see the module docstring); 0 where too few dumps have been (or no Python frame)."""
         if frame is None:
             return 0.0
-        if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS):
+        if any(frame_matches(frame, name, suffix) for name, suffix in KNOWN_WAITS) or self._sleeps(frame):
             return 1.0
         position = (frame.function, frame.file, frame.line)
         own = self.by_thread.get((pid, tid, *position))

@@ -97,7 +97,7 @@ def test_busy_function_tops_hot_frames_and_idle_threads_are_marked(spawn_target,
 
     busy = hot_frames(acc.counts, include_idle=False, by_line=False)
     assert busy[0].function == "busy_spin_for_gputop", [(c.thread_name, c.idle, c.frames[0]) for c in acc.counts]
-    assert busy[0].own_pct > 90
+    assert busy[0].own_pct > 90, [(c.thread_name, c.idle, c.count, c.frames[0].function) for c in acc.counts]
     idle_counts = [c for c in acc.counts if (c.thread_name or "").startswith("idle-")]
     assert idle_counts and all(c.idle for c in idle_counts)
     assert {c.tid for c in idle_counts} == {t.tid for t in reading.threads if t.name.startswith("idle-")}

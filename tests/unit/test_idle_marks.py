@@ -90,6 +90,27 @@ def test_a_known_blocking_call_is_idle_even_where_a_dump_caught_it_running():
     assert part.idle and part.count == 3
 
 
+def test_a_line_that_only_sleeps_is_idle_even_where_a_dump_caught_it_woken(tmp_path):
+    """time.sleep is C code, no Python frame: a loop that sleeps 0.5 s, woken and queued for a core or the GIL on a
+    busy machine when the one dump came, counted its whole window busy (tests/e2e/test_pyspy_e2e.py's sleepers beside
+    a spinning main thread, once in a CI run). The line's own text says it only sleeps."""
+    source = tmp_path / "loop.py"
+    source.write_text("import time\n\n\ndef sleep_loop(stop):\n    while not stop.is_set():\n        time.sleep(0.5)\n"
+                      "        tick = 1\n")
+    sleeping = (StackFrame("sleep_loop", str(source), 6),)
+    working = (StackFrame("sleep_loop", str(source), 7),)
+    marks = IdleMarks()
+    marks.remember(dump(RANK0, sleeping, idle=False) + dump(RANK0, working, idle=False, tid=RANK0 + 1))
+    (part,) = marks.split(window_count(RANK0, sleeping, 5))
+    assert part.idle and part.count == 5
+    (part,) = marks.split(window_count(RANK0, working, 5, tid=RANK0 + 1))  # the line after it does work
+    assert not part.idle
+    gone = (StackFrame("sleep_loop", str(tmp_path / "elsewhere.py"), 6),)  # a file not on this disk: the dumps decide
+    marks.remember(dump(RANK1, gone, idle=False))
+    (part,) = marks.split(window_count(RANK1, gone, 5))
+    assert not part.idle
+
+
 def test_a_position_no_dump_saw_and_a_stack_without_python_frames_are_busy():
     marks = IdleMarks()
     marks.remember(dump(RANK0, DDP_WAIT, idle=True))
