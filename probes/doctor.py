@@ -2,9 +2,10 @@
 "cannot see" line of the attach TUI, the headless run and the snapshot.
 
 Each check asks the module that owns its outside system (py-spy: probes/sampling/pyspy_binary.py, NVML:
-probes/sensors/nvml.py, cgroups: probes/sensors/cgroup.py, a process's environment: probes/jobs/environment.py, small
-/proc files: probes/sensors/textfiles.py) and turns the answer into a :class:`Check`: ok / limited / cannot, one
-line of what it means and one of how to fix it. Nothing here runs py-spy or touches pynvml itself, and nothing raises.
+probes/sensors/nvml.py, cgroups: probes/sensors/cgroup.py, a process's environment:
+probes/sensors/process_facts.py, small /proc files: probes/sensors/textfiles.py) and turns the answer into a
+:class:`Check`: ok / limited / cannot, one line of what it means and one of how to fix it. Nothing here runs py-spy
+or touches pynvml itself, and nothing raises.
 
 No NVIDIA GPU on the machine (no driver, no device) is a finding, not a failure: the check says so (its
 ``brief``) and counts in no report's status, since gputop watches a CPU job all the same. A GPU that is there but
@@ -25,7 +26,11 @@ from typing import Any, Literal
 
 import psutil
 
-from probes.jobs.environment import (
+from probes.redact import redact_environ
+from probes.sampling.pyspy_binary import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
+from probes.sensors.cgroup import CgroupCpuProbe
+from probes.sensors.nvml import NO_GPU_SHORT_REASONS, NvmlCapabilities, nvml_capabilities
+from probes.sensors.process_facts import (
     parse_environ,
     process_cmdline,
     process_executable,
@@ -33,10 +38,6 @@ from probes.jobs.environment import (
     short_command,
     torch_distributed_env,
 )
-from probes.redact import redact_environ
-from probes.sampling.pyspy_binary import DumpCheck, dump_once, find_pyspy, install_hint, ptrace_scope, pyspy_version
-from probes.sensors.cgroup import CgroupCpuProbe
-from probes.sensors.nvml import NO_GPU_SHORT_REASONS, NvmlCapabilities, nvml_capabilities
 from probes.sensors.proctree import child_pids
 from probes.sensors.textfiles import read_text
 

@@ -40,8 +40,8 @@ from probes.frame import (
     StackFrame,
     ThreadStack,
 )
-from probes.jobs.environment import is_python_command
 from probes.sampling.pyspy_output import is_worker_stack
+from probes.sensors.process_facts import is_python_command
 from probes.stack_identity import is_main_thread
 
 # The kinds of progress a frame can show: the main thread's CPU time (or, on frames recorded before per-thread

@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from probes.frame import ROLE_COMPILE_WORKER, ROLE_DATALOADER_WORKER, GpuReading
-from probes.jobs.environment import is_python_command, process_cmdline, process_executable, process_name
 from probes.jobs.follow import find_training_jobs
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.launchers import launcher_label, launcher_of_process
@@ -34,6 +33,7 @@ from probes.jobs.root import holds_gputop, resolve_root_safely
 from probes.jobs.tracker import JobTracker
 from probes.redact import redact_argv
 from probes.sensors.nvml import NvmlGpuProbe, for_target
+from probes.sensors.process_facts import is_python_command, process_cmdline, process_executable, process_name
 from probes.sensors.proctree import ProcessTreeProbe, is_pid_namespace_init, node_processes, process_started_at
 from probes.sensors.textfiles import read_text
 

@@ -25,24 +25,11 @@ from probes.frame import (
     ROLE_RESOURCE_TRACKER,
     JobKind,
 )
-from probes.jobs.environment import NO_ENV, DistEnv
+from probes.sensors.process_facts import NO_ENV, DistEnv
+from probes.sensors.proctree import ancestors
 
 # Processes that work for a training process rather than being one (proctree tells them apart).
 HELPER_ROLES = frozenset({ROLE_DATALOADER_WORKER, ROLE_COMPILE_WORKER, ROLE_FORKSERVER, ROLE_RESOURCE_TRACKER})
-
-
-def ancestors(pid: int, parent_of: Mapping[int, int | None], top: int | None = None) -> list[int]:
-    """Strict ancestors of `pid` that `parent_of` ({pid: parent pid}) holds, nearest first, up to and
-    including `top` when it is one of them."""
-    chain: list[int] = []
-    current = pid
-    while current in parent_of and current != top:
-        parent = parent_of[current]
-        if parent is None or parent not in parent_of or parent in chain:
-            break
-        chain.append(parent)
-        current = parent
-    return chain
 
 
 @dataclass(frozen=True)

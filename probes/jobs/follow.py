@@ -18,11 +18,11 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from probes.jobs.environment import is_python_command
 from probes.jobs.facts import ancestors
 from probes.jobs.launchers import launcher_of_process, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
 from probes.jobs.root import resolve_root
+from probes.sensors.process_facts import is_python_command
 from probes.sensors.proctree import NodeProcess, node_processes
 from probes.sensors.slurm import agent_processes
 

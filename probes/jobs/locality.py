@@ -9,7 +9,7 @@ holds: its unseen ranks could be on other nodes. The job tells more (:func:`one_
 * whom its ranks here talk to: every TCP connection of theirs (the rendezvous store, the backend's pairs; read
   from the kernel by probes/sensors/tcpinfo.py) ends at an address of this machine. A connection to a web port
   (a logger's HTTPS) is no process group's and is left out;
-* no variable names another node (SLURM_NNODES=2, NODE_RANK=1, ...: probes/jobs/environment.py).
+* no variable names another node (SLURM_NNODES=2, NODE_RANK=1, ...: probes/sensors/process_facts.py).
 
 With all three the whole job runs on this machine, and an unseen rank is not running (probes/jobs/world.py names
 it missing). Any of them absent or unreadable leaves it untold: the rank is only "not on this node".
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from probes.jobs.environment import (
+from probes.jobs.facts import ProcessFacts
+from probes.sensors.process_facts import (
     ProcessStat,
     int_or_none,
     is_python_command,
@@ -47,7 +48,6 @@ from probes.jobs.environment import (
     read_environ,
     read_process_stat,
 )
-from probes.jobs.facts import ProcessFacts
 from probes.sensors.proctree import DATALOADER_WORKER_COMM, node_processes
 from probes.sensors.tcpinfo import TCP_ESTABLISHED, read_tcp_sockets, socket_inodes
 

@@ -1,6 +1,6 @@
 """Which tree to watch when the user names a PID: the launcher of a training process, else the process itself.
 
-:func:`resolve_root` reads the named process and its parent once (probes/jobs/environment.py) and asks the
+:func:`resolve_root` reads the named process and its parent once (probes/sensors/process_facts.py) and asks the
 launchers in LAUNCHERS' order; the first whose training process it is names the root (torchrun's agent for a
 rank, mp.spawn's parent for a spawned child). A tree that holds gputop is never watched as a job.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from probes.jobs.environment import NO_ENV, is_python_command, process_cmdline, process_executable, process_name
 from probes.jobs.facts import Attachment, RootChoice
 from probes.jobs.launchers import LAUNCHERS, read_dist_env
+from probes.sensors.process_facts import NO_ENV, is_python_command, process_cmdline, process_executable, process_name
 from probes.sensors.proctree import child_pids, parent_pid
 
 

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from probes.frame import JobInfo, ProcessSample, StacksReading
-from probes.jobs.environment import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
 from probes.jobs.facts import JobLayout, NoteContext, ProcessFacts
 from probes.jobs.launchers import launcher_label, launcher_of_kind, launcher_of_process, read_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
@@ -22,6 +21,7 @@ from probes.jobs.locality import NOT_PLACED, Locator, Placement
 from probes.jobs.root import resolve_root_safely
 from probes.jobs.world import WorldAccount, WorldWatch
 from probes.sensors.proc_readers import main_thread_waits_for_child
+from probes.sensors.process_facts import NO_ENV, DistEnv, is_python_command, process_executable, start_ticks
 
 
 @dataclass(frozen=True)

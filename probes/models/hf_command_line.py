@@ -1,5 +1,5 @@
 """A Hugging Face config.json that a job's command line names, read for the live pace when the user gives
-neither ``--model`` nor ``--baseline`` (probes/models/job_command_line.py asks this reader after nanoGPT's).
+neither ``--model`` nor ``--baseline`` (probes/jobs/job_command_line.py asks this reader after nanoGPT's).
 
 Training scripts name their model by its folder or its config: transformers' examples and TRL
 ``--model_name_or_path DIR`` and ``--config_name``, others ``--config PATH.json``, ``--model-dir``, and a

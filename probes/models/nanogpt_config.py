@@ -12,7 +12,7 @@ else 50304. When the job's log has its parameter count, the vocabulary is solved
 out the position embeddings and counts the tied lm_head once: N = L·(12·d² + 2·d) + V·d + d without biases).
 Tokens per iteration follow train.py: gradient_accumulation_steps × batch_size × block_size (under DDP
 train.py divides the accumulation steps among the ranks, so the job's total stays this). The job may be
-started by torchrun: train.py is looked for anywhere on the command line. probes/models/job_command_line.py reads
+started by torchrun: train.py is looked for anywhere on the command line. probes/jobs/job_command_line.py reads
 the command line of a running job and asks this reader first.
 
 ``read_settings`` reads, for ``gputop probe --like PID``, every setting the probe's step depends on, each with where

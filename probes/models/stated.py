@@ -1,7 +1,7 @@
 """StatedModel: the shape a running job states itself, on its command line or in its log, and where it says it.
 
 Its own module, below the readers that make one (probes/models/nanogpt_config.py, hf_command_line.py), the
-module that asks them in turn (probes/models/job_command_line.py) and the pace that shows it
+module that asks them in turn (probes/jobs/job_command_line.py) and the pace that shows it
 (probes/reference/baseline.py, pace_inputs.py).
 """
 

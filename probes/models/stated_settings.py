@@ -3,7 +3,7 @@ micro-batch, gradient accumulation, dtype, compile), with where it was read, or 
 
 `gputop probe --like PID` times the reference step at these. Its own module, below the readers that make them
 (probes/models/nanogpt_config.py, hf_command_line.py), the module that asks them in turn
-(probes/models/job_command_line.py) and the probe that resolves them against the user's flags
+(probes/jobs/job_command_line.py) and the probe that resolves them against the user's flags
 (probes/reference/like_job.py). Nothing here is guessed: a setting the job does not state is `value` None, its
 `source` the reason, and the probe asks the user for it.
 """

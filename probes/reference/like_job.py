@@ -1,5 +1,5 @@
 """`gputop probe --like PID`, the reading: the job behind a PID, the settings its command line states
-(probes/models/job_command_line.py), its process tree's environments and what NVML lists on each GPU, turned into
+(probes/jobs/job_command_line.py), its process tree's environments and what NVML lists on each GPU, turned into
 what the probe runs with by probes/reference/like_settings.py. Never runs, imports or unpickles anything of the job.
 
 A PID that names no process, one whose /proc files cannot be read, or a command line no reader knows is one line
@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from probes.frame import GpuReading
-from probes.jobs.environment import DistEnv, process_arguments, process_cwd, short_command
+from probes.jobs.job_command_line import job_settings
 from probes.jobs.launchers import read_dist_env
 from probes.jobs.root import resolve_root_safely
-from probes.models.job_command_line import job_settings
 from probes.models.stated_settings import SettingName
 from probes.reference.like_settings import (
     Given,
@@ -29,6 +28,7 @@ from probes.reference.like_settings import (
     value_of,
 )
 from probes.sensors.nvml import read_once
+from probes.sensors.process_facts import DistEnv, process_arguments, process_cwd, short_command
 from probes.sensors.proctree import ProcessTreeProbe, target_exists
 
 NOT_A_JOB = ("is not a job whose settings gputop can read: neither nanoGPT's train.py (configurator.py beside it) "

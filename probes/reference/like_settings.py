@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from probes.frame import GpuReading
-from probes.jobs.environment import DistEnv
 from probes.jobs.gpus import environment_gpu_index
 from probes.models import ModelShape
 from probes.models.gpt2 import GptShape
 from probes.models.hf_config import ModelConfigError, named_shape
 from probes.models.stated_settings import SettingName, StatedSetting, StatedSettings
+from probes.sensors.process_facts import DistEnv
 
 # The probe's flag for each setting, as the line asking for a missing one names it.
 FLAGS: dict[SettingName, str] = {

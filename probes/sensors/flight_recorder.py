@@ -50,7 +50,7 @@ from probes.frame import (
     ProcessSample,
     RankCollectives,
 )
-from probes.jobs.environment import int_or_none, read_environ, start_ticks
+from probes.sensors.process_facts import int_or_none, read_environ, start_ticks
 from probes.sensors.textfiles import read_text
 
 BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # the first set wins, as in torch

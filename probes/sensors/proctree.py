@@ -587,3 +587,17 @@ def _or_none(read: Callable[[], object]):
         return read()
     except (psutil.AccessDenied, psutil.ZombieProcess, NotImplementedError, OSError):
         return None
+
+
+def ancestors(pid: int, parent_of: Mapping[int, int | None], top: int | None = None) -> list[int]:
+    """Strict ancestors of `pid` that `parent_of` ({pid: parent pid}) holds, nearest first, up to and
+    including `top` when it is one of them."""
+    chain: list[int] = []
+    current = pid
+    while current in parent_of and current != top:
+        parent = parent_of[current]
+        if parent is None or parent not in parent_of or parent in chain:
+            break
+        chain.append(parent)
+        current = parent
+    return chain

@@ -34,7 +34,6 @@ import time
 from collections.abc import Sequence
 
 from probes.frame import ROLE_MAIN, ROLE_RANK, ProcessSample, ProgressReading
-from probes.jobs.environment import is_python_command, process_cmdline, python_writes_unbuffered, read_environ
 from probes.logformats import (
     LogFormat,
     LogReader,
@@ -48,6 +47,7 @@ from probes.logformats import (
 )
 from probes.pace import PaceFigures, StepPace
 from probes.redact import redact_argv
+from probes.sensors.process_facts import is_python_command, process_cmdline, python_writes_unbuffered, read_environ
 
 INITIAL_TAIL_BYTES = 64 * 1024
 MAX_READ_BYTES = 1 << 20  # per read; a log growing faster than this per tick is skipped ahead

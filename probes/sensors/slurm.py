@@ -25,9 +25,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from probes.jobs.facts import ancestors
 from probes.sensors.cgroup import parse_proc_cgroup
-from probes.sensors.proctree import in_nested_pid_namespace, node_processes
+from probes.sensors.proctree import ancestors, in_nested_pid_namespace, node_processes
 from probes.sensors.textfiles import read_text
 
 STEPD_COMM = "slurmstepd"

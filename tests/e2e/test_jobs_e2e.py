@@ -38,11 +38,11 @@ from probes.frame import (
     ProcessSample,
 )
 from probes.jobs import tracker as tracker_module
-from probes.jobs.environment import (
+from probes.jobs.tracker import JobTracker
+from probes.sensors.process_facts import (
     short_command,
     start_ticks,
 )
-from probes.jobs.tracker import JobTracker
 
 # --- environment ------------------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ import pytest
 from support.processes import wait_for
 
 from probes.frame import ProgressReading
+from probes.jobs.job_command_line import stated_model
 from probes.models.gpt2 import GptShape
-from probes.models.job_command_line import stated_model
 from probes.reference.baseline import compare_progress, load_comparison_inputs
 
 # The shape of config/train_shakespeare_char.py in nanoGPT, with the issue's --n_layer=4 override.

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from probes.frame import ROLE_OTHER
-from probes.jobs.environment import is_python_command
 from probes.jobs.facts import Attachment, ProcessFacts
 from probes.jobs.launchers import launcher_of_process, parse_dist_env
 from probes.jobs.launchers.mp_spawn import is_spawn_child
+from probes.sensors.process_facts import is_python_command
 from support.paths import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "launchers"

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from probes.frame import ROLE_DATALOADER_WORKER, ROLE_RANK, Frame, ProcessSample
-from probes.jobs.environment import parse_environ
 from probes.monitoring.engine import Engine, EngineConfig
+from probes.sensors.process_facts import parse_environ
 from probes.sensors.textfiles import read_text
 from support.paths import REPO, TARGETS
 

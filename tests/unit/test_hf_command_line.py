@@ -1,6 +1,6 @@
 """A Hugging Face config.json named on a job's command line (probes/models/hf_command_line.py): which
 arguments are looked at and in what order, JSON that is not a model config passed over, Hub names never
-fetched, the sequence length the job trains at, and nanoGPT's reader asked first (probes/models/job_command_line.py)."""
+fetched, the sequence length the job trains at, and nanoGPT's reader asked first (probes/jobs/job_command_line.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import json
 import pytest
 
 from probes.frame import ProgressReading
+from probes.jobs.job_command_line import read_job_command_line
 from probes.models.hf_command_line import read_command_line
 from probes.models.hf_config import load_config
-from probes.models.job_command_line import read_job_command_line
 from probes.reference.baseline import compare_progress, load_comparison_inputs
 
 LLAMA = {  # grouped-query attention: 4 query heads share 2 K/V heads

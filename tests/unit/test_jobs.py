@@ -27,15 +27,6 @@ from probes.frame import (
 )
 from probes.jobs import root as root_module
 from probes.jobs import tracker as tracker_module
-from probes.jobs.environment import (
-    NO_ENV,
-    DistEnv,
-    is_python_command,
-    parse_environ,
-    short_command,
-    slurm_job_of,
-    start_ticks,
-)
 from probes.jobs.facts import ProcessFacts, RootChoice
 from probes.jobs.gpus import environment_gpu_index, gpu_index_for
 from probes.jobs.launchers import parse_dist_env
@@ -44,6 +35,15 @@ from probes.jobs.launchers.torchrun import is_torchrun
 from probes.jobs.layout import apply_layout, find_layout, stack_evidence
 from probes.jobs.tracker import JobTracker
 from probes.sensors.nvml import NvmlGpuProbe
+from probes.sensors.process_facts import (
+    NO_ENV,
+    DistEnv,
+    is_python_command,
+    parse_environ,
+    short_command,
+    slurm_job_of,
+    start_ticks,
+)
 
 # --- environment ------------------------------------------------------------------------------------------
 

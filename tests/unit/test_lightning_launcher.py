@@ -9,10 +9,10 @@ import json
 from support.paths import REPO
 
 from probes.frame import ROLE_DATALOADER_WORKER, ROLE_OTHER, ROLE_RANK, ProcessSample
-from probes.jobs.environment import is_python_command
 from probes.jobs.facts import NoteContext, ProcessFacts
 from probes.jobs.launchers import launcher_of_kind, parse_dist_env
 from probes.jobs.layout import apply_layout, find_layout
+from probes.sensors.process_facts import is_python_command
 
 FIXTURE = json.loads((REPO / "tests" / "fixtures" / "launchers" / "lightning.json").read_text())
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.jobs.environment import python_writes_unbuffered
+from probes.sensors.process_facts import python_writes_unbuffered
 
 NANOGPT_LIKE = Path(__file__).resolve().parents[1] / "targets" / "nanogpt_like.py"
 

@@ -15,16 +15,16 @@ from support.nanogpt_case import xl_probe_on_h200
 from support.paths import REPO
 
 from probes.frame import GpuDevice, GpuProcess, GpuReading
-from probes.jobs.environment import DistEnv
+from probes.jobs.job_command_line import read_job_settings
 from probes.models.gpt2 import GptShape
 from probes.models.hf_command_line import read_settings as hf_settings
 from probes.models.hf_config import load_config
-from probes.models.job_command_line import read_job_settings
 from probes.models.llama import LlamaShape
 from probes.models.nanogpt_config import read_settings
 from probes.models.stated_settings import StatedSetting, StatedSettings
 from probes.reference.baseline import baseline_from_data
 from probes.reference.like_settings import Given, LikeJob, LikeJobError, check_gpus, resolve, setting_lines, shape_for
+from probes.sensors.process_facts import DistEnv
 from tui import cli
 from tui.commands.probe import format_probe_report
 

@@ -29,7 +29,6 @@ from support.job_frames import (
 
 from probes.frame import JobInfo, from_jsonable, to_jsonable
 from probes.jobs import locality
-from probes.jobs.environment import ProcessStat, other_nodes_named
 from probes.jobs.facts import ProcessFacts
 from probes.jobs.locality import (
     Locator,
@@ -41,6 +40,7 @@ from probes.jobs.locality import (
     peer_host_and_port,
 )
 from probes.jobs.world import WorldAccount, WorldWatch, account_world
+from probes.sensors.process_facts import ProcessStat, other_nodes_named
 from probes.sensors.proctree import NodeProcess
 
 NAMES = frozenset({"trainbox", "10.1.2.3", "fe80::1"})

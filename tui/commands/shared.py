@@ -205,7 +205,7 @@ def comparison_inputs(args: argparse.Namespace, recorded=None):
             return replayed_comparison_inputs(recorded, args.baseline, args.model, args.tokens_per_iter, peak)
         stated = None
         if getattr(args, "pid", None):
-            from probes.models.job_command_line import stated_model
+            from probes.jobs.job_command_line import stated_model
 
             # A job may name its shape and tokens per iteration itself; its own figures win over a baseline's.
             stated = stated_model(args.pid, getattr(args, "log", None))

@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from probes.frame import JobKind
-from probes.jobs.environment import DistEnv, gpu_environment, read_environ, slurm_job_of
 from probes.jobs.launchers.accelerate import Accelerate
 from probes.jobs.launchers.base import Launcher
 from probes.jobs.launchers.deepspeed import DeepSpeed
@@ -24,6 +23,7 @@ from probes.jobs.launchers.mp_spawn import MpSpawn
 from probes.jobs.launchers.mpi import Mpi
 from probes.jobs.launchers.slurm import Slurm
 from probes.jobs.launchers.torchrun import Torchrun
+from probes.sensors.process_facts import DistEnv, gpu_environment, read_environ, slurm_job_of
 
 # The first launcher that finds a job in the watched tree (or claims a process's environment, or the named
 # process) decides; so the more specific claim comes first.

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from probes.jobs.environment import is_python_command, python_program
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import is_python_command, python_program
 
 _LAUNCH_MODULE = "accelerate.commands.launch"
 

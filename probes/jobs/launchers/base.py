@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from probes.frame import JobKind
-from probes.jobs.environment import DistEnv
 from probes.jobs.facts import Attachment, JobLayout, NoteContext, ProcessFacts, RootChoice, WatchedTree
+from probes.sensors.process_facts import DistEnv
 
 
 class Launcher(ABC):

@@ -16,10 +16,10 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import DistEnv, int_or_none, is_python_command, python_program, torch_distributed_env
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
 from probes.jobs.launchers.torchrun import Torchrun
+from probes.sensors.process_facts import DistEnv, int_or_none, is_python_command, python_program, torch_distributed_env
 
 # The per-node launcher, and the runner the user types (the `deepspeed` console script, or the module).
 NODE_LAUNCHER_MODULE = "deepspeed.launcher.launch"

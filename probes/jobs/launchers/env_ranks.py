@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from probes.jobs.environment import TORCH_DISTRIBUTED_VARIABLES, DistEnv, torch_distributed_env
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import TORCH_DISTRIBUTED_VARIABLES, DistEnv, torch_distributed_env
 
 
 class EnvRanks(Launcher):

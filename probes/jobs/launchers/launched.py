@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import short_command
 from probes.jobs.facts import HELPER_ROLES, JobLayout, NoteContext, ProcessFacts, WatchedTree
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import short_command
 
 
 class Launched(Launcher):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from probes.jobs.environment import DistEnv, int_or_none, short_command, torch_distributed_env
 from probes.jobs.facts import HELPER_ROLES, Attachment, JobLayout, NoteContext, ProcessFacts, RootChoice, WatchedTree
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import DistEnv, int_or_none, short_command, torch_distributed_env
 from probes.sensors.proctree import DATALOADER_WORKER_COMM
 
 # All three are set on every child Lightning starts; a process with RANK was started by something else.

@@ -13,9 +13,9 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import DistEnv, int_or_none, torch_distributed_env
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import DistEnv, int_or_none, torch_distributed_env
 
 # (rank, local rank, world size, local world size) as each MPI names them.
 OPEN_MPI_VARIABLES = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import DistEnv, int_or_none, process_name, torch_distributed_env
 from probes.jobs.facts import (
     HELPER_ROLES,
     Attachment,
@@ -29,6 +28,7 @@ from probes.jobs.facts import (
     WatchedTree,
 )
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import DistEnv, int_or_none, process_name, torch_distributed_env
 from probes.sensors.slurm import (
     STEPD_COMM,
     SlurmStep,

@@ -13,9 +13,9 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 
-from probes.jobs.environment import DistEnv, int_or_none, is_python_command, python_program, torch_distributed_env
 from probes.jobs.facts import Attachment, JobLayout, RootChoice, WatchedTree, is_job_of_ranks
 from probes.jobs.launchers.base import Launcher
+from probes.sensors.process_facts import DistEnv, int_or_none, is_python_command, python_program, torch_distributed_env
 
 TORCHRUN_AGENT_COMM = "pt_elastic"
 TORCHRUN_SCRIPT = "torchrun"

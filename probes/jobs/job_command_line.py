@@ -11,7 +11,7 @@ Two readers, tried in order, the first that recognises the command line wins:
 Each gives a StatedModel (probes/models/stated.py) that says where the shape came from; the pace shows it
 ("Model from ..."), on screen and in the snapshot. Nothing is executed, unpickled or downloaded: files on this
 machine are read, that is all. The process's own files (its arguments, working directory and stdout) are read
-by probes/jobs/environment.py, which owns one process's files in /proc.
+by probes/sensors/process_facts.py, which owns one process's files in /proc.
 
 The same two readers, in the same order, give `gputop probe --like PID` every setting the job trains with
 (``SETTINGS_READERS``, ``job_settings``): each with where it was read, or why it could not be.
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from probes.jobs.environment import process_arguments, process_cwd, stdout_file
 from probes.models import hf_command_line, nanogpt_config
 from probes.models.stated import StatedModel
 from probes.models.stated_settings import StatedSettings
+from probes.sensors.process_facts import process_arguments, process_cwd, stdout_file
 
 LOG_HEAD_BYTES = 256 * 1024  # what a reader may look for there (nanoGPT's parameter count) is printed early
 

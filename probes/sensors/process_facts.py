@@ -4,7 +4,7 @@ Launcher-neutral reading only: :class:`DistEnv` (the distributed variables a lau
 torch.distributed's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ..., which most launchers set), the variables
 that say a job spans other nodes (other_nodes_named), and single files of /proc read through probes/textfiles
 (environ, stat, comm) or psutil (cmdline, exe), and for the model a job states on its command line
-(probes/models/job_command_line.py) its raw cmdline, cwd and stdout. Which launcher's variables a process carries
+(probes/jobs/job_command_line.py) its raw cmdline, cwd and stdout. Which launcher's variables a process carries
 is the launchers' business (probes/jobs/launchers/).
 """
 
