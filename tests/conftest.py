@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO, TARGETS
 from support.picker_jobs import Jobs
-from support.processes import processes_started, stop_process_tree
+from support.processes import busy_neighbours, processes_started, stop_process_tree
 
 BUSY_LOOP = "while True: pass"
 
@@ -48,13 +48,8 @@ def pytest_runtestloop(session):
     any test, so that no test counts them as its own)."""
     # Under xdist the controller's loop wraps every worker's: the neighbours are started there, once.
     count = 0 if hasattr(session.config, "workerinput") else session.config.getoption("--busy")
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(count)]
-    try:
+    with busy_neighbours(count, (sys.executable, "-c", BUSY_LOOP)):
         return (yield)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 E2E = REPO / "tests" / "e2e"

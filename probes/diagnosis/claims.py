@@ -9,7 +9,7 @@ Every gain gputop offers is one of three kinds, and says which:
 
 The word "measured" appears in a gain only for the measured kind: a claim cannot read stronger than its type.
 An advice line is its text (a `str`, as every line of a verdict), carrying the lever it names and its gain, so the
-snapshot writes them as records (`Advice.record`) while the screens show the words.
+snapshot writes them as records (`advice_record`) while the screens show the words.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ class Advice(VerdictLine):
     gain: Gain | None
 
     def __new__(cls, text: str, lever: str, gain: Gain | None = None) -> Advice:
-        line = str.__new__(cls, text)
-        line.kind = "finding"
+        line = super().__new__(cls, text, "finding")
         line.lever = lever
         line.gain = gain
         return line

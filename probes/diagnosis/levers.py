@@ -23,6 +23,7 @@ from probes.diagnosis.gpu_limit import TENSOR_BOUND_PCT, THROTTLE_REASONS, GpuLi
 from probes.diagnosis.gpu_summary import GpuSummary
 from probes.diagnosis.step_facts import StepFacts
 from probes.diagnosis.step_marks import SYNC_WORDS
+from probes.models.peaks import GpuPeak, lookup_gpu
 
 # GPU memory below this share of the total leaves room for more activations (a larger micro-batch, or the
 # activations checkpointing frees): the gpu rule's long-standing bound for "memory allows".
@@ -33,6 +34,8 @@ _PROBE_COMPILED_S: Final = 0.330
 _HW_SLOWDOWNS: Final = ("hw_slowdown", "hw_power_brake_slowdown", "board_limit", "reliability")
 # A limit within this of the board's maximum is at it (NVML reports both in milliwatts; boards round).
 POWER_LIMIT_SLACK_W: Final = 1.0
+# The GPU whose peaks stand in for the job's where gputop's table does not know it.
+_REFERENCE_GPU: Final = "NVIDIA H100 80GB HBM3"
 # fp32 math with the tensor cores this busy runs its matmuls as TF32: plain FP32 never touches them.
 TF32_TENSOR_ACTIVE_PCT: Final = 10.0
 
@@ -172,15 +175,27 @@ def _bf16_action(seen: Seen) -> str:
     return action + ", and TF32 (torch.backends.cuda.matmul.allow_tf32 = True) for matmuls left in fp32"
 
 
+def _peaks(seen: Seen) -> GpuPeak:
+    """The peaks table's entry for the job's GPU (gputop's table, probes/models/peaks.py), else the H100 SXM's: the
+    ratio of two of its dense peaks is the basis of the bf16 lever's estimate."""
+    name = seen.gpu.devices[0].name if seen.gpu.devices else None
+    match = lookup_gpu(name) or lookup_gpu(_REFERENCE_GPU)
+    assert match is not None, _REFERENCE_GPU
+    return match.entry
+
+
 def _bf16_gain(seen: Seen) -> Gain:
+    peaks = _peaks(seen)
+    bf16, tf32, fp32 = peaks.bf16 or 0.0, peaks.tf32 or 0.0, peaks.fp32 or 0.0
     if _tf32_seen(seen):
+        share = "half" if abs(tf32 / bf16 - 0.5) < 0.05 else f"{tf32 / bf16:.0%} of"
         return Gain("up to about half the matmuls' time; the rest of the step does not shrink",
                     f"the tensor cores are at work (tensor active {_figure(seen, 'tensor active'):.0f}%), so the "
-                    "fp32 matmuls already run as TF32, whose dense peak is half bf16's (495 against 989 TFLOP/s on "
-                    "an H100 SXM)", "estimate")
+                    f"fp32 matmuls already run as TF32, whose dense peak is {share} bf16's ({tf32:.0f} against "
+                    f"{bf16:.0f} TFLOP/s on the {peaks.model})", "estimate")
     return Gain("the matmuls' time several-fold; the rest of the step does not shrink",
-                "a Hopper GPU's dense bf16 tensor-core peak is about 15× its FP32 rate (989 against 67 TFLOP/s on "
-                "an H100 SXM), with the tensor cores idle now", "estimate")
+                f"the {peaks.model}'s dense bf16 tensor-core peak is about {bf16 / fp32:.0f}× its FP32 rate "
+                f"({bf16:.0f} against {fp32:.0f} TFLOP/s), with the tensor cores idle now", "estimate")
 
 
 def _tensor_low(seen: Seen) -> bool:

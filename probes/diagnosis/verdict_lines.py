@@ -10,7 +10,7 @@ of kind "finding". A line rebuilt from another (an f-string around it) is a new 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, TypeVar
 
 LineKind = Literal[
     "finding",  # what the rule or the job's comparison found: every untyped line
@@ -24,13 +24,16 @@ LineKind = Literal[
 THIN_EVIDENCE_NOTES: tuple[LineKind, ...] = ("provisional", "holding")
 
 
+_Line = TypeVar("_Line", bound="VerdictLine")
+
+
 class VerdictLine(str):
     """A line of a verdict's evidence or advice, with its kind."""
 
     kind: LineKind
 
-    def __new__(cls, text: str, kind: LineKind) -> VerdictLine:
-        line = super().__new__(cls, text)
+    def __new__(cls: type[_Line], text: str, kind: LineKind) -> _Line:
+        line = str.__new__(cls, text)
         line.kind = kind
         return line
 

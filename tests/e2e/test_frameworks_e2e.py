@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support.jobwatch import TIMEOUT_S, settled, watch_job_until, watch_until
-from support.processes import free_port
+from support.processes import busy_neighbours, free_port
 
 from probes.frame import ROLE_DATALOADER_WORKER
 
@@ -121,8 +121,7 @@ def test_accelerate_launch_straggler_is_named_beside_two_busy_processes(spawn_ta
     DDP's all-reduce inside backward, asleep there though py-spy often flags it awake; the straggler is named, rank 0
     is waiting (not idle, not computing), and the CPUs the job's own ranks use are never counted as other work."""
     began = time.monotonic()
-    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
-    try:
+    with busy_neighbours(2):
         out = tmp_path / "accelerate_straggler.out"
         with out.open("w") as handle:
             launcher = spawn_target("accelerate_straggler.py", "--launch", stdout=handle, stderr=subprocess.STDOUT,
@@ -130,10 +129,6 @@ def test_accelerate_launch_straggler_is_named_beside_two_busy_processes(spawn_ta
         document, _, _, _ = watch_job_until(
             launcher.pid, tmp_path,
             lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait(timeout=10)
     job = document["job"]
     assert (job["kind"], job["world_size"], job["launcher_pid"]) == ("accelerate", 2, launcher.pid)
     headline = document["verdict"]["evidence"][0]

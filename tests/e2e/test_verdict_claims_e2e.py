@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 from support.cli import ready
 from support.paths import REPO
-from support.processes import start_logged, wait_for
+from support.processes import busy_neighbours, start_logged, wait_for
 from support.recorded import frames_so_far
 
+from probes.diagnosis.verdict import THIN_SAMPLES
 from probes.diagnosis.verdict_lines import kind_of
 from probes.frame import Frame, Verdict
 from probes.monitoring.monitor import Monitor
@@ -62,6 +63,23 @@ def _verdicts(frames: list[Frame], hang_after_s: float = 5.0) -> list[Verdict]:
         monitor.ingest(frame)
         shown.append(monitor.view.verdict)
     return shown
+
+
+def _watch_until(pid: int, folder: Path, reached, timeout: float = 240.0):
+    """Run the gputop command on `pid` until `reached(verdicts)` (the verdicts shown so far, replayed from its
+    recording as it grows) returns something; stop it; return (that, every verdict shown)."""
+    command, recording = _start_gputop(pid, folder)
+    try:
+        found = wait_for(lambda: reached(_verdicts(frames_so_far(recording))), timeout=timeout, interval=1.0)
+    finally:
+        _stop(command)
+    return found, _verdicts(frames_so_far(recording))
+
+
+def _settled(bottleneck: str):
+    """reached() for _watch_until: the latest verdict naming `bottleneck` on THIN_SAMPLES samples or more."""
+    return lambda verdicts: next((v for v in reversed(verdicts)
+                                  if v.bottleneck == bottleneck and (v.samples or 0) >= THIN_SAMPLES), None)
 
 
 @pytest.mark.timeout(300)
@@ -138,22 +156,14 @@ def test_a_rate_limited_job_beside_busy_processes_is_told_what_they_cost_it(spaw
     """Issue 38, item 8: rate_limited.py computes 20 ms of each 0.1 s step and sleeps the rest by design; two `yes`
     processes keep the two CPUs busy. The CPUs shared with other work are said with what was measured of their cost,
     the main thread's wait for a CPU (schedstat), and its advice never says the job lacks the CPUs it leaves free."""
-    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
-    try:
+    # The state: a verdict that says what the others cost, as advice with the wait or as "not short".
+    def cost_said(verdicts):
+        return any(kind_of(line) == "contention" and ("not short" in line or "waited" in line)
+                   for v in verdicts for line in (*v.evidence, *v.advice))
+
+    with busy_neighbours(2):
         target = spawn_target("rate_limited.py", stdout=subprocess.PIPE, ready=ready)
-        command, recording = _start_gputop(target.pid, tmp_path)
-        try:
-            # The state: a verdict that says what the others cost, as advice with the wait or as "not short".
-            wait_for(lambda: any(kind_of(line) == "contention" and ("not short" in line or "waited" in line)
-                                 for v in _verdicts(frames_so_far(recording)) for line in (*v.evidence, *v.advice)),
-                     timeout=240, interval=1.0)
-        finally:
-            _stop(command)
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait(timeout=10)
-    verdicts = _verdicts(frames_so_far(recording))
+        _, verdicts = _watch_until(target.pid, tmp_path, cost_said)
     said = [line for v in verdicts for line in (*v.evidence, *v.advice) if kind_of(line) == "contention"]
     assert not any("use the rest" in line for line in said), said
     tips = {line for v in verdicts for line in v.advice if kind_of(line) == "contention"}
@@ -166,20 +176,9 @@ def test_a_rate_limited_job_beside_busy_processes_is_told_what_they_cost_it(spaw
 def test_main_thread_data_work_beside_busy_processes_is_not_sent_to_workers_with_no_cpu(spawn_target, tmp_path):
     """Issue 38, item 10: diag_tokenize.py tokenizes on its main thread; two `yes` processes take the CPUs a worker
     would run on."""
-    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
-    try:
+    with busy_neighbours(2):
         target = start_logged(spawn_target, tmp_path, "diag_tokenize.py")
-        command, recording = _start_gputop(target.pid, tmp_path)
-        try:
-            settled = wait_for(lambda: next((v for v in reversed(_verdicts(frames_so_far(recording)))
-                                             if v.bottleneck == "data_bound" and (v.samples or 0) >= 10), None),
-                               timeout=240, interval=1.0)
-        finally:
-            _stop(command)
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait(timeout=10)
+        settled, _ = _watch_until(target.pid, tmp_path, _settled("data_bound"))
     said = "\n".join(settled.evidence)
     assert "no CPU is left for DataLoader workers beside the step" in said, said
     assert not any("runs it in parallel" in line for line in settled.advice), settled.advice
@@ -190,18 +189,8 @@ def test_main_thread_data_work_beside_busy_processes_is_not_sent_to_workers_with
 def test_cpu_training_at_torchs_default_threads_is_not_told_to_set_them(spawn_target, tmp_path):
     """Issue 38, item 7: diag_cpu_train.py at torch's default threads (the 2 CPUs it may use), a `yes` process on
     one of them: the job gets about 1 of its 2 CPUs, and set_num_threads(2) is what it already runs with."""
-    busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with busy_neighbours(1):
         target = start_logged(spawn_target, tmp_path, "diag_cpu_train.py")
-        command, recording = _start_gputop(target.pid, tmp_path)
-        try:
-            settled = wait_for(lambda: next((v for v in reversed(_verdicts(frames_so_far(recording)))
-                                             if v.bottleneck == "cpu_bound" and (v.samples or 0) >= 10), None),
-                               timeout=240, interval=1.0)
-        finally:
-            _stop(command)
-    finally:
-        busy.kill()
-        busy.wait(timeout=10)
+        settled, _ = _watch_until(target.pid, tmp_path, _settled("cpu_bound"))
     if "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ:  # nothing holds torch's pool
         assert not any("set_num_threads" in line for line in settled.advice), settled.advice

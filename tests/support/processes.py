@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -126,3 +126,17 @@ def processes_started() -> Iterator[list[str]]:
     finally:
         for owner, name, original in reversed(replaced):
             setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def busy_neighbours(count: int, command: Sequence[str] = ("yes",)) -> Iterator[None]:
+    """Within: `count` CPU-burning processes (`yes` by default) beside the test, each in its own session so that no
+    tree gputop watches holds them; killed and reaped on the way out."""
+    neighbours = [subprocess.Popen(list(command), stdout=subprocess.DEVNULL, start_new_session=True)
+                  for _ in range(count)]
+    try:
+        yield
+    finally:
+        for neighbour in neighbours:
+            neighbour.kill()
+            neighbour.wait(timeout=10)

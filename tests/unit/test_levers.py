@@ -71,7 +71,7 @@ def test_bf16_where_fp32_math_is_measured_or_the_compiled_buffers_are_float32():
     assert "bf16_autocast" not in names(seen(TENSOR_BOUND))  # nothing says fp32: no checklist
     advice = offered(seen(FP32))[0]
     assert advice.startswith("bf16 autocast (FP32 pipe 70% while the tensor cores idle)")
-    assert "(estimate: a Hopper GPU's dense bf16 tensor-core peak is about 15× its FP32 rate" in advice
+    assert "(estimate: the H200 SXM's dense bf16 tensor-core peak is about 15× its FP32 rate" in advice
 
 
 def test_drop_checkpointing_when_memory_allows():
