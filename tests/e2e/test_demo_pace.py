@@ -46,7 +46,10 @@ def test_the_demo_pace_matches_its_iteration_counter(tmp_path):
     latest_time, latest_iteration = sightings[-1]
     then_time, then_iteration = next(s for s in reversed(sightings) if latest_time - s[0] >= TIME_AVERAGE_S)
     counted = (latest_time - then_time) / (latest_iteration - then_iteration)
-    assert reading.printed_seconds_per_iter is None, reading  # the printed time agreed with the counter
+    # the printed time agreed with the counter (said whole if not: a loaded CI run failed here, cause not found)
+    assert reading.printed_seconds_per_iter is None, (
+        f"printed {reading.printed_seconds_per_iter} s/iter against the counter's {reading.seconds_per_iter}, this "
+        f"test's own count {counted}; the log's last lines: {log.read_text().splitlines()[-5:]}")
     assert reading.seconds_per_iter == pytest.approx(counted, rel=0.1), (reading.seconds_per_iter, counted)
     print(f"demo pace {reading.seconds_per_iter * 1000:.1f} ms/iter shown, counter {counted * 1000:.1f} ms/iter; "
           f"test took {time.monotonic() - began:.1f} s")
