@@ -105,8 +105,10 @@ def test_two_real_runs_compared_say_the_wider_one_costs_more_per_token(spawn_tar
         assert run["time_shares"], "the recording's main-thread stacks give its time shares"
     assert wide["flops_per_token"] / narrow["flops_per_token"] == pytest.approx(flop_ratio)
     # Which run is quicker is left unasserted: on a shared CPU the load on each run's turn decides it as much as
-    # the FLOPs do. What compare reads and works out from the runs is asserted.
-    assert document["verdict"][0].startswith("wide is ")
+    # the FLOPs do (at this size the FLOPs are not what sets the pace: the two have run within 2% of each other, "the
+    # same speed"). What compare reads and works out from the runs is asserted.
+    assert document["verdict"][0].startswith(("wide is ", "wide runs at the same speed per token as narrow")), \
+        document["verdict"]
     assert f"each of its tokens costs {flop_ratio:.1f}× the FLOPs (n_embd 32 → 96)" in document["verdict"][0]
     assert ("both train 512 tokens per iteration, split differently: batch_size 8 → 4, "
             "gradient_accumulation_steps 2 → 4") in document["verdict"]
@@ -114,7 +116,8 @@ def test_two_real_runs_compared_say_the_wider_one_costs_more_per_token(spawn_tar
     # the training logs alone say the same: their echoed overrides and tokens per iteration line
     from_logs = compare(str(narrow_log), str(wide_log), "--label", "narrow,wide")
     assert from_logs.returncode == 0, from_logs.stderr
-    assert "wide is " in from_logs.stdout and f"costs {flop_ratio:.1f}× the FLOPs" in from_logs.stdout
+    assert ("wide is " in from_logs.stdout or "wide runs at the same speed" in from_logs.stdout)
+    assert f"costs {flop_ratio:.1f}× the FLOPs" in from_logs.stdout
     assert "512 (the log's tokens per iteration)" in from_logs.stdout
 
 
