@@ -3,12 +3,12 @@ frame and what it holds (monitor_view.py). A floor of its own, below the monitor
 and above the diagnosis whose verdict it carries, so no reader of a view imports the code that folds frames.
 """
 
+from probes.reference.job_pace import Pace
 from probes.view.monitor_view import (
     MonitorProtocol,
     MonitorView,
     NodeState,
     NodeStatus,
-    Pace,
     VerdictChange,
 )
 

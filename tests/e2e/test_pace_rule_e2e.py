@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from support.processes import wait_for
 
+from probes.diagnosis.shown import pace_cross_check_line
 from probes.frame import ProgressReading
-from probes.monitoring.monitor import pace_cross_check_line
 from probes.sensors.progress import LogProgressProbe
 from probes.view import Pace
 

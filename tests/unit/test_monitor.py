@@ -10,18 +10,18 @@ from support.frames import FORWARD, T0, TOKENIZE, main_count, make_frame
 from support.nanogpt_case import gpu_bound_frames
 
 import probes.monitoring.monitor as monitor_module
+from probes.diagnosis.shown import pace_cross_check_line
 from probes.frame import ProgressReading
 from probes.monitoring.monitor import (
     NO_LOG_HINT,
     NO_LOG_IN_RECORDING,
     Monitor,
-    Pace,
     fold,
-    pace_cross_check_line,
     recording_meta,
 )
 from probes.outputs.recording import Recorder, load_recording
 from probes.reference.baseline import load_comparison_inputs
+from probes.reference.job_pace import Pace
 
 
 def test_views_carry_history_verdict_and_a_timeline_of_changes():

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from probes.diagnosis.shown import pace_cross_check_line
 from probes.frame import ProgressReading
 from probes.logformats import parse_line
-from probes.monitoring.monitor import pace_cross_check_line
 from probes.pace import AGREES, DISAGREES, HOLD_LINES, PACE_WINDOW_S
 from probes.sensors.progress import LogProgressProbe
 from probes.view import Pace

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from probes.compare import load_run
+from probes.diagnosis.shown import pace_line
 from probes.frame import ProgressReading
 from probes.logformats import format_named, parse_line
 from probes.logformats.composer import reader as composer_reader
 from probes.models import PRESETS, family_of
-from probes.monitoring.monitor import pace_line
 from probes.reference.baseline import PeakOptions, compare_progress, load_comparison_inputs
 from probes.sensors.progress import LogProgressProbe
 from probes.view import Pace
