@@ -18,6 +18,7 @@ from probes.diagnosis.frame_stacks import FrameStacks, Stack, frame_stacks
 from probes.diagnosis.gil import GIL_WINDOW_S, GilSummary, gil_summary
 from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary, target_devices
 from probes.diagnosis.stacks import (
+    CHECKPOINT,
     IO,
     PEER_WAIT_BACKWARD,
     PEER_WAIT_BACKWARD_QUIET,
@@ -367,6 +368,21 @@ def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
     return None
 
 
+def _after_ended_save(frames: Sequence[Frame], main_pid: int) -> list[Frame] | None:
+    """The frames after the last one whose main-thread samples were saving a checkpoint, or None when none is.
+
+    A save is an episode: once it is over, its samples in the window describe what the job did, not what it does,
+    and would hold "saving a checkpoint" for the rest of the window (a 2 s save is 5% of the 10 s window for 10 s
+    after it ended). What recurs is said beside the verdict from the time shares (probes/diagnosis/shown.py)."""
+    for index in range(len(frames) - 1, -1, -1):
+        saving = ThreadProfile()
+        for count in frame_stacks(frames[index], main_pid).main_counts:
+            saving.add(count)
+        if saving.share(CHECKPOINT) > 0:
+            return list(frames[index + 1:])
+    return None
+
+
 def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary, wanting_cpu_pct: float | None) -> PeerWait | None:
     """How the main process, when it is a rank of a multi-rank job, waits for the other ranks where no
     collective frame shows: in backward (no GPU: DDP's reducer on gloo; any backward sample when its main thread
@@ -400,9 +416,12 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
 
     main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     after_change = _after_phase_change(stack_frames)
+    if after_change is None and main.share(CHECKPOINT) > 0:
+        after_change = _after_ended_save(stack_frames, main_pid)
     if after_change is not None:
-        # The cheap signals moved (the sampler looked again): the samples before describe the earlier phase
-        # and would hold the old verdict for a whole window. Once enough new ones are in, only they count.
+        # The cheap signals moved (the sampler looked again), or a save ended: the samples before describe the
+        # earlier phase and would hold the old verdict for a whole window. Once enough new ones are in, only they
+        # count.
         profiles = _profiles(after_change, main_pid, waits_for_peers)
         if profiles[0].samples >= PHASE_CHANGE_SAMPLES:
             stack_frames = after_change

@@ -1038,3 +1038,17 @@ def test_confidence_does_not_swing_while_nothing_changes():
     assert {v.bottleneck for v in settled} == {"data_bound"}
     confidences = [v.confidence for v in settled]
     assert max(confidences) - min(confidences) <= 0.15, confidences
+
+
+def test_the_saving_verdict_ends_when_the_save_does():
+    """Issue 38 item 11 and issue 39: after a save ended, "saving a checkpoint" stood for the rest of the stack window
+    (its samples are 5% of it for 10 s). Once the window after the save holds enough samples of its own, the verdict
+    is what the job does now, and the save a phase that recurs beside it."""
+    computing = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(8)]
+    saving = [make_frame(i, counts=[main_count(TORCH_SAVE, n=10)], cpu=60.0, write_chars_per_s=350e6)
+              for i in range(8, 16)]
+    after = [make_frame(i, counts=[main_count(FORWARD, n=10)], cpu=100.0) for i in range(16, 21)]
+    verdicts = run(computing + saving + after)
+    assert verdicts[7].bottleneck == "cpu_bound"
+    assert verdicts[15].bottleneck == "checkpoint_save", [v.bottleneck for v in verdicts]
+    assert [v.bottleneck for v in verdicts[17:]] == ["cpu_bound"] * 4, [v.bottleneck for v in verdicts]
