@@ -27,11 +27,11 @@ from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
-from probes.diagnosis.rules import evaluate_rules
+from probes.diagnosis.rules import ENTER_SCORE, evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
 from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
-from probes.diagnosis.rules.unknown import starting
+from probes.diagnosis.rules.unknown import start_imports, starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
 from probes.frame import Frame, Verdict
 
@@ -73,7 +73,10 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         return _exited(latest, previous), None
     evidence = gather(history, hang_after_s)
     liveness = evidence.liveness
-    starting_up = starting(evidence) if previous is None or previous.bottleneck == "unknown" else None
+    imports = start_imports(evidence)
+    starting_up = imports if previous is None or previous.bottleneck == "unknown" else None
+    candidates = evaluate_rules(evidence) if liveness not in ("hung", "sleeping") else []
+    limit = _limit_while_starting(candidates) if starting_up is not None else None
     if liveness == "hung":
         candidate = hung_bottleneck(evidence, hang_after_s)
         # Resting on the log's age, the hang has been watched only as long as gputop has watched: it grows with that.
@@ -82,11 +85,15 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
     elif liveness == "sleeping":
         candidate = sleeping_bottleneck(evidence)
         confidence = min(1.0, 0.6 + 0.4 * (evidence.stuck_for_s - hang_after_s) / max(hang_after_s, 1.0))
-    elif starting_up is not None:
-        candidate, confidence = starting_up, 0.0  # the imports say nothing of what will limit the training
+    elif starting_up is not None and limit is None:
+        candidate, confidence = starting(starting_up), 0.0  # the imports say nothing of what will limit the training
     else:
-        candidates = evaluate_rules(evidence)
-        candidate = _choose(candidates, previous, evidence.main.samples)
+        candidate = limit if limit is not None else _choose(candidates, previous, evidence.main.samples)
+        if imports is not None and FACTS_BY_NAME[candidate.bottleneck].news_while_starting:
+            # slow *because* of the quota, or of the GIL holder, is not "starting": both are said
+            also = f"{imports.words()}, {FACTS_BY_NAME[candidate.bottleneck].words} as it imports"
+            candidate = dataclasses.replace(candidate, evidence=[*candidate.evidence[:1], also,
+                                                                 *candidate.evidence[1:]])
         confidence = _confidence(candidate, evidence, previous, latest.time)
         if candidate.held_over and previous is not None:
             confidence = previous.confidence  # neither grows nor decays on samples that are not its own
@@ -168,6 +175,13 @@ def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples:
     if held.score < STAY_SCORE or winner.score >= held.score + SWITCH_MARGIN:
         return winner
     return held
+
+
+def _limit_while_starting(candidates: list[Candidate]) -> Candidate | None:
+    """The strongest limit measured outside the code (a quota's throttling, a GIL holder), which is the verdict while
+    the job imports: every other reading would describe the imports."""
+    return next((c for c in candidates if c.score >= ENTER_SCORE and FACTS_BY_NAME[c.bottleneck].news_while_starting),
+                None)
 
 
 def _holds(candidate: Candidate, liveness: str, previous: Verdict | None) -> bool:

@@ -5,6 +5,8 @@ that does not move, is a hang from the second frame."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from support.frames import (
     DATALOADER_WAIT,
     FORWARD,
@@ -22,7 +24,7 @@ from support.frames import (
 )
 
 from probes.diagnosis.shares import SPEEDUP_MIN_SAMPLES
-from probes.frame import ProgressReading
+from probes.frame import CpuReading, GilSamples, ProgressReading, StackCount
 from probes.monitoring.monitor import fold
 
 WORK = (fr("work", TRAIN, 56), fr("main", TRAIN, 70)) + ROOT[1:]  # called again and again from main's loop
@@ -109,3 +111,46 @@ def test_a_log_still_past_the_hang_threshold_and_no_cpu_is_hung_from_the_second_
             for i in range(4)]
     assert all(v.liveness != "hung" for v in run(busy))
     assert PID == frames[-1].target.pid
+
+
+def _importing_frame(i: int, **kw):
+    return make_frame(i, counts=[main_count(IMPORTING_TORCH, n=9), main_count(BUILDING, n=1)], **kw)
+
+
+def test_a_throttling_quota_is_said_while_the_job_is_still_importing():
+    """Issue 39: a job in a 0.2-CPU cgroup, slow inside its imports *because* of the quota, was said "starting: …
+    importing modules in 32 of 32 samples", its measured throttling (100% of periods) left out. A measured limit is
+    news in any phase."""
+    quota = CpuReading(cgroup_version="v2", quota_cpus=0.2, quota_source="/gputop-test", effective_cpus=0.2,
+                       affinity_cpus=8, usage_cpus=0.2, throttled_fraction=1.0, runnable_threads=1)
+    verdicts = run([_importing_frame(i, cpu_reading=quota, processes=[proc(cpu=20.0)]) for i in range(6)])
+    last = verdicts[-1]
+    assert last.bottleneck == "cpu_throttled", last.evidence
+    assert last.evidence[0].startswith("throttled in 100% of CPU periods: cgroup quota 0.2 CPUs")
+    assert ("starting: the main thread was importing modules in 54 of 60 samples (from <module> (train.py:3)), "
+            "CPU quota-throttled as it imports") in last.evidence
+    # the same imports with no quota are still only starting
+    free = run([_importing_frame(i, cpu=100.0) for i in range(6)])[-1]
+    assert free.bottleneck == "unknown" and free.evidence[0].startswith("starting:")
+
+
+HELPER = (fr("aggregate_metrics", "/home/alice/telemetry.py", 41), fr("run", STDLIB + "threading.py", 1010))
+
+
+def test_a_thread_holding_the_gil_while_the_job_imports_is_named():
+    """Issue 39: a thread that held the GIL starved the main thread inside the lazy imports of its first optimizer
+    step, and the verdict said "starting: the main thread was importing modules in 13 of 13 samples" where the GIL
+    holder used to be named."""
+    def contended(i: int):
+        frame = _importing_frame(i, cpu=40.0, main_thread_cpu_pct=10.0, main_thread_runqueue_pct=2.0)
+        holders = (StackCount(pid=PID, tid=PID + 7, thread_name="metrics_aggregator", idle=False, frames=HELPER,
+                              count=40),
+                   StackCount(pid=PID, tid=PID, thread_name="MainThread", idle=False, frames=IMPORTING_TORCH,
+                              count=4))
+        return dataclasses.replace(frame, stacks=dataclasses.replace(
+            frame.stacks, gil=(GilSamples(pid=PID, samples=49, holders=holders),)))
+    last = run([contended(i) for i in range(6)])[-1]
+    assert last.bottleneck == "gil_contention", last.evidence
+    assert last.evidence[0].startswith("thread metrics_aggregator, in aggregate_metrics (telemetry.py:41), holds "
+                                       "the GIL 82% of the time")
+    assert any(line.startswith("starting: the main thread was importing modules") for line in last.evidence)

@@ -20,6 +20,7 @@ CANNOT_SEE = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

@@ -23,6 +23,7 @@ CHECKPOINT_SAVE = BottleneckFacts(
         why="if checkpoints were saved in the background (saving takes {pct} of the time)"),
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

@@ -21,6 +21,7 @@ COMMS_BOUND = BottleneckFacts(
         why="if collectives overlapped with compute (they take {pct} of the time)"),
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

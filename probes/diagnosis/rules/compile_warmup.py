@@ -34,6 +34,7 @@ COMPILE_WARMUP = BottleneckFacts(
         why="if the recompiles stopped (compiling takes {pct} of the time)"),
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

@@ -41,6 +41,7 @@ CPU_BOUND = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

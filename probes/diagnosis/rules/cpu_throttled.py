@@ -19,6 +19,7 @@ CPU_THROTTLED = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=True,
 )
 
 
@@ -32,7 +33,8 @@ def evaluate(ev: Evidence) -> Candidate | None:
     lines = [f"throttled in {percent(fraction)} of CPU periods: {quota}{source}"]
     effective = cpu.effective_cpus if cpu.effective_cpus is not None else cpu.quota_cpus
     if cpu.runnable_threads is not None and effective:
-        lines.append(f"{cpu.runnable_threads} runnable threads on {cpu_amount(effective)}")
+        threads = cpu.runnable_threads
+        lines.append(f"{threads} runnable thread{'s' if threads != 1 else ''} on {cpu_amount(effective)}")
     if cpu.usage_cpus is not None:
         lines.append(f"using {cpu.usage_cpus:.2f} CPUs")
     environment = ev.latest.target.environment

@@ -36,6 +36,7 @@ DATA_BOUND = BottleneckFacts(
         why="if the input pipeline kept up (it holds the step {pct} of the time)"),
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

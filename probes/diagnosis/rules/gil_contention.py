@@ -36,6 +36,7 @@ GIL_CONTENTION = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=True,
 )
 
 

@@ -30,6 +30,7 @@ GPU_BOUND = BottleneckFacts(
     fix_removes=None,
     gpu_busy=True,
     kernels_bound=True,
+    news_while_starting=False,
 )
 
 GPU_THROTTLED = BottleneckFacts(
@@ -42,6 +43,7 @@ GPU_THROTTLED = BottleneckFacts(
     fix_removes=None,
     gpu_busy=True,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

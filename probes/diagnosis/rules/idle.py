@@ -27,6 +27,7 @@ IDLE = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

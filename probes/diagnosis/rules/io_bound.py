@@ -20,6 +20,7 @@ IO_BOUND = BottleneckFacts(
         why="if reads kept up (they hold the step {pct} of the time)"),
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 

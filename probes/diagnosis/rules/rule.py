@@ -59,6 +59,10 @@ class BottleneckFacts:
     # The GPU's kernels at full clocks are the limit: the MFU on the pace line says whether they run as fast as
     # this model allows, or are worth a look (dtype, fusion, batch size).
     kernels_bound: bool
+    # A limit measured from outside the code the main thread runs (a quota's throttling, another thread holding the
+    # GIL): it slows the job's imports as much as its training, so it is the verdict while the job is starting too,
+    # where every other reading would describe the imports (probes/diagnosis/rules/unknown.py: starting).
+    news_while_starting: bool
 
 
 @dataclass

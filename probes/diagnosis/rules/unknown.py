@@ -4,6 +4,8 @@ places it after the rules strong enough to be the verdict; diagnose asks `starti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.rules.lines import percent
 from probes.diagnosis.rules.rule import BottleneckFacts, Candidate
@@ -25,6 +27,7 @@ UNKNOWN = BottleneckFacts(
     fix_removes=None,
     gpu_busy=False,
     kernels_bound=False,
+    news_while_starting=False,
 )
 
 
@@ -38,9 +41,21 @@ def no_rule_fits(ev: Evidence) -> Candidate:
     return Candidate("unknown", 0.0, [f"no rule fits yet: main thread {top} of {ev.main.samples} samples"])
 
 
-def starting(ev: Evidence) -> Candidate | None:
-    """No verdict while the main thread mostly imports modules: what is measured is the import, not the training
-    loop. Asked only before any verdict is reached (a lazy import later in a run is part of that run)."""
+@dataclass(frozen=True)
+class StartImports:
+    """The main thread mostly importing modules: `done` of its `samples` samples, most of them from `where`."""
+
+    done: int
+    samples: int
+    where: str
+
+    def words(self) -> str:
+        return (f"starting: the main thread was importing modules in {self.done} of {self.samples} samples "
+                f"(from {self.where})")
+
+
+def start_imports(ev: Evidence) -> StartImports | None:
+    """The job's imports, where they hold at least STARTING_IMPORT_SHARE of the main thread's samples."""
     samples = ev.main.samples
     importing: dict[str, int] = {}
     for stack, count in ev.main.stacks.items():
@@ -50,6 +65,11 @@ def starting(ev: Evidence) -> Candidate | None:
     done = sum(importing.values())
     if not samples or done < STARTING_IMPORT_SHARE * samples:
         return None
-    where = max(importing, key=importing.__getitem__)
-    return Candidate("unknown", 0.0, [f"starting: the main thread was importing modules in {done} of {samples} "
-                                      f"samples (from {where}): no verdict until it runs its own code"])
+    return StartImports(done, samples, max(importing, key=importing.__getitem__))
+
+
+def starting(imports: StartImports) -> Candidate:
+    """No verdict while the main thread mostly imports modules: what is measured is the import, not the training
+    loop. Asked only before any verdict is reached (a lazy import later in a run is part of that run), and only
+    where no limit measured outside the code (BottleneckFacts.news_while_starting) holds the imports back."""
+    return Candidate("unknown", 0.0, [f"{imports.words()}: no verdict until it runs its own code"])
