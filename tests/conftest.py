@@ -170,6 +170,22 @@ def spawn_target():
 
 
 @pytest.fixture
+def tiny_cpu_quota():
+    """A real cgroup of 0.2 CPU (tests/support/cpu_quota.py); yields a function that moves a PID into it; removed
+    afterwards. Skips where this machine cannot make one."""
+    from support.cpu_quota import group_name, tiny_cpu_quota
+    try:
+        quota = tiny_cpu_quota(group_name())
+        enter = quota.__enter__()
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup with a CPU quota here: {exc}")
+    try:
+        yield enter
+    finally:
+        quota.__exit__(None, None, None)
+
+
+@pytest.fixture
 def jobs(tmp_path):
     """The job picker's real jobs (tests/support/picker_jobs.py), started from a folder no other test uses and
     ready; stopped when the test ends."""

@@ -34,7 +34,6 @@ pytestmark = pytest.mark.slow
 DURATION_S = 8.0
 HANG_AFTER_S = 5.0
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "frames"
-CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 
 def watch(pid: int, tmp_path: Path, case: str, duration: float = DURATION_S, extra: tuple[str, ...] = ()):
@@ -311,43 +310,10 @@ def test_stream_from_a_server_gone_silent_is_hung_and_names_the_peer(spawn_targe
     assert hung_at is not None and hung_at <= 3.0 + 2.0, timeline
 
 
-@pytest.fixture
-def tiny_cpu_quota():
-    """A v1 cgroup limited to 0.2 CPU; yields a function that moves a PID into it; removed afterwards."""
-    group = CGROUP_V1_CPU / f"gputop_diag_{os.getpid()}"
-    try:
-        group.mkdir()
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text("20000")
-    except OSError as exc:
-        pytest.skip(f"cannot make a v1 cpu cgroup under {CGROUP_V1_CPU}: {exc}")
-
-    def enter(pid: int) -> None:
-        (group / "cgroup.procs").write_text(str(pid))
-
-    try:
-        yield enter
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            try:
-                (CGROUP_V1_CPU / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # already gone
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-
 def test_loop_in_a_tiny_cpu_quota_is_cpu_throttled(spawn_target, tmp_path, tiny_cpu_quota):
     target = start_logged(spawn_target, tmp_path, "diag_cpu_train.py", "--threads", "8")
     tiny_cpu_quota(target.pid)
-    wait_for(lambda: "gputop_diag" in Path(f"/proc/{target.pid}/cgroup").read_text(), timeout=5)
+    wait_for(lambda: "gputop_quota" in Path(f"/proc/{target.pid}/cgroup").read_text(), timeout=5)
     verdict, frames = watch(target.pid, tmp_path, "cpu_quota")
     check("8 torch threads in a 0.2-CPU cgroup", verdict, frames, "cpu_throttled", "progressing",
           "throttled in ")

@@ -194,3 +194,22 @@ def test_cpu_training_at_torchs_default_threads_is_not_told_to_set_them(spawn_ta
         settled, _ = _watch_until(target.pid, tmp_path, _settled("cpu_bound"))
     if "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ:  # nothing holds torch's pool
         assert not any("set_num_threads" in line for line in settled.advice), settled.advice
+
+
+@pytest.mark.timeout(300)
+def test_a_job_throttled_by_its_quota_while_it_imports_is_named_throttled(spawn_target, tmp_path, tiny_cpu_quota):
+    """Issue 39: a job in a 0.2-CPU cgroup, slow inside its imports because of the quota, was said "starting: …
+    importing modules in 32 of 32 samples", its measured throttling (100% of periods) left out. slow_start.py's import
+    runs Python for ten minutes of wall time: it is importing for the whole test."""
+    target = spawn_target("slow_start.py", "--import-seconds", "600", stdout=subprocess.PIPE, text=True,
+                          ready=lambda proc: proc.stdout.readline().strip() == "started", timeout=60)
+    tiny_cpu_quota(target.pid)
+    named, verdicts = _watch_until(target.pid, tmp_path, lambda verdicts: next(
+        (v for v in reversed(verdicts) if v.bottleneck == "cpu_throttled"
+         and any(line.endswith("CPU quota-throttled as it imports") for line in v.evidence)), None))
+    assert named.evidence[0].startswith("throttled in "), named.evidence
+    assert any(line.startswith("starting: the main thread was importing modules in ")
+               and "(from <module> (slow_start.py:" in line for line in named.evidence), named.evidence
+    # never "starting" once the throttling was measured: a measured limit is news in any phase
+    first = next(i for i, v in enumerate(verdicts) if v.bottleneck == "cpu_throttled")
+    assert all(v.bottleneck == "cpu_throttled" for v in verdicts[first:]), [v.bottleneck for v in verdicts]
