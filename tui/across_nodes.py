@@ -47,8 +47,7 @@ def agent_argv(args: argparse.Namespace, target: list[str] | None = None) -> lis
 
 def agent_specs(args: argparse.Namespace):
     """One AgentSpec per node: from the test-only --agent-command, or one srun per node of the Slurm job."""
-    from probes.monitoring.cluster import AgentSpec
-    from probes.sensors.slurm import SlurmError, agent_step_command, job_nodes
+    from probes.monitoring import AgentSpec, SlurmError, agent_step_command, job_nodes
 
     if args.agent_command:
         return [AgentSpec(f"agent-{i + 1}", tuple(shlex.split(command)))
@@ -97,8 +96,8 @@ def ssh_agent_command(host: str, argv: list[str]) -> tuple[str, ...]:
 
 
 def run_across_nodes(args: argparse.Namespace) -> int:
-    from probes.monitoring.cluster import AgentStreams, ClusterMonitor, run_merge
-    from probes.outputs.snapshot import write_json_atomic
+    from probes.monitoring import AgentStreams, ClusterMonitor, run_merge
+    from probes.outputs import write_json_atomic
 
     if args.hosts and (args.slurm_job is not None or args.agent_command):
         raise UsageError("--hosts starts the agents over ssh: give it without --slurm-job (Slurm starts them)")
@@ -157,8 +156,8 @@ def run_across_nodes(args: argparse.Namespace) -> int:
 
 
 def _recorder(args: argparse.Namespace):
-    from probes.monitoring.monitor import recording_meta
-    from probes.outputs.recording import Recorder
+    from probes.monitoring import recording_meta
+    from probes.outputs import Recorder
 
     if not args.record:
         return None

@@ -34,11 +34,18 @@ from textual.worker import get_current_worker
 
 from probes.doctor import Check
 from probes.frame import Frame
-from probes.monitoring.cluster import SUMMARY_MIN_RANKS, AgentStreams, ClusterMonitor, RankGroup, agreeing_ranks
-from probes.monitoring.engine import Engine
-from probes.monitoring.monitor import Monitor, recording_meta
-from probes.outputs.recording import Recorder
-from probes.reference.baseline import ComparisonInputs
+from probes.monitoring import (
+    SUMMARY_MIN_RANKS,
+    AgentStreams,
+    ClusterMonitor,
+    Engine,
+    Monitor,
+    RankGroup,
+    agreeing_ranks,
+    recording_meta,
+)
+from probes.outputs import Recorder
+from probes.reference import ComparisonInputs
 from probes.view import MonitorProtocol, MonitorView
 from tui import header
 from tui.exitcodes import EXIT_INTERRUPTED, EXIT_OK

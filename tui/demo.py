@@ -62,7 +62,7 @@ def run_demo(interval_s: float) -> int:
     if importlib.util.find_spec("torch") is None:
         print("gputop demo needs torch: pip install 'gputop[probe]'", file=sys.stderr)
         return EXIT_NEEDS_TORCH
-    from probes.monitoring.engine import Engine, EngineConfig
+    from probes.monitoring import Engine, EngineConfig
     from tui.app import exit_status, make_app
 
     def unwind(signum, _frame) -> None:  # before the screen is up: leave through the `finally` below

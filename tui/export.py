@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probes.frame import Frame
-from probes.outputs.private_files import make_private_dir, write_private_text
-from probes.outputs.snapshot import write_json_atomic
+from probes.outputs import make_private_dir, write_json_atomic, write_private_text
 
 
 def snapshots_dir() -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from probes.jobs.census import JSON_SCHEMA, CensusReading, JobSummary, NotAJob
+from probes.monitoring import JSON_SCHEMA, CensusReading, JobSummary, NotAJob
 from tui.panes.text import duration
 
 COLUMNS = ("PID", "JOB", "GPU", "CPU%", "AGE", "COMMAND")

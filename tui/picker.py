@@ -26,7 +26,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
-from probes.jobs.census import CensusReading, job_matches, sort_jobs
+from probes.monitoring import CensusReading, job_matches, sort_jobs
 from tui.joblist import COLUMNS, job_cells
 
 REFRESH_S = 2.0

@@ -17,10 +17,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from probes.monitoring.node_watch import DEFAULT_FOLLOW_SCAN_S, NodeWatch
+from probes.monitoring import DEFAULT_FOLLOW_SCAN_S, NodeWatch
 
 if TYPE_CHECKING:  # imported where first used, as the other heavy parts
-    from probes.monitoring.monitor import Monitor
+    from probes.monitoring import Monitor
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 9407  # near dcgm-exporter's 9400, not on it: both run on one GPU node
@@ -61,7 +61,7 @@ class Server:
                  mfu_floor: float | None = None, scan_interval_s: float = DEFAULT_FOLLOW_SCAN_S,
                  log=lambda line: print(f"gputop: {line}", file=sys.stderr, flush=True), gpu=None) -> None:
         """gpu: the shared GPU reader (probes.sensors.nvml.SharedGpuReading; tests pass one over a fake NVML)."""
-        from probes.outputs.exporter import WatchedView
+        from probes.outputs import WatchedView
 
         self._hang_after_s = hang_after_s
         self._comparison = comparison
@@ -90,8 +90,8 @@ class Server:
 
     def step(self) -> None:
         """One tick of every watched target, each frame folded into its monitor; the views published whole."""
-        from probes.monitoring.monitor import Monitor
-        from probes.outputs.exporter import WatchedView
+        from probes.monitoring import Monitor
+        from probes.outputs import WatchedView
 
         published = []
         for each in self.node.tick():

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from probes.frame import Frame
-from probes.monitoring.cluster import AgentStreams, ClusterMonitor, run_merge
-from probes.monitoring.engine import Engine, run_ticks
-from probes.monitoring.monitor import Monitor
+from probes.monitoring import AgentStreams, ClusterMonitor, Engine, Monitor, run_merge, run_ticks
 from probes.view import MonitorProtocol, MonitorView
 
 # What a source hands the app: a view, and what a Flight Recorder dump request did, rank by rank, at that frame

@@ -9,6 +9,12 @@ whole T×T score matrix, and how the frameworks that print an MFU count theirs).
 
 Adding a family is a new module with a ``FAMILY``, one line in ``FAMILIES``, a row in docs/models.md and a
 fixture of published parameter counts in tests/fixtures/models/ (tests/unit/test_models.py asks for each).
+
+This package is also the front ends' door to the models: tui/ imports the names in ``__all__`` from
+``probes.models``, never from its modules; those of convention, gpt2, peaks and stated_settings are re-exported
+here, since none of them imports this package. mfu.py and hf_config.py read the registry here (FAMILIES,
+family_of), so re-exporting them would import in a circle (tests/unit/test_import_cycles.py): the front ends
+take their names from ``probes.reference``, the floor above, which measures a run's pace against them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,28 @@ from dataclasses import Field
 from typing import Any, ClassVar, Protocol
 
 from probes.models import gpt2, llama, moe
+from probes.models.convention import ATTENTION_CONVENTION
+from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, GptShape, explain_nanogpt_mfu
+from probes.models.peaks import DTYPES, PeakFlops, lookup_gpu, peak_flops, user_peak
+from probes.models.stated_settings import SettingName
+
+__all__ = [
+    "ATTENTION_CONVENTION",
+    "DTYPES",
+    "FAMILIES",
+    "NANOGPT_PROMISED_FLOPS",
+    "PRESETS",
+    "GptShape",
+    "ModelFamily",
+    "ModelShape",
+    "PeakFlops",
+    "SettingName",
+    "explain_nanogpt_mfu",
+    "family_of",
+    "lookup_gpu",
+    "peak_flops",
+    "user_peak",
+]
 
 
 class ModelShape(Protocol):

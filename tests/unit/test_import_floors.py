@@ -8,6 +8,7 @@ which belongs with the sensors): they are named in STILL_UP so that any new one 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +60,55 @@ def test_every_part_of_probes_has_a_floor():
 def test_no_import_runs_back_up_a_floor():
     up = sorted((module, imported) for module, imported in _imports() if _floor(imported) > _floor(module))
     assert up == [], up
+
+
+# What tui/ may import of probes/ beyond probes.view (the door to a run's view and to what the panes compute from it,
+# probes/view/panes.py): the package itself (its version), the frozen dataclasses every part passes on (frame),
+# the doors of the packages the front ends start or read (monitoring, outputs, reference, models: each package's
+# __init__ re-exports the names they use, from its own modules and the floors below it), and the two commands'
+# engines (compare, doctor). A name a front end newly needs goes into one of these doors, not into tui/ as a new
+# module to import (docs/architecture.md, "The tree").
+FRONT_END_DOORS = frozenset({
+    "probes",
+    "probes.frame",
+    "probes.monitoring",
+    "probes.outputs",
+    "probes.reference",
+    "probes.models",
+    "probes.compare",
+    "probes.doctor",
+})
+
+
+def test_the_front_ends_import_probes_through_its_doors():
+    imported = {target for module, target in _imports()
+                if module.startswith("tui") and target.split(".")[0] == "probes"
+                and target != "probes.view" and not target.startswith("probes.view.")}
+    assert imported <= FRONT_END_DOORS, sorted(imported - FRONT_END_DOORS)
+    assert len(FRONT_END_DOORS) <= 8
+
+
+LAZY_DOORS = ("probes.monitoring", "probes.outputs", "probes.reference")
+
+
+def _typed_names(package: str) -> dict[str, str]:
+    """What the door's `if TYPE_CHECKING:` block imports, name by name: where the type checker finds each."""
+    path = REPO.joinpath(*package.split("."), "__init__.py")
+    found = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom) and statement.module
+                found |= {alias.asname or alias.name: statement.module for alias in statement.names}
+    return found
+
+
+def test_each_lazy_door_says_the_same_to_the_type_checker_and_at_run_time():
+    """A lazy door names each of its names three times (the imports under TYPE_CHECKING, _HOMES, __all__): they
+    agree, and each name, looked up, is its home's own object."""
+    for package in LAZY_DOORS:
+        door = importlib.import_module(package)
+        assert _typed_names(package) == door._HOMES, package
+        assert sorted(door.__all__) == sorted(door._HOMES), package
+        for name, home in door._HOMES.items():
+            assert getattr(door, name) is getattr(importlib.import_module(home), name), (package, name)

@@ -81,7 +81,7 @@ def resolve_agent_slurm_job(args: argparse.Namespace):
     """--slurm-job on this node: args.pid set to the slurmstepd of the job's tasks here, and None; where the job
     holds this node but no task of it runs here, what Slurm says of that (a NoTaskHere, said instead of frames); a
     UsageError otherwise (no such job, one that does not run or does not hold this node)."""
-    from probes.sensors.slurm import NoTaskHere, SlurmError, agent_target
+    from probes.monitoring import NoTaskHere, SlurmError, agent_target
 
     found = agent_target(args.slurm_job, node_name())
     if isinstance(found, SlurmError):
@@ -104,7 +104,7 @@ class _SlurmTasks:
     def now(self, *, ended: bool = False):
         """The slurmstepd PID of the job's tasks here to watch, the NoTaskHere to say, or a SlurmError (the job has
         ended, or no longer holds this node)."""
-        from probes.sensors.slurm import NoTaskHere, SlurmError, agent_target
+        from probes.monitoring import NoTaskHere, SlurmError, agent_target
 
         if not ended and self.no_task is not None and self._asked is not None and \
                 time.monotonic() - self._asked < SLURM_RECHECK_S:
@@ -124,11 +124,8 @@ def stream_frames(args: argparse.Namespace, out, no_task=None) -> int:
     """Write the header, then every tick's frames (with --slurm-job where no task of the job runs here: a note
     saying so, from `no_task` on), to `out` until the job ends, `out` closes or a signal."""
     from probes.frame import to_jsonable
-    from probes.monitoring.cluster import AgentNote, agent_note_line
-    from probes.monitoring.monitor import recording_meta
-    from probes.monitoring.node_watch import NodeWatch
-    from probes.outputs.recording import json_line, recording_header
-    from probes.sensors.slurm import SlurmError
+    from probes.monitoring import AgentNote, NodeWatch, SlurmError, agent_note_line, recording_meta
+    from probes.outputs import json_line, recording_header
 
     node = node_name()
     slurm = _SlurmTasks(args.slurm_job, node, no_task) if getattr(args, "slurm_job", None) is not None else None

@@ -129,7 +129,7 @@ class AttachCommand:
             check_a_job(args.pid, read_gpu=not args.no_gpu)
         if args.snapshot is not None or args.duration is not None or args.flamegraph is not None:
             return run_headless(args, comparison)
-        from probes.monitoring.engine import Engine
+        from probes.monitoring import Engine
         from tui.app import exit_status, make_app
 
         startup_checks = attach_checks(args)
@@ -148,7 +148,7 @@ class AttachCommand:
 def runs_here(step) -> bool:
     """Whether this node runs a task of the Slurm job (then --slurm-job watches it here); Slurm missing or no
     such job is a UsageError, said before anything starts."""
-    from probes.sensors.slurm import SlurmError, show_job, slurm_missing, step_root
+    from probes.monitoring import SlurmError, show_job, slurm_missing, step_root
 
     problem = slurm_missing() or show_job(step)
     if isinstance(problem, SlurmError):
@@ -160,7 +160,7 @@ def check_a_job(pid: int, *, read_gpu: bool) -> None:
     """A PID named by the user that is no training job (the machine's init, the shell gputop runs in: see
     census.not_a_training_job) is a UsageError, said in one line with the jobs `--list` finds, before anything
     starts."""
-    from probes.jobs.census import JobCensus, not_a_training_job
+    from probes.monitoring import JobCensus, not_a_training_job
     from tui.joblist import not_a_job_line
 
     found = not_a_training_job(pid, lambda: JobCensus(read_gpu=read_gpu))
@@ -179,7 +179,7 @@ class ChosenJob:
 def choose_job(args: argparse.Namespace) -> ChosenJob | int:
     """No PID given: print the list (--list, or no terminal) and return the exit status, or return the job to
     attach: the only one, or the one picked in the picker. No job: one line, EXIT_NO_JOB."""
-    from probes.jobs.census import JobCensus, list_jobs, sort_jobs
+    from probes.monitoring import JobCensus, list_jobs, sort_jobs
     from tui.joblist import NO_JOB_LINE, json_document, one_job_note, text_table
 
     interactive = not args.list and sys.stdin.isatty() and sys.stdout.isatty()
@@ -243,8 +243,8 @@ def tell_flight_recorder_asks(frame) -> None:
 
 def open_recorder(args: argparse.Namespace, comparison=None):
     """The Recorder for --record (None without it); a file that cannot be opened is a usage error."""
-    from probes.monitoring.monitor import recording_meta
-    from probes.outputs.recording import Recorder
+    from probes.monitoring import recording_meta
+    from probes.outputs import Recorder
 
     if not args.record:
         return None
@@ -256,9 +256,8 @@ def open_recorder(args: argparse.Namespace, comparison=None):
 
 def run_headless(args: argparse.Namespace, comparison=None) -> int:
     """Sample for --duration seconds; write the snapshot and/or the recording. Ctrl-C still writes."""
-    from probes.monitoring.engine import Engine, run_ticks
-    from probes.monitoring.monitor import Monitor
-    from probes.outputs.snapshot import write_json_atomic
+    from probes.monitoring import Engine, Monitor, run_ticks
+    from probes.outputs import write_json_atomic
 
     duration = args.duration or DEFAULT_SNAPSHOT_DURATION_S
     recorder = open_recorder(args, comparison)
@@ -267,7 +266,7 @@ def run_headless(args: argparse.Namespace, comparison=None) -> int:
     engine = Engine(args.pid, engine_config(args))
     profile = None
     if args.flamegraph is not None:
-        from probes.sampling.pyspy_binary import ProfileRecording
+        from probes.monitoring import ProfileRecording
 
         profile = ProfileRecording(engine.root_pid, args.flamegraph, native=args.native)
     stop = threading.Event()

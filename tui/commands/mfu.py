@@ -10,12 +10,19 @@ import argparse
 import dataclasses
 import json
 
-from probes.models import ModelShape, family_of
-from probes.models.convention import ATTENTION_CONVENTION
-from probes.models.gpt2 import NANOGPT_PROMISED_FLOPS, GptShape, explain_nanogpt_mfu
-from probes.models.mfu import MfuEstimate, estimate_mfu, mfu_doubts
-from probes.models.peaks import PeakFlops, lookup_gpu, peak_flops, user_peak
-from probes.sensors.nvml import gpu_names
+from probes.models import (
+    ATTENTION_CONVENTION,
+    NANOGPT_PROMISED_FLOPS,
+    GptShape,
+    ModelShape,
+    PeakFlops,
+    explain_nanogpt_mfu,
+    family_of,
+    lookup_gpu,
+    peak_flops,
+    user_peak,
+)
+from probes.reference import MfuEstimate, estimate_mfu, gpu_names, mfu_doubts
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
 from tui.commands.shared import UsageError, add_peak_arguments, positive_float, positive_int
 from tui.exitcodes import EXIT_OK

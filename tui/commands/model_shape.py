@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from probes.models import PRESETS, ModelShape
-from probes.models.gpt2 import GptShape
-from probes.models.hf_config import ModelConfigError, named_shape
+from probes.models import PRESETS, GptShape, ModelShape
+from probes.reference import ModelConfigError, named_shape
 from tui.commands.shared import UsageError, positive_int
 
 CUSTOM_DEFAULTS = {"block_size": 1024, "vocab_size": 50304}

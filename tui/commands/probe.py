@@ -14,19 +14,21 @@ import json
 import os
 import sys
 
-from probes.models.convention import ATTENTION_CONVENTION
-from probes.models.stated_settings import SettingName
-from probes.reference.gpt_probe import (
+from probes.models import ATTENTION_CONVENTION, SettingName
+from probes.reference import (
     DTYPE_CHOICES,
     TORCH_MISSING,
+    Given,
+    LikeJobError,
+    LikePlan,
     ProbeConfig,
     ProbeInputError,
     ProbeOutOfMemory,
+    plan_like,
     run_probe,
+    setting_lines,
     torch_available,
 )
-from probes.reference.like_job import LikePlan, plan_like
-from probes.reference.like_settings import Given, LikeJobError, setting_lines
 from tui.commands.model_shape import add_model_arguments, model_label, model_shape, scientific
 from tui.commands.shared import UsageError, add_peak_tflops_argument, pid, positive_int
 from tui.exitcodes import EXIT_OK

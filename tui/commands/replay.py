@@ -38,7 +38,7 @@ class ReplayCommand:
             return _replay_to_speedscope(args)
         if args.snapshot is not None:
             return _replay_to_snapshot(args)
-        from probes.outputs.recording import RecordingError, load_recording
+        from probes.outputs import RecordingError, load_recording
 
         try:
             recording = load_recording(args.recording)
@@ -61,17 +61,16 @@ class ReplayCommand:
 def _comparison(args: argparse.Namespace):
     """What the replayed pace is measured with: what the recording's header carries (the model, tokens per iteration,
     peak and baseline resolved live, from files this machine may not have) under the options given now."""
-    from probes.outputs.recording import read_header
-    from probes.reference.pace_inputs import recorded_inputs
+    from probes.outputs import read_header
+    from probes.reference import recorded_inputs
 
     return comparison_inputs(args, recorded=recorded_inputs(read_header(args.recording)))
 
 
 def _replay_to_snapshot(args: argparse.Namespace) -> int:
     """`gputop replay REC --snapshot OUT`: fold the recording as it is read, holding only the Monitor's window."""
-    from probes.monitoring.monitor import Monitor
-    from probes.outputs.recording import RecordingError, read_recording, skipped_notice
-    from probes.outputs.snapshot import write_json_atomic
+    from probes.monitoring import Monitor
+    from probes.outputs import RecordingError, read_recording, skipped_notice, write_json_atomic
     from probes.view import MonitorProtocol
 
     comparison = _comparison(args)
@@ -82,7 +81,7 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
     try:
         for frame in read_recording(args.recording, skipped):
             if monitor is None:  # frames that carry their node (agents' streams) are merged node by node
-                from probes.monitoring.cluster import ClusterMonitor
+                from probes.monitoring import ClusterMonitor
 
                 kind = ClusterMonitor if frame.node is not None else Monitor
                 monitor = kind(hang_after_s=hang_after(args), comparison=comparison, replay=True)
@@ -106,9 +105,7 @@ def _replay_to_snapshot(args: argparse.Namespace) -> int:
 def _replay_to_speedscope(args: argparse.Namespace) -> int:
     """`gputop replay REC --speedscope OUT`: every stack sample the recording kept, for speedscope.app."""
     from probes import __version__
-    from probes.outputs.recording import RecordingError, load_recording
-    from probes.outputs.snapshot import write_json_atomic
-    from probes.outputs.speedscope import speedscope_document
+    from probes.outputs import RecordingError, load_recording, speedscope_document, write_json_atomic
 
     check_writable(args.speedscope, "speedscope file")
     try:

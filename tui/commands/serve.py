@@ -79,7 +79,7 @@ def _serve_metrics(server: Server, host: str, port: int, what: str) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.process_collector import ProcessCollector
 
-    from probes.outputs.exporter import GputopCollector
+    from probes.outputs import GputopCollector
 
     registry = CollectorRegistry()
     registry.register(GputopCollector(server.views, host=node_name()))

@@ -13,10 +13,9 @@ import socket
 import sys
 from collections.abc import Callable
 
-from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
+from probes.models import DTYPES as PEAK_DTYPES
 from probes.models import PRESETS
-from probes.models.peaks import DTYPES as PEAK_DTYPES
-from probes.monitoring.engine import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
+from probes.monitoring import DEFAULT_HANG_AFTER_S, DEFAULT_INTERVAL_S, MIN_INTERVAL_S, EngineConfig
 
 
 class UsageError(Exception):
@@ -70,7 +69,7 @@ def pid(text: str) -> int:
 
 
 def slurm_job(text: str):
-    from probes.sensors.slurm import parse_step_id
+    from probes.monitoring import parse_step_id
 
     step = parse_step_id(text)
     if step is None:
@@ -195,17 +194,17 @@ def comparison_inputs(args: argparse.Namespace, recorded=None):
     its command line states (nanoGPT's, or a Hugging Face config.json it names); on replay, `recorded`
     (probes.reference.pace_inputs.RecordedInputs), what the recording's header carries. None when nothing gives a
     model."""
-    from probes.reference.baseline import BaselineError, PeakOptions, load_comparison_inputs
+    from probes.reference import BaselineError, PeakOptions, load_comparison_inputs
 
     peak = PeakOptions(args.gpu, args.peak_tflops, args.dtype)
     try:
         if recorded is not None:
-            from probes.reference.pace_inputs import replayed_comparison_inputs
+            from probes.reference import replayed_comparison_inputs
 
             return replayed_comparison_inputs(recorded, args.baseline, args.model, args.tokens_per_iter, peak)
         stated = None
         if getattr(args, "pid", None):
-            from probes.jobs.job_command_line import stated_model
+            from probes.reference import stated_model
 
             # A job may name its shape and tokens per iteration itself; its own figures win over a baseline's.
             stated = stated_model(args.pid, getattr(args, "log", None))
@@ -237,7 +236,7 @@ def resolve_slurm_job(args: argparse.Namespace) -> None:
     no process of it here is a UsageError."""
     if getattr(args, "slurm_job", None) is None:
         return
-    from probes.sensors.slurm import SlurmError, step_root
+    from probes.monitoring import SlurmError, step_root
 
     found = step_root(args.slurm_job)
     if isinstance(found, SlurmError):
@@ -246,7 +245,7 @@ def resolve_slurm_job(args: argparse.Namespace) -> None:
 
 
 def check_target(target_pid: int) -> None:
-    from probes.sensors.proctree import target_exists
+    from probes.monitoring import target_exists
 
     if not target_exists(target_pid):
         raise UsageError(f"no process with PID {target_pid} (check it with: ps -p {target_pid})")

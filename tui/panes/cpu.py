@@ -11,8 +11,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from probes.diagnosis.evidence import others_busy_cpus
 from probes.frame import CpuReading, Frame, ProcessSample
+from probes.view.panes import others_busy_cpus
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import clip, node_title, percent, process_role_words, size
 

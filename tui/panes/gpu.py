@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from probes.frame import Frame, GpuDevice
-from probes.gpu_metrics import GPM_METRICS, PANE_LINES, GpmMetric
+from probes.view.panes import GPM_METRICS, PANE_LINES, GpmMetric
 from tui.panes.text import bar, node_title, percent, size, sparkline
 
 TITLE = "2 GPU"

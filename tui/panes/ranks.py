@@ -16,10 +16,9 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable
 
-from probes.diagnosis.absent_ranks import ELSEWHERE_WORDS, SeenRunning, missing_rank_words, ranks_seen_gone
 from probes.frame import ROLE_RANK, Frame, JobFinding, JobInfo, JobVerdict, RankVerdict, Verdict
-from probes.jobs.world import ranges_text
 from probes.view import MonitorView
+from probes.view.panes import ELSEWHERE_WORDS, SeenRunning, missing_rank_words, ranges_text, ranks_seen_gone
 from tui.panes.tables import FittedTable, sync_rows
 from tui.panes.text import bottleneck_words, clip, named_by_liveness, percent
 

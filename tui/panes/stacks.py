@@ -20,10 +20,8 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.diagnosis.stacks import short_path
 from probes.frame import Frame, StackCount, StackFrame, ThreadStack
-from probes.recent import recent_frames
-from probes.sampling.stacks import CallNode, call_tree, drill_counts, hot_frames, select_samples
+from probes.view.panes import CallNode, call_tree, drill_counts, hot_frames, recent_frames, select_samples, short_path
 from tui.panes.tables import SyncedTable, forget_rows, sync_rows
 from tui.panes.text import clip, clip_left, duration, node_title, process_role_words
 

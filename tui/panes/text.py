@@ -7,8 +7,6 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from probes.diagnosis.bottlenecks import BOTTLENECK_FACTS, facts_named
-from probes.diagnosis.support import support_words
 from probes.frame import (
     ROLE_COMPILE_WORKER,
     ROLE_DATALOADER_WORKER,
@@ -23,6 +21,7 @@ from probes.frame import (
     ProcessSample,
     Verdict,
 )
+from probes.view.panes import BOTTLENECK_FACTS, facts_named, support_words
 
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 

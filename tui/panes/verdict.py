@@ -14,13 +14,9 @@ from textual.containers import VerticalScroll
 from textual.visual import visualize
 from textual.widgets import Static
 
-from probes.diagnosis.bottlenecks import facts_named
-from probes.diagnosis.rules.rule import BadgeTone
-from probes.diagnosis.shares import shares_summary
-from probes.diagnosis.support import support_words
 from probes.frame import Verdict
-from probes.reference.baseline import mfu_percent, printed_percent
 from probes.view import MonitorView, Pace, VerdictChange
+from probes.view.panes import BadgeTone, facts_named, mfu_percent, printed_percent, shares_summary, support_words
 from tui.panes.ranks import SELECTED_MARK, RankRow, rank_label, rank_verdict_words
 from tui.panes.text import (
     duration,
