@@ -107,6 +107,22 @@ class ProcessSample:
 
 
 @dataclass(frozen=True)
+class ProcessExit:
+    """A process of the target's tree (the target itself, a rank, a DataLoader worker) that ended, and how, as far
+    as /proc recorded it: a zombie keeps its exit status until its parent reaps it; one reaped between two ticks
+    leaves none (then the kernel log or the job's own log may say, joined in the diagnosis)."""
+
+    pid: int
+    role: Role
+    name: str
+    seen_at: float  # Unix time gputop first saw it ended
+    exit_code: int | None = None  # where it exited: its status
+    signal: int | None = None  # where a signal ended it: its number (9: SIGKILL, 11: SIGSEGV)
+    core_dumped: bool = False
+    read_from: str = ""  # where the above came from, or why nothing is known
+
+
+@dataclass(frozen=True)
 class CpuReading:
     """The CPU the target may use (cgroup quota, affinity) and how much of it it gets."""
 
@@ -125,6 +141,33 @@ class CpuReading:
     throttled_seconds_total: float | None = None
     pressure_some_avg10: float | None = None  # cpu.pressure "some avg10", percent
     runnable_threads: int | None = None  # across the target's tree
+    reason: str | None = None  # why something above is None
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """The memory the target's cgroup holds and may hold, and the OOM kills and limit hits in it (the cgroup memory
+    controller, v1 or v2). Counters are cumulative as read; the `_new` fields are their change since the previous
+    read (None on the first), so a kill between two ticks is seen in the tick after it."""
+
+    cgroup_version: str | None = None  # "v1", "v2", or None when no memory cgroup could be read
+    cgroup_path: str | None = None  # the target's memory cgroup, relative to the controller's mount
+    usage_bytes: int | None = None  # the target's cgroup: memory.current / memory.usage_in_bytes (page cache too)
+    file_bytes: int | None = None  # of which page cache (memory.stat file / total_cache): the kernel may reclaim it
+    limit_bytes: int | None = None  # memory.max / memory.limit_in_bytes, lowest over the ancestors; None: unlimited
+    limit_source: str | None = None  # the directory whose limit is the lowest
+    limit_usage_bytes: int | None = None  # what that limit is compared against: its own directory's usage
+    swap_usage_bytes: int | None = None  # memory.swap.current; v1: memsw usage less memory usage
+    swap_limit_bytes: int | None = None  # memory.swap.max (lowest over the ancestors); v1: memsw limit less memory's
+    oom_kills_total: int | None = None  # processes of the cgroup the OOM killer killed (memory.events / oom_control)
+    oom_kills_new: int | None = None
+    max_events_total: int | None = None  # times usage hit the limit (v2 memory.events max; v1 failcnt + memsw's)
+    max_events_new: int | None = None
+    host_oom_kills_total: int | None = None  # OOM kills on the whole machine (/proc/vmstat oom_kill)
+    host_oom_kills_new: int | None = None
+    pressure_some_avg10: float | None = None  # memory PSI "some avg10", percent: a task stalled on memory
+    pressure_full_avg10: float | None = None  # "full avg10": all non-idle tasks stalled at once
+    pressure_source: str | None = None  # the file read: the cgroup's memory.pressure or /proc/pressure/memory
     reason: str | None = None  # why something above is None
 
 
@@ -507,6 +550,8 @@ class Frame:
     # The node that read this frame, set by `gputop agent` (SLURMD_NODENAME or the hostname) so frames of several
     # nodes can be told apart once merged; None on a one-node run. PIDs in the frame are that node's own.
     node: str | None = None
+    # Processes of the tree that ended this tick, with how where /proc still said (probes/sensors/proctree.py)
+    exits: tuple[ProcessExit, ...] = ()
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

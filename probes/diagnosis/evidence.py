@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from probes.diagnosis.compile_history import CompileHistory, compile_history, compiled_code_share
+from probes.diagnosis.exit_causes import account, ended
 from probes.diagnosis.frame_stacks import FrameStacks, Stack, frame_stacks
 from probes.diagnosis.gil import GIL_WINDOW_S, GilSummary, gil_summary
 from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary, target_devices
@@ -71,6 +72,7 @@ class DeadChild:
     name: str
     role: str
     how: str  # "exited" or "zombie"
+    ended: str | None = None  # how it ended, where the machine recorded it (probes/diagnosis/exit_causes.py)
 
 
 @dataclass
@@ -331,17 +333,22 @@ def _unchanged_for(frames: list[Frame], main_pid: int) -> tuple[float, tuple[Sta
 
 
 def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
-    """Children seen in the window that are gone (or zombies) now."""
+    """Children seen in the window that are gone (or zombies) now, with how each ended where that was read."""
     latest = frames[-1]
     now = {p.pid: p for p in latest.processes}
+    exits = ended(frames)
     dead: dict[int, DeadChild] = {}
+
+    def said(pid: int) -> str | None:
+        return account(exits[pid]).how if pid in exits else None
+
     for p in latest.processes:
         if p.pid != main_pid and (p.state == "zombie" or not p.alive):
-            dead[p.pid] = DeadChild(p.pid, p.name, p.role, "zombie" if p.state == "zombie" else "exited")
+            dead[p.pid] = DeadChild(p.pid, p.name, p.role, "zombie" if p.state == "zombie" else "exited", said(p.pid))
     for frame in frames[:-1]:
         for p in frame.processes:
             if p.pid != main_pid and p.pid not in now and p.pid not in dead:
-                dead[p.pid] = DeadChild(p.pid, p.name, p.role, "exited")
+                dead[p.pid] = DeadChild(p.pid, p.name, p.role, "exited", said(p.pid))
     return list(dead.values())
 
 

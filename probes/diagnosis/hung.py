@@ -57,7 +57,8 @@ def hung_bottleneck(ev: Evidence, hang_after_s: float) -> Candidate:
     for child in ev.dead_children[:2]:
         feeds = " — the queue it fed will never fill" if activity in (QUEUE_WAIT, DATA_WAIT) else ""
         state = "is a zombie (exited, not reaped)" if child.how == "zombie" else "exited"
-        lines.append(f"child PID {child.pid} ({child.name}, {child.role}) {state}{feeds}")
+        how = f": {child.ended}" if child.ended else ""
+        lines.append(f"child PID {child.pid} ({child.name}, {child.role}) {state}{how}{feeds}")
     if ev.disk_wait_threads:
         lines.append(f"{ev.disk_wait_threads} threads in uninterruptible disk wait (D state)")
     if ev.dead_children and activity in (QUEUE_WAIT, DATA_WAIT):

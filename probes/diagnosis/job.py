@@ -41,6 +41,7 @@ from probes.diagnosis.absent_ranks import (
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.contention import with_job_contention
 from probes.diagnosis.evidence import Evidence
+from probes.diagnosis.exit_causes import account, ended
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
     ACTIVITIES,
@@ -315,7 +316,14 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
                  previous: JobVerdict | None) -> _Finding | None:
     if not gone:
         return None
+    exits = ended(history)
+    # The rank that ended first is the one to look at: the others often end because it did (a launcher stops them,
+    # or their collective times out).
+    gone = sorted(gone, key=lambda d: exits[d.member.pid].seen_at if d.member.pid in exits else float("inf"))
     first = gone[0]
+    how_lines = [f"{d.label} (PID {d.member.pid}) {account(exits[d.member.pid]).how}"
+                 + (" first" if len(gone) > 1 and i == 0 else "")
+                 for i, d in enumerate(gone[:RANKS_LISTED]) if d.member.pid in exits]
     backend, why = collective_backend(history, live + gone)
     timeout = timeout_text(backend, why)
     gone_text = (f"{gone[0].label} (PID {gone[0].member.pid})" if len(gone) == 1 else
@@ -330,14 +338,14 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     if not live:
         launcher = history[-1].target
         lines = [f"all ranks have exited: {gone_text}; the launcher (PID {launcher.pid}) is still running: it is "
-                 "finishing, or about to restart them"]
+                 "finishing, or about to restart them", *how_lines]
         bottleneck = previous.verdict.bottleneck if previous is not None else "unknown"
         return _Finding("rank_exited", Verdict(bottleneck, "exited", 1.0, tuple(lines), tuple(advice)),
                         first.rank)
     waiting = [d for d in live if in_collective_now(d)]
     verb = "has" if len(gone) == 1 else "have"
     lines = [f"{gone_text} {verb} exited while {ranks_text(live)} still run: they wait for it at their next "
-             f"collective until {timeout}"]
+             f"collective until {timeout}", *how_lines]
     for d in live[:RANKS_LISTED]:
         if d in waiting:
             lines.append(f"rank {d.rank} waits in {wait_place(d)}" +

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
+from probes.diagnosis.exit_causes import account, ended
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import ENTER_SCORE, evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
@@ -33,7 +34,7 @@ from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
 from probes.diagnosis.rules.unknown import start_imports, starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
-from probes.frame import Frame, Verdict
+from probes.frame import Frame, ProcessExit, Verdict
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
 # A new bottleneck replaces the previous one only once the previous rule's strength has fallen below
@@ -70,7 +71,7 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
         return Verdict(), None
     latest = history[-1]
     if not latest.target.alive:
-        return _exited(latest, previous), None
+        return _exited(history, previous), None
     evidence = gather(history, hang_after_s)
     liveness = evidence.liveness
     imports = start_imports(evidence)
@@ -126,10 +127,17 @@ def diagnose_with_evidence(history: Sequence[Frame], previous: Verdict | None = 
     ), evidence
 
 
-def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
+def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
+    latest = history[-1]
     target = latest.target
-    reason = f" ({target.exit_reason})" if target.exit_reason else ""
-    lines = [f"PID {target.pid} has exited{reason}."]
+    own = ended(history).get(target.pid)
+    said = account(own) if own is not None else None
+    if said is not None:
+        lines = [f"PID {target.pid} has exited: {said.how}."]
+    else:
+        reason = f" ({target.exit_reason})" if target.exit_reason else ""
+        lines = [f"PID {target.pid} has exited{reason}."]
+    lines += _children_ended(history, own)
     if previous is not None and previous.liveness == "exited":
         lines = list(previous.evidence)  # said once, when it exited: keep the account of what came before
     elif previous is not None and previous.bottleneck != "unknown":
@@ -138,14 +146,39 @@ def _exited(latest: Frame, previous: Verdict | None) -> Verdict:
     since = target.exited_at if target.exited_at is not None else latest.time
     if previous is not None and previous.liveness == "exited" and previous.since is not None:
         since = previous.since
+    advice: tuple[str, ...] = (said.advice,) if said is not None and said.advice else () if said is not None else \
+        ("Check its exit status and the end of its log; dmesg shows whether the OOM killer ended it.",)
+    if previous is not None and previous.liveness == "exited":
+        advice = previous.advice
     return Verdict(
         bottleneck=previous.bottleneck if previous is not None else "unknown",
         liveness="exited",
         confidence=1.0,
         evidence=tuple(lines),
-        advice=("Check its exit status and the end of its log; dmesg shows whether the OOM killer ended it.",),
+        advice=advice,
         since=since,
     )
+
+
+# A child that ended this long before the target, or after, is said beside its exit: a DataLoader worker killed makes
+# the main process raise ("DataLoader worker (pid X) is killed by signal: Killed.") within the same tick.
+CHILD_ENDED_BEFORE_S = 30.0
+
+
+def _children_ended(history: Sequence[Frame], own: ProcessExit | None) -> list[str]:
+    """Up to two children (workers, ranks) that ended shortly before the target, first first, with how: often why."""
+    if own is None:
+        return []
+    children = sorted((e for e in ended(history).values()
+                       if e.pid != own.pid and own.seen_at - e.seen_at <= CHILD_ENDED_BEFORE_S),
+                      key=lambda e: e.seen_at)
+    lines = []
+    for child in children[:2]:
+        before = own.seen_at - child.seen_at
+        when = f", {before:.0f} s before it" if before >= 1 else ", in the same tick"
+        lines.append(f"its {child.role.replace('_', ' ')} PID {child.pid} ({child.name}) ended{when}: "
+                     f"{account(child).how}")
+    return lines
 
 
 def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples: int) -> Candidate:

@@ -177,6 +177,7 @@ class Engine:
             overhead=self._overhead(ended - started, interval),
             job=job,
             collectives=collectives,
+            exits=self._tree.exits(),
         )
 
     def request_flight_recorder_dump(self) -> None:

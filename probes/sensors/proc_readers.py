@@ -51,6 +51,9 @@ class ProcStat:
     # randomisation, even when it runs the same binary again; with it turned off, such an exec is seen at the
     # periodic re-read); None where the kernel masks them (0), and the command line is then read every tick.
     exec_mark: tuple[str, int, int, int] | None
+    # Field 52 (Linux 3.5+): the exit status in waitpid's form, which a zombie keeps until its parent reaps it; 0 for
+    # a live process, None where the kernel does not write it.
+    exit_status: int | None = None
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -72,9 +75,20 @@ def read_stat(pid: int) -> ProcStat | None:
             started=int(fields[19]),
             rss_bytes=int(fields[21]) * PAGE_BYTES,
             exec_mark=(comm, start_code, end_code, start_stack) if start_stack else None,
+            exit_status=int(fields[49]) if len(fields) > 49 else None,
         )
     except (IndexError, ValueError):
         return None
+
+
+def decode_wait_status(status: int) -> tuple[int | None, int | None, bool]:
+    """(exit code, signal, core dumped) of a waitpid status: an exit code where the process exited, a signal where
+    one ended it (what WIFEXITED/WEXITSTATUS and WIFSIGNALED/WTERMSIG/WCOREDUMP say)."""
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None, False
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status), os.WCOREDUMP(status)
+    return None, None, False
 
 
 # The wait channel of a task blocked in the kernel's wait4 for a child.
@@ -346,3 +360,47 @@ def main_thread_rates(now: MainThreadCounters, before: MainThreadCounters | None
         "read_chars_per_s": rate(now.read_chars, before.read_chars if before else None),
         "write_chars_per_s": rate(now.write_chars, before.write_chars if before else None),
     }
+
+
+@dataclass(frozen=True)
+class SmapsRollup:
+    """One read of /proc/PID/smaps_rollup (Linux 4.14+): the process's memory split by whether other processes
+    map the same pages. A forked DataLoader worker starts with its parent's pages shared; each one it writes to,
+    Python's reference counts included, becomes its own (copy-on-write), moving bytes from shared to private."""
+
+    rss_bytes: int
+    pss_bytes: int  # each shared page divided among the processes that map it
+    shared_clean_bytes: int
+    shared_dirty_bytes: int
+    private_clean_bytes: int
+    private_dirty_bytes: int
+    swap_bytes: int
+
+    @property
+    def private_bytes(self) -> int:
+        return self.private_clean_bytes + self.private_dirty_bytes
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.shared_clean_bytes + self.shared_dirty_bytes
+
+
+_SMAPS_FIELDS = ("Rss", "Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty", "Swap")
+
+
+def parse_smaps_rollup(text: str | None) -> SmapsRollup | None:
+    """smaps_rollup's text parsed (its figures are in kB); None when a field is missing."""
+    values = keyed_ints((text or "").replace(" kB", ""), ":")
+    if any(name not in values for name in _SMAPS_FIELDS):
+        return None
+    rss, pss, shared_clean, shared_dirty, private_clean, private_dirty, swap = (
+        values[name] * 1024 for name in _SMAPS_FIELDS
+    )
+    return SmapsRollup(rss, pss, shared_clean, shared_dirty, private_clean, private_dirty, swap)
+
+
+def read_smaps_rollup(pid: int) -> SmapsRollup | None:
+    """/proc/PID/smaps_rollup; None when the process is gone, not ours to read (it takes ptrace's read access) or
+    the kernel is older than 4.14. The kernel walks every mapping to write it (a few ms for a big process), so it is
+    a read for the workers that are watched for copy-on-read, not for every process every tick."""
+    return parse_smaps_rollup(read_text(f"/proc/{pid}/smaps_rollup"))

@@ -33,6 +33,7 @@ from probes.frame import (
     ROLE_OTHER,
     ROLE_RESOURCE_TRACKER,
     ROLES,
+    ProcessExit,
     ProcessSample,
     Role,
     TargetInfo,
@@ -51,6 +52,7 @@ from probes.sensors.proc_readers import (
     socket_byte_counts,
     socket_byte_rates,
 )
+from probes.sensors.process_exits import ExitWatch
 from probes.sensors.tcpinfo import TCP_ESTABLISHED, SocketInodeCache, TcpSocket, read_tcp_sockets
 from probes.sensors.textfiles import read_text
 
@@ -227,6 +229,7 @@ class ProcessTreeProbe:
         self._started: dict[int, int] = {}  # each process's start time as this tick's read found it
         self._exited_at: float | None = None
         self._exit_reason: str | None = None
+        self._exits = ExitWatch(pid)  # the tree's processes that ended, and how
         # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) walks only the tree; without it psutil
         # finds children by reading every process's stat, a cost that grows with the whole host.
         me = os.getpid()
@@ -257,6 +260,11 @@ class ProcessTreeProbe:
         except Exception:
             self._started = {}
             return self._target_info(alive=self._exited_at is None), self._last_samples
+
+    def exits(self) -> tuple[ProcessExit, ...]:
+        """The processes of the tree (the target among them) that ended since the last call, each once, with its
+        exit status or signal where /proc still held it (a zombie's stat), else why not."""
+        return self._exits.take()
 
     def started_ticks(self) -> dict[int, int]:
         """{pid: /proc/PID/stat's start time (clock ticks since boot)} of each process the last read() read this
@@ -300,6 +308,8 @@ class ProcessTreeProbe:
                 samples.append(sample)
                 seen.add(sample.pid)
                 self._started[pid] = scan.stat.started
+        self._exits.note_tick([(pid, scan.stat) for pid, scan in tree], samples, self._last_samples, self._previous,
+                              seen)
         for gone in set(self._previous) - seen:
             if not os.path.exists(f"/proc/{gone}"):  # a child only missed this once keeps its baseline
                 del self._previous[gone]
@@ -527,6 +537,7 @@ class ProcessTreeProbe:
 
     def _mark_exited(self, reason: str | None) -> None:
         if self._exited_at is None:
+            self._exits.note_target_ended(self._last_samples, self._previous)
             self._exited_at = time.time()
             self._exit_reason = reason
             self._last_samples = tuple(dataclasses.replace(s, alive=False) for s in self._last_samples)

@@ -1,0 +1,93 @@
+"""Why it died (issue 40): a real job watched by the real command dies a real death — a SIGSEGV from reading address
+0, a SIGKILL from another process, an uncaught exception, a DataLoader worker killed — and the verdict's first line
+says how, from what the machine recorded (the zombie's exit status in /proc), within the ticks after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from support.jobwatch import watch_until
+from support.processes import wait_for
+
+from probes.sensors.proc_readers import decode_wait_status, read_stat
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _start(spawn_target):
+    target = spawn_target("dies_on_signal.py", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          ready=lambda proc: True, timeout=90)
+    line = target.stdout.readline().split()
+    assert line[:1] == ["ready"], line
+    return target, [int(pid) for pid in line[1:]]
+
+
+def _dies(spawn_target, tmp_path, kill, expected: str):
+    """Watch the job, kill it with `kill(target, workers)` once gputop has seen it, and wait for the verdict."""
+    target, workers = _start(spawn_target)
+    killed = []
+
+    def said(view) -> bool:
+        if not killed:
+            if view.verdict.liveness != "exited" and view.latest.process(target.pid) is not None:
+                kill(target, workers)
+                killed.append(True)
+            return False
+        return view.verdict.liveness == "exited"
+
+    watched = watch_until(target.pid, tmp_path, said, timeout=120)
+    verdict = watched.document["verdict"]
+    assert verdict["liveness"] == "exited", verdict
+    assert verdict["evidence"][0].startswith(f"PID {target.pid} has exited: "), verdict["evidence"]
+    assert expected in verdict["evidence"][0] or any(expected in line for line in verdict["evidence"]), \
+        verdict["evidence"]
+    return verdict
+
+
+def test_a_segfault_is_named_a_crash_in_native_code(spawn_target, tmp_path):
+    verdict = _dies(spawn_target, tmp_path, lambda target, _: os.kill(target.pid, signal.SIGUSR1),
+                    "killed by SIGSEGV")
+    assert "a crash in native code" in verdict["evidence"][0]
+    assert any("faulthandler" in line for line in verdict["advice_text"]), verdict["advice_text"]
+
+
+def test_a_sigkill_from_another_process_is_named(spawn_target, tmp_path):
+    verdict = _dies(spawn_target, tmp_path, lambda target, _: os.kill(target.pid, signal.SIGKILL),
+                    "killed by SIGKILL")
+    assert "OOM killer" in verdict["evidence"][0]  # one of the senders it names, none claimed
+
+
+def test_an_uncaught_exception_is_its_exit_status(spawn_target, tmp_path):
+    _dies(spawn_target, tmp_path, lambda target, _: os.kill(target.pid, signal.SIGUSR2),
+          "exited with status 1, as Python does on an uncaught exception")
+
+
+def test_a_killed_dataloader_worker_is_named_beside_the_jobs_exit(spawn_target, tmp_path):
+    """The worker dies first and the main process raises at once (PyTorch's "DataLoader worker (pid X) is killed by
+    signal: Killed."), so both end within one tick; the main process's own end is its exit status."""
+    killed = []
+
+    def kill_worker(_, workers):
+        os.kill(workers[0], signal.SIGKILL)
+        killed.append(workers[0])
+
+    verdict = _dies(spawn_target, tmp_path, kill_worker, "exited with status 1")
+    assert any(line.startswith(f"its dataloader worker PID {killed[0]} ") for line in verdict["evidence"]), \
+        verdict["evidence"]
+
+
+def test_a_zombies_stat_keeps_the_signal_that_ended_it():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        # not reaped yet: Popen waits only when asked, so the zombie keeps its status
+        stat = wait_for(lambda: (found := read_stat(child.pid)) is not None and found.state == "zombie" and found,
+                        timeout=10)
+        assert stat is not None and stat.state == "zombie" and stat.exit_status is not None
+        assert decode_wait_status(stat.exit_status) == (None, signal.SIGKILL, False)
+    finally:
+        child.wait()

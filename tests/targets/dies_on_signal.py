@@ -1,0 +1,57 @@
+"""Target: a training loop with two DataLoader workers that dies, on the test's word, the ways jobs die.
+
+SIGUSR1: its main thread reads address 0 (a real SIGSEGV, as a crash in a C extension). SIGUSR2: its main thread
+raises (an uncaught Python exception: exit status 1, the traceback on stderr). SIGKILL from the test needs no
+handler. Killing a worker (the test sends it SIGKILL) makes the DataLoader raise in the main process, as PyTorch
+does: "DataLoader worker (pid X) is killed by signal: Killed."
+
+Prints "ready WORKER_PID WORKER_PID" once both workers have delivered a batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Numbers(Dataset):
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((64,), float(index % 7))
+
+
+def crash(*_) -> None:
+    ctypes.string_at(0)  # reads address 0: the kernel sends SIGSEGV
+
+
+def fail(*_) -> None:
+    raise RuntimeError("the test asked this job to fail")
+
+
+def main() -> None:
+    signal.signal(signal.SIGUSR1, crash)
+    signal.signal(signal.SIGUSR2, fail)
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = DataLoader(Numbers(), batch_size=32, num_workers=2, persistent_workers=True)
+    told = False
+    while True:
+        for batch in loader:
+            loss = model(batch).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if not told:
+                workers = loader._iterator._workers
+                print("ready", *(w.pid for w in workers), flush=True)
+                told = True
+
+
+if __name__ == "__main__":
+    main()
