@@ -1,8 +1,9 @@
 """The CPU the target may use and how much of it it gets, from its cgroup: quota (minimum over the
-ancestor chain), CFS throttling, usage and CPU pressure; plus its CPU affinity.
+ancestor chain), CFS throttling, usage and CPU pressure; plus its CPU affinity. And its memory (CgroupMemoryProbe):
+usage, the lowest limit over the ancestor chain, swap, OOM kills, limit hits and memory pressure.
 
 This module is the only one that touches /sys/fs/cgroup. It handles cgroup v2, v1 (cpu and cpuacct,
-co-mounted or not) and hybrid hosts (v1 cpu controller beside a cgroup2 mount, usually at
+co-mounted or not; memory) and hybrid hosts (v1 controllers beside a cgroup2 mount, usually at
 /sys/fs/cgroup/unified). Mount points come from /proc/self/mountinfo, because containers and
 distributions mount hierarchies in different places; well-known paths are only a fallback.
 """
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from probes.frame import CpuReading
+from probes.frame import CpuReading, MemoryReading
 from probes.sensors.textfiles import read_text
 
 DEFAULT_SYS_ROOT = "/sys/fs/cgroup"
@@ -114,8 +115,13 @@ def _parse_keyed(text: str) -> dict[str, int]:
 
 
 def _pressure_some_avg10(text: str) -> float | None:
+    return _pressure_avg10(text, "some")
+
+
+def _pressure_avg10(text: str, kind: str) -> float | None:
+    """avg10 of PSI's "some" or "full" line, percent."""
     for line in text.splitlines():
-        if line.startswith("some "):
+        if line.startswith(kind + " "):
             for item in line.split()[1:]:
                 key, _, value = item.partition("=")
                 if key == "avg10":
@@ -126,35 +132,17 @@ def _pressure_some_avg10(text: str) -> float | None:
     return None
 
 
-class CgroupCpuProbe:
-    """Reads the target's cgroup CPU figures; rates are deltas against the previous read()."""
+class _CgroupReader:
+    """What every controller's probe shares: the cgroup mounts, and where one of them shows the target's cgroup."""
 
-    def __init__(
-        self,
-        pid: int,
-        sys_root: str = DEFAULT_SYS_ROOT,
-        proc_root: str = "/proc",
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    # v1 mount directories to try, under sys_root, when mountinfo lists no cgroup mount.
+    _V1_GUESSES: tuple[str, ...] = ()
+
+    def __init__(self, pid: int, sys_root: str, proc_root: str) -> None:
         self.pid = pid
         self._sys_root = sys_root.rstrip("/") or "/"
         self._proc_root = proc_root
-        self._clock = clock
         self._mounts: list[_Mount] | None = None
-        self._location: _Location | None = None
-        self._previous: _Counters | None = None
-
-    # --- public -----------------------------------------------------------------------------------
-
-    def read(self, runnable_threads: int | None = None, tree_cpu_seconds: float | None = None) -> CpuReading:
-        """The target's CPU limits and use now. Never raises."""
-        try:
-            return self._read(runnable_threads, tree_cpu_seconds)
-        except Exception as error:
-            return CpuReading(runnable_threads=runnable_threads, reason=f"cgroup read failed: {error}")
-
-    # --- locating the cgroup ----------------------------------------------------------------------
 
     def _rebase(self, mount_point: str) -> str:
         """A mount point as seen through sys_root (tests point sys_root at a fake tree)."""
@@ -183,7 +171,7 @@ class CgroupCpuProbe:
         if os.path.exists(os.path.join(root, "cgroup.controllers")):
             return [_Mount("/", root, "v2", frozenset())]
         mounts: list[_Mount] = []
-        for name in ("cpu,cpuacct", "cpu", "cpuacct"):
+        for name in self._V1_GUESSES:
             directory = os.path.join(root, name)
             if os.path.isdir(directory) and not any(os.path.samefile(directory, m.directory) for m in mounts):
                 mounts.append(_Mount("/", directory, "v1", frozenset(name.split(","))))
@@ -213,6 +201,34 @@ class CgroupCpuProbe:
             if relative is not None:
                 return _Place(mount, relative)
         return None
+
+
+class CgroupCpuProbe(_CgroupReader):
+    """Reads the target's cgroup CPU figures; rates are deltas against the previous read()."""
+
+    _V1_GUESSES = ("cpu,cpuacct", "cpu", "cpuacct")
+
+    def __init__(
+        self,
+        pid: int,
+        sys_root: str = DEFAULT_SYS_ROOT,
+        proc_root: str = "/proc",
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(pid, sys_root, proc_root)
+        self._clock = clock
+        self._location: _Location | None = None
+        self._previous: _Counters | None = None
+
+    def read(self, runnable_threads: int | None = None, tree_cpu_seconds: float | None = None) -> CpuReading:
+        """The target's CPU limits and use now. Never raises."""
+        try:
+            return self._read(runnable_threads, tree_cpu_seconds)
+        except Exception as error:
+            return CpuReading(runnable_threads=runnable_threads, reason=f"cgroup read failed: {error}")
+
+    # --- locating the cgroup ----------------------------------------------------------------------
 
     def _locate(self) -> tuple[_Location | None, str | None]:
         cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
@@ -397,6 +413,213 @@ class CgroupCpuProbe:
         if previous is None or source is None or previous.usage_source != source or now <= previous.at:
             return None
         return _rate(previous.usage_seconds, tree_cpu_seconds, now - previous.at)
+
+
+@dataclass(frozen=True)
+class _MemoryLocation:
+    """Where the target's memory controller files are."""
+
+    version: str
+    relative_path: str  # the target's cgroup relative to the controller's mount
+    memory_dir: str
+    top_dir: str  # the mount's directory: the ancestor walk stops here
+    pressure_dir: str | None  # the target's cgroup in a cgroup2 hierarchy, for memory.pressure
+    host_root: bool  # the host's root group: its usage is the whole machine's, no measure of the target
+
+
+# v1 writes "no limit" as the largest page-aligned counter (9223372036854771712 with 4 KiB pages).
+_V1_UNLIMITED = 1 << 62
+
+
+class CgroupMemoryProbe(_CgroupReader):
+    """Reads the target's memory cgroup; the `_new` counts are changes against the previous read().
+
+    PSI comes from the target's cgroup2 group where there is one (on a hybrid host that group may differ from the
+    v1 memory group; pressure_source names the file), else from /proc/pressure/memory, the whole machine's: the
+    kernel's root-group figures under another name, so read here rather than by a module of its own. The machine's
+    OOM kill count (/proc/vmstat) is read beside them, because a kill by the global OOM killer (no cgroup limit,
+    the machine out of memory) shows in no cgroup file of a target in the host's root group."""
+
+    _V1_GUESSES = ("memory",)
+
+    def __init__(self, pid: int, sys_root: str = DEFAULT_SYS_ROOT, proc_root: str = "/proc") -> None:
+        super().__init__(pid, sys_root, proc_root)
+        self._location: _MemoryLocation | None = None
+        self._previous: dict[str, tuple[str, int | None]] = {}
+
+    def read(self) -> MemoryReading:
+        """The target's memory use, limit and OOM kills now. Never raises."""
+        try:
+            return self._read()
+        except Exception as error:
+            return MemoryReading(reason=f"cgroup memory read failed: {error}")
+
+    def _locate(self) -> tuple[_MemoryLocation | None, str | None]:
+        cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
+        text = read_text(cgroup_file)
+        if text is None:
+            if self._location is not None:
+                # A target the OOM killer ended is the case to explain: its group and counters outlive it.
+                return self._location, "target gone; reading its last cgroup"
+            return None, f"cannot read {cgroup_file}"
+        entries = parse_proc_cgroup(text)
+        mounts = self._find_mounts()
+        v2_path = next((path for controllers, path in entries if not controllers), None)
+        v1_path = next((path for controllers, path in entries if "memory" in controllers), None)
+        v2 = None if v2_path is None else self._place(mounts, "v2", None, v2_path)
+        pressure_dir = None if v2 is None else v2.directory
+        if v1_path is not None:
+            place = self._place(mounts, "v1", "memory", v1_path)
+            if place is None:
+                return None, f"the target's v1 memory cgroup {v1_path} is not mounted where we can see it"
+            host_root = place.relative == "/" and place.mount.root == "/"
+            location = _MemoryLocation(
+                "v1", place.relative, place.directory, place.mount.directory, pressure_dir, host_root
+            )
+        elif v2 is not None:
+            # Only the host's root group lacks memory.current; a container's root (cgroup namespace) has one.
+            host_root = v2.relative == "/" and not os.path.exists(os.path.join(v2.directory, "memory.current"))
+            location = _MemoryLocation("v2", v2.relative, v2.directory, v2.mount.directory, v2.directory, host_root)
+        else:
+            return None, "no cgroup memory controller found for the target (neither v1 memory nor a cgroup2 mount)"
+        self._location = location
+        return location, None
+
+    def _ancestors(self, location: _MemoryLocation) -> list[str]:
+        """The target's group and each ancestor whose limit covers it, up to the mount's directory."""
+        chain, directory = [location.memory_dir], location.memory_dir
+        top = os.path.normpath(location.top_dir)
+        while os.path.normpath(directory) != top:
+            parent = os.path.dirname(directory.rstrip("/"))
+            if not parent or parent == directory or len(parent) < len(location.top_dir):
+                break
+            # Old v1 kernels let a parent with use_hierarchy 0 leave its children's pages uncharged to it.
+            if location.version == "v1" and _int_file(os.path.join(parent, "memory.use_hierarchy")) == 0:
+                break
+            chain.append(parent)
+            directory = parent
+        return chain
+
+    def _read(self) -> MemoryReading:
+        reasons: list[str] = []
+        location, problem = self._locate()
+        if problem:
+            reasons.append(problem)
+        vmstat = _parse_keyed(read_text(os.path.join(self._proc_root, "vmstat")) or "")
+        host_kills = self._counter("host", "vmstat", vmstat.get("oom_kill"))
+        if location is None:
+            some, full, source = self._pressure(None, reasons)
+            return MemoryReading(
+                host_oom_kills_total=host_kills[0], host_oom_kills_new=host_kills[1], pressure_some_avg10=some,
+                pressure_full_avg10=full, pressure_source=source, reason="; ".join(reasons) or None,
+            )
+        v2 = location.version == "v2"
+        directory = location.memory_dir
+        usage = None
+        if location.host_root:
+            reasons.append("the target is in the host's root memory cgroup: its usage is the whole machine's")
+        else:
+            usage = _int_file(os.path.join(directory, "memory.current" if v2 else "memory.usage_in_bytes"))
+            if usage is None:
+                reasons.append(f"no memory usage counter in {directory}")
+        stat = _parse_keyed(read_text(os.path.join(directory, "memory.stat")) or "")
+        file_bytes = None if location.host_root else stat.get("file" if v2 else "total_cache")
+
+        limit = limit_dir = swap_limit = None
+        for ancestor in self._ancestors(location):
+            own, own_swap = _memory_limits(location.version, ancestor)
+            if own is not None and (limit is None or own < limit):
+                limit, limit_dir = own, ancestor
+            if own_swap is not None and (swap_limit is None or own_swap < swap_limit):
+                swap_limit = own_swap
+        limit_usage = None
+        if limit_dir is not None:
+            limit_usage = _int_file(os.path.join(limit_dir, "memory.current" if v2 else "memory.usage_in_bytes"))
+
+        # Hits of the limit are counted where the limit is; a kill is counted in the victim's own group (v1) or
+        # in it and each ancestor (v2), so the target's group sees the kills of its own processes either way.
+        hits_dir = limit_dir or directory
+        if v2:
+            swap_usage = _int_file(os.path.join(directory, "memory.swap.current"))
+            kills_file, hits_file = os.path.join(directory, "memory.events"), os.path.join(hits_dir, "memory.events")
+            kills = _parse_keyed(read_text(kills_file) or "").get("oom_kill")
+            hits = _parse_keyed(read_text(hits_file) or "").get("max")
+        else:
+            memsw = _int_file(os.path.join(directory, "memory.memsw.usage_in_bytes"))
+            swap_usage = None if memsw is None or usage is None else max(0, memsw - usage)
+            kills_file = os.path.join(directory, "memory.oom_control")
+            hits_file = os.path.join(hits_dir, "memory.failcnt")
+            kills = _parse_keyed(read_text(kills_file) or "").get("oom_kill")  # Linux 4.13 and later
+            hits = _int_file(hits_file)
+            # With a memory+swap limit too, the charge that fails first, and so counts, may be memsw's.
+            memsw_hits = _int_file(os.path.join(hits_dir, "memory.memsw.failcnt"))
+            hits = None if hits is None else hits + (memsw_hits or 0)
+        if kills is None:
+            reasons.append(f"no oom_kill count in {kills_file}")
+        oom = self._counter("oom", kills_file, kills)
+        max_events = self._counter("max", hits_file, hits)
+        some, full, source = self._pressure(location.pressure_dir, reasons)
+        return MemoryReading(
+            cgroup_version=location.version,
+            cgroup_path=location.relative_path,
+            usage_bytes=usage,
+            file_bytes=file_bytes,
+            limit_bytes=limit,
+            limit_source=limit_dir,
+            limit_usage_bytes=limit_usage,
+            swap_usage_bytes=swap_usage,
+            swap_limit_bytes=swap_limit,
+            oom_kills_total=oom[0],
+            oom_kills_new=oom[1],
+            max_events_total=max_events[0],
+            max_events_new=max_events[1],
+            host_oom_kills_total=host_kills[0],
+            host_oom_kills_new=host_kills[1],
+            pressure_some_avg10=some,
+            pressure_full_avg10=full,
+            pressure_source=source,
+            reason="; ".join(reasons) or None,
+        )
+
+    def _counter(self, name: str, source: str, total: int | None) -> tuple[int | None, int | None]:
+        """(total, change since the previous read); no change is claimed across a change of file, or when the
+        count went back (its group was removed and made again)."""
+        before = self._previous.get(name)
+        self._previous[name] = (source, total)
+        if total is None or before is None or before[0] != source or before[1] is None or total < before[1]:
+            return total, None
+        return total, total - before[1]
+
+    def _pressure(self, pressure_dir: str | None, reasons: list[str]) -> tuple[float | None, float | None, str | None]:
+        """(some avg10, full avg10, the file read): the cgroup's own PSI, else the machine's."""
+        paths = [os.path.join(pressure_dir, "memory.pressure")] if pressure_dir else []
+        paths.append(os.path.join(self._proc_root, "pressure", "memory"))
+        for path in paths:
+            text = read_text(path)
+            if text is not None:
+                return _pressure_avg10(text, "some"), _pressure_avg10(text, "full"), path
+        reasons.append("memory pressure not readable (PSI off or not exposed)")
+        return None, None, None
+
+
+def _int_file(path: str) -> int | None:
+    text = (read_text(path) or "").strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _memory_limits(version: str, directory: str) -> tuple[int | None, int | None]:
+    """(memory limit, swap limit) of one directory, None for none."""
+    if version == "v2":
+        # The root, or a group whose parent does not enable the memory controller, has no memory.max: no limit.
+        texts = [(read_text(os.path.join(directory, name)) or "").strip() for name in ("memory.max", "memory.swap.max")]
+        memory, swap = (int(text) if text.isdigit() else None for text in texts)
+        return memory, swap
+    memory = _int_file(os.path.join(directory, "memory.limit_in_bytes"))
+    memsw = _int_file(os.path.join(directory, "memory.memsw.limit_in_bytes"))
+    memory = memory if memory is not None and memory < _V1_UNLIMITED else None
+    # v1 limits memory and swap together (memsw); the swap left beyond the memory limit is their difference.
+    swap = memsw - memory if memory is not None and memsw is not None and memsw < _V1_UNLIMITED else None
+    return memory, swap
 
 
 def _join(directory: str, relative: str) -> str:
