@@ -227,6 +227,19 @@ class GpuDevice:
     gpm_nvlink_tx_bytes_per_s: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     in_target: bool = False  # some process of the target's tree runs on it
+    # The machine's own faults (sensors/nvml.py: read every 10 s at most, carried between). None where not reported
+    # (ECC off; row remapping before Ampere, retired pages from Ampere on; no NVLink).
+    pci_bus_id: str | None = None  # "00000000:3B:00.0", the form kernel_log gives Xid lines' bus ids
+    ecc_uncorrected_volatile: int | None = None  # uncorrected (double-bit) ECC errors since the driver loaded
+    ecc_uncorrected_aggregate: int | None = None  # ... over the GPU's lifetime
+    ecc_corrected_volatile: int | None = None  # corrected (single-bit) ECC errors since the driver loaded
+    remapped_rows_uncorrectable: int | None = None  # memory rows remapped after an uncorrectable error (Ampere+)
+    remap_pending: bool | None = None  # a row remap waits for the GPU's reset to take effect
+    remap_failed: bool | None = None  # a remap failed: the GPU needs service
+    retired_pages: int | None = None  # pages retired for ECC errors (before Ampere)
+    retired_pages_pending: bool | None = None  # a page retirement waits for the GPU's reset (before Ampere)
+    pcie_replays: int | None = None  # PCIe link replays, cumulative: a flaky link or riser
+    nvlink_errors: int | None = None  # NVLink data-link replays, recoveries and CRC errors over the active links
 
 
 @dataclass(frozen=True)

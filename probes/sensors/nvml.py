@@ -1,5 +1,6 @@
 """The GPU probe: every NVIDIA GPU's clocks, power, utilisation, memory, clock event reasons, compute
-processes and (Hopper and newer) GPM metrics, read through NVML once per tick.
+processes, (Hopper and newer) GPM metrics and the machine's own faults (ECC, row remapping, retired pages, PCIe
+replays, NVLink errors), read through NVML once per tick, the faults at most every FAULT_READ_INTERVAL_S.
 
 This is the only module in gputop that touches NVML (nvidia-ml-py, imported as ``pynvml``). It imports it
 lazily, initialises it on the first read, and never raises: a machine without a driver or a GPU gives
@@ -17,6 +18,7 @@ from typing import Any
 
 from probes.frame import GpuDevice, GpuProcess, GpuReading
 from probes.gpu_metrics import GPM_METRICS
+from probes.sensors.kernel_log import normalise_pci_bus_id
 
 # A driver can be installed or loaded while gputop runs; asking again is cheap but not free.
 INIT_RETRY_INTERVAL_S = 30.0
@@ -50,6 +52,17 @@ _CLOCK_EVENT_REASONS = (
     ("Reliability", "reliability"),
 )
 CLOCK_EVENT_REASONS: tuple[str, ...] = tuple(name for _, name in _CLOCK_EVENT_REASONS)  # the names, in bit order
+
+# The machine's own faults (ECC counts, row remapping, retired pages, PCIe replays, NVLink errors) are cumulative
+# counters and flags that change rarely, and reading them is not free: NVLink alone is 4 counters per active link,
+# 18 links on a Hopper board, near 600 NVML calls a tick on an 8-GPU node. They are read at most this often, the last
+# values carried in between.
+FAULT_READ_INTERVAL_S = 10.0
+_QUIET_STATIC = frozenset({"pci_info", "ecc_mode"})  # static facts of the faults: missing is not news
+
+# NVLink data-link error counters summed into GpuDevice.nvlink_errors: replays, recoveries, CRC errors (flits, data).
+_NVLINK_ERROR_COUNTERS = ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY",
+                          "NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA")
 
 # GpuDevice field <- pynvml GPM metric constant, times the scale to the field's unit, for every metric of the registry.
 _GPM_METRICS = tuple((metric.field, metric.nvml_constant, metric.nvml_scale) for metric in GPM_METRICS)
@@ -129,6 +142,12 @@ class _DeviceState:
     static: dict[str, Any] = field(default_factory=dict)  # name, uuid, max SM clock: read once
     gpm_supported: bool | None = None  # None: not asked yet
     gpm: _GpmState | None = None
+    # (function name, *arguments) NVML said it does not support here (or, for the faults, forbids or lacks): what a
+    # GPU or driver does not support does not change while NVML stays initialised, so it is not asked again.
+    unsupported: set[tuple[Any, ...]] = field(default_factory=set)
+    nvlinks: tuple[int, ...] | None = None  # the active NVLinks, read once; None: not asked yet
+    faults: dict[str, Any] = field(default_factory=dict)  # the last fault read, carried between reads
+    faults_read_at: float | None = None
 
 
 class _FieldErrors:
@@ -258,16 +277,24 @@ class NvmlGpuProbe:
         )
 
     def _call(
-        self, device: _DeviceState, errors: _FieldErrors, field_name: str, function_name: str, *args: Any
+        self, device: _DeviceState, errors: _FieldErrors, field_name: str, function_name: str, *args: Any,
+        quiet: bool = False,
     ) -> Any:
-        """One guarded per-device NVML read: None when the function, the driver or the GPU lacks it."""
+        """One guarded per-device NVML read: None when the function, the driver or the GPU lacks it; what the GPU
+        does not support is remembered and not asked again. quiet: no permission and a driver without the function
+        count as not supported too (the fault counters: missing is normal, not news)."""
         nvml = self._nvml
         function = getattr(nvml, function_name, None)
-        if function is None:
+        key = (function_name, *args)
+        if function is None or key in device.unsupported:
             return None
+        unsupported: tuple[type[BaseException], ...] = (nvml.NVMLError_NotSupported,)
+        if quiet:
+            unsupported += (nvml.NVMLError_NoPermission, nvml.NVMLError_FunctionNotFound)
         try:
             return function(device.handle, *args)
-        except nvml.NVMLError_NotSupported:
+        except unsupported:
+            device.unsupported.add(key)
             return None
         except nvml.NVMLError as exc:
             errors.add(device.index, field_name, exc)
@@ -283,9 +310,11 @@ class NvmlGpuProbe:
             ("uuid", "nvmlDeviceGetUUID", ()),
             ("max_sm_clock", "nvmlDeviceGetMaxClockInfo", (nvml.NVML_CLOCK_SM,)),
             ("power_constraints", "nvmlDeviceGetPowerManagementLimitConstraints", ()),  # [min, max] in mW
+            ("pci_info", "nvmlDeviceGetPciInfo", ()),
+            ("ecc_mode", "nvmlDeviceGetEccMode", ()),  # [current, pending]
         ):
             if static.get(key) is None:
-                static[key] = self._call(device, errors, key, function_name, *args)
+                static[key] = self._call(device, errors, key, function_name, *args, quiet=key in _QUIET_STATIC)
 
         sm_clock = self._call(device, errors, "sm_clock", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
         power_mw = self._call(device, errors, "power", "nvmlDeviceGetPowerUsage")
@@ -297,7 +326,8 @@ class NvmlGpuProbe:
         )
         reasons = self._clock_event_reasons(device, errors)
         processes = self._processes(device, errors, target_pids)
-        gpm = self._gpm_metrics(device, errors)
+        gpm: dict[str, Any] = self._gpm_metrics(device, errors)
+        faults = self._faults(device, errors)
 
         return GpuDevice(
             index=device.index,
@@ -316,7 +346,9 @@ class NvmlGpuProbe:
             clock_event_reasons=reasons,
             processes=processes,
             in_target=any(process.in_target for process in processes),
+            pci_bus_id=_pci_bus_id(static["pci_info"]),
             **gpm,
+            **faults,
         )
 
     def _clock_event_reasons(self, device: _DeviceState, errors: _FieldErrors) -> tuple[str, ...] | None:
@@ -327,11 +359,12 @@ class NvmlGpuProbe:
             "nvmlDeviceGetCurrentClocksThrottleReasons",
         ):
             function = getattr(nvml, function_name, None)
-            if function is None:
+            if function is None or (function_name,) in device.unsupported:
                 continue
             try:
                 return decode_clock_event_reasons(nvml, function(device.handle))
             except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+                device.unsupported.add((function_name,))
                 continue
             except nvml.NVMLError as exc:
                 errors.add(device.index, "clock_event_reasons", exc)
@@ -363,6 +396,66 @@ class NvmlGpuProbe:
                 )
             )
         return tuple(processes)
+
+    # --- the machine's own faults ------------------------------------------------------------------
+
+    def _faults(self, device: _DeviceState, errors: _FieldErrors) -> dict[str, Any]:
+        """The GpuDevice fault fields, read at most every FAULT_READ_INTERVAL_S; None where the GPU does not count
+        them (ECC off, row remapping before Ampere, retired pages from Ampere on, no NVLink)."""
+        now = self._clock()
+        if device.faults_read_at is not None and now - device.faults_read_at < FAULT_READ_INTERVAL_S:
+            return device.faults
+        device.faults_read_at = now
+        nvml = self._nvml
+
+        def read(field_name: str, function_name: str, *args: Any) -> Any:
+            return self._call(device, errors, field_name, function_name, *args, quiet=True)
+
+        ecc_mode = device.static.get("ecc_mode")
+        ecc_off = ecc_mode is not None and ecc_mode[0] != nvml.NVML_FEATURE_ENABLED
+
+        def ecc(error_type: int, counter_type: int) -> int | None:
+            return None if ecc_off else read("ecc", "nvmlDeviceGetTotalEccErrors", error_type, counter_type)
+
+        uncorrected, corrected = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        remap = read("remapped_rows", "nvmlDeviceGetRemappedRows")  # (correctable, uncorrectable, pending, failed)
+        retired = [read("retired_pages", "nvmlDeviceGetRetiredPages", cause) for cause in (
+            nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+            nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)]
+        pending = read("retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus")
+        device.faults = dict(
+            ecc_uncorrected_volatile=ecc(uncorrected, nvml.NVML_VOLATILE_ECC),
+            ecc_uncorrected_aggregate=ecc(uncorrected, nvml.NVML_AGGREGATE_ECC),
+            ecc_corrected_volatile=ecc(corrected, nvml.NVML_VOLATILE_ECC),
+            remapped_rows_uncorrectable=None if remap is None else int(remap[1]),
+            remap_pending=None if remap is None else bool(remap[2]),
+            remap_failed=None if remap is None else bool(remap[3]),
+            retired_pages=None if None in retired else sum(len(pages) for pages in retired),
+            retired_pages_pending=None if pending is None else pending == nvml.NVML_FEATURE_ENABLED,
+            pcie_replays=read("pcie_replays", "nvmlDeviceGetPcieReplayCounter"),
+            nvlink_errors=self._nvlink_errors(device, errors),
+        )
+        return device.faults
+
+    def _nvlink_errors(self, device: _DeviceState, errors: _FieldErrors) -> int | None:
+        """The data-link errors of every active NVLink, summed; None with no active link or a counter not read."""
+        nvml = self._nvml
+        if device.nvlinks is None:  # which links are up, read once; past the GPU's own links NVML answers an error
+            state = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+            links = range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18) if state is not None else 0)
+            device.nvlinks = tuple(link for link in links if state is not None
+                                   and self._guarded(state, device.handle, link) == nvml.NVML_FEATURE_ENABLED)
+        counters = [getattr(nvml, name) for name in _NVLINK_ERROR_COUNTERS if hasattr(nvml, name)]
+        total, counted = 0, False
+        for link in device.nvlinks:
+            for counter in counters:
+                value = self._call(device, errors, "nvlink_errors", "nvmlDeviceGetNvLinkErrorCounter", link, counter,
+                                   quiet=True)
+                if value is not None:
+                    total, counted = total + int(value), True
+                elif ("nvmlDeviceGetNvLinkErrorCounter", link, counter) not in device.unsupported:
+                    return None  # a counter failed this time: no partial sum that would look like fewer errors
+        return total if counted else None
 
     # --- GPM ---------------------------------------------------------------------------------------
 
@@ -581,6 +674,15 @@ def _clock_event_reasons_supported(nvml: Any, handle: Any) -> bool | None:
         except nvml.NVMLError:
             answer = None
     return answer
+
+
+def _pci_bus_id(info: Any) -> str | None:
+    """The GPU's PCI address in NVML's form ("00000000:3B:00.0", as kernel_log gives the Xid lines') from
+    nvmlDeviceGetPciInfo (busId; busIdLegacy, "0000:3b:00.0", where busId is empty); None where it was not read."""
+    if info is None:
+        return None
+    return normalise_pci_bus_id(getattr(info, "busId", None)) or normalise_pci_bus_id(
+        getattr(info, "busIdLegacy", None))
 
 
 def _max_limit_w(constraints: Any) -> float | None:

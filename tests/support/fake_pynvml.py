@@ -34,6 +34,7 @@ _REEXPORT_NAMES = (
     "c_nvmlMemory_t",
     "c_nvmlUtilization_t",
     "c_nvmlProcessInfo_v2_t",
+    "nvmlPciInfo_t",
 )
 REEXPORTED = tuple(
     sorted(name for name in dir(_real) if name.startswith(_REEXPORT_PREFIXES)) + list(_REEXPORT_NAMES)
@@ -71,6 +72,20 @@ class FakeGpu:
     # GPM metric id -> value over the interval that ends with the next sample taken (nvmlGpmSampleGet);
     # metrics between two samples further apart average the intervals in between.
     gpm_metrics: dict[int, float] = field(default_factory=dict)
+    # The machine's own faults. None: the GPU does not report it (the call raises NVML_ERROR_NOT_SUPPORTED).
+    pci_bus_id: str | None = "00000000:18:00.0"  # nvmlDeviceGetPciInfo().busId, NVML's form
+    ecc_enabled: bool | None = True  # nvmlDeviceGetEccMode's current mode; the counts are not supported when off
+    # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC) -> count; absent: 0
+    ecc_counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    # nvmlDeviceGetRemappedRows: (correctable rows, uncorrectable rows, pending, failed); None before Ampere
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)
+    # nvmlDeviceGetRetiredPages: NVML_PAGE_RETIREMENT_CAUSE_* -> page addresses; None from Ampere on (as here)
+    retired_pages: dict[int, list[int]] | None = None
+    retired_pages_pending: bool = False
+    pcie_replays: int | None = 0
+    nvlink_links: int | None = 18  # how many NVLinks the GPU has (an H200 SXM: 18); None: no NVLink
+    nvlink_down: set[int] = field(default_factory=set)  # links that are not active
+    nvlink_error_counts: dict[tuple[int, int], int] = field(default_factory=dict)  # (link, counter) -> count
     # NVML function name -> error code it raises for this GPU, e.g. {"nvmlDeviceGetPowerUsage":
     # NVML_ERROR_NOT_SUPPORTED}.
     errors: dict[str, int] = field(default_factory=dict)
@@ -297,6 +312,62 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses_v2(self, handle):
         return self._process_infos(self._enter("nvmlDeviceGetComputeRunningProcesses_v2", handle))
 
+    # --- the machine's own faults ------------------------------------------------------------------
+
+    @staticmethod
+    def _supported(value):
+        if value is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        bus_id = self._supported(self._enter("nvmlDeviceGetPciInfo", handle).pci_bus_id)
+        domain, bus, rest = bus_id.split(":")
+        device, _ = rest.split(".")
+        info = _real.nvmlPciInfo_t()
+        info.busId = bus_id.encode()
+        info.busIdLegacy = f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.0".encode()
+        info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(device, 16)
+        return info
+
+    def nvmlDeviceGetEccMode(self, handle):
+        enabled = self._supported(self._enter("nvmlDeviceGetEccMode", handle).ecc_enabled)
+        mode = _real.NVML_FEATURE_ENABLED if enabled else _real.NVML_FEATURE_DISABLED
+        return [mode, mode]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle, errorType, counterType):
+        gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        self._supported(gpu.ecc_enabled or None)
+        return gpu.ecc_counts.get((errorType, counterType), 0)
+
+    def nvmlDeviceGetRemappedRows(self, device):
+        return self._supported(self._enter("nvmlDeviceGetRemappedRows", device).remapped_rows)
+
+    def nvmlDeviceGetRetiredPages(self, device, sourceFilter):
+        pages = self._supported(self._enter("nvmlDeviceGetRetiredPages", device).retired_pages)
+        return list(pages.get(sourceFilter, []))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device):
+        gpu = self._enter("nvmlDeviceGetRetiredPagesPendingStatus", device)
+        self._supported(gpu.retired_pages)
+        return _real.NVML_FEATURE_ENABLED if gpu.retired_pages_pending else _real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle):
+        return self._supported(self._enter("nvmlDeviceGetPcieReplayCounter", handle).pcie_replays)
+
+    def _nvlink(self, function_name, device, link):
+        gpu = self._enter(function_name, device)
+        if self._supported(gpu.nvlink_links) <= link:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu
+
+    def nvmlDeviceGetNvLinkState(self, device, link):
+        gpu = self._nvlink("nvmlDeviceGetNvLinkState", device, link)
+        return _real.NVML_FEATURE_DISABLED if link in gpu.nvlink_down else _real.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device, link, counter):
+        return self._nvlink("nvmlDeviceGetNvLinkErrorCounter", device, link).nvlink_error_counts.get((link, counter), 0)
+
     # --- GPM ---------------------------------------------------------------------------------------
 
     def nvmlGpmQueryDeviceSupport(self, device):
@@ -375,10 +446,12 @@ def two_h200s() -> FakeNvml:
         [
             FakeGpu(
                 uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",
+                pci_bus_id="00000000:18:00.0",
                 processes=[(4242, 70 * GIB), (5151, None)],
             ),
             FakeGpu(
                 uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000",
+                pci_bus_id="00000000:2A:00.0",
                 util_gpu=0,
                 power_mw=120_500,
                 sm_clock_mhz=345,
