@@ -122,6 +122,29 @@ class ProcessExit:
     read_from: str = ""  # where the above came from, or why nothing is known
 
 
+KernelEventKind = Literal["xid", "oom_kill", "segfault"]
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One fault the kernel recorded (probes/sensors/kernel_log.py reads them): an NVIDIA Xid, an OOM kill, a
+    segfault. Fields a line does not print are None."""
+
+    kind: KernelEventKind
+    wall_time: float | None  # Unix seconds; None where the line came without a timestamp
+    pid: int | None  # the process the line names (Xid: the process using the GPU where the driver prints it)
+    process_name: str | None  # its comm, as the kernel printed it (at most 15 characters)
+    pci_bus_id: str | None  # xid: NVML's form, "00000000:3B:00.0" (normalise_pci_bus_id)
+    code: int | None  # xid: the Xid number; segfault: the page-fault or trap error code
+    detail: str  # the rest of the line in the kernel's words
+    raw: str  # the line as logged
+    memcg: bool | None = None  # oom_kill: the kill was a memory cgroup's limit (None: the line does not say)
+    memcg_path: str | None = None  # oom_kill: the cgroup over its limit, where printed
+    anon_rss_kb: int | None = None  # oom_kill: the victim's anonymous resident memory when killed
+    address: str | None = None  # segfault: the faulting address (hex), None for a general protection fault
+    library: str | None = None  # segfault: the file mapped at the instruction pointer, where printed
+
+
 @dataclass(frozen=True)
 class CpuReading:
     """The CPU the target may use (cgroup quota, affinity) and how much of it it gets."""
@@ -565,6 +588,10 @@ class Frame:
     node: str | None = None
     # Processes of the tree that ended this tick, with how where /proc still said (probes/sensors/proctree.py)
     exits: tuple[ProcessExit, ...] = ()
+    # What the kernel logged this tick of the node's faults: Xids, OOM kills, segfaults (probes/sensors/kernel_log.py;
+    # the first tick's carry the minutes before gputop attached)
+    kernel_events: tuple[KernelEvent, ...] = ()
+    kernel_log_problem: str | None = None  # why the kernel log cannot be read here, where it cannot
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

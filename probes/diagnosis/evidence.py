@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from probes.diagnosis.compile_history import CompileHistory, compile_history, compiled_code_share
-from probes.diagnosis.exit_causes import account, ended
+from probes.diagnosis.exit_causes import account, ended, kernel_records
 from probes.diagnosis.frame_stacks import FrameStacks, Stack, frame_stacks
 from probes.diagnosis.gil import GIL_WINDOW_S, GilSummary, gil_summary
 from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary, target_devices
@@ -22,7 +22,6 @@ from probes.diagnosis.stacks import (
     CHECKPOINT,
     IO,
     PEER_WAIT_BACKWARD,
-    PEER_WAIT_BACKWARD_QUIET,
     PEER_WAIT_SYNC,
     PeerWait,
     ThreadProfile,
@@ -59,9 +58,6 @@ CPU_PROGRESS_PCT = 2.0  # processes' CPU below this (percent of one core, 10 ms 
 # in a lock or a read uses none; one waking each few seconds from a timed wait uses microseconds.
 MAIN_THREAD_CPU_PROGRESS_PCT = 0.2
 GPU_PROGRESS_UTIL_PCT = 5.0
-# A rank's main thread on a CPU or queued for one less than this share of wall time barely works: its
-# backward samples are waits for the other ranks, whatever py-spy's idle flag caught.
-QUIET_MAIN_THREAD_PCT = 30.0
 
 
 @dataclass
@@ -337,10 +333,11 @@ def _dead_children(frames: list[Frame], main_pid: int) -> list[DeadChild]:
     latest = frames[-1]
     now = {p.pid: p for p in latest.processes}
     exits = ended(frames)
+    kernel = kernel_records(frames)
     dead: dict[int, DeadChild] = {}
 
     def said(pid: int) -> str | None:
-        return account(exits[pid]).how if pid in exits else None
+        return account(exits[pid], kernel).how if pid in exits else None
 
     for p in latest.processes:
         if p.pid != main_pid and (p.state == "zombie" or not p.alive):
@@ -390,26 +387,17 @@ def _after_ended_save(frames: Sequence[Frame], main_pid: int) -> list[Frame] | N
     return None
 
 
-def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary, wanting_cpu_pct: float | None) -> PeerWait | None:
+def peer_wait(frame: Frame, main_pid: int, gpu: GpuSummary) -> PeerWait | None:
     """How the main process, when it is a rank of a multi-rank job, waits for the other ranks where no
-    collective frame shows: in backward (no GPU: DDP's reducer on gloo; any backward sample when its main thread
-    wants a CPU less than QUIET_MAIN_THREAD_PCT of the time, on one or queued for one), at a GPU
-    synchronisation (its GPU spins), or None (not a rank, or a GPU doing real work)."""
+    collective frame shows: in backward (no GPU: DDP's reducer on gloo, its waiting samples as the record
+    windows' pairs measured them), at a GPU synchronisation (its GPU spins), or None (not a rank, or a GPU doing
+    real work)."""
     main = frame.process(main_pid)
     if main is None or main.rank is None or (main.world_size is not None and main.world_size < 2):
         return None
     if not gpu.in_use and main.gpu_index is None:
-        quiet = wanting_cpu_pct is not None and wanting_cpu_pct < QUIET_MAIN_THREAD_PCT
-        return PEER_WAIT_BACKWARD_QUIET if quiet else PEER_WAIT_BACKWARD
+        return PEER_WAIT_BACKWARD
     return PEER_WAIT_SYNC if gpu.spinning() else None
-
-
-def _wanting_cpu(frames: Sequence[Frame], main_pid: int) -> float | None:
-    """The main thread's time on a CPU or queued for one, percent of wall time (metric window mean)."""
-    cpu = mean(_main_field(f, main_pid, "main_thread_cpu_pct") for f in frames)
-    if cpu is None:
-        return None
-    return cpu + (mean(_main_field(f, main_pid, "main_thread_runqueue_pct") for f in frames) or 0.0)
 
 
 def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
@@ -419,7 +407,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     stack_frames = recent(history, STACK_WINDOW_S)
     metric_frames = recent(history, METRIC_WINDOW_S)
     gpu = gpu_summary(metric_frames)
-    waits_for_peers = peer_wait(latest, main_pid, gpu, _wanting_cpu(metric_frames, main_pid))
+    waits_for_peers = peer_wait(latest, main_pid, gpu)
 
     main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     after_change = _after_phase_change(stack_frames)

@@ -1,9 +1,10 @@
 """How a process of the job ended, in words a person acts on, from what the machine recorded of it.
 
-The facts come from the frames: each process of the tree that ended carries a ProcessExit (probes/sensors/proctree.py:
-the exit status or signal its zombie kept, or why none was left to read). An exit status or a signal is said as
-what it usually means for a training job, with the one step that tells more; nothing is said of a cause that was not
-read (a SIGKILL is the OOM killer's only where the kernel or the cgroup says so).
+The facts come from the frames: each process of the tree that ended carries a ProcessExit (probes/sensors/
+process_exits.py: the exit status or signal its zombie kept, or why none was left to read), and the kernel's own
+records name the OOM killer's victims and the segfaults (Frame.kernel_events, probes/sensors/kernel_log.py). An exit
+status or a signal is said as what it usually means for a training job, with the one step that tells more; nothing
+is said of a cause that was not read (a SIGKILL is the OOM killer's only where the kernel says so).
 
 Pure: no I/O, time from the frames.
 """
@@ -14,7 +15,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.frame import Frame, ProcessExit
+from probes.frame import Frame, KernelEvent, ProcessExit
 
 # What a signal that ends a training process usually means, and the step that tells more. Where the signal is not
 # listed, its name alone is said.
@@ -55,10 +56,38 @@ def ended(history: Sequence[Frame]) -> dict[int, ProcessExit]:
     return {exit_.pid: exit_ for frame in history for exit_ in frame.exits}
 
 
-def account(exit_: ProcessExit) -> ExitAccount:
-    """The words for one ended process."""
-    how, advice = _how(exit_)
+def kernel_records(history: Sequence[Frame]) -> dict[int, KernelEvent]:
+    """{pid: the kernel's record of its death} (an OOM kill or a segfault) over the frames, the latest per PID."""
+    return {event.pid: event for frame in history for event in frame.kernel_events
+            if event.pid is not None and event.kind in ("oom_kill", "segfault")}
+
+
+def account(exit_: ProcessExit, kernel: dict[int, KernelEvent] | None = None) -> ExitAccount:
+    """The words for one ended process; `kernel` (kernel_records) names the OOM killer's victims and segfaults."""
+    record = (kernel or {}).get(exit_.pid)
+    if record is not None and record.kind == "oom_kill":
+        how, advice = _oom_killed(record)
+    else:
+        how, advice = _how(exit_)
+        if record is not None and record.kind == "segfault" and exit_.signal in (None, signal.SIGSEGV):
+            where = f" in {record.library}" if record.library else ""
+            at = f" at address {record.address}" if record.address is not None else ""
+            how = ("killed by SIGSEGV: a crash in native code" if exit_.signal is None else how) + \
+                f" (the kernel log: a fault{at}{where})"
     return ExitAccount(exit_.pid, exit_.role, exit_.name, how, advice)
+
+
+def _oom_killed(record: KernelEvent) -> tuple[str, str]:
+    """The OOM killer's victim, with the limit it hit where the kernel said which."""
+    held = f", holding {record.anon_rss_kb / 1024:.0f} MB" if record.anon_rss_kb is not None else ""
+    if record.memcg:
+        group = f" {record.memcg_path}" if record.memcg_path else ""
+        return (f"killed by the OOM killer at its memory cgroup's limit{group}{held} (the kernel log)",
+                "Give the job more memory (the container's or the Slurm job's --mem) or use less: fewer DataLoader "
+                "workers or prefetch_factor, a smaller batch; workers that grow copy the dataset's Python objects "
+                "(keep it in numpy arrays or tensors, not lists of objects).")
+    return (f"killed by the OOM killer: the machine ran out of memory{held} (the kernel log)",
+            "Use less memory (fewer DataLoader workers, a smaller batch) or run on a node with more, alone.")
 
 
 def _how(exit_: ProcessExit) -> tuple[str, str]:

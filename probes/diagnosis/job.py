@@ -41,7 +41,7 @@ from probes.diagnosis.absent_ranks import (
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.contention import with_job_contention
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.exit_causes import account, ended
+from probes.diagnosis.exit_causes import account, ended, kernel_records
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
     ACTIVITIES,
@@ -317,17 +317,21 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     if not gone:
         return None
     exits = ended(history)
+    kernel = kernel_records(history)
     # The rank that ended first is the one to look at: the others often end because it did (a launcher stops them,
     # or their collective times out).
     gone = sorted(gone, key=lambda d: exits[d.member.pid].seen_at if d.member.pid in exits else float("inf"))
     first = gone[0]
-    how_lines = [f"{d.label} (PID {d.member.pid}) {account(exits[d.member.pid]).how}"
-                 + (" first" if len(gone) > 1 and i == 0 else "")
-                 for i, d in enumerate(gone[:RANKS_LISTED]) if d.member.pid in exits]
+    # How the first one ended goes in the headline; the others' below it.
+    first_how = (f" ({'first, ' if len(gone) > 1 else ''}{account(exits[first.member.pid], kernel).how})"
+                 if first.member.pid in exits else "")
+    how_lines = [f"{d.label} (PID {d.member.pid}) {account(exits[d.member.pid], kernel).how}"
+                 for d in gone[1:RANKS_LISTED] if d.member.pid in exits]
     backend, why = collective_backend(history, live + gone)
     timeout = timeout_text(backend, why)
-    gone_text = (f"{gone[0].label} (PID {gone[0].member.pid})" if len(gone) == 1 else
-                 f"{ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})")
+    gone_text = (f"{gone[0].label} (PID {gone[0].member.pid}){first_how}" if len(gone) == 1 else
+                 f"{ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})"
+                 + (f"; {first.label}{first_how}" if first_how else ""))
     advice = [
         (f"Find why {ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
          "whether the OOM killer ended it."),

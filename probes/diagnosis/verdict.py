@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
-from probes.diagnosis.exit_causes import account, ended
+from probes.diagnosis.exit_causes import account, ended, kernel_records
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import ENTER_SCORE, evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
@@ -34,7 +34,7 @@ from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
 from probes.diagnosis.rules.unknown import start_imports, starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
-from probes.frame import Frame, ProcessExit, Verdict
+from probes.frame import Frame, KernelEvent, ProcessExit, Verdict
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
 # A new bottleneck replaces the previous one only once the previous rule's strength has fallen below
@@ -131,13 +131,19 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
     latest = history[-1]
     target = latest.target
     own = ended(history).get(target.pid)
-    said = account(own) if own is not None else None
+    kernel = kernel_records(history)
+    said = account(own, kernel) if own is not None else None
     if said is not None:
-        lines = [f"PID {target.pid} has exited: {said.how}."]
+        headline = f"PID {target.pid} has exited: {said.how}"
     else:
-        reason = f" ({target.exit_reason})" if target.exit_reason else ""
-        lines = [f"PID {target.pid} has exited{reason}."]
-    lines += _children_ended(history, own)
+        headline = f"PID {target.pid} has exited" + (f" ({target.exit_reason})" if target.exit_reason else "")
+    children = _children_ended(history, own)
+    # A child whose death the machine recorded (a signal, the OOM killer) is often the cause: said in the headline.
+    cause = next((child for child in children if child.signal is not None or child.pid in kernel), None)
+    if cause is not None:
+        how = account(cause, kernel).how  # "killed by …" whenever a signal or the kernel's record is known
+        headline += f", after its {_role_words(cause)} PID {cause.pid} was {how}"
+    lines = [headline + ".", *(_child_line(child, own, kernel) for child in children if child is not cause)]
     if previous is not None and previous.liveness == "exited":
         lines = list(previous.evidence)  # said once, when it exited: keep the account of what came before
     elif previous is not None and previous.bottleneck != "unknown":
@@ -165,20 +171,23 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
 CHILD_ENDED_BEFORE_S = 30.0
 
 
-def _children_ended(history: Sequence[Frame], own: ProcessExit | None) -> list[str]:
-    """Up to two children (workers, ranks) that ended shortly before the target, first first, with how: often why."""
+def _children_ended(history: Sequence[Frame], own: ProcessExit | None) -> list[ProcessExit]:
+    """Up to two children (workers, ranks) that ended up to CHILD_ENDED_BEFORE_S before the target, first first."""
     if own is None:
         return []
-    children = sorted((e for e in ended(history).values()
-                       if e.pid != own.pid and own.seen_at - e.seen_at <= CHILD_ENDED_BEFORE_S),
-                      key=lambda e: e.seen_at)
-    lines = []
-    for child in children[:2]:
-        before = own.seen_at - child.seen_at
-        when = f", {before:.0f} s before it" if before >= 1 else ", in the same tick"
-        lines.append(f"its {child.role.replace('_', ' ')} PID {child.pid} ({child.name}) ended{when}: "
-                     f"{account(child).how}")
-    return lines
+    return sorted((e for e in ended(history).values()
+                   if e.pid != own.pid and own.seen_at - e.seen_at <= CHILD_ENDED_BEFORE_S),
+                  key=lambda e: e.seen_at)[:2]
+
+
+def _child_line(child: ProcessExit, own: ProcessExit | None, kernel: dict[int, KernelEvent]) -> str:
+    before = own.seen_at - child.seen_at if own is not None else 0.0
+    when = f", {before:.0f} s before it" if before >= 1 else ", in the same tick"
+    return f"its {_role_words(child)} PID {child.pid} ({child.name}) ended{when}: {account(child, kernel).how}"
+
+
+def _role_words(process: ProcessExit) -> str:
+    return process.role.replace("_", " ").replace("dataloader", "DataLoader")
 
 
 def _choose(candidates: list[Candidate], previous: Verdict | None, main_samples: int) -> Candidate:

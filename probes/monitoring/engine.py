@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,9 @@ from probes.frame import (
     ROLE_RANK,
     Frame,
     GpuReading,
+    KernelEvent,
     MonitorOverhead,
+    ProcessExit,
     ProcessSample,
     Role,
     StacksReading,
@@ -34,9 +37,14 @@ from probes.sampling.tree_sampling import TreePart, TreeRoles
 from probes.sensors.cgroup import CgroupCpuProbe
 from probes.sensors.flight_recorder import FlightRecorderProbe
 from probes.sensors.hostcpu import HostCpuProbe
+from probes.sensors.kernel_log import KernelLog
 from probes.sensors.nvml import NvmlGpuProbe
 from probes.sensors.proctree import ProcessTreeProbe
 from probes.sensors.progress import LogProgressProbe, log_owners
+
+# The PIDs of the job's processes remembered for its kernel records (an OOM kill is logged as its victim dies, and
+# the tree sees it gone a tick later): the last this many seen, ample for a node's ranks and their workers.
+PIDS_REMEMBERED = 4096
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.25
@@ -92,9 +100,11 @@ def sampling_roles(processes) -> TreeRoles:
 class Engine:
     """Reads the target once per tick(); call close() to stop the samplers it started."""
 
-    def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None, gpu=None) -> None:
+    def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None, gpu=None,
+                 kernel_log: KernelLog | None = None) -> None:
         """nvml: a module with pynvml's API (tests pass a fake). gpu: a reader shared with other engines
-        (nvml.SharedGpuReading, refreshed by its owner once per tick), which this engine does not close."""
+        (nvml.SharedGpuReading, refreshed by its owner once per tick), which this engine does not close.
+        kernel_log: the node's kernel log reader (tests pass one over a fake /dev/kmsg); by default /dev/kmsg."""
         self.pid = pid  # the PID the user named
         self.config = config
         self._seq = 0
@@ -109,6 +119,8 @@ class Engine:
         self._gpu = (gpu if gpu is not None else NvmlGpuProbe(nvml)) if config.read_gpu else None
         self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
         self._collectives = FlightRecorderProbe()  # reads only ranks whose environment shows a recorder
+        self._kernel_log = kernel_log if kernel_log is not None else KernelLog()
+        self._pids_seen: deque[int] = deque(maxlen=PIDS_REMEMBERED)  # whose kernel records are this job's
         if config.fr_dump:
             self._collectives.request_dump()
         self._last_stacks: StacksReading | None = None  # the job layout reads the parents' stacks of last tick
@@ -159,6 +171,8 @@ class Engine:
         # The training process's log, not only the named one's: a rank's, or the python a shell wrapper runs.
         progress = self._progress.read(log_owners(processes, self.root_pid))
         collectives = self._collectives.read(processes)
+        exits = self._tree.exits()
+        kernel_events = self._job_kernel_events(processes, exits)
         ended = time.monotonic()
         interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
         self._last_tick_end = ended
@@ -177,8 +191,22 @@ class Engine:
             overhead=self._overhead(ended - started, interval),
             job=job,
             collectives=collectives,
-            exits=self._tree.exits(),
+            exits=exits,
+            kernel_events=kernel_events,
+            kernel_log_problem=self._kernel_log.reason,
         )
+
+    def _job_kernel_events(self, processes: Sequence[ProcessSample],
+                           exits: Sequence[ProcessExit]) -> tuple[KernelEvent, ...]:
+        """What the kernel logged since the last tick that concerns this job: every Xid (the diagnosis keeps those
+        on the job's GPUs, by bus id), and the OOM kills and segfaults of processes this engine has seen in its
+        tree (another job's crash on the node is not this one's)."""
+        known = set(self._pids_seen)
+        for pid in [p.pid for p in processes] + [e.pid for e in exits]:
+            if pid not in known:
+                self._pids_seen.append(pid)
+                known.add(pid)
+        return tuple(e for e in self._kernel_log.read_new() if e.kind == "xid" or e.pid in known)
 
     def request_flight_recorder_dump(self) -> None:
         """The user asked for a Flight Recorder dump (`f` in the TUI): done at the next tick, said in its frame
@@ -224,6 +252,7 @@ class Engine:
         if self._gpu is not None and self._owns_gpu:
             self._gpu.close()
         self._progress.close()
+        self._kernel_log.close()
 
 
 def run_ticks(engine: Engine, stop: threading.Event, duration_s: float | None = None) -> Iterator[Frame]:

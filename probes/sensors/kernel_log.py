@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
+from probes.frame import KernelEvent, KernelEventKind
 from probes.sensors.textfiles import read_text
 
 KMSG_PATH = "/dev/kmsg"
@@ -43,7 +44,6 @@ _READ_SIZE: Final = 16 * 1024
 # whose "Killed process" has not come within this long is returned alone.
 _OOM_PAIR_WAIT_S: Final = 2.0
 
-KernelEventKind = Literal["xid", "oom_kill", "segfault"]
 XidPointsAt = Literal["application", "node"]
 
 
@@ -87,27 +87,9 @@ XID_MEANINGS: Final[Mapping[int, XidMeaning]] = {
 }
 
 
-@dataclass(frozen=True)
-class KernelEvent:
-    """One fault the kernel recorded. Fields a line does not print are None."""
-
-    kind: KernelEventKind
-    wall_time: float | None  # Unix seconds; None where the line came without a timestamp
-    pid: int | None  # the process the line names (Xid: the process using the GPU where the driver prints it)
-    process_name: str | None  # its comm, as the kernel printed it (at most 15 characters)
-    pci_bus_id: str | None  # xid: NVML's form, "00000000:3B:00.0" (normalise_pci_bus_id)
-    code: int | None  # xid: the Xid number; segfault: the page-fault or trap error code
-    detail: str  # the rest of the line in the kernel's words
-    raw: str  # the line as logged
-    memcg: bool | None = None  # oom_kill: the kill was a memory cgroup's limit (None: the line does not say)
-    memcg_path: str | None = None  # oom_kill: the cgroup over its limit, where printed
-    anon_rss_kb: int | None = None  # oom_kill: the victim's anonymous resident memory when killed
-    address: str | None = None  # segfault: the faulting address (hex), None for a general protection fault
-    library: str | None = None  # segfault: the file mapped at the instruction pointer, where printed
-
-    @property
-    def xid_meaning(self) -> XidMeaning | None:
-        return XID_MEANINGS.get(self.code) if self.kind == "xid" and self.code is not None else None
+def xid_meaning(event: KernelEvent) -> XidMeaning | None:
+    """What NVIDIA's catalogue says of an Xid event's code; None for other events and unknown codes."""
+    return XID_MEANINGS.get(event.code) if event.kind == "xid" and event.code is not None else None
 
 
 # --- PCI bus ids ----------------------------------------------------------------------------------------
@@ -531,4 +513,5 @@ __all__ = [
     "normalise_pci_bus_id",
     "parse_kmsg_record",
     "parse_line",
+    "xid_meaning",
 ]

@@ -76,7 +76,7 @@ def test_a_killed_dataloader_worker_is_named_beside_the_jobs_exit(spawn_target, 
         killed.append(workers[0])
 
     verdict = _dies(spawn_target, tmp_path, kill_worker, "exited with status 1")
-    assert any(line.startswith(f"its dataloader worker PID {killed[0]} ") for line in verdict["evidence"]), \
+    assert any(line.startswith(f"its DataLoader worker PID {killed[0]} ") for line in verdict["evidence"]), \
         verdict["evidence"]
 
 

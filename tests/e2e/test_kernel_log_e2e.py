@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from probes.sensors.cgroup import parse_mountinfo
-from probes.sensors.kernel_log import KernelEvent, KernelLog
+from probes.sensors.kernel_log import KernelEvent, KernelLog, xid_meaning
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def test_an_xid_written_to_the_kernel_log_is_read_back_and_seen_by_a_later_reade
     event, _ = _wait_for_event(log, lambda e: e.kind == "xid" and e.pid == pid)
     assert (event.code, event.pci_bus_id, event.process_name) == (79, "00000000:3B:00.0", "python")
     assert event.detail == "GPU has fallen off the bus." and event.raw == line
-    assert event.xid_meaning is not None and event.xid_meaning.points_at == "node"
+    assert xid_meaning(event) is not None and xid_meaning(event).points_at == "node"
     assert event.wall_time is not None and before - 2 <= event.wall_time <= time.time() + 2
 
     # A gputop attached after the GPU fell off still sees it: the first read looks back.

@@ -45,6 +45,7 @@ from probes.sensors.kernel_log import (
     normalise_pci_bus_id,
     parse_kmsg_record,
     parse_line,
+    xid_meaning,
 )
 
 # --- PCI bus ids ----------------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_xid_with_pid_and_name():
                                                                             "00000000:DC:00.0")
     assert event.detail == "Ch 00000001 caused by previous Xid 149"
     assert event.wall_time == 1.5
-    assert event.xid_meaning is not None and event.xid_meaning.points_at == "application"
+    assert xid_meaning(event) is not None and xid_meaning(event).points_at == "application"
 
 
 def test_xid_79_with_a_name_that_holds_punctuation():
@@ -96,7 +97,7 @@ def test_xid_79_with_a_name_that_holds_punctuation():
     assert event.pci_bus_id == "00000000:C6:00.0"
     assert event.detail == "GPU has fallen off the bus."
     assert event.raw == line
-    assert event.xid_meaning is not None and event.xid_meaning.points_at == "node"
+    assert xid_meaning(event) is not None and xid_meaning(event).points_at == "node"
 
 
 @pytest.mark.parametrize(
