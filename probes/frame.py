@@ -588,6 +588,7 @@ class Frame:
     node: str | None = None
     # Processes of the tree that ended this tick, with how where /proc still said (probes/sensors/proctree.py)
     exits: tuple[ProcessExit, ...] = ()
+    memory: MemoryReading = field(default_factory=MemoryReading)  # its memory cgroup (probes/sensors/cgroup.py)
     # What the kernel logged this tick of the node's faults: Xids, OOM kills, segfaults (probes/sensors/kernel_log.py;
     # the first tick's carry the minutes before gputop attached)
     kernel_events: tuple[KernelEvent, ...] = ()

@@ -173,7 +173,7 @@ def spawn_target():
 def tiny_cpu_quota():
     """A real cgroup of 0.2 CPU (tests/support/cpu_quota.py); yields a function that moves a PID into it; removed
     afterwards. Skips where this machine cannot make one."""
-    from support.cpu_quota import group_name, tiny_cpu_quota
+    from support.cgroups import group_name, tiny_cpu_quota
     try:
         quota = tiny_cpu_quota(group_name())
         enter = quota.__enter__()
@@ -183,6 +183,28 @@ def tiny_cpu_quota():
         yield enter
     finally:
         quota.__exit__(None, None, None)
+
+
+@pytest.fixture
+def memory_group():
+    """memory_group(limit_bytes) -> a real memory cgroup without swap (tests/support/cgroups.py MemoryGroup); each
+    one made is removed when the test ends."""
+    from support.cgroups import MemoryGroup
+
+    if os.geteuid() != 0:
+        pytest.skip("making cgroups needs root")
+    made: list = []
+
+    def make(limit_bytes: int):
+        group = MemoryGroup(f"gputop_memory_{os.getpid()}_{len(made)}", limit_bytes)
+        made.append(group)
+        return group
+
+    try:
+        yield make
+    finally:
+        for group in made:
+            group.remove()
 
 
 @pytest.fixture

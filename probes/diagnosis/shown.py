@@ -14,6 +14,7 @@ import dataclasses
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.levers import beside_reference
+from probes.diagnosis.memory_risk import MemoryRisk
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines
 from probes.frame import Verdict
 from probes.logformats import known_format
@@ -118,11 +119,14 @@ def _lever_advice(verdict: Verdict, pace: Pace | None) -> tuple[str, ...]:
                             pace.comparison.reference_settings)
 
 
-def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None) -> Verdict:
+def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
+                  risk: MemoryRisk | None = None) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
-    80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room."""
+    80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room.
+    Memory growing toward its limit (memory_risk.py) is said in any live state: first where the limit is near."""
+    verdict = _with_risk(verdict, risk)
     if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)
@@ -133,8 +137,26 @@ def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None
     advice = _lever_advice(verdict, pace)
     if not paced and not also and gain is None and advice == verdict.advice:
         return verdict
-    evidence = (*verdict.evidence[:1], *also, *paced, *verdict.evidence[1:2],
-                *((gain.words,) if gain is not None else ()), *verdict.evidence[2:])
+    # The headline stays first: the rule's own, or the memory risk that went before it.
+    head = 2 if risk is not None and risk.imminent else 1
+    evidence = (*verdict.evidence[:head], *also, *paced, *verdict.evidence[head:head + 1],
+                *((gain.words,) if gain is not None else ()), *verdict.evidence[head + 1:])
     return dataclasses.replace(verdict, evidence=evidence, advice=advice,
                                max_speedup=round(gain.factor, 2) if gain is not None and not gain.at_least else None,
                                min_speedup=round(gain.factor, 2) if gain is not None and gain.at_least else None)
+
+
+def _with_risk(verdict: Verdict, risk: MemoryRisk | None) -> Verdict:
+    """The memory risk's line in the evidence: the headline where the limit is reached within HEADLINE_WITHIN_S, else
+    after the rule's headline; with its advice where the limit is near."""
+    if risk is None or verdict.liveness == "exited":
+        return verdict
+    line = risk.words()
+    if risk.imminent:
+        return dataclasses.replace(verdict, evidence=(line, *verdict.evidence), advice=(MEMORY_ADVICE, *verdict.advice))
+    return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], line, *verdict.evidence[1:]))
+
+
+MEMORY_ADVICE = ("Memory will run out: find what grows (workers that copy a dataset of Python objects grow with each "
+                 "batch they touch: keep it in numpy arrays or tensors); give the job more (its container's or "
+                 "Slurm job's --mem), or fewer DataLoader workers.")

@@ -34,7 +34,7 @@ from probes.redact import redact_argv, redact_environ
 from probes.sampling.pyspy import StackSampler
 from probes.sampling.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
 from probes.sampling.tree_sampling import TreePart, TreeRoles
-from probes.sensors.cgroup import CgroupCpuProbe
+from probes.sensors.cgroup import CgroupCpuProbe, CgroupMemoryProbe
 from probes.sensors.flight_recorder import FlightRecorderProbe
 from probes.sensors.hostcpu import HostCpuProbe
 from probes.sensors.kernel_log import KernelLog
@@ -114,6 +114,7 @@ class Engine:
         root = self.root_pid
         self._tree = ProcessTreeProbe(root, redact=redact_argv, redact_environ=redact_environ)
         self._cgroup = CgroupCpuProbe(root)
+        self._memory = CgroupMemoryProbe(root)
         self._host = HostCpuProbe(root)
         self._owns_gpu = gpu is None
         self._gpu = (gpu if gpu is not None else NvmlGpuProbe(nvml)) if config.read_gpu else None
@@ -163,6 +164,7 @@ class Engine:
         tree_cpu = sum(p.cpu_seconds or 0.0 for p in processes)
         cpu = self._cgroup.read(runnable_threads=runnable, tree_cpu_seconds=tree_cpu)
         host = self._host.read()
+        memory = self._memory.read()
         if self._gpu is not None:
             gpu = self._gpu.read(self._tree.pid_aliases())
         else:
@@ -192,6 +194,7 @@ class Engine:
             job=job,
             collectives=collectives,
             exits=exits,
+            memory=memory,
             kernel_events=kernel_events,
             kernel_log_problem=self._kernel_log.reason,
         )

@@ -6,90 +6,17 @@ And a forked worker that only reads its parent's list of objects, its pages turn
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from probes.sensors.cgroup import CgroupMemoryProbe, parse_mountinfo
+from probes.sensors.cgroup import CgroupMemoryProbe
 from probes.sensors.memory_growth import copy_on_read, fit_line, memory_growth
 from probes.sensors.proc_readers import read_smaps_rollup
 
 MIB = 1 << 20
 pytestmark = pytest.mark.slow
-
-
-class MemoryGroup:
-    """A memory cgroup with a limit and no swap, made for one test and removed after it."""
-
-    def __init__(self, name: str, limit_bytes: int) -> None:
-        with open("/proc/self/mountinfo") as f:
-            mounts = parse_mountinfo(f.read())
-        v1 = [point for root, point, fstype, opts in mounts
-              if fstype == "cgroup" and root == "/" and "memory" in opts.split(",")]
-        v2 = [point for root, point, fstype, _ in mounts if fstype == "cgroup2" and root == "/"]
-        if v1:
-            self.version, self.root = "v1", Path(v1[0])
-        elif v2 and "memory" in Path(v2[0], "cgroup.subtree_control").read_text().split():
-            self.version, self.root = "v2", Path(v2[0])
-        else:
-            pytest.skip("no memory controller to make a child cgroup in (neither v1 memory nor v2 with +memory)")
-        self.path = self.root / name
-        try:
-            self.path.mkdir()
-        except OSError as error:
-            pytest.skip(f"memory controller not writable: cannot create {self.path}: {error.strerror}")
-        # No swap either, so that the limit is reached, and a kill comes, when the rate says. On v1 through
-        # swappiness, not a memsw limit: Linux 6.18 counts a hit of a memsw limit in neither failcnt (seen here).
-        if self.version == "v1":
-            (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-            if (self.path / "memory.swappiness").exists():
-                (self.path / "memory.swappiness").write_text("0")
-        else:
-            (self.path / "memory.max").write_text(str(limit_bytes))
-            if (self.path / "memory.swap.max").exists():
-                (self.path / "memory.swap.max").write_text("0")
-
-    def join(self) -> None:
-        """Moves the calling process in: run in the target's child before exec, so all it allocates is charged
-        here (v1 leaves pages charged where they were when a process moves)."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
-
-    def remove(self) -> None:
-        for pid in (self.path / "cgroup.procs").read_text().split():
-            try:
-                (self.root / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # it exited meanwhile
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)  # a process just killed can hold the group a moment
-
-
-@pytest.fixture
-def memory_group():
-    if os.geteuid() != 0:
-        pytest.skip("making cgroups needs root")
-    made: list[MemoryGroup] = []
-
-    def make(limit_bytes: int) -> MemoryGroup:
-        group = MemoryGroup(f"gputop_memory_{os.getpid()}_{len(made)}", limit_bytes)
-        made.append(group)
-        return group
-
-    try:
-        yield make
-    finally:
-        for group in made:
-            group.remove()
 
 
 def _collect_lines(stream, lines: list[str]) -> threading.Thread:

@@ -1,0 +1,112 @@
+"""Real cgroups made for one test: a tiny CPU quota (tiny_cpu_quota) and a memory limit without swap (MemoryGroup),
+v1's controller where the machine mounts it (this machine's kind does), else a cgroup2 group. Used through
+conftest's tiny_cpu_quota and memory_group fixtures."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from probes.sensors.cgroup import parse_mountinfo
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+QUOTA_CPUS = 0.2  # 20 ms of each 100 ms period
+
+
+@contextmanager
+def tiny_cpu_quota(name: str) -> Iterator[Callable[[int], None]]:
+    """A cgroup limited to QUOTA_CPUS named `name`; yields a function that moves a PID into it. Removed afterwards,
+    its processes moved back to the root first. Raises OSError where no such group can be made here."""
+    v1 = CGROUP_ROOT / "cpu"
+    if (v1 / "cpu.cfs_quota_us").exists():
+        root, group = v1, v1 / name
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(QUOTA_CPUS * 100000)))
+    else:
+        root, group = CGROUP_ROOT, CGROUP_ROOT / name
+        group.mkdir()
+        (group / "cpu.max").write_text(f"{int(QUOTA_CPUS * 100000)} 100000")
+
+    def enter(pid: int) -> None:
+        (group / "cgroup.procs").write_text(str(pid))
+
+    try:
+        yield enter
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                (root / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # already gone
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def group_name() -> str:
+    return f"gputop_quota_{os.getpid()}"
+
+
+class MemoryGroup:
+    """A memory cgroup with a limit and no swap, made for one test and removed after it."""
+
+    def __init__(self, name: str, limit_bytes: int) -> None:
+        with open("/proc/self/mountinfo") as f:
+            mounts = parse_mountinfo(f.read())
+        v1 = [point for root, point, fstype, opts in mounts
+              if fstype == "cgroup" and root == "/" and "memory" in opts.split(",")]
+        v2 = [point for root, point, fstype, _ in mounts if fstype == "cgroup2" and root == "/"]
+        if v1:
+            self.version, self.root = "v1", Path(v1[0])
+        elif v2 and "memory" in Path(v2[0], "cgroup.subtree_control").read_text().split():
+            self.version, self.root = "v2", Path(v2[0])
+        else:
+            pytest.skip("no memory controller to make a child cgroup in (neither v1 memory nor v2 with +memory)")
+        self.path = self.root / name
+        try:
+            self.path.mkdir()
+        except OSError as error:
+            pytest.skip(f"memory controller not writable: cannot create {self.path}: {error.strerror}")
+        # No swap either, so that the limit is reached, and a kill comes, when the rate says. On v1 through
+        # swappiness, not a memsw limit: Linux 6.18 counts a hit of a memsw limit in neither failcnt (seen here).
+        if self.version == "v1":
+            (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            if (self.path / "memory.swappiness").exists():
+                (self.path / "memory.swappiness").write_text("0")
+        else:
+            (self.path / "memory.max").write_text(str(limit_bytes))
+            if (self.path / "memory.swap.max").exists():
+                (self.path / "memory.swap.max").write_text("0")
+
+    def join(self) -> None:
+        """Moves the calling process in: run in the target's child before exec, so all it allocates is charged
+        here (v1 leaves pages charged where they were when a process moves)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                (self.root / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # it exited meanwhile
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)  # a process just killed can hold the group a moment
