@@ -11,9 +11,11 @@ the front ends; the verdict fed back to diagnose() stays without these lines, so
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.levers import beside_reference
+from probes.diagnosis.machine_faults import NODE_ADVICE, GpuFault
 from probes.diagnosis.memory_risk import MemoryRisk
 from probes.diagnosis.shares import TimeShares, max_speedup, recurring_lines
 from probes.frame import Verdict
@@ -120,13 +122,14 @@ def _lever_advice(verdict: Verdict, pace: Pace | None) -> tuple[str, ...]:
 
 
 def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
-                  risk: MemoryRisk | None = None) -> Verdict:
+                  risk: MemoryRisk | None = None, faults: Sequence[GpuFault] = ()) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room.
-    Memory growing toward its limit (memory_risk.py) is said in any live state: first where the limit is near."""
-    verdict = _with_risk(verdict, risk)
+    Memory growing toward its limit (memory_risk.py) is said in any live state: first where the limit is near. The
+    machine's faults on the job's GPUs (machine_faults.py) are said in every state: a node's first of all."""
+    verdict = _with_faults(_with_risk(verdict, risk), faults)
     if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)
@@ -137,8 +140,8 @@ def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None
     advice = _lever_advice(verdict, pace)
     if not paced and not also and gain is None and advice == verdict.advice:
         return verdict
-    # The headline stays first: the rule's own, or the memory risk that went before it.
-    head = 2 if risk is not None and risk.imminent else 1
+    # The headline stays first: the rule's own, or the node's fault or memory risk that went before it.
+    head = 1 + (risk is not None and risk.imminent) + (any(f.node for f in faults))
     evidence = (*verdict.evidence[:head], *also, *paced, *verdict.evidence[head:head + 1],
                 *((gain.words,) if gain is not None else ()), *verdict.evidence[head + 1:])
     return dataclasses.replace(verdict, evidence=evidence, advice=advice,
@@ -155,6 +158,19 @@ def _with_risk(verdict: Verdict, risk: MemoryRisk | None) -> Verdict:
     if risk.imminent:
         return dataclasses.replace(verdict, evidence=(line, *verdict.evidence), advice=(MEMORY_ADVICE, *verdict.advice))
     return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], line, *verdict.evidence[1:]))
+
+
+def _with_faults(verdict: Verdict, faults: Sequence[GpuFault]) -> Verdict:
+    """The node's first fault as the headline with the node's advice, the others under the rule's headline."""
+    if not faults:
+        return verdict
+    node = [f.words for f in faults if f.node]
+    others = [f.words for f in faults if not f.node]
+    if node:
+        return dataclasses.replace(verdict, evidence=(node[0], *verdict.evidence[:1], *node[1:], *others,
+                                                      *verdict.evidence[1:]),
+                                   advice=(NODE_ADVICE, *verdict.advice))
+    return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *others, *verdict.evidence[1:]))
 
 
 MEMORY_ADVICE = ("Memory will run out: find what grows (workers that copy a dataset of Python objects grow with each "

@@ -21,6 +21,7 @@ from typing import Any
 
 from probes.diagnosis.absent_ranks import SeenRunning
 from probes.diagnosis.job import diagnose_job
+from probes.diagnosis.machine_faults import gpu_faults
 from probes.diagnosis.memory_risk import memory_risk
 from probes.diagnosis.shares import time_shares
 from probes.diagnosis.shown import shown_verdict
@@ -127,7 +128,7 @@ class Monitor:
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
         shares = time_shares(frames)
-        shown = shown_verdict(self._verdict, pace, shares, memory_risk(frames))
+        shown = shown_verdict(self._verdict, pace, shares, memory_risk(frames), gpu_faults(frames))
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks),
