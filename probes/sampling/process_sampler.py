@@ -28,6 +28,7 @@ from probes.sampling.pyspy_binary import (
     MAX_BACKOFF_S,
     PyspyChildren,
     PyspyRun,
+    RecordPair,
     backoff,
     dump_argv,
     explain_failure,
@@ -39,6 +40,7 @@ from probes.sampling.pyspy_binary import (
 )
 from probes.sampling.pyspy_output import (
     dominant_position,
+    idle_at_known_waits,
     is_worker_stack,
     main_thread_position,
     main_thread_positions,
@@ -46,6 +48,7 @@ from probes.sampling.pyspy_output import (
     parse_dump,
     parse_raw,
     samples_in,
+    split_by_activity,
 )
 from probes.sampling.sampler_results import STATUS_OK, ProcessState, SamplerResults, Window
 from probes.sampling.sampling_policy import (
@@ -83,6 +86,20 @@ class SamplerSettings:
     workdir: str  # where py-spy writes its windows and logs
 
 
+@dataclass(frozen=True)
+class _WindowFiles:
+    """Where a record window's two halves write: each its raw stacks and its log."""
+
+    out: str
+    log: str
+    active_out: str
+    active_log: str
+
+    def remove(self) -> None:
+        for path in (self.out, self.log, self.active_out, self.active_log):
+            remove_output(path)
+
+
 class ProcessSampler:
     """The three loops of one process; ``start`` starts them, setting ``stop`` ends them.
 
@@ -99,7 +116,7 @@ class ProcessSampler:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.window_epoch: int | None = None  # the running record window's epoch; None between windows
-        self.record_child: PyspyRun | None = None  # the running record window's py-spy, to end it early
+        self.record_child: RecordPair | None = None  # the running record window's py-spys, to end it early
         # A wake writes a byte here so that the record loop stops waiting for the window it ended: py-spy only
         # notices SIGINT at its next sample (a second or two at 1 Hz), and the next window should not wait for it.
         self.wake_pipe: tuple[int, int] = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -123,10 +140,10 @@ class ProcessSampler:
         for thread in self.threads:
             thread.start()
 
-    def end_window_early(self) -> PyspyRun | None:
+    def end_window_early(self) -> RecordPair | None:
         """Under the lock, on a wake: mark the running record window as ended early and stop the record loop's
-        waiting for it; its py-spy, for the caller to send SIGINT outside the lock (None: it is still starting,
-        and _run ends it as soon as it runs)."""
+        waiting for it; its py-spys, for the caller to send SIGINT outside the lock (None: it is still starting,
+        and _drive ends it as soon as it runs)."""
         child = self.record_child
         if child is None:
             return None
@@ -140,17 +157,23 @@ class ProcessSampler:
     # --- one run ----------------------------------------------------------------------------------
 
     def _run(self, argv: list[str], stdout_path: str, stderr_path: str | None, timeout: float,
-             record: bool = False, dump: bool = False) -> tuple[int | None, str | None, str | None, PyspyRun | None]:
-        """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal
-        that killed it when that was not gputop's doing, the child when a wake ended it early and it is still
-        finishing). ``record``: the process's record window, which a wake may end early; such a child is
-        returned running, for _finish_cut to wait for, so that the next window need not. ``dump``: a dump, whose
-        CPU time is remembered (how often the stacks can be checked)."""
+             dump: bool = False) -> tuple[int | None, str | None, str | None]:
+        """Run one child to its end (or kill it after ``timeout``); (returncode, spawn error, the signal that killed
+        it when not gputop). ``dump``: a dump, whose CPU time is remembered (how often stacks can be checked)."""
         child = self._children.spawn(self.pid, argv, stdout_path, stderr_path)
         if isinstance(child, str):
-            return None, child, None, None
+            return None, child, None
+        returncode, killed_by, _ = self._drive(child, timeout, dump=dump)
+        return returncode, None, killed_by
+
+    def _drive(self, child: PyspyRun | RecordPair, timeout: float, record: bool = False,
+               dump: bool = False) -> tuple[int | None, str | None, bool]:
+        """Wait for a started child (or pair) to end, or end it after ``timeout``; (returncode, the signal that
+        killed it when not gputop, whether a wake ended it early). ``record``: the record window's pair, which a
+        wake may end early; it is then left running for _finish_cut to wait for, so that the next window need not."""
         cut_now = False
         if record:
+            assert isinstance(child, RecordPair)
             _drain(self.wake_pipe[0])  # wakes between windows concern no running child
             with self._lock:
                 self.record_child = child
@@ -165,7 +188,7 @@ class ProcessSampler:
             while not child.wait(max(0.0, deadline - time.monotonic()), self.wake_pipe[0] if record else None):
                 if child.cut:
                     handed_off = True
-                    return None, None, None, child
+                    return None, None, True
                 if time.monotonic() >= deadline:
                     child.signal(signal.SIGINT)  # record writes what it has on SIGINT
                     if not child.wait(2.0):
@@ -183,7 +206,7 @@ class ProcessSampler:
                 if dump and child.cpu_seconds > 0:  # what a stack check costs (stack_check_interval_s)
                     before = self.dump_cpu_s
                     self.dump_cpu_s = child.cpu_seconds if before is None else 0.7 * before + 0.3 * child.cpu_seconds
-        return child.returncode, None, child.killed_by, (child if child.cut else None)
+        return child.returncode, child.killed_by, False
 
     def _wait_turn(self, dump: bool = False) -> bool:
         """Wait until the tree's policy lets this process start a record window (or, ``dump``, a dump); False
@@ -211,30 +234,29 @@ class ProcessSampler:
             os.close(read_fd)
             os.close(write_fd)
 
-    def _finish_cut(self, child: PyspyRun, out_path: str, log_path: str, plan: WindowPlan, started: float) -> None:
+    def _finish_cut(self, pair: RecordPair, files: _WindowFiles, plan: WindowPlan, started: float) -> None:
         """Wait for a window a wake ended (py-spy writes at its next sample) and deliver what it took."""
         try:
-            if not child.wait(CUT_EXIT_WAIT_S):
-                child.kill_and_reap()
+            if not pair.wait(CUT_EXIT_WAIT_S):
+                pair.kill_and_reap()
         finally:
-            if child.running:
-                child.kill_and_reap()
-            self._children.finish(child)
-        raw = read_output(out_path) if child.returncode == 0 else ""
-        remove_output(out_path)
-        remove_output(log_path)
-        if raw and not self.stop.is_set():
-            counts = parse_raw(raw, self.pid, native=self._settings.native)
-            wall_seconds = time.monotonic() - started
-            self._deliver_window(Window(self.pid, counts, samples_in(counts), wall_seconds, plan.epoch,
-                                        time.time() - wall_seconds, plan.rate_hz))
+            if pair.running:
+                pair.kill_and_reap()
+            self._children.finish(pair)
+        samples, counts, problem = read_pair(self.pid, pair, files, pair.every.returncode == 0,
+                                               self._settings.native)
+        files.remove()
+        if counts and not self.stop.is_set():
+            wall_seconds = (pair.ended or time.monotonic()) - started
+            self._deliver_window(Window(self.pid, counts, samples, wall_seconds, plan.epoch,
+                                        time.time() - (time.monotonic() - started), plan.rate_hz), problem)
         else:
             self._window_gone(plan.epoch)
 
-    def _hand_off_cut(self, child: PyspyRun, out_path: str, log_path: str, plan: WindowPlan, started: float) -> None:
-        """A wake ended the window and its py-spy is still writing: a thread of its own waits for it."""
+    def _hand_off_cut(self, pair: RecordPair, files: _WindowFiles, plan: WindowPlan, started: float) -> None:
+        """A wake ended the window and its py-spys are still writing: a thread of its own waits for them."""
         finisher = threading.Thread(target=self._finish_cut, name=f"gputop-pyspy-cut-{self.pid}", daemon=True,
-                                    args=(child, out_path, log_path, plan, started))
+                                    args=(pair, files, plan, started))
         with self._lock:
             # Finished finishers go: a process woken often would otherwise keep one Thread per wake
             # for the whole run (an hour's tracemalloc soak found them among what grew).
@@ -250,8 +272,8 @@ class ProcessSampler:
         while not self.stop.is_set():
             # Each window its own files: one a wake ended may still be writing while the next one runs.
             window_number += 1
-            out_path = self._path(f"record-{pid}-{window_number}.txt")
-            log_path = self._path(f"record-{pid}-{window_number}.log")
+            name = self._path(f"record-{pid}-{window_number}")
+            files = _WindowFiles(f"{name}.txt", f"{name}.log", f"{name}-active.txt", f"{name}-active.log")
             if not self._wait_turn():
                 return
             with self._lock:
@@ -263,37 +285,43 @@ class ProcessSampler:
                 self.window_epoch = plan.epoch
                 self._tree.window_started(pid, time.monotonic())
             started = time.monotonic()
-            argv = record_argv(settings.pyspy_path, pid, plan.seconds, out_path, plan.rate_hz,
-                               native=settings.native, nonblocking=settings.nonblocking)
-            returncode, spawn_error, killed_by, cut_child = self._run(argv, log_path, None,
-                                                                      timeout=3 * plan.seconds + 10, record=True)
-            wall_seconds = time.monotonic() - started
+            argvs = [record_argv(settings.pyspy_path, pid, plan.seconds, out, plan.rate_hz, native=settings.native,
+                                 nonblocking=settings.nonblocking, idle=idle)
+                     for out, idle in ((files.out, True), (files.active_out, False))]
+            pair = self._children.spawn_pair(pid, (argvs[0], files.log), (argvs[1], files.active_log))
+            if isinstance(pair, str):
+                returncode, spawn_error, killed_by, handed_off = None, pair, None, False
+            else:
+                spawn_error = None
+                returncode, killed_by, handed_off = self._drive(pair, timeout=3 * plan.seconds + 10, record=True)
+            wall_seconds = ((pair.ended if isinstance(pair, RecordPair) else None) or time.monotonic()) - started
             with self._lock:
                 self.window_epoch = None
                 self._tree.window_dropped(pid)  # a window with samples says what it showed below
-            if cut_child is not None and returncode is None:  # handed off, maybe still running
+            if handed_off and isinstance(pair, RecordPair):  # maybe still running
                 if self.stop.is_set():
-                    cut_child.kill_and_reap()
-                    self._children.finish(cut_child)
+                    pair.kill_and_reap()
+                    self._children.finish(pair)
                     return
-                self._hand_off_cut(cut_child, out_path, log_path, plan, started)
+                self._hand_off_cut(pair, files, plan, started)
                 continue
-            cut = cut_child is not None
+            cut = isinstance(pair, RecordPair) and pair.cut
             if self.stop.is_set():
+                files.remove()
                 return
             if killed_by is not None:  # its window is lost (record writes only at its end): start again
+                files.remove()
                 failures += 1
                 self._note_killed("record", killed_by, backoff(failures))
                 self.stop.wait(backoff(failures))
                 continue
-            log = read_output(log_path)
-            raw = read_output(out_path) if returncode == 0 or cut else ""
-            remove_output(out_path)
-            remove_output(log_path)
-            counts = parse_raw(raw, pid, native=settings.native) if raw else []
-            if raw:
-                self._deliver_window(Window(pid, counts, samples_in(counts), wall_seconds, plan.epoch,
-                                            time.time() - wall_seconds, plan.rate_hz))
+            log = read_output(files.log)
+            samples, counts, problem = (read_pair(pid, pair, files, returncode == 0 or cut, settings.native)
+                                        if isinstance(pair, RecordPair) else (0, [], None))
+            files.remove()
+            if counts:
+                self._deliver_window(Window(pid, counts, samples, wall_seconds, plan.epoch,
+                                            time.time() - (time.monotonic() - started), plan.rate_hz), problem)
             else:
                 self._window_gone(plan.epoch)
             if returncode == 0 and "process exited" in log:
@@ -305,9 +333,9 @@ class ProcessSampler:
                 failures += 1
                 self.stop.wait(backoff(failures))
                 continue
-            if (returncode == 0 or cut) and raw:
+            if counts:
                 failures = 0
-                self._window_finished(counts, plan, behind="behind in sampling" in log)
+                self._window_finished(counts, samples, plan, behind="behind in sampling" in log)
                 continue
             if cut:  # ended before its first sample: nothing failed, start the next window
                 continue
@@ -320,7 +348,7 @@ class ProcessSampler:
             failures += 1
             self.stop.wait(backoff(failures))
 
-    def _window_finished(self, counts: list[StackCount], plan: WindowPlan, behind: bool) -> None:
+    def _window_finished(self, counts: list[StackCount], samples: int, plan: WindowPlan, behind: bool) -> None:
         """A window with samples: the process samples fine, and the policies learn what it showed."""
         pid = self.pid
         with self._lock:
@@ -330,7 +358,7 @@ class ProcessSampler:
             # A rank whose picture moved to one another rank shows: the job's step caught at another
             # moment, not a change of its own (on a node's job, a quarter of the ranks' windows were
             # such close looks, 1 to 5 s at 5 Hz).
-            self.policy.window_finished(picture, samples_in(counts), plan.epoch, main_thread_positions(counts, pid),
+            self.policy.window_finished(picture, samples, plan.epoch, main_thread_positions(counts, pid),
                                         moved_with_peers=self._tree.another_rank_shows(pid, picture),
                                         main_spine=main_thread_spine(counts, pid))
             self._tree.window_finished(pid, picture, self.policy.settled, time.monotonic())
@@ -356,7 +384,7 @@ class ProcessSampler:
             seconds = GIL_FIRST_WINDOW_S if windows == 0 else GIL_WINDOW_S
             rate_hz = max(1, round(self._settings.rate_hz))  # py-spy takes whole looks per second
             windows += 1
-            returncode, _, _, _ = self._run(gil_argv(self._settings.pyspy_path, pid, seconds, rate_hz, out_path),
+            returncode, _, _ = self._run(gil_argv(self._settings.pyspy_path, pid, seconds, rate_hz, out_path),
                                             log_path, None, timeout=3 * seconds + 10)
             if self.stop.is_set():
                 return
@@ -387,8 +415,8 @@ class ProcessSampler:
                 return
             started = time.monotonic()
             argv = dump_argv(settings.pyspy_path, pid, native=settings.native, nonblocking=settings.nonblocking)
-            returncode, spawn_error, killed_by, _ = self._run(argv, out_path, err_path, timeout=DUMP_TIMEOUT_S,
-                                                              dump=True)
+            returncode, spawn_error, killed_by = self._run(argv, out_path, err_path, timeout=DUMP_TIMEOUT_S,
+                                                           dump=True)
             if self.stop.is_set():
                 return
             if killed_by is not None:
@@ -456,10 +484,14 @@ class ProcessSampler:
         with self._lock:
             self._results.window_in(self.pid, epoch)
 
-    def _deliver_window(self, window: Window) -> None:
+    def _deliver_window(self, window: Window, problem: str | None = None) -> None:
+        """A window's samples, and (``problem``) why its waiting was not measured when one of its halves failed."""
         worker = any(is_worker_stack(c.frames) for c in window.counts)
         with self._lock:
-            self._results.add_window(self._current_state(), window, worker)
+            state = self._current_state()
+            self._results.add_window(state, window, worker)
+            if problem and state is not None:
+                self._results.event(problem)
 
     def _note_killed(self, mode: str, signal_name: str, delay_s: float) -> None:
         with self._lock:
@@ -468,6 +500,41 @@ class ProcessSampler:
     def _note_failure(self, kind: str, reason: str) -> None:
         with self._lock:
             self._results.note_failure(self._current_state(), kind, reason)
+
+
+def read_pair(pid: int, pair: RecordPair, files: _WindowFiles, every_ok: bool, native: bool
+          ) -> tuple[int, list[StackCount], str | None]:
+    """What a window's pair took of ``pid``: (samples, counts split into working and waiting, and why its waiting was
+    not measured when one half failed). ``every_ok``: the --idle half ended as it should (or was ended early).
+
+    One half failing leaves the other's counts standing. Without the active half, the waiting is not
+    measured: the samples at a known blocking call count as waiting (py-spy's own fallback list), the rest as
+    working, and the reading says so. Without the --idle half, only the working samples are known: they are
+    delivered as such, and the reading says that the window's waiting was not measured."""
+    every_raw = read_output(files.out) if every_ok else ""
+    every = parse_raw(every_raw, pid, native=native) if every_raw else []
+    active_run = pair.active
+    why_not = pair.active_error
+    if active_run is not None:
+        if active_run.killed_by is not None:
+            why_not = f"killed by {active_run.killed_by}"
+        elif active_run.returncode != 0 and not (active_run.cut and active_run.signalled):
+            why_not = explain_failure(pid, read_output(files.active_log))[1]
+    if why_not is None:
+        active_raw = read_output(files.active_out)
+        active = parse_raw(active_raw, pid, native=native) if active_raw else []
+        if every:
+            return samples_in(every), split_by_activity(every, active), None
+        if not active:
+            return 0, [], None
+        return (samples_in(active), active,
+                f"PID {pid}: a record window's waiting was not measured (its py-spy --idle half failed): "
+                f"its samples are its working ones only")
+    if not every:
+        return 0, [], None
+    return (samples_in(every), idle_at_known_waits(every),
+            f"PID {pid}: a record window's waiting was not measured (its py-spy without --idle: "
+            f"{why_not}): only its samples at a known blocking call count as waiting")
 
 
 def _drain(fd: int) -> None:

@@ -9,7 +9,7 @@
 * probes/sampling/process_sampler.py: one process's record windows, dumps and GIL windows, back to back on
   its own threads, with retries and the windows a wake ends early;
 * probes/sampling/sampler_results.py: what was gathered until the next ``collect()``, each process's state,
-  and the phase mark a wake puts on a reading; probes/sampling/idle_marks.py: which samples were idle.
+  and the phase mark a wake puts on a reading.
 
 Reading py-spy's output is probes/sampling/pyspy_output.py; the rates, window lengths and dump cadence each
 process gets are decided by its probes/sampling/sampling_policy.SamplingPolicy, which the sampler only obeys; who
@@ -18,16 +18,20 @@ one probes/sampling/tree_sampling.TreeSamplingPolicy over the tree, which each r
 
 For each process of the target's tree, :class:`StackSampler` keeps up to three kinds of py-spy child running:
 
-* a rolling ``py-spy record --format raw`` window. Measured here (py-spy 0.4.3, Python 3.11, a busy
+* a rolling ``py-spy record --format raw`` window, run as a pair started together
+  (probes/sampling/pyspy_binary.RecordPair): one with ``--idle`` (every thread in every sample), one without
+  (only the samples py-spy found the thread active in). Raw output carries no per-sample active flag; the pair's
+  difference per stack is each stack's waiting samples, measured in the same window rather than inferred from
+  dumps (issue 39). Measured here (py-spy 0.4.3, Python 3.11, a busy
   main thread plus 100 idle threads): a sample costs ~0.012 core-seconds (it grows with threads x
   rate) and each record start ~0.02-0.07, while one ``py-spy dump`` costs ~0.035 core-seconds, so a
   dump per sample would cost about three times as much and spawn a process per sample. ``record``
   writes its file only when it ends, so windows are short at first (1 s, so the first hot frames
   arrive fast) and then double up to 5 s to amortise the start (the policy's choice). Counts arrive in lumps, one per
   finished window. py-spy spaces samples randomly (exponential gaps), so a window's wall time varies.
-* a ``py-spy dump --json`` every ``dump_every_s`` (the first at once). Raw output carries no idle flag;
-  the dump gives each thread's current stack with py-spy's ``active`` and ``owns_gil`` flags. These
-  are the reading's ``threads``, and they tell which of the windows' samples were idle. One dump per
+* a ``py-spy dump --json`` every ``dump_every_s`` (the first at once): each thread's current stack with
+  py-spy's ``active`` and ``owns_gil`` flags (and native frames where asked for). These are the reading's
+  ``threads``: the latest stack of each thread (a hung one's), the stack checks below. One dump per
   5 s costs a 25th of a dump per sample at 5 Hz.
 
 * a ``py-spy record --gil`` window (who holds the GIL at each look), only while a thread other than the main
@@ -93,9 +97,8 @@ class StackSampler:
 
     ``collect()`` drains what was gathered since the previous call. Counts arrive once per finished
     record window (1 s at first, then up to ``max_window_s``), so most ticks carry no counts: sum
-    them over several frames. Each count's ``idle`` is judged from its innermost Python frame: a known
-    blocking call (threading wait, selectors select, ...) is idle; elsewhere, the flag py-spy last
-    gave the same thread at that frame and line in a dump, else any thread there, else busy.
+    them over several frames. Each count's ``idle`` is measured by its window's pair: a stack's samples in
+    the window taken without ``--idle`` are its working ones, the rest of its samples its waiting ones.
     ``achieved_rate_hz`` is samples per second of wall time over the latest windows, gaps included.
 
     ``observe()`` takes each tick's cheap signals (before ``collect()``); when the policy's detector says

@@ -2,10 +2,11 @@
 
 It owns finding py-spy and its version, each py-spy child (:class:`PyspyRun`: started with ``posix_spawn`` and
 reaped with ``wait4`` so that its CPU time is known), the set of a sampler's children and their CPU cost
-(:class:`PyspyChildren`), the command line of each kind of run the sampler starts (a record window, a dump, a GIL
-window), what a failed run means in words a person can act on (:func:`explain_failure`), the one dump `gputop
-doctor` asks for (:func:`dump_once`) and the user's own profile (:class:`ProfileRecording`). When and for which
-process each run starts is probes/sampling/process_sampler.py's business; reading what py-spy wrote is
+(:class:`PyspyChildren`), a record window's two children started together (:class:`RecordPair`), the command line
+of each kind of run the sampler starts (a record window's two halves, a dump, a GIL window), what a failed run
+means in words a person can act on (:func:`explain_failure`), the one dump `gputop doctor` asks for
+(:func:`dump_once`) and the user's own profile (:class:`ProfileRecording`). When and for which process each run
+starts is probes/sampling/process_sampler.py's business; reading what py-spy wrote is
 probes/sampling/pyspy_output.py's.
 
 py-spy runs ``--nonblocking`` by default: its blocking mode pauses the target on every sample and can
@@ -187,6 +188,7 @@ class PyspyRun:
         self.cpu_seconds = 0.0
         self.signalled = False  # gputop itself sent it a signal (a window's end, close)
         self.cut = False  # a record window ended early because the picture may have moved
+        self.ended: float | None = None  # time.monotonic() when it was seen to have exited
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions: list[tuple[int | str, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -252,6 +254,7 @@ class PyspyRun:
             if pid == 0:
                 return
             self.returncode = os.waitstatus_to_exitcode(status)
+            self.ended = time.monotonic()
             if usage is not None:
                 self.cpu_seconds = usage.ru_utime + usage.ru_stime
             if self._pidfd is not None:
@@ -283,6 +286,96 @@ class PyspyRun:
         self.wait(5.0)
 
 
+class RecordPair:
+    """One record window: two py-spy children started together with the same rate and duration, ``every`` with
+    ``--idle`` (every thread in every sample) and ``active`` without it (only the samples in which py-spy found the
+    thread active). py-spy's raw output carries no per-sample active flag, so the pair measures it: per stack, the
+    working samples are ``active``'s count and the waiting ones ``every``'s less that
+    (probes/sampling/pyspy_output.split_by_activity). Measured on a line that works 20% then 80% of each 100 ms
+    cycle: the waiting share within 0.04 of the truth per 5 s window at 100 Hz, quiet and beside two busy processes,
+    for about 1% of a core more than ``every`` alone (docs/benchmarks.md). Both take the same number of samples
+    (rate x duration, at exponentially spaced times), so a window that runs to its end compares like with like;
+    one a wake ends early gets SIGINT in both at once, and their counts then agree within the noise of their
+    random spacing (the split clamps a stack's waiting samples at 0).
+
+    It offers what the sampler asks of one child (wait, signal, cut, kill_and_reap), for both; the window's fate
+    (``returncode``, ``killed_by``) is ``every``'s, and ``active`` (None when it could not start: ``active_error``)
+    is read beside it."""
+
+    def __init__(self, every: PyspyRun, active: PyspyRun | None, active_error: str | None = None) -> None:
+        self.every = every
+        self.active = active
+        self.active_error = active_error
+
+    @property
+    def runs(self) -> tuple[PyspyRun, ...]:
+        return (self.every,) if self.active is None else (self.every, self.active)
+
+    @property
+    def target_pid(self) -> int:
+        return self.every.target_pid
+
+    @property
+    def cut(self) -> bool:
+        return self.every.cut
+
+    @cut.setter
+    def cut(self, value: bool) -> None:
+        for run in self.runs:
+            run.cut = value
+
+    @property
+    def running(self) -> bool:
+        return any(run.running for run in self.runs)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.every.returncode
+
+    @property
+    def killed_by(self) -> str | None:
+        return self.every.killed_by
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(run.cpu_seconds for run in self.runs)
+
+    @property
+    def ended(self) -> float | None:
+        """When its samples end, on average (time.monotonic()): the two halves take the same number of samples at
+        random moments, so each ends at its own time, and the window's samples end about halfway between."""
+        ends = [run.ended for run in self.runs]
+        return None if None in ends else sum(e for e in ends if e is not None) / len(ends)
+
+    def wait(self, timeout: float, interrupt_fd: int | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for both; True once both have exited and been reaped (see PyspyRun.wait).
+        Each is reaped as soon as it exits, whichever first, so that its end time is its own."""
+        deadline = time.monotonic() + timeout
+        while True:
+            running = [run for run in self.runs if run.running]
+            if not running:
+                return True
+            fds = [run._pidfd for run in running if run._pidfd is not None]
+            if len(fds) < len(running):  # no pidfd (kernels before 5.3): one after the other
+                return all(run.wait(max(0.0, deadline - time.monotonic()), interrupt_fd) for run in running)
+            remaining = deadline - time.monotonic()
+            ready, _, _ = select.select([*fds, *([interrupt_fd] if interrupt_fd is not None else [])], [], [],
+                                        max(remaining, 0.0))
+            for run in running:
+                if run._pidfd in ready:
+                    run._reap(block=True)
+            if (interrupt_fd is not None and interrupt_fd in ready) or (not ready and remaining <= 0):
+                return not any(run.running for run in self.runs)
+
+    def signal(self, sig: int) -> None:
+        for run in self.runs:
+            run.signal(sig)
+
+    def kill_and_reap(self) -> None:
+        for run in self.runs:
+            run.kill_and_reap()
+
+
 class PyspyChildren:
     """The py-spy children of one sampler: the one place they start, and what they cost in CPU all together.
 
@@ -308,11 +401,26 @@ class PyspyChildren:
             self._running.add(child)
         return child
 
-    def finish(self, child: PyspyRun) -> None:
-        """A child has ended and been reaped: its CPU time joins the finished ones'."""
+    def spawn_pair(self, target_pid: int, every: tuple[list[str], str], active: tuple[list[str], str]
+                   ) -> RecordPair | str:
+        """Start a record window's two children (each an argv and the file its stdout and stderr go to), or
+        return why the first, ``every``, could not start; the second failing to start is the pair's
+        ``active_error``."""
+        first = self.spawn(target_pid, every[0], every[1], None)
+        if isinstance(first, str):
+            return first
+        second = self.spawn(target_pid, active[0], active[1], None)
+        if isinstance(second, str):
+            return RecordPair(first, None, second)
+        return RecordPair(first, second)
+
+    def finish(self, child: PyspyRun | RecordPair) -> None:
+        """A child (or both of a pair) has ended and been reaped: its CPU time joins the finished ones'."""
+        runs = child.runs if isinstance(child, RecordPair) else (child,)
         with self._lock:
-            self._running.discard(child)
-            self._finished_cpu_seconds += child.cpu_seconds
+            for run in runs:
+                self._running.discard(run)
+                self._finished_cpu_seconds += run.cpu_seconds
 
     def cpu_seconds(self) -> float:
         """CPU seconds used by the children so far, finished and running."""
@@ -339,10 +447,11 @@ class PyspyChildren:
 
 
 def record_argv(pyspy_path: str | None, pid: int, window_s: float, out_path: str, rate_hz: float, *,
-                native: bool, nonblocking: bool) -> list[str]:
-    """A record window: raw stacks of every thread, idle ones included, for ``window_s`` seconds."""
+                native: bool, nonblocking: bool, idle: bool = True) -> list[str]:
+    """A record window's half: raw stacks of every thread for ``window_s`` seconds, idle ones included (``idle``)
+    or only those py-spy found active (see RecordPair)."""
     argv = [pyspy_path or "py-spy", "record", "--pid", str(pid), "--rate", f"{rate_hz:g}",
-            "--idle", "--threads", "--full-filenames", "--format", "raw",
+            *(["--idle"] if idle else []), "--threads", "--full-filenames", "--format", "raw",
             "--duration", str(max(1, round(window_s))), "-o", out_path]
     if native:
         argv.append("--native")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from probes.frame import StackCount, StackFrame, ThreadStack
@@ -103,7 +104,7 @@ def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
     ';' outermost first. Frames without a line number print as ``name (file)``; with ``--subprocesses``
     lines start with ``process PID:"cmdline"`` parts, which are skipped. The thread id is the OS id,
     or the pthread id in hex when py-spy could not find the OS id. ``idle`` is left False: raw output
-    has no idle flag (the sampler marks it from dumps).
+    has no idle flag (a record window's pair measures it: :func:`split_by_activity`).
     """
     counts: list[StackCount] = []
     for line in text.splitlines():
@@ -131,6 +132,49 @@ def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
                        count=int(count_text))
         )
     return counts
+
+
+def split_by_activity(every: Sequence[StackCount], active: Sequence[StackCount]) -> list[StackCount]:
+    """One record window's counts with each stack's samples split into working and waiting, from the pair of
+    py-spy records that took it together (probes/sampling/pyspy_binary.RecordPair): ``every`` (``--idle``: every
+    thread in every sample) and ``active`` (only the samples py-spy found the thread active in). Per stack, the
+    working samples are its count in ``active`` and the waiting ones its count in ``every`` less that, at least 0
+    (the two sample at their own random moments, so a stack may show a few more active samples than in all).
+
+    py-spy's "active" is the thread's OS state: running or runnable (R), except at a known blocking call
+    (threading's wait, selectors' select), which it counts idle whatever the state. So a thread queued for a core
+    on a busy machine, or waiting for the GIL, counts as working; who held the GIL comes from the GIL windows."""
+    working: dict[tuple[int, tuple[StackFrame, ...]], int] = {}
+    for count in active:
+        key = (count.tid, count.frames)
+        working[key] = working.get(key, 0) + count.count
+    every_by_stack: dict[tuple[int, tuple[StackFrame, ...]], StackCount] = {}
+    for count in every:
+        key = (count.tid, count.frames)
+        seen = every_by_stack.get(key)
+        every_by_stack[key] = count if seen is None else replace(seen, count=seen.count + count.count)
+    counts: list[StackCount] = []
+    for key, count in every_by_stack.items():
+        works = working.pop(key, 0)
+        if works:
+            counts.append(replace(count, idle=False, count=works))
+        if count.count > works:
+            counts.append(replace(count, idle=True, count=count.count - works))
+    seen_active: set[tuple[int, tuple[StackFrame, ...]]] = set()
+    for count in active:  # stacks only the active half caught (a rare one, sampled at other moments)
+        key = (count.tid, count.frames)
+        if key in working and key not in seen_active:
+            seen_active.add(key)
+            counts.append(replace(count, idle=False, count=working[key]))
+    return counts
+
+
+def idle_at_known_waits(counts: Sequence[StackCount]) -> list[StackCount]:
+    """A window whose active half failed (its waiting not measured): the samples at a known blocking call
+    (KNOWN_WAITS, py-spy's own fallback list and a little more) idle, the rest working."""
+    return [replace(count, idle=True) if count.frames and any(
+        frame_matches(count.frames[0], function, suffix) for function, suffix in KNOWN_WAITS) else count
+        for count in counts]
 
 
 def parse_dump(text: str, pid: int) -> list[ThreadStack]:

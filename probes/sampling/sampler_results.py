@@ -2,10 +2,10 @@
 
 :class:`SamplerResults` owns, between two ``collect()`` calls: the finished record windows, the one-off errors, each
 process's state (sampling, failing and why, exited; its latest dump's threads; its GIL windows; whether it is a
-DataLoader worker), the idle marks the dumps teach (probes/sampling/idle_marks.py), and the phase mark a wake puts on
-the next reading: which windows belong before it, and which the mark waits for (see probes/sampling/pyspy.py).
-It runs nothing: the per-process loops (probes/sampling/process_sampler.py) deliver into it, the coordinator
-(probes/sampling/pyspy.py) takes from it. It is not thread-safe: every method is called under the sampler's lock.
+DataLoader worker), and the phase mark a wake puts on the next reading: which windows belong before it, and which the
+mark waits for (see probes/sampling/pyspy.py). It runs nothing: the per-process loops
+(probes/sampling/process_sampler.py) deliver into it, the coordinator (probes/sampling/pyspy.py) takes from it. It
+is not thread-safe: every method is called under the sampler's lock.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from probes.frame import GilSamples, StackCount, ThreadStack
-from probes.sampling.idle_marks import IdleMarks
 from probes.sampling.pyspy_binary import FAILURE_EXITED, FAILURE_NOT_PYTHON, FAILURE_OTHER, FAILURE_PERMISSION
 
 # After a wake, the phase mark waits for the windows it ended early at most this long (less than a tick, so the
@@ -68,7 +67,7 @@ class Collected:
     """What one ``collect()`` takes: the windows that belong to this reading and what goes beside them."""
 
     windows: list[Window]
-    counts: list[StackCount]  # the windows' counts, idle marked
+    counts: list[StackCount]  # the windows' counts, working and waiting as each window's pair measured them
     phase_change: str | None
     errors: tuple[str, ...]  # one-off errors, then why each failing process fails
     states: dict[int, ProcessState]  # each process's state (the objects, not copies)
@@ -86,7 +85,6 @@ class SamplerResults:
 
     def __init__(self) -> None:
         self.states: dict[int, ProcessState] = {}
-        self.idle = IdleMarks()
         self._windows: list[Window] = []
         self._events: list[str] = []  # one-off errors since the last collect
         # Waking on a change of phase (see probes/sampling/sampling_policy.py): the mark the next reading carries
@@ -154,7 +152,6 @@ class SamplerResults:
         dumped_at = time.time()
         state.threads = tuple(dataclasses.replace(t, dumped_at=dumped_at) for t in threads)
         state.is_worker = state.is_worker or worker
-        self.idle.remember(threads)
         _mark_ok(state)
 
     def add_gil(self, state: ProcessState | None, gil: GilSamples) -> None:
@@ -217,7 +214,7 @@ class SamplerResults:
                 self._marked_epochs = dict(self._mark_epochs)
         events, self._events = self._events, []
         states = dict(self.states)
-        counts = [part for w in windows for c in w.counts for part in self.idle.split(c)]
+        counts = [c for w in windows for c in w.counts]
         for window in windows:
             state = states.get(window.pid)
             if state is not None and window.wall_seconds > 0:

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for py-spy that samples nothing: ``record`` sleeps its --duration (or until SIGINT, as py-spy 0.4
-does) and then writes one raw line counting rate x elapsed samples of ``work (/app/fake.py:1)``; ``dump`` prints
+does) and then writes one raw line counting rate x elapsed samples of ``work (/app/fake.py:1)``, all of them working
+(a record window's half without ``--idle`` logs its start and SIGINT as "record-active" and "sigint-active", so
+that a test counts windows by the --idle half); ``dump`` prints
 one busy thread, in ``work (/app/fake.py:1)`` or, when the file $FAKE_PYSPY_DUMP_AT exists, at the "function file"
 it holds. Every start and every SIGINT is appended to $FAKE_PYSPY_LOG as a line of JSON."""
 
@@ -29,11 +31,15 @@ def record(argv: list[str]) -> None:
     started = time.monotonic()
     interrupted = []
     signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-    log(mode="record", rate=rate, duration=duration)
+    half = "" if "--idle" in argv else "-active"
+    log(mode="record" + half, rate=rate, duration=duration)
+    if os.environ.get("FAKE_PYSPY_FAILING_HALF") == ("idle" if half == "" else "active"):
+        print("Error: fake failure of this half")
+        sys.exit(1)
     while not interrupted and time.monotonic() - started < duration:
         time.sleep(0.01)
     if interrupted:
-        log(mode="sigint", rate=rate, duration=duration)
+        log(mode="sigint" + half, rate=rate, duration=duration)
         print("Stopped sampling because Control-C pressed")
     samples = max(1, round(rate * (time.monotonic() - started)))
     with open(option(argv, "-o"), "w", encoding="utf-8") as out:

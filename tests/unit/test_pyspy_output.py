@@ -7,12 +7,14 @@ import json
 from probes.frame import StackCount, StackFrame, ThreadStack
 from probes.sampling.pyspy_output import (
     dominant_position,
+    idle_at_known_waits,
     main_thread_position,
     main_thread_positions,
     other_thread_working,
     parse_dump,
     parse_raw,
     samples_in,
+    split_by_activity,
 )
 
 TPY = "/usr/lib/python3.11/threading.py"
@@ -162,3 +164,39 @@ def test_the_shared_stacks_are_bounded_and_keep_the_stacks_still_seen():
         assert output.frame_cache_size() <= output._FRAME_CACHE_SIZE
     again = parse_raw("thread (1): MainThread;<module> (t.py:1);once (t.py:2) 1\n", pid=1)[0].frames
     assert again == first_new and again is not first_new  # dropped, parsed afresh
+
+
+# One window of a pair (py-spy 0.4.3's raw text, a line that works and waits): with --idle every sample, without it
+# only those py-spy found the thread active in.
+PAIR_EVERY = "\n".join([
+    "thread (4535): MainThread;<module> (/app/loop.py:44);work_or_wait (/app/loop.py:20);busy (/app/loop.py:9) 101",
+    "thread (4535): MainThread;<module> (/app/loop.py:44);work_or_wait (/app/loop.py:21) 398",
+    f"thread (4578): idle-2;Thread._bootstrap ({TPY}:1002);Condition.wait ({TPY}:327) 499",
+]) + "\n"
+PAIR_ACTIVE = "\n".join([
+    "thread (4535): MainThread;<module> (/app/loop.py:44);work_or_wait (/app/loop.py:20);busy (/app/loop.py:9) 97",
+    "thread (4535): MainThread;<module> (/app/loop.py:44);work_or_wait (/app/loop.py:21) 3",
+    "thread (4535): MainThread;<module> (/app/loop.py:44);work_or_wait (/app/loop.py:22) 2",
+]) + "\n"
+
+
+def test_a_pairs_counts_split_each_stack_into_its_working_and_waiting_samples():
+    """Working: a stack's count without --idle; waiting: its count with --idle less that, never below 0 (the two
+    halves sample at their own moments: 101 against 97 at busy, and a stack only the active half caught)."""
+    counts = split_by_activity(parse_raw(PAIR_EVERY, pid=4535), parse_raw(PAIR_ACTIVE, pid=4535))
+    by_place = {(c.tid, c.frames[0].function, c.frames[0].line, c.idle): c.count for c in counts}
+    assert by_place == {
+        (4535, "busy", 9, False): 97, (4535, "busy", 9, True): 4,
+        (4535, "work_or_wait", 21, False): 3, (4535, "work_or_wait", 21, True): 395,
+        (4578, "Condition.wait", 327, True): 499,
+        (4535, "work_or_wait", 22, False): 2,
+    }
+    main = [c for c in counts if c.tid == 4535]
+    assert sum(c.count for c in main if c.idle) / sum(c.count for c in main) == 399 / 501
+
+
+def test_a_pair_with_nothing_active_is_all_waiting_and_one_without_its_active_half_waits_only_at_known_waits():
+    assert all(c.idle for c in split_by_activity(parse_raw(PAIR_EVERY, pid=4535), []))
+    fallback = idle_at_known_waits(parse_raw(PAIR_EVERY, pid=4535))
+    assert [(c.frames[0].function, c.idle) for c in fallback] == [
+        ("busy", False), ("work_or_wait", False), ("Condition.wait", True)]
