@@ -40,11 +40,8 @@ ACTIVITIES: tuple[Activity, ...] = get_args(Activity)
 # How a rank's main thread waits for the other ranks where no collective frame shows (classify_stack's
 # `peer_wait`): in a CPU (gloo) job, DDP's reducer waits inside backward; in a GPU job whose GPU spins (NCCL
 # kernels waiting for peers: util high, power low), the host waits at its next synchronisation.
-PeerWait = Literal["backward", "backward_quiet", "sync"]
+PeerWait = Literal["backward", "sync"]
 PEER_WAIT_BACKWARD: Final[PeerWait] = "backward"  # an idle backward is DDP's reducer waiting
-# The same, for a rank whose main thread barely wants a CPU: its backward samples are waits even where
-# py-spy caught the thread awake (its idle flag is the thread's state at one instant).
-PEER_WAIT_BACKWARD_QUIET: Final[PeerWait] = "backward_quiet"
 PEER_WAIT_SYNC: Final[PeerWait] = "sync"
 
 # Frames inside these files mean torch.compile is compiling (not running compiled code, which goes
@@ -297,7 +294,7 @@ def classify_stack(frames: Sequence[StackFrame], idle: bool, peer_wait: PeerWait
             # The entry point names a phase (torch.save, the compile entry); a collective is named by
             # itself (all_reduce), not by the logging wrappers around it.
             return _found(activity, frames, first[activity] if activity == COMMS else last[activity])
-    reducer_waits = peer_wait == PEER_WAIT_BACKWARD_QUIET or (peer_wait == PEER_WAIT_BACKWARD and idle)
+    reducer_waits = peer_wait == PEER_WAIT_BACKWARD and idle
     if synchronising or (reducer_waits and is_reducer_wait(frames)):
         return _found(COMMS, frames, 0)
     local = sorted((first[a], a) for a in (IO, DATA_WAIT, DATA_PREP, QUEUE_WAIT) if a in first)

@@ -50,7 +50,6 @@ from probes.diagnosis.stacks import (
     COMMS,
     COMPUTE,
     PEER_WAIT_BACKWARD,
-    PEER_WAIT_BACKWARD_QUIET,
     PEER_WAIT_SYNC,
     WAIT,
     classify_stack,
@@ -149,24 +148,10 @@ def test_a_stack_frame_hashes_as_its_fields_do_and_keeps_it_through_copies():
     assert [f.name for f in dataclasses.fields(StackFrame)] == ["function", "file", "line", "native"]
 
 
-def test_an_awake_backward_sample_counts_as_waiting_only_when_the_rank_barely_works():
-    """py-spy's idle flag is one instant's thread state: a rank whose main thread is on a CPU 10% of the time
-    waits in its backward samples even where py-spy caught it awake; one at 100% computes its backward."""
-    def frames(main_cpu):
-        return [job_frame(i, [rank_proc(RANK0, 0, cpu=main_cpu), rank_proc(RANK1, 1)], counts=[
-            count(RANK0, DDP_WAIT, n=6, idle=False), count(RANK0, FORWARD, n=4),
-            count(RANK1, SLOW_AUGMENT, n=10)]) for i in range(8)]
-    quiet = run_job(frames(10.0))[-1]
-    assert quiet.ranks[0].collective_wait_ratio == 0.6 and quiet.finding == "straggler"
-    busy = run_job(frames(100.0))[-1]
-    assert busy.ranks[0].collective_wait_ratio == 0.0 and busy.finding == "mixed"
-    assert classify_stack(DDP_WAIT, idle=False, peer_wait=PEER_WAIT_BACKWARD_QUIET).activity == COMMS
-
-
-def test_a_rank_whose_backward_samples_the_dumps_split_waits_in_their_idle_part():
-    """Issue 31's accelerate straggler as gputop reads it now: rank 0's samples at backward's entry come split by the
-    share of dumps that saw it idle there (probes/sampling/idle_marks.py), 7 of its 8 idle; the idle part is its wait
-    for rank 1, the busy part its own backward, though both are one line."""
+def test_a_rank_whose_backward_samples_are_split_waits_in_their_idle_part():
+    """Issue 31's accelerate straggler as gputop reads it now: rank 0's samples at backward's entry come split as
+    its record window's pair measured them (probes/sampling/pyspy_output.split_by_activity), 7 of its 8 idle; the idle
+    part is its wait for rank 1, the busy part its own backward, though both are one line."""
     job = run_job([job_frame(i, [rank_proc(RANK0, 0, cpu=19.0, main_cpu=40.0),
                                  rank_proc(RANK1, 1, cpu=59.0, main_cpu=95.0)], counts=[
         count(RANK0, DDP_WAIT, n=7, idle=True), count(RANK0, DDP_WAIT, n=1, idle=False), count(RANK0, FORWARD, n=2),
