@@ -292,8 +292,9 @@ class RecordPair:
     thread active). py-spy's raw output carries no per-sample active flag, so the pair measures it: per stack, the
     working samples are ``active``'s count and the waiting ones ``every``'s less that
     (probes/sampling/pyspy_output.split_by_activity). Measured on a line that works 20% then 80% of each 100 ms
-    cycle: the waiting share within 0.04 of the truth per 5 s window at 100 Hz, quiet and beside two busy processes,
-    for about 1% of a core more than ``every`` alone (docs/benchmarks.md). Both take the same number of samples
+    cycle: the waiting share within 0.03 of the target's own log over every 5 s window at 200 Hz, quiet and beside
+    two busy processes; at the default rates the second half costs about 0.1 CPU-second a minute on a one-thread
+    target, more with many threads (docs/benchmarks.md). Both take the same number of samples
     (rate x duration, at exponentially spaced times), so a window that runs to its end compares like with like;
     one a wake ends early gets SIGINT in both at once, and their counts then agree within the noise of their
     random spacing (the split clamps a stack's waiting samples at 0).
