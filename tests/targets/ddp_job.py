@@ -44,10 +44,8 @@ def launch(mode: str, slow_rank: int, workers: int = 1, node_rank: int | None = 
 metrics_lock = threading.Lock()
 
 
-def slow_augment(batch, rounds: int = 3_000_000):
-    """Pure-Python work on the batch, the kind that makes one rank slower than the others. Long beside the step's
-    gloo all-reduce: at a third of these rounds, a CI run under load found the straggler (four ranks on two
-    namespaced nodes) in its backward's all-reduce for 75% of its few samples, and named that as its place."""
+def slow_augment(batch, rounds: int = 1_000_000):
+    """Pure-Python work on the batch, the kind that makes one rank slower than the others."""
     total = 0.0
     for i in range(rounds):
         total += (i % 7) * 0.5
