@@ -17,6 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, TypeVar
 
+from probes.machine_records import KernelEvent, MemoryReading, NcclRasReading
+
 # The log formats gputop reads, one parser each in probes/logformats/ (its FORMATS): the vocabulary a frame's
 # progress and the snapshot carry, kept here with the others so that frame.py imports nothing of gputop's.
 LogFormat = Literal["nanogpt", "hf_trainer", "lightning", "lightning_csv", "tqdm", "generic", "composer", "deepspeed",
@@ -122,29 +124,6 @@ class ProcessExit:
     read_from: str = ""  # where the above came from, or why nothing is known
 
 
-KernelEventKind = Literal["xid", "oom_kill", "segfault"]
-
-
-@dataclass(frozen=True)
-class KernelEvent:
-    """One fault the kernel recorded (probes/sensors/kernel_log.py reads them): an NVIDIA Xid, an OOM kill, a
-    segfault. Fields a line does not print are None."""
-
-    kind: KernelEventKind
-    wall_time: float | None  # Unix seconds; None where the line came without a timestamp
-    pid: int | None  # the process the line names (Xid: the process using the GPU where the driver prints it)
-    process_name: str | None  # its comm, as the kernel printed it (at most 15 characters)
-    pci_bus_id: str | None  # xid: NVML's form, "00000000:3B:00.0" (normalise_pci_bus_id)
-    code: int | None  # xid: the Xid number; segfault: the page-fault or trap error code
-    detail: str  # the rest of the line in the kernel's words
-    raw: str  # the line as logged
-    memcg: bool | None = None  # oom_kill: the kill was a memory cgroup's limit (None: the line does not say)
-    memcg_path: str | None = None  # oom_kill: the cgroup over its limit, where printed
-    anon_rss_kb: int | None = None  # oom_kill: the victim's anonymous resident memory when killed
-    address: str | None = None  # segfault: the faulting address (hex), None for a general protection fault
-    library: str | None = None  # segfault: the file mapped at the instruction pointer, where printed
-
-
 @dataclass(frozen=True)
 class CpuReading:
     """The CPU the target may use (cgroup quota, affinity) and how much of it it gets."""
@@ -164,33 +143,6 @@ class CpuReading:
     throttled_seconds_total: float | None = None
     pressure_some_avg10: float | None = None  # cpu.pressure "some avg10", percent
     runnable_threads: int | None = None  # across the target's tree
-    reason: str | None = None  # why something above is None
-
-
-@dataclass(frozen=True)
-class MemoryReading:
-    """The memory the target's cgroup holds and may hold, and the OOM kills and limit hits in it (the cgroup memory
-    controller, v1 or v2). Counters are cumulative as read; the `_new` fields are their change since the previous
-    read (None on the first), so a kill between two ticks is seen in the tick after it."""
-
-    cgroup_version: str | None = None  # "v1", "v2", or None when no memory cgroup could be read
-    cgroup_path: str | None = None  # the target's memory cgroup, relative to the controller's mount
-    usage_bytes: int | None = None  # the target's cgroup: memory.current / memory.usage_in_bytes (page cache too)
-    file_bytes: int | None = None  # of which page cache (memory.stat file / total_cache): the kernel may reclaim it
-    limit_bytes: int | None = None  # memory.max / memory.limit_in_bytes, lowest over the ancestors; None: unlimited
-    limit_source: str | None = None  # the directory whose limit is the lowest
-    limit_usage_bytes: int | None = None  # what that limit is compared against: its own directory's usage
-    swap_usage_bytes: int | None = None  # memory.swap.current; v1: memsw usage less memory usage
-    swap_limit_bytes: int | None = None  # memory.swap.max (lowest over the ancestors); v1: memsw limit less memory's
-    oom_kills_total: int | None = None  # processes of the cgroup the OOM killer killed (memory.events / oom_control)
-    oom_kills_new: int | None = None
-    max_events_total: int | None = None  # times usage hit the limit (v2 memory.events max; v1 failcnt + memsw's)
-    max_events_new: int | None = None
-    host_oom_kills_total: int | None = None  # OOM kills on the whole machine (/proc/vmstat oom_kill)
-    host_oom_kills_new: int | None = None
-    pressure_some_avg10: float | None = None  # memory PSI "some avg10", percent: a task stalled on memory
-    pressure_full_avg10: float | None = None  # "full avg10": all non-idle tasks stalled at once
-    pressure_source: str | None = None  # the file read: the cgroup's memory.pressure or /proc/pressure/memory
     reason: str | None = None  # why something above is None
 
 
@@ -593,6 +545,7 @@ class Frame:
     # the first tick's carry the minutes before gputop attached)
     kernel_events: tuple[KernelEvent, ...] = ()
     kernel_log_problem: str | None = None  # why the kernel log cannot be read here, where it cannot
+    nccl_ras: NcclRasReading | None = None  # NCCL's RAS port's answer that came this tick (every ~10 s), if one did
     schema: str = FRAME_SCHEMA
 
     def process(self, pid: int) -> ProcessSample | None:

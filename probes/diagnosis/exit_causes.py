@@ -15,7 +15,8 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.frame import Frame, KernelEvent, ProcessExit
+from probes.frame import Frame, ProcessExit
+from probes.machine_records import KernelEvent
 
 # What a signal that ends a training process usually means, and the step that tells more. Where the signal is not
 # listed, its name alone is said.

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from probes.frame import ROLE_DATALOADER_WORKER, ROLE_MAIN, Frame, MemoryReading
+from probes.frame import ROLE_DATALOADER_WORKER, ROLE_MAIN, Frame
+from probes.machine_records import MemoryReading
 from probes.sensors.memory_growth import WINDOW_S, Growth, memory_growth
 
 # A limit reached within this long at the measured rate is the headline: the job will die before anything else

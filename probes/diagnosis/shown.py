@@ -122,14 +122,18 @@ def _lever_advice(verdict: Verdict, pace: Pace | None) -> tuple[str, ...]:
 
 
 def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
-                  risk: MemoryRisk | None = None, faults: Sequence[GpuFault] = ()) -> Verdict:
+                  risk: MemoryRisk | None = None, faults: Sequence[GpuFault] = (),
+                  nccl: Sequence[str] = ()) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room.
     Memory growing toward its limit (memory_risk.py) is said in any live state: first where the limit is near. The
-    machine's faults on the job's GPUs (machine_faults.py) are said in every state: a node's first of all."""
+    machine's faults on the job's GPUs (machine_faults.py) are said in every state: a node's first of all; NCCL's own
+    view (nccl_view.py) under the headline, in every state."""
     verdict = _with_faults(_with_risk(verdict, risk), faults)
+    if nccl:
+        verdict = dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *nccl, *verdict.evidence[1:]))
     if verdict.liveness in ("hung", "sleeping", "exited"):
         return verdict
     paced = _pace_words(verdict, pace)

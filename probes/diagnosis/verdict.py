@@ -34,7 +34,8 @@ from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
 from probes.diagnosis.rules.unknown import start_imports, starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
-from probes.frame import Frame, KernelEvent, ProcessExit, Verdict
+from probes.frame import Frame, ProcessExit, Verdict
+from probes.machine_records import KernelEvent
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
 # A new bottleneck replaces the previous one only once the previous rule's strength has fallen below

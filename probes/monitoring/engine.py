@@ -21,15 +21,16 @@ from probes.frame import (
     ROLE_RANK,
     Frame,
     GpuReading,
-    KernelEvent,
     MonitorOverhead,
     ProcessExit,
     ProcessSample,
     Role,
     StacksReading,
+    TargetInfo,
 )
 from probes.jobs.gpus import with_gpu_indices
 from probes.jobs.tracker import JobTracker
+from probes.machine_records import KernelEvent, NcclRasReading
 from probes.redact import redact_argv, redact_environ
 from probes.sampling.pyspy import StackSampler
 from probes.sampling.sampling_policy import DEFAULT_RATE_HZ, SETTLED_RATE_HZ, PhaseSignals
@@ -38,6 +39,7 @@ from probes.sensors.cgroup import CgroupCpuProbe, CgroupMemoryProbe
 from probes.sensors.flight_recorder import FlightRecorderProbe
 from probes.sensors.hostcpu import HostCpuProbe
 from probes.sensors.kernel_log import KernelLog
+from probes.sensors.nccl_ras import RasPoller, ras_address
 from probes.sensors.nvml import NvmlGpuProbe
 from probes.sensors.proctree import ProcessTreeProbe
 from probes.sensors.progress import LogProgressProbe, log_owners
@@ -97,6 +99,17 @@ def sampling_roles(processes) -> TreeRoles:
     return roles
 
 
+def _ras_address(target: TargetInfo, processes: Sequence[ProcessSample], gpu: GpuReading) -> tuple[str, int] | None:
+    """Where the job's NCCL listens for RAS clients, where it looks like an NCCL job: ranks on GPUs, or NCCL settings
+    in its environment. None for the rest: a CPU job is never asked."""
+    environment = target.environment or {}
+    on_gpus = any(p.role == ROLE_RANK and p.gpu_index is not None for p in processes) or \
+        any(d.in_target for d in gpu.devices)
+    if not on_gpus and not any(key.startswith("NCCL_") for key in environment):
+        return None
+    return ras_address(environment)
+
+
 class Engine:
     """Reads the target once per tick(); call close() to stop the samplers it started."""
 
@@ -121,6 +134,7 @@ class Engine:
         self._progress = LogProgressProbe(root, config.log_path, config.tokens_per_iter)
         self._collectives = FlightRecorderProbe()  # reads only ranks whose environment shows a recorder
         self._kernel_log = kernel_log if kernel_log is not None else KernelLog()
+        self._ras = RasPoller()  # asks NCCL's RAS port only once the job looks like NCCL's
         self._pids_seen: deque[int] = deque(maxlen=PIDS_REMEMBERED)  # whose kernel records are this job's
         if config.fr_dump:
             self._collectives.request_dump()
@@ -175,6 +189,8 @@ class Engine:
         collectives = self._collectives.read(processes)
         exits = self._tree.exits()
         kernel_events = self._job_kernel_events(processes, exits)
+        self._ras.want(_ras_address(target, processes, gpu))
+        ras = self._ras.take()
         ended = time.monotonic()
         interval = ended - self._last_tick_end if self._last_tick_end is not None else self.config.interval_s
         self._last_tick_end = ended
@@ -197,6 +213,8 @@ class Engine:
             memory=memory,
             kernel_events=kernel_events,
             kernel_log_problem=self._kernel_log.reason,
+            nccl_ras=NcclRasReading(ras[0], f"{ras[1].address[0]}:{ras[1].address[1]}", ras[1].answered, ras[1].raw,
+                                    ras[1].reason) if ras is not None else None,
         )
 
     def _job_kernel_events(self, processes: Sequence[ProcessSample],
@@ -256,6 +274,7 @@ class Engine:
             self._gpu.close()
         self._progress.close()
         self._kernel_log.close()
+        self._ras.close()
 
 
 def run_ticks(engine: Engine, stop: threading.Event, duration_s: float | None = None) -> Iterator[Frame]:

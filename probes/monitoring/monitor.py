@@ -23,6 +23,7 @@ from probes.diagnosis.absent_ranks import SeenRunning
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.machine_faults import gpu_faults
 from probes.diagnosis.memory_risk import memory_risk
+from probes.diagnosis.nccl_view import nccl_lines
 from probes.diagnosis.shares import time_shares
 from probes.diagnosis.shown import shown_verdict
 from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S, diagnose
@@ -128,7 +129,8 @@ class Monitor:
             del self._timeline[:-TIMELINE_LIMIT]
         pace = self._pace(frame)
         shares = time_shares(frames)
-        shown = shown_verdict(self._verdict, pace, shares, memory_risk(frames), gpu_faults(frames))
+        shown = shown_verdict(self._verdict, pace, shares, memory_risk(frames), gpu_faults(frames),
+                              nccl_lines(frames))
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks),

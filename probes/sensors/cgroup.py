@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from probes.frame import CpuReading, MemoryReading
+from probes.frame import CpuReading
+from probes.machine_records import MemoryReading
 from probes.sensors.textfiles import read_text
 
 DEFAULT_SYS_ROOT = "/sys/fs/cgroup"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
-from probes.frame import KernelEvent, KernelEventKind
+from probes.machine_records import KernelEvent, KernelEventKind
 from probes.sensors.textfiles import read_text
 
 KMSG_PATH = "/dev/kmsg"

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import socket
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from probes.sensors.nccl_ras_text import (
@@ -279,3 +280,52 @@ def _read_to_close(sock: socket.socket, deadline: float) -> tuple[str, bool]:
         if size > MAX_REPLY_BYTES:
             raise ValueError(f"the reply passed {MAX_REPLY_BYTES} bytes")
     return b"".join(chunks).decode("utf-8", "replace"), ended
+
+
+# How often a job's RAS port is asked: a status gathers across every process of the job (seconds on a large one), and
+# what it shows (a dead process, a rank that stays a collective behind) lasts longer than this.
+RAS_EVERY_S = 10.0
+
+
+class RasPoller:
+    """Asks a job's RAS port from a thread of its own, every RAS_EVERY_S while wanted, so that no tick waits on a
+    gathering; take() hands out each new reading once, with the Unix time it was read."""
+
+    def __init__(self, every_s: float = RAS_EVERY_S,
+                 query: Callable[[tuple[str, int]], RasReading] = query_ras) -> None:
+        self._every_s = every_s
+        self._query = query
+        self._address: tuple[str, int] | None = None
+        self._new: tuple[float, RasReading] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def want(self, address: tuple[str, int] | None) -> None:
+        """Ask `address` from now on (None: stop asking); starts the thread at the first address."""
+        with self._lock:
+            self._address = address
+        if address is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gputop-nccl-ras", daemon=True)
+            self._thread.start()
+
+    def take(self) -> tuple[float, RasReading] | None:
+        """The reading that came since the last call (with its Unix time), or None."""
+        with self._lock:
+            found, self._new = self._new, None
+        return found
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                address = self._address
+            if address is not None:
+                reading = self._query(address)
+                with self._lock:
+                    self._new = (time.time(), reading)
+            self._stop.wait(self._every_s)

@@ -37,3 +37,40 @@ def test_a_waitpid_status_is_decoded():
     assert decode_wait_status(3 << 8) == (3, None, False)
     assert decode_wait_status(signal.SIGKILL) == (None, signal.SIGKILL, False)
     assert decode_wait_status(signal.SIGSEGV | 0x80) == (None, signal.SIGSEGV, True)
+
+
+def test_what_the_machine_recorded_survives_a_recording_and_replays_the_same_verdict(tmp_path):
+    """Exits, the kernel's records, the memory cgroup and NCCL's answer ride in the recording, and replay says what
+    the live run said."""
+    import dataclasses
+
+    from support.frames import FORWARD, main_count, make_frame
+
+    from probes.machine_records import KernelEvent, MemoryReading, NcclRasReading
+    from probes.monitoring.monitor import fold
+    from probes.outputs.recording import Recorder, read_recording
+
+    live = [make_frame(i, counts=[main_count(FORWARD, n=10)]) for i in range(3)]
+    last = live[-1]
+    gone = dataclasses.replace(last.target, alive=False, exited_at=last.time, exit_reason="process ended")
+    live.append(dataclasses.replace(
+        make_frame(3), target=gone,
+        exits=(ProcessExit(pid=gone.pid, role="main", name="python", seen_at=last.time + 1, signal=9,
+                           read_from="its zombie's /proc stat"),),
+        kernel_events=(KernelEvent(kind="oom_kill", wall_time=last.time, pid=gone.pid, process_name="python",
+                                   pci_bus_id=None, code=None, detail="", raw="Killed process", memcg=True,
+                                   memcg_path="/train", anon_rss_kb=4_000_000),),
+        memory=MemoryReading(cgroup_version="v1", limit_bytes=4 << 30, oom_kills_total=1, oom_kills_new=1),
+        nccl_ras=NcclRasReading(read_at=last.time, address="localhost:28028", answered=False, raw="",
+                                reason="connection refused")))
+    path = tmp_path / "run.jsonl"
+    recorder = Recorder(str(path), {"pid": gone.pid})
+    for frame in live:
+        recorder.append(frame)
+    recorder.close()
+    replayed = list(read_recording(str(path)))
+    assert replayed == live
+    said = fold(replayed).view.verdict
+    assert said == fold(live).view.verdict
+    assert said.evidence[0] == (f"PID {gone.pid} has exited: killed by the OOM killer at its memory cgroup's limit "
+                                "/train, holding 3906 MB (the kernel log).")

@@ -8,7 +8,8 @@ import dataclasses
 from support.frames import FORWARD, PID, h200, main_count, make_frame, proc
 
 from probes.diagnosis.machine_faults import gpu_faults
-from probes.frame import GpuReading, KernelEvent
+from probes.frame import GpuReading
+from probes.machine_records import KernelEvent
 from probes.monitoring.monitor import fold
 
 BUS = "00000000:3B:00.0"

@@ -8,7 +8,7 @@ import dataclasses
 from support.frames import FORWARD, PID, main_count, make_frame, proc
 
 from probes.diagnosis.memory_risk import memory_risk
-from probes.frame import MemoryReading
+from probes.machine_records import MemoryReading
 from probes.monitoring.monitor import fold
 
 MB = 1_000_000
