@@ -131,6 +131,9 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         },
         "job": job_document(latest, job),
         "collectives": collectives_document(latest, frames),
+        # What the machine itself recorded (issue 40): the tree's processes that ended and how, the kernel's records
+        # of this job's faults (Xids, OOM kills, segfaults), the memory cgroup, NCCL's RAS port's latest answer.
+        "machine": _machine_document(frames),
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
@@ -252,3 +255,15 @@ def write_json_atomic(document: dict[str, Any], path: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _machine_document(frames: Sequence[Frame]) -> dict[str, Any]:
+    latest = frames[-1]
+    ras = next((f.nccl_ras for f in reversed(frames) if f.nccl_ras is not None), None)
+    return {
+        "exits": [to_jsonable(e) for f in frames for e in f.exits],
+        "kernel_events": [to_jsonable(e) for f in frames for e in f.kernel_events],
+        "kernel_log_problem": latest.kernel_log_problem,
+        "memory": to_jsonable(latest.memory),
+        "nccl_ras": to_jsonable(ras) if ras is not None else None,
+    }
