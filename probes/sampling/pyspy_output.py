@@ -137,36 +137,70 @@ def parse_raw(text: str, pid: int, native: bool = False) -> list[StackCount]:
 def split_by_activity(every: Sequence[StackCount], active: Sequence[StackCount]) -> list[StackCount]:
     """One record window's counts with each stack's samples split into working and waiting, from the pair of
     py-spy records that took it together (probes/sampling/pyspy_binary.RecordPair): ``every`` (``--idle``: every
-    thread in every sample) and ``active`` (only the samples py-spy found the thread active in). Per stack, the
-    working samples are its count in ``active`` and the waiting ones its count in ``every`` less that, at least 0
-    (the two sample at their own random moments, so a stack may show a few more active samples than in all).
+    thread in every sample) and ``active`` (only the samples py-spy found the thread active in).
+
+    Per stack, the working samples are its count in ``active``. Per thread, the waiting samples are its count in
+    ``every`` less its count in ``active`` (at least 0): both halves take the same number of samples, so a thread
+    that never waited has none, however its samples fell among its stacks in each half. They go to the stacks that
+    ``every`` caught more often than ``active``, in proportion to that excess (a stack of the thread's
+    waiting shows only in ``every``). Differencing each stack alone would make waiting of the random spread of a
+    busy thread's samples over its lines (a pure-Python spin showed a few waiting samples a window).
 
     py-spy's "active" is the thread's OS state: running or runnable (R), except at a known blocking call
     (threading's wait, selectors' select), which it counts idle whatever the state. So a thread queued for a core
     on a busy machine, or waiting for the GIL, counts as working; who held the GIL comes from the GIL windows."""
-    working: dict[tuple[int, tuple[StackFrame, ...]], int] = {}
+    Key = tuple[int, tuple[StackFrame, ...]]
+    working: dict[Key, int] = {}
+    first_active: dict[Key, StackCount] = {}
     for count in active:
         key = (count.tid, count.frames)
         working[key] = working.get(key, 0) + count.count
-    every_by_stack: dict[tuple[int, tuple[StackFrame, ...]], StackCount] = {}
+        first_active.setdefault(key, count)
+    every_by_stack: dict[Key, StackCount] = {}
     for count in every:
         key = (count.tid, count.frames)
         seen = every_by_stack.get(key)
         every_by_stack[key] = count if seen is None else replace(seen, count=seen.count + count.count)
+    waiting_of_thread: dict[int, int] = {}
+    for (tid, _), count in every_by_stack.items():
+        waiting_of_thread[tid] = waiting_of_thread.get(tid, 0) + count.count
+    for (tid, _), works in working.items():
+        waiting_of_thread[tid] = waiting_of_thread.get(tid, 0) - works
+    excess = {key: count.count - working.get(key, 0) for key, count in every_by_stack.items()
+              if count.count > working.get(key, 0)}
+    waiting = _shares(excess, {tid: max(0, n) for tid, n in waiting_of_thread.items()})
     counts: list[StackCount] = []
     for key, count in every_by_stack.items():
-        works = working.pop(key, 0)
-        if works:
-            counts.append(replace(count, idle=False, count=works))
-        if count.count > works:
-            counts.append(replace(count, idle=True, count=count.count - works))
-    seen_active: set[tuple[int, tuple[StackFrame, ...]]] = set()
-    for count in active:  # stacks only the active half caught (a rare one, sampled at other moments)
-        key = (count.tid, count.frames)
-        if key in working and key not in seen_active:
-            seen_active.add(key)
+        if working.get(key):
+            counts.append(replace(count, idle=False, count=working[key]))
+        if waiting.get(key):
+            counts.append(replace(count, idle=True, count=waiting[key]))
+    for key, count in first_active.items():  # stacks only the active half caught (sampled at other moments)
+        if key not in every_by_stack:
             counts.append(replace(count, idle=False, count=working[key]))
     return counts
+
+
+def _shares(excess: dict[tuple[int, tuple[StackFrame, ...]], int], total: dict[int, int]
+            ) -> dict[tuple[int, tuple[StackFrame, ...]], int]:
+    """Each thread's ``total`` waiting samples over its stacks in proportion to their ``excess``, in whole samples
+    (largest remainders first). A thread's total never exceeds its stacks' excess."""
+    out: dict[tuple[int, tuple[StackFrame, ...]], int] = {}
+    by_thread: dict[int, list[tuple[int, tuple[StackFrame, ...]]]] = {}
+    for key in excess:
+        by_thread.setdefault(key[0], []).append(key)
+    for tid, keys in by_thread.items():
+        want = min(total.get(tid, 0), sum(excess[k] for k in keys))
+        if want <= 0:
+            continue
+        spread = sum(excess[k] for k in keys)
+        exact = {k: want * excess[k] / spread for k in keys}
+        for k in keys:
+            out[k] = int(exact[k])
+        left = want - sum(out[k] for k in keys)
+        for k in sorted(keys, key=lambda k: exact[k] - out[k], reverse=True)[:left]:
+            out[k] += 1
+    return out
 
 
 def idle_at_known_waits(counts: Sequence[StackCount]) -> list[StackCount]:

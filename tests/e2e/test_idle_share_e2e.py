@@ -30,7 +30,12 @@ TOLERANCE = 0.05
 
 def truth_cycles(path: Path) -> list[tuple[float, float, float]]:
     rows = [line.split() for line in path.read_text().splitlines()]
-    return [(float(r[0]), float(r[1]), float(r[2])) for r in rows if len(r) == 3]
+    return [(float(r[0]), float(r[1]), float(r[2])) for r in rows if len(r) == 4]
+
+
+def first_switched_cycle(path: Path) -> float | None:
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return next((float(r[0]) for r in rows if len(r) == 4 and r[3] == "0.8"), None)
 
 
 def true_idle_share(cycles: list[tuple[float, float, float]], start: float, end: float) -> float:
@@ -68,8 +73,7 @@ def test_the_idle_share_of_a_line_that_works_and_waits_follows_its_switch(spawn_
         cycles_then = len(truth_cycles(truth))
         wait_for(lambda: len(truth_cycles(truth)) >= cycles_then + WINDOW_S * 5, timeout=60, interval=0.05)
         switch.touch()
-        switched = wait_for(lambda: next((began for began, work_s, _ in truth_cycles(truth) if work_s > 0.05), None),
-                            timeout=30)
+        switched = wait_for(lambda: first_switched_cycle(truth), timeout=30)
         wait_for(lambda: collect() or sum(1 for w in windows if w[0] + w[1] > switched) >= WINDOWS_AFTER,
                  timeout=120, interval=0.1)
     finally:

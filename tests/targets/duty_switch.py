@@ -1,7 +1,8 @@
 """One line, ``work_or_wait``, that works part of each 100 ms cycle and waits the rest: 20% of each cycle until the
 file SWITCH exists, then 80%. Its work is a pure-Python loop (holds the GIL, running or runnable), its wait
 time.sleep (asleep). TRUTH gets one line per cycle: when it began (time.time()), the seconds it worked, the
-seconds it waited. The end-to-end test of the measured waiting share (tests/e2e/test_idle_share_e2e.py) compares
+seconds it waited, and the share of the cycle it meant to work (0.2 or 0.8: a cycle crowded off its core works
+longer than it meant to). The end-to-end test of the measured waiting share (tests/e2e/test_idle_share_e2e.py) compares
 gputop's idle share of the main thread over each record window with this log.
 
 usage: duty_switch.py TRUTH SWITCH
@@ -35,7 +36,7 @@ def main() -> None:
                 share = 0.8
             began = time.time()
             worked, waited = work_or_wait(share)  # the line
-            truth.write(f"{began:.6f} {worked:.6f} {waited:.6f}\n")
+            truth.write(f"{began:.6f} {worked:.6f} {waited:.6f} {share}\n")
             truth.flush()
 
 

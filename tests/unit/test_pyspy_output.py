@@ -181,18 +181,28 @@ PAIR_ACTIVE = "\n".join([
 
 
 def test_a_pairs_counts_split_each_stack_into_its_working_and_waiting_samples():
-    """Working: a stack's count without --idle; waiting: its count with --idle less that, never below 0 (the two
-    halves sample at their own moments: 101 against 97 at busy, and a stack only the active half caught)."""
+    """Working: a stack's count without --idle. Waiting: the thread's count with --idle less its count without
+    (499 - 102), spread over the stacks --idle caught more often, by that excess (4 at busy, 395 at line 21: the two
+    halves sample at their own moments, and one stack only the active half caught)."""
     counts = split_by_activity(parse_raw(PAIR_EVERY, pid=4535), parse_raw(PAIR_ACTIVE, pid=4535))
     by_place = {(c.tid, c.frames[0].function, c.frames[0].line, c.idle): c.count for c in counts}
     assert by_place == {
         (4535, "busy", 9, False): 97, (4535, "busy", 9, True): 4,
-        (4535, "work_or_wait", 21, False): 3, (4535, "work_or_wait", 21, True): 395,
+        (4535, "work_or_wait", 21, False): 3, (4535, "work_or_wait", 21, True): 393,
         (4578, "Condition.wait", 327, True): 499,
         (4535, "work_or_wait", 22, False): 2,
     }
     main = [c for c in counts if c.tid == 4535]
-    assert sum(c.count for c in main if c.idle) / sum(c.count for c in main) == 399 / 501
+    assert sum(c.count for c in main) == 499 and sum(c.count for c in main if c.idle) == 499 - 102
+
+
+def test_a_thread_active_in_every_sample_has_no_waiting_however_its_samples_fell_among_its_lines():
+    every = "\n".join(["thread (7): MainThread;<module> (/app/spin.py:9);spin (/app/spin.py:3) 60",
+                        "thread (7): MainThread;<module> (/app/spin.py:9);spin (/app/spin.py:4) 39"]) + "\n"
+    active = "\n".join(["thread (7): MainThread;<module> (/app/spin.py:9);spin (/app/spin.py:3) 52",
+                         "thread (7): MainThread;<module> (/app/spin.py:9);spin (/app/spin.py:4) 47"]) + "\n"
+    counts = split_by_activity(parse_raw(every, pid=7), parse_raw(active, pid=7))
+    assert not any(c.idle for c in counts) and sum(c.count for c in counts) == 99
 
 
 def test_a_pair_with_nothing_active_is_all_waiting_and_one_without_its_active_half_waits_only_at_known_waits():
