@@ -106,6 +106,11 @@ class ProcessSample:
     cuda_visible_devices: str | None = None  # as the rank's environment sets it; None when unset
     gpu_index: int | None = None  # NVML index of the GPU the rank uses (its compute context, else its env)
     owner_pid: int | None = None  # the training process (rank or main) this helper process works for
+    major_faults_per_s: float | None = None  # page faults that waited for a disk read (/proc/PID/stat majflt)
+    # A DataLoader worker's /proc/PID/smaps_rollup, read every SMAPS_EVERY_S (probes/sensors/proctree.py), None
+    # between reads: its own pages, and those it still shares with its parent and siblings (copy-on-read moves them).
+    private_bytes: int | None = None
+    shared_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -369,7 +374,7 @@ class MonitorOverhead:
 # What limits the target, and whether it moves: the vocabulary of every verdict (snapshot schema /1).
 Bottleneck = Literal[
     "gpu_bound", "gpu_throttled", "data_bound", "io_bound", "cpu_bound", "cpu_throttled", "comms_bound",
-    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown", "gil_contention",
+    "compile_warmup", "checkpoint_save", "idle", "cannot_see", "unknown", "gil_contention", "memory_bound",
 ]
 # "sleeping": silent for the hang threshold, but the process only sleeps in the kernel (state S) and is not Python
 # (`sleep`, a shell) or is a DataLoader worker waiting for its next index: nothing is stuck mid-step, so not hung.

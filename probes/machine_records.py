@@ -68,4 +68,7 @@ class MemoryReading:
     pressure_some_avg10: float | None = None  # memory PSI "some avg10", percent: a task stalled on memory
     pressure_full_avg10: float | None = None  # "full avg10": all non-idle tasks stalled at once
     pressure_source: str | None = None  # the file read: the cgroup's memory.pressure or /proc/pressure/memory
+    # The PSI read is the whole machine's (/proc/pressure/memory, or the cgroup2 root's), shared with every other
+    # process there, not the job's own group's; None where none was read.
+    pressure_whole_machine: bool | None = None
     reason: str | None = None  # why something above is None

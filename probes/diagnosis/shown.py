@@ -155,13 +155,17 @@ def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None
 
 def _with_risk(verdict: Verdict, risk: MemoryRisk | None) -> Verdict:
     """The memory risk's line in the evidence: the headline where the limit is reached within HEADLINE_WITHIN_S, else
-    after the rule's headline; with its advice where the limit is near."""
+    after the rule's headline; with its advice where the limit is near, and where the workers copy their parent's
+    pages (copy-on-read, a cause with its own fix) in any case."""
     if risk is None or verdict.liveness == "exited":
         return verdict
     line = risk.words()
+    advice = COPY_ON_READ_ADVICE if risk.copy_on_read_bytes_per_s is not None else MEMORY_ADVICE
     if risk.imminent:
-        return dataclasses.replace(verdict, evidence=(line, *verdict.evidence), advice=(MEMORY_ADVICE, *verdict.advice))
-    return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], line, *verdict.evidence[1:]))
+        return dataclasses.replace(verdict, evidence=(line, *verdict.evidence), advice=(advice, *verdict.advice))
+    later = (advice,) if risk.copy_on_read_bytes_per_s is not None else ()
+    return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], line, *verdict.evidence[1:]),
+                               advice=(*verdict.advice, *later))
 
 
 def _with_faults(verdict: Verdict, faults: Sequence[GpuFault]) -> Verdict:
@@ -180,3 +184,7 @@ def _with_faults(verdict: Verdict, faults: Sequence[GpuFault]) -> Verdict:
 MEMORY_ADVICE = ("Memory will run out: find what grows (workers that copy a dataset of Python objects grow with each "
                  "batch they touch: keep it in numpy arrays or tensors); give the job more (its container's or "
                  "Slurm job's --mem), or fewer DataLoader workers.")
+COPY_ON_READ_ADVICE = ("Hold the dataset in numpy arrays, tensors or a memory map (np.memmap, Arrow, a tensor per "
+                       "field) instead of lists or dicts of Python objects: a worker reading a Python object writes "
+                       "its reference count, and so copies each page of the parent's dataset it touches; give each "
+                       "worker its own copy only if it fits (fewer workers, or the job more memory).")

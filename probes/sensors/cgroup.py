@@ -509,10 +509,11 @@ class CgroupMemoryProbe(_CgroupReader):
         vmstat = _parse_keyed(read_text(os.path.join(self._proc_root, "vmstat")) or "")
         host_kills = self._counter("host", "vmstat", vmstat.get("oom_kill"))
         if location is None:
-            some, full, source = self._pressure(None, reasons)
+            some, full, source, machine = self._pressure(None, reasons)
             return MemoryReading(
                 host_oom_kills_total=host_kills[0], host_oom_kills_new=host_kills[1], pressure_some_avg10=some,
-                pressure_full_avg10=full, pressure_source=source, reason="; ".join(reasons) or None,
+                pressure_full_avg10=full, pressure_source=source, pressure_whole_machine=machine,
+                reason="; ".join(reasons) or None,
             )
         v2 = location.version == "v2"
         directory = location.memory_dir
@@ -559,7 +560,7 @@ class CgroupMemoryProbe(_CgroupReader):
             reasons.append(f"no oom_kill count in {kills_file}")
         oom = self._counter("oom", kills_file, kills)
         max_events = self._counter("max", hits_file, hits)
-        some, full, source = self._pressure(location.pressure_dir, reasons)
+        some, full, source, machine = self._pressure(location.pressure_dir, reasons)
         return MemoryReading(
             cgroup_version=location.version,
             cgroup_path=location.relative_path,
@@ -579,6 +580,7 @@ class CgroupMemoryProbe(_CgroupReader):
             pressure_some_avg10=some,
             pressure_full_avg10=full,
             pressure_source=source,
+            pressure_whole_machine=machine,
             reason="; ".join(reasons) or None,
         )
 
@@ -591,16 +593,20 @@ class CgroupMemoryProbe(_CgroupReader):
             return total, None
         return total, total - before[1]
 
-    def _pressure(self, pressure_dir: str | None, reasons: list[str]) -> tuple[float | None, float | None, str | None]:
-        """(some avg10, full avg10, the file read): the cgroup's own PSI, else the machine's."""
-        paths = [os.path.join(pressure_dir, "memory.pressure")] if pressure_dir else []
-        paths.append(os.path.join(self._proc_root, "pressure", "memory"))
-        for path in paths:
+    def _pressure(self, pressure_dir: str | None,
+                  reasons: list[str]) -> tuple[float | None, float | None, str | None, bool | None]:
+        """(some avg10, full avg10, the file read, whether it is the whole machine's): the cgroup's own PSI, else
+        the machine's. The hierarchy's true root group (it has no cgroup.events) is the machine's too: a process
+        there, as on a hybrid host whose cgroup2 tree nobody uses, shares its PSI with every other process."""
+        paths = [(os.path.join(pressure_dir, "memory.pressure"),
+                  not os.path.exists(os.path.join(pressure_dir, "cgroup.events")))] if pressure_dir else []
+        paths.append((os.path.join(self._proc_root, "pressure", "memory"), True))
+        for path, machine in paths:
             text = read_text(path)
             if text is not None:
-                return _pressure_avg10(text, "some"), _pressure_avg10(text, "full"), path
+                return _pressure_avg10(text, "some"), _pressure_avg10(text, "full"), path, machine
         reasons.append("memory pressure not readable (PSI off or not exposed)")
-        return None, None, None
+        return None, None, None, None
 
 
 def _int_file(path: str) -> int | None:

@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from probes.sensors.proc_readers import SmapsRollup
+from typing import Protocol
 
 # 90 s: long enough to hold many steps of a training loop (0.1 to 10 s each) and average out their sawtooth;
 # short enough that the rate is today's, not the run's average: the minute or two of loading a model and a dataset,
@@ -122,6 +121,17 @@ def memory_growth(
     return Growth(len(window), span, fit.slope, fit.stderr, fit.slope, fit.value_at_end, to_limit, None)
 
 
+class PrivateShared(Protocol):
+    """A process's memory split as smaps_rollup splits it (probes/sensors/proc_readers.py SmapsRollup), or several
+    workers' summed."""
+
+    @property
+    def private_bytes(self) -> int: ...
+
+    @property
+    def shared_bytes(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class CopyOnRead:
     """Whether a forked worker's pages are turning from shared (its parent's) to private (its own copies)."""
@@ -132,7 +142,7 @@ class CopyOnRead:
     reason: str | None  # why not, where not
 
 
-def copy_on_read(samples: Sequence[tuple[float, SmapsRollup]], window_s: float = WINDOW_S) -> CopyOnRead:
+def copy_on_read(samples: Sequence[tuple[float, PrivateShared]], window_s: float = WINDOW_S) -> CopyOnRead:
     """From one worker's smaps_rollup reads over time: its private bytes grow while its shared bytes shrink by a
     like amount. That is the parent's pages becoming the worker's own copies as it touches them: Python's
     reference counts written on every object of a dataset held as a list of Python objects (copy-on-read), each

@@ -54,6 +54,9 @@ class ProcStat:
     # Field 52 (Linux 3.5+): the exit status in waitpid's form, which a zombie keeps until its parent reaps it; 0 for
     # a live process, None where the kernel does not write it.
     exit_status: int | None = None
+    # Field 12: page faults that waited for a read from disk (a file's page not in the cache, a page swapped out),
+    # cumulative over the process's threads. A training loop whose memory stays resident takes none after warm-up.
+    majflt: int | None = None
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -76,6 +79,7 @@ def read_stat(pid: int) -> ProcStat | None:
             rss_bytes=int(fields[21]) * PAGE_BYTES,
             exec_mark=(comm, start_code, end_code, start_stack) if start_stack else None,
             exit_status=int(fields[49]) if len(fields) > 49 else None,
+            majflt=int(fields[9]),
         )
     except (IndexError, ValueError):
         return None
@@ -321,6 +325,7 @@ class PreviousRead:
     io: tuple[int, ...] | None  # read_bytes, write_bytes, read_chars, write_chars
     main_thread: MainThreadCounters | None = None
     socket_bytes: dict[int, tuple[int, int]] | None = None  # {inode: (bytes received, bytes acked)}
+    majflt: int | None = None  # /proc/PID/stat's major faults
 
 
 def socket_byte_counts(sockets: list[TcpSocket] | None) -> dict[int, tuple[int, int]] | None:

@@ -3,7 +3,8 @@ threads by state, memory, I/O).
 
 Per process a tick: its main thread's state, children and counters, one /proc/PID/stat and one /proc/PID/io; its
 other threads' states when they can have changed (they used CPU, or one was R or D), else every
-SIDE_THREAD_STATES_S (a thread that blocks in D is counted within that bound); what rarely changes (the command
+SIDE_THREAD_STATES_S (a thread that blocks in D is counted within that bound); a DataLoader worker's smaps_rollup
+every SMAPS_EVERY_S (copy-on-read: its pages turning from shared to private); what rarely changes (the command
 line, the socket inodes) is cached by PID and start time and read again when it may have changed (on a node's job
 of 73 processes, psutil and the socket listing cost ~1 ms a process a tick). psutil is left for the root's
 liveness and the target's static facts.
@@ -43,11 +44,13 @@ from probes.sensors.proc_readers import (
     MainThreadCounters,
     PreviousRead,
     ProcStat,
+    SmapsRollup,
     TaskScan,
     keyed_ints,
     main_thread_rates,
     python_version,
     read_cmdline,
+    read_smaps_rollup,
     scan_tasks,
     socket_byte_counts,
     socket_byte_rates,
@@ -191,6 +194,12 @@ SIDE_THREAD_STATES_S = 5.0
 # the process's CPU grew by more than the main thread's plus one clock tick (a main thread alone never passes it).
 SIDE_THREAD_CPU_SLACK_S = 1.0 / CLOCK_TICKS
 
+# A DataLoader worker's /proc/PID/smaps_rollup (its private and shared bytes, for copy-on-read) is read at most this
+# often: the kernel walks every mapping and page table of the process to write it, 15 to 30 ms for a worker holding
+# 300 MB (measured here), which for a node's 32 workers each tick would be most of the tick. Every 5 s a 90 s
+# growth window still holds 18 reads, and copy-on-read is claimed within a minute of it starting.
+SMAPS_EVERY_S = 5.0
+
 
 @dataclass(frozen=True)
 class _SideThreadStates:
@@ -241,6 +250,7 @@ class ProcessTreeProbe:
         self._side_children: dict[int, tuple[float, list[int]]] = {}
         # {pid: its other threads' states as last read}: read again when due (SIDE_THREAD_STATES_S)
         self._side_states: dict[int, _SideThreadStates] = {}
+        self._smaps_read: dict[int, tuple[int, float]] = {}  # {worker pid: (its start time, when last read)}
         try:
             self._root = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -316,6 +326,7 @@ class ProcessTreeProbe:
         self._programs = {pid: program for pid, program in self._programs.items() if pid in seen}
         self._side_children = {pid: known for pid, known in self._side_children.items() if pid in seen}
         self._side_states = {pid: known for pid, known in self._side_states.items() if pid in seen}
+        self._smaps_read = {pid: known for pid, known in self._smaps_read.items() if pid in seen}
         self._socket_inodes.keep_only(seen)
 
         if self.pid not in seen:  # the target died while we read it
@@ -469,12 +480,14 @@ class ProcessTreeProbe:
             previous = None  # same PID, different process
         thread = scan.main_thread
         socket_bytes = socket_byte_counts(sockets)
-        self._previous[pid] = PreviousRead(stat.started, now, cpu_seconds, io_tuple, thread, socket_bytes)
+        self._previous[pid] = PreviousRead(stat.started, now, cpu_seconds, io_tuple, thread, socket_bytes,
+                                           stat.majflt)
 
         cpu_pct = None
         rates: list[float | None] = [None, None, None, None]
         thread_rates: dict[str, float | None] = {}
         socket_rates: list[float | None] = [None, None]
+        major_faults = None
         if previous is not None and now > previous.at:
             elapsed = now - previous.at
             if cpu_seconds is not None and previous.cpu_seconds is not None:
@@ -483,13 +496,17 @@ class ProcessTreeProbe:
                 rates = [max(0, new - old) / elapsed for new, old in zip(io_tuple, previous.io, strict=True)]
             thread_rates = main_thread_rates(thread, previous.main_thread, elapsed)
             socket_rates = socket_byte_rates(socket_bytes, previous.socket_bytes, elapsed)
+            if stat.majflt is not None and previous.majflt is not None:
+                major_faults = max(0, stat.majflt - previous.majflt) / elapsed
+        role = self._role(pid, comm, raw_cmdline, role_hints)
+        rollup = _due_smaps_rollup(self._smaps_read, pid, stat, now) if role == ROLE_DATALOADER_WORKER else None
         established = [s for s in sockets or () if s.state == TCP_ESTABLISHED]
         silent = [s.last_data_recv_s for s in established if s.last_data_recv_s is not None]
 
         return ProcessSample(
             pid=pid,
             ppid=ppid,
-            role=self._role(pid, comm, raw_cmdline, role_hints),
+            role=role,
             name=comm,
             cmdline=cmdline,
             state=state,
@@ -514,6 +531,9 @@ class ProcessTreeProbe:
             tcp_sent_per_s=socket_rates[1],
             tcp_peers=tuple(sorted({s.peer for s in established}))[:MAX_PEERS_LISTED],
             tcp_last_data_recv_s=min(silent) if silent else None,
+            major_faults_per_s=major_faults,
+            private_bytes=rollup.private_bytes if rollup is not None else None,
+            shared_bytes=rollup.shared_bytes if rollup is not None else None,
         )
 
     def _role(self, pid: int, comm: str, cmdline: tuple[str, ...], role_hints: Mapping[int, Role]) -> Role:
@@ -590,6 +610,19 @@ class ProcessTreeProbe:
             python_version=python_version(exe, self.pid),
             environment=environment,
         )
+
+
+def _due_smaps_rollup(read_at: dict[int, tuple[int, float]], pid: int, stat: ProcStat,
+                      now: float) -> SmapsRollup | None:
+    """A DataLoader worker's smaps_rollup where SMAPS_EVERY_S has passed since its last read (`read_at`: {pid: (its
+    start time, when last read)}, updated here), else None."""
+    if stat.state == psutil.STATUS_ZOMBIE:
+        return None
+    known = read_at.get(pid)
+    if known is not None and known[0] == stat.started and now - known[1] < SMAPS_EVERY_S:
+        return None
+    read_at[pid] = (stat.started, now)
+    return read_smaps_rollup(pid)
 
 
 def _or_none(read: Callable[[], object]):

@@ -110,3 +110,42 @@ class MemoryGroup:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)  # a process just killed can hold the group a moment
+
+
+class PressureGroup:
+    """A cgroup2 group of the target's own, for its own memory PSI (memory.pressure), on a host whose cgroup2
+    hierarchy carries no memory controller (a hybrid host: v1's memory controller, cgroup2 mounted beside it). The
+    kernel accounts PSI per cgroup2 group whatever controllers it enables; without such a group a v1 job's PSI is the
+    whole machine's. Made for one test and removed after it."""
+
+    def __init__(self, name: str) -> None:
+        with open("/proc/self/mountinfo") as f:
+            mounts = parse_mountinfo(f.read())
+        v2 = [point for root, point, fstype, _ in mounts if fstype == "cgroup2" and root == "/"]
+        if not v2 or not Path(v2[0], "memory.pressure").exists():
+            pytest.skip("no cgroup2 hierarchy with PSI (memory.pressure) to make a group in")
+        self.root = Path(v2[0])
+        self.path = self.root / name
+        try:
+            self.path.mkdir()
+        except OSError as error:
+            pytest.skip(f"cgroup2 not writable: cannot create {self.path}: {error.strerror}")
+
+    def join(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                (self.root / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # it exited meanwhile
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)

@@ -89,7 +89,8 @@ def test_RULES_keeps_the_order_the_diagnosis_has_always_used():
     # here changes verdicts, so it is made on purpose, with this list and docs/diagnosis.md.
     assert [tuple(f.name for f in rule.concludes) for rule in RULES] == [
         ("compile_warmup",), ("checkpoint_save",), ("comms_bound",), ("gpu_bound", "gpu_throttled"),
-        ("cpu_throttled",), ("io_bound",), ("data_bound",), ("gil_contention",), ("cpu_bound",), ("idle",),
+        ("memory_bound",), ("cpu_throttled",), ("io_bound",), ("data_bound",), ("gil_contention",), ("cpu_bound",),
+        ("idle",),
     ]
 
 

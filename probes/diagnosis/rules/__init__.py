@@ -21,6 +21,7 @@ from probes.diagnosis.rules import (
     gpu,
     idle,
     io_bound,
+    memory_pressure,
 )
 from probes.diagnosis.rules.rule import Candidate, Rule
 from probes.diagnosis.rules.unknown import no_rule_fits
@@ -39,6 +40,11 @@ RULES: tuple[Rule, ...] = (
     # A busy GPU (by SM activity or power) outranks the host-side rules: a host-side wait cannot be the limit
     # while the GPU is saturated.
     gpu.RULE,
+    # Before a quota's throttling, reads, input and host compute: a job short of memory stalls in reclaim and in
+    # faults that read its pages back from disk, which show as a throttled quota (reclaim runs on the job's CPU
+    # time), threads in disk wait, a main thread waiting for batches from stalled workers, or slow Python. The memory
+    # is the cause of each; after the GPU, which while saturated is the limit whatever the host does.
+    memory_pressure.RULE,
     # Before reads, input and host compute: a throttling quota slows each of them, and it is the cause.
     cpu_throttled.RULE,
     # Before the input pipeline: workers blocked reading show up as a main thread waiting for its batch.
