@@ -332,6 +332,26 @@ class StacksReading:
     windows: tuple[SampledWindow, ...] = ()
 
 
+# What a failure line of the job's log says (probes/logformats/failures.py recognises them): a Python exception, CUDA
+# out of memory, a collective's timeout (NCCL's watchdog, gloo's), a lost gloo peer, a DataLoader worker's death, a
+# rank's exit as torchrun reports it, torchrun's own ChildFailedError.
+FailureKind = Literal["exception", "cuda_oom", "nccl_timeout", "nccl_error", "gloo_timeout", "gloo_peer_lost",
+                      "worker_killed", "worker_exited", "rank_failed", "launcher_failed"]
+
+
+@dataclass(frozen=True)
+class LogFailure:
+    """One failure line of the job's log, in its own words (shortened, secrets hidden), and what it names."""
+
+    kind: FailureKind
+    text: str  # without a "[rank0]: " prefix or a C++ log header
+    rank: int | None = None  # where printed ("[rank0]: ", "[Rank 3]", torchrun's failure table)
+    pid: int | None = None  # the process it names (a DataLoader worker, a rank in torchrun's table)
+    signal: int | None = None  # the signal that ended that process, where printed (9 for "Killed", SIGKILL)
+    exit_code: int | None = None  # its exit status, where printed
+    logged_at: float | None = None  # Unix time the line reached the log, as the log probe timed it
+
+
 @dataclass(frozen=True)
 class ProgressReading:
     """The target's own progress, parsed from its log (filled by the log probe)."""
@@ -359,6 +379,7 @@ class ProgressReading:
     log_of: str | None = None  # whose log was read when gputop chose it: "rank 0 (PID 4242)", "python (PID 12)"
     # Why there is no pace, in one line (set only when source is None): no log file, or no step lines in it.
     no_pace: str | None = None
+    failures: tuple[LogFailure, ...] = ()  # the log's last failure lines, oldest first
 
 
 @dataclass(frozen=True)

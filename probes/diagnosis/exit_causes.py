@@ -2,9 +2,11 @@
 
 The facts come from the frames: each process of the tree that ended carries a ProcessExit (probes/sensors/
 process_exits.py: the exit status or signal its zombie kept, or why none was left to read), and the kernel's own
-records name the OOM killer's victims and the segfaults (Frame.kernel_events, probes/sensors/kernel_log.py). An exit
-status or a signal is said as what it usually means for a training job, with the one step that tells more; nothing
-is said of a cause that was not read (a SIGKILL is the OOM killer's only where the kernel says so).
+records name the OOM killer's victims and the segfaults (Frame.kernel_events, probes/sensors/kernel_log.py), and the
+job's own log its last error (ProgressReading.failures, probes/logformats/failures.py: a traceback's last line, CUDA
+out of memory, a collective's timeout, a DataLoader worker killed). An exit status or a signal is said as what it
+usually means for a training job, with the one step that tells more; nothing is said of a cause that was not read (a
+SIGKILL is the OOM killer's only where the kernel says so, a worker's only where its main process's log says so).
 
 Pure: no I/O, time from the frames.
 """
@@ -15,7 +17,8 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from probes.frame import Frame, ProcessExit
+from probes.frame import FailureKind, Frame, LogFailure, ProcessExit
+from probes.logformats.failures import LAUNCHER_KINDS
 from probes.machine_records import KernelEvent
 
 # What a signal that ends a training process usually means, and the step that tells more. Where the signal is not
@@ -38,6 +41,19 @@ SIGNAL_MEANINGS: dict[int, tuple[str, str]] = {
 }
 # A shell reports a child that a signal ended as 128 + the signal: the exit status of `bash train.sh`.
 SHELL_SIGNAL_BASE = 128
+# A failure line of the log is said beside an exit only where it reached the log at most this long before the exit was
+# seen (or after): an older one is from before (an error the job lived through, an earlier run's in the same file).
+LOG_FAILURE_BEFORE_S = 120.0
+# What a failure line means where its words alone do not say it to someone who has not met it.
+FAILURE_MEANINGS: dict[FailureKind, str] = {
+    "nccl_timeout": "NCCL's watchdog: a collective waited past the process group's timeout for a rank that never "
+                    "joined it",
+    "gloo_timeout": "gloo: a collective waited past the process group's timeout for a peer",
+    "gloo_peer_lost": "gloo: a peer's connection closed, as when that rank ended",
+}
+# Whose words a failure of each kind is, where it tells how another process ended.
+_TOLD_BY: dict[FailureKind, str] = {"worker_killed": "the main process's own log", "worker_exited": "the main "
+                                    "process's own log", "rank_failed": "torchrun's log"}
 
 
 @dataclass(frozen=True)
@@ -63,11 +79,17 @@ def kernel_records(history: Sequence[Frame]) -> dict[int, KernelEvent]:
             if event.pid is not None and event.kind in ("oom_kill", "segfault")}
 
 
-def account(exit_: ProcessExit, kernel: dict[int, KernelEvent] | None = None) -> ExitAccount:
-    """The words for one ended process; `kernel` (kernel_records) names the OOM killer's victims and segfaults."""
+def account(exit_: ProcessExit, kernel: dict[int, KernelEvent] | None = None,
+            log: Sequence[LogFailure] = ()) -> ExitAccount:
+    """The words for one ended process; `kernel` (kernel_records) names the OOM killer's victims and segfaults, and
+    `log` (log_failures) how a process ended that /proc could not read, where another's log says (a DataLoader
+    worker killed, as its main process prints it)."""
     record = (kernel or {}).get(exit_.pid)
+    told = told_in_log(log, exit_.pid) if exit_.signal is None and exit_.exit_code is None else None
     if record is not None and record.kind == "oom_kill":
         how, advice = _oom_killed(record)
+    elif told is not None and record is None:
+        how, advice = _told(told)
     else:
         how, advice = _how(exit_)
         if record is not None and record.kind == "segfault" and exit_.signal in (None, signal.SIGSEGV):
@@ -76,6 +98,54 @@ def account(exit_: ProcessExit, kernel: dict[int, KernelEvent] | None = None) ->
             how = ("killed by SIGSEGV: a crash in native code" if exit_.signal is None else how) + \
                 f" (the kernel log: a fault{at}{where})"
     return ExitAccount(exit_.pid, exit_.role, exit_.name, how, advice)
+
+
+def log_failures(history: Sequence[Frame]) -> tuple[LogFailure, ...]:
+    """The log's failure lines as the newest frame that read the log carries them (the probe keeps the last few)."""
+    for frame in reversed(history):
+        if frame.progress is not None:
+            return frame.progress.failures
+    return ()
+
+
+def told_in_log(log: Sequence[LogFailure], pid: int) -> LogFailure | None:
+    """The newest failure line that says how process `pid` ended (a signal or an exit status), or None."""
+    return next((failure for failure in reversed(log) if failure.pid == pid and failure.kind in _TOLD_BY
+                 and (failure.signal is not None or failure.exit_code is not None)), None)
+
+
+def last_log_failure(log: Sequence[LogFailure], near: float | None, rank: int | None = None,
+                     pid: int | None = None) -> LogFailure | None:
+    """The failure line to say beside an exit seen at `near`: the job's own last words (a launcher's account of them
+    only where it printed none); for a rank (`rank`, `pid`), its own line where one names it, else one that names no
+    process, never another rank's."""
+    recent = [f for f in log if near is None or f.logged_at is None or f.logged_at >= near - LOG_FAILURE_BEFORE_S]
+    own = [f for f in recent if f.kind not in LAUNCHER_KINDS]
+    if rank is None and pid is None:
+        chosen = own or recent
+        return chosen[-1] if chosen else None
+
+    def names(failure: LogFailure) -> bool:
+        return (rank is not None and failure.rank == rank) or (pid is not None and failure.pid == pid)
+
+    return next((f for group in (own, recent) for f in reversed(group) if names(f)), None) or \
+        next((f for f in reversed(own) if f.rank is None and f.pid is None), None)
+
+
+def failure_line(failure: LogFailure, whose: str = "the log's") -> str:
+    """One evidence line: the failure in the job's own words, with what it means where the words do not say."""
+    rank = f" (rank {failure.rank})" if failure.rank is not None and whose == "the log's" else ""
+    meaning = FAILURE_MEANINGS.get(failure.kind)
+    return f"{whose} last error{rank}: {failure.text}" + (f" — {meaning}" if meaning else "")
+
+
+def _told(failure: LogFailure) -> tuple[str, str]:
+    """How a process ended, as another process's log (its DataLoader's main process, torchrun) said it."""
+    by = f"per {_TOLD_BY[failure.kind]}"
+    if failure.signal is None:
+        return f"exited with status {failure.exit_code} ({by})", "The end of its log or stderr says why."
+    meaning, advice = SIGNAL_MEANINGS.get(failure.signal, ("", ""))
+    return f"killed by {_signal_name(failure.signal)} ({by})" + (f": {meaning}" if meaning else ""), advice
 
 
 def _oom_killed(record: KernelEvent) -> tuple[str, str]:

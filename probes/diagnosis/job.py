@@ -41,7 +41,7 @@ from probes.diagnosis.absent_ranks import (
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.contention import with_job_contention
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.exit_causes import account, ended, kernel_records
+from probes.diagnosis.exit_causes import account, ended, failure_line, kernel_records, last_log_failure, log_failures
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
     ACTIVITIES,
@@ -318,15 +318,19 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
         return None
     exits = ended(history)
     kernel = kernel_records(history)
+    log = log_failures(history)
     # The rank that ended first is the one to look at: the others often end because it did (a launcher stops them,
     # or their collective times out).
     gone = sorted(gone, key=lambda d: exits[d.member.pid].seen_at if d.member.pid in exits else float("inf"))
     first = gone[0]
-    # How the first one ended goes in the headline; the others' below it.
-    first_how = (f" ({'first, ' if len(gone) > 1 else ''}{account(exits[first.member.pid], kernel).how})"
+    # How the first one ended goes in the headline, and its own last words in the log right after it; the others' below.
+    first_how = (f" ({'first, ' if len(gone) > 1 else ''}{account(exits[first.member.pid], kernel, log).how})"
                  if first.member.pid in exits else "")
-    how_lines = [f"{d.label} (PID {d.member.pid}) {account(exits[d.member.pid], kernel).how}"
-                 for d in gone[1:RANKS_LISTED] if d.member.pid in exits]
+    failure = last_log_failure(log, exits[first.member.pid].seen_at if first.member.pid in exits else None,
+                               first.rank, first.member.pid)
+    how_lines = [failure_line(failure, f"{first.label}'s")] if failure is not None else []
+    how_lines += [f"{d.label} (PID {d.member.pid}) {account(exits[d.member.pid], kernel, log).how}"
+                  for d in gone[1:RANKS_LISTED] if d.member.pid in exits]
     backend, why = collective_backend(history, live + gone)
     timeout = timeout_text(backend, why)
     gone_text = (f"{gone[0].label} (PID {gone[0].member.pid}){first_how}" if len(gone) == 1 else

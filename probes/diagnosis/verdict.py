@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
 from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
-from probes.diagnosis.exit_causes import account, ended, kernel_records
+from probes.diagnosis.exit_causes import (
+    account,
+    ended,
+    failure_line,
+    kernel_records,
+    last_log_failure,
+    log_failures,
+    told_in_log,
+)
 from probes.diagnosis.hung import hung_bottleneck, sleeping_bottleneck
 from probes.diagnosis.rules import ENTER_SCORE, evaluate_rules
 from probes.diagnosis.rules.cannot_see import blind, cannot_see
@@ -34,7 +42,7 @@ from probes.diagnosis.rules.compile_warmup import after_warmup_line
 from probes.diagnosis.rules.rule import Candidate
 from probes.diagnosis.rules.unknown import start_imports, starting
 from probes.diagnosis.verdict_lines import THIN_EVIDENCE_NOTES, VerdictLine, kind_of, without
-from probes.frame import Frame, ProcessExit, Verdict
+from probes.frame import Frame, LogFailure, ProcessExit, Verdict
 from probes.machine_records import KernelEvent
 
 DEFAULT_HANG_AFTER_S = 5.0  # no progress for this long is hung (--hang-after)
@@ -133,6 +141,7 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
     target = latest.target
     own = ended(history).get(target.pid)
     kernel = kernel_records(history)
+    log = log_failures(history)
     said = account(own, kernel) if own is not None else None
     if said is not None:
         headline = f"PID {target.pid} has exited: {said.how}"
@@ -140,13 +149,22 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
         headline = f"PID {target.pid} has exited" + (f" ({target.exit_reason})" if target.exit_reason else "")
     children = _children_ended(history, own)
     # A child whose death the machine recorded (a signal, the OOM killer) is often the cause: said in the headline.
-    cause = next((child for child in children if child.signal is not None or child.pid in kernel), None)
+    # Where /proc could not say how a child ended, its main process's log may ("DataLoader worker (pid 57) is killed by
+    # signal: Killed.").
+    cause = next((child for child in children if child.signal is not None or child.pid in kernel
+                  or _killed_per_log(child, log)), None)
     if cause is not None:
-        how = account(cause, kernel).how  # "killed by …" whenever a signal or the kernel's record is known
+        how = account(cause, kernel, log).how  # "killed by …": a signal, the kernel's or the log's record is known
         headline += f", after its {_role_words(cause)} PID {cause.pid} was {how}"
-    lines = [headline + ".", *(_child_line(child, own, kernel) for child in children if child is not cause)]
+    # The job's own last words, right after the headline: the exception, the timeout, the worker it names.
+    failure = last_log_failure(log, own.seen_at if own is not None else target.exited_at)
+    said_in_log = [failure_line(failure)] if failure is not None else []
+    lines = [headline + ".", *said_in_log,
+             *(_child_line(child, own, kernel, log) for child in children if child is not cause)]
     if previous is not None and previous.liveness == "exited":
         lines = list(previous.evidence)  # said once, when it exited: keep the account of what came before
+        if said_in_log and said_in_log[0] not in lines:  # the log's last lines read a tick after the exit was seen
+            lines.insert(1, said_in_log[0])
     elif previous is not None and previous.bottleneck != "unknown":
         lines.append(f"Before it exited: {previous.bottleneck}" +
                      (f" — {previous.evidence[0]}" if previous.evidence else ""))
@@ -181,10 +199,17 @@ def _children_ended(history: Sequence[Frame], own: ProcessExit | None) -> list[P
                   key=lambda e: e.seen_at)[:2]
 
 
-def _child_line(child: ProcessExit, own: ProcessExit | None, kernel: dict[int, KernelEvent]) -> str:
+def _child_line(child: ProcessExit, own: ProcessExit | None, kernel: dict[int, KernelEvent],
+                log: Sequence[LogFailure]) -> str:
     before = own.seen_at - child.seen_at if own is not None else 0.0
     when = f", {before:.0f} s before it" if before >= 1 else ", in the same tick"
-    return f"its {_role_words(child)} PID {child.pid} ({child.name}) ended{when}: {account(child, kernel).how}"
+    return f"its {_role_words(child)} PID {child.pid} ({child.name}) ended{when}: {account(child, kernel, log).how}"
+
+
+def _killed_per_log(child: ProcessExit, log: Sequence[LogFailure]) -> bool:
+    """/proc could not say how the child ended, and the log says a signal ended it."""
+    told = told_in_log(log, child.pid) if child.signal is None and child.exit_code is None else None
+    return told is not None and told.signal is not None
 
 
 def _role_words(process: ProcessExit) -> str:

@@ -343,10 +343,13 @@ class RecordPair:
 
     @property
     def ended(self) -> float | None:
-        """When its samples end, on average (time.monotonic()): the two halves take the same number of samples at
-        random moments, so each ends at its own time, and the window's samples end about halfway between."""
-        ends = [run.ended for run in self.runs]
-        return None if None in ends else sum(e for e in ends if e is not None) / len(ends)
+        """When the window's samples end (time.monotonic()): the active half's end, where it ran. Each half takes its
+        set number of samples at random moments and so ends at its own time (under load they drift apart by most of
+        a second); a thread's working share is the active half's count over that set number (``every`` holds a
+        live thread in each of its samples), so it measures the active half's span, and the window is that span:
+        timed at the halves' midpoint, a window holding a change of phase read 0.335 waiting against 0.439 over it."""
+        active = self.active.ended if self.active is not None else None
+        return active if active is not None else self.every.ended
 
     def wait(self, timeout: float, interrupt_fd: int | None = None) -> bool:
         """Wait up to ``timeout`` seconds for both; True once both have exited and been reaped (see PyspyRun.wait).

@@ -2,6 +2,9 @@
 
 This module finds the log and tails it; which lines say what is ``probes.logformats``' business (one
 parser per framework, read through one ``LogReader`` per file), and lines no format claims are ignored quietly.
+Every line is also read for a failure (``probes.logformats.failures``: a traceback's last line, CUDA out of memory, a
+collective's timeout, a DataLoader worker killed, torchrun's account of a rank), and the last few are kept in
+``ProgressReading.failures`` for the diagnosis to say why the job died in its own words.
 
 The log is the training process's stdout/stderr when those are regular files (``/proc/PID/fd/1`` and ``2``), or a
 path the user names. The training process is not always the one gputop was pointed at: ``log_owners`` lists, each
@@ -25,15 +28,17 @@ pace where the two disagree over the window.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import functools
 import glob
 import os
 import re
 import stat
 import time
+from collections import deque
 from collections.abc import Sequence
 
-from probes.frame import ROLE_MAIN, ROLE_RANK, ProcessSample, ProgressReading
+from probes.frame import ROLE_MAIN, ROLE_RANK, LogFailure, ProcessSample, ProgressReading
 from probes.logformats import (
     LogFormat,
     LogReader,
@@ -45,6 +50,7 @@ from probes.logformats import (
     reported_format,
     visible_text,
 )
+from probes.logformats.failures import LAUNCHER_KINDS, FailureReader
 from probes.pace import PaceFigures, StepPace
 from probes.redact import redact_argv
 from probes.sensors.process_facts import is_python_command, process_cmdline, python_writes_unbuffered, read_environ
@@ -60,6 +66,10 @@ _PYTHON_BUFFERS = "Python buffers stdout into a file: run it with -u or PYTHONUN
 # A log that has not grown for this long, written by a Python that buffers its stdout, is said to be held in the
 # buffer: nanoGPT's train.py prints each iteration with a plain print(), 8 KiB of which can take minutes to fill.
 BUFFERED_AFTER_S = 5.0
+# The log's failure lines kept (probes/logformats/failures.py): the job's own last few, and apart from them the last few
+# of a launcher's account of them (torchrun lists every rank it stopped: those never push a rank's own error out).
+KEPT_FAILURES = 4
+KEPT_LAUNCHER_FAILURES = 3
 
 # (PID, who it is in words) in the order their logs are tried; who is None for the process gputop watches itself.
 LogOwner = tuple[int, str | None]
@@ -120,6 +130,7 @@ class _TailedFile:
         self.modified_at = 0.0  # the file's modification time as of the last read: when its newest bytes came
         self.read_at: float | None = None  # when the last read ran
         self.lines = LogReader()  # formats that read with state keep it for this file only
+        self.failures = FailureReader()  # where a traceback is open, for this file only
         self.offset: int | None = None  # None until the first read positions it near the end
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""  # text after the last \r or \n
@@ -203,6 +214,10 @@ class LogProgressProbe:
         self._metrics_csv: _TailedFile | None = None
         self._metrics_columns: tuple[str, ...] = ()
         self._buffering: dict[int, bool] = {}  # PID: whether its stdout is a block-buffered Python's
+        # The log's failure lines, numbered in the order read: the job's own, and a launcher's account of them.
+        self._failures: deque[tuple[int, LogFailure]] = deque(maxlen=KEPT_FAILURES)
+        self._launcher_failures: deque[tuple[int, LogFailure]] = deque(maxlen=KEPT_LAUNCHER_FAILURES)
+        self._failures_read = 0
 
     def read(self, owners: Sequence[LogOwner] | None = None) -> ProgressReading | None:
         """The progress so far; ``owners`` (from ``log_owners``) says whose log to prefer this tick, and without
@@ -375,6 +390,9 @@ class LogProgressProbe:
             if segments and segments[0] == previously_taken:
                 segments.pop(0)  # the bar counted last time, now terminated by the next one
             for segment in segments:
+                failure = tailed.failures.read(segment)
+                if failure is not None:
+                    self._note_failure(failure, arrived_at)
                 record = tailed.lines.read(segment)
                 if record is None:
                     self._note_unread(segment)
@@ -415,6 +433,15 @@ class LogProgressProbe:
         if text:
             text = " ".join(redact_argv(text.split()))
             self._last_unread = text if len(text) <= _UNREAD_LINE_CHARS else text[:_UNREAD_LINE_CHARS - 1] + "…"
+
+    def _note_failure(self, failure: LogFailure, arrived_at: float) -> None:
+        """Keep one failure line, timed to when it reached the file (the diagnosis joins it to an exit near then)."""
+        kept = self._launcher_failures if failure.kind in LAUNCHER_KINDS else self._failures
+        self._failures_read += 1
+        kept.append((self._failures_read, dataclasses.replace(failure, logged_at=arrived_at)))
+
+    def _failures_kept(self) -> tuple[LogFailure, ...]:
+        return tuple(failure for _, failure in sorted([*self._failures, *self._launcher_failures]))
 
     def _buffers_stdout(self, pid: int) -> bool:
         """The process is a Python interpreter that writes stdout block-buffered into its file (read once per PID:
@@ -470,8 +497,9 @@ class LogProgressProbe:
         return False
 
     def _reading(self) -> ProgressReading | None:
+        failures = self._failures_kept()
         if self._format is None:
-            return ProgressReading(no_pace=self.reason) if self.reason else None
+            return ProgressReading(no_pace=self.reason, failures=failures) if self.reason or failures else None
         paced = self._paces.get(self._paced_format) if self._paced_format is not None else None
         pace = paced.figures() if paced is not None else PaceFigures()
         spi = pace.seconds_per_iter
@@ -491,4 +519,5 @@ class LogProgressProbe:
             printed_seconds_per_iter=pace.printed_seconds_per_iter,
             printed_from=pace.printed_from,
             log_of=self._owner[1] if self._owner is not None else None,
+            failures=failures,
         )

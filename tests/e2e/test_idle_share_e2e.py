@@ -87,7 +87,10 @@ def test_the_idle_share_of_a_line_that_works_and_waits_follows_its_switch(spawn_
     print("idle share per window (start s, length s, samples, measured, true):", rows)
     assert all(samples >= 0.9 * (RATE_HZ * WINDOW_S - 1) for _, _, samples, _, _ in rows), rows
     assert all(abs(measured - true) <= TOLERANCE for _, _, _, measured, true in rows), rows
-    assert rows[0][4] > 0.7 and rows[-1][4] < 0.3, rows  # both phases were read
+    # Both phases were read. On a loaded machine the target's work phase runs long (its busy loop is descheduled),
+    # so its first phase measured 63% idle rather than 80% by its own log: what is asserted is that the switch
+    # showed, by the target's log, and that every window's reading follows that log (above).
+    assert rows[0][4] - rows[-1][4] > 0.3, rows
 
 
 @pytest.fixture

@@ -5,11 +5,17 @@ raises (an uncaught Python exception: exit status 1, the traceback on stderr). S
 handler. Killing a worker (the test sends it SIGKILL) makes the DataLoader raise in the main process, as PyTorch
 does: "DataLoader worker (pid X) is killed by signal: Killed."
 
+With --file-system-sharing the workers pass their batches through shared memory by name
+(torch.multiprocessing.set_sharing_strategy("file_system")) and not as file descriptors fetched from the worker: a
+worker killed while the main process fetched one made it raise ConnectionResetError in some runs, and then no
+DataLoader line was printed; with it, the main process always prints PyTorch's line for the killed worker.
+
 Prints "ready WORKER_PID WORKER_PID" once both workers have delivered a batch.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import signal
 
@@ -34,6 +40,11 @@ def fail(*_) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--file-system-sharing", action="store_true",
+                        help="workers pass batches through shared memory by name, not as file descriptors")
+    if parser.parse_args().file_system_sharing:
+        torch.multiprocessing.set_sharing_strategy("file_system")
     signal.signal(signal.SIGUSR1, crash)
     signal.signal(signal.SIGUSR2, fail)
     torch.set_num_threads(1)
