@@ -186,7 +186,9 @@ def test_dead_producer_is_hung_and_names_the_dead_producer(spawn_target, tmp_pat
                      "stuck at multiprocessing/queues.py:", hang_after_s=3.0)
     evidence = "\n".join(verdict["evidence"])
     assert re.search(r"stuck at multiprocessing/queues\.py:\d+ in Queue\.get", evidence), evidence
-    assert "is a zombie (exited, not reaped) — the queue it fed will never fill" in evidence
+    # how it ended, from the status its zombie keeps (it calls os._exit(1)), then what that means for the queue
+    assert "is a zombie (exited, not reaped): exited with status 1, as Python does on an uncaught exception — the " \
+        "queue it fed will never fill" in evidence
     last_progress = max((t for t, v in timeline if v.liveness == "progressing"), default=0.0)
     hung_at = first_time(timeline, lambda v: v.liveness == "hung")
     assert hung_at is not None and hung_at - last_progress <= 3.0 + 2.0, timeline
