@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# Brings karpathy/nanoGPT's files into .gpu_check/nanoGPT/ (git-ignored) for the GPU check
-# (benchmarks/gpu_check.py, docs/benchmarks.md "The GPU check"). They travel to the GPU machine in the
-# `device` tool's carry list and are never committed: nanoGPT is its author's code, run unmodified.
+# Writes karpathy/nanoGPT's model.py, train.py, configurator.py and LICENSE into benchmarks/nanogpt/ (vendored,
+# committed: the GPU check runs them in CI's dry run and on a lent GPU without a network) from the pinned commit.
 #
-# In this workplace: call the `fetch` tool with source github:karpathy/nanoGPT; it answers with the path of a
-# bare git directory (/work/.mirror/karpathy+nanoGPT/repo). Then, from the repository root:
+#     bash benchmarks/fetch_nanogpt.sh GIT_DIR     # a clone or bare git directory of karpathy/nanoGPT
+#     bash benchmarks/fetch_nanogpt.sh             # clones github.com/karpathy/nanoGPT into a temporary directory
 #
-#     bash benchmarks/fetch_nanogpt.sh [GIT_DIR]
-#
-# Elsewhere, with no GIT_DIR and no such mirror, it clones github.com/karpathy/nanoGPT instead.
-# The H200 fixtures (tests/fixtures/h200/README.md) ran commit 3adf61e; it is taken where the history has it.
+# In this workplace the `fetch` tool (source github:karpathy/nanoGPT) answers with such a git directory. A git
+# directory without the pinned commit fails with a line that says so: no other commit is taken in its place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COMMIT=3adf61e
-DEST=.gpu_check/nanoGPT
-GIT_DIR=${1:-/work/.mirror/karpathy+nanoGPT/repo}
-if [ ! -d "$GIT_DIR" ]; then
-    GIT_DIR=.gpu_check/nanoGPT.git
-    [ -d "$GIT_DIR" ] || git clone --bare --quiet https://github.com/karpathy/nanoGPT "$GIT_DIR"
+COMMIT=3adf61e154c3fe3fca428ad6bc3818b27a3b8291  # benchmarks/nanogpt/README.md; the H200 fixtures' commit
+DEST=benchmarks/nanogpt
+FILES=(model.py train.py configurator.py LICENSE)
+if [ $# -ge 1 ]; then
+    GIT_DIR=$1
+    [ -d "$GIT_DIR" ] || { echo "fetch_nanogpt.sh: no git directory at $GIT_DIR" >&2; exit 1; }
+else
+    GIT_DIR=$(mktemp -d)/nanoGPT.git
+    git clone --bare --quiet https://github.com/karpathy/nanoGPT "$GIT_DIR" \
+        || { echo "fetch_nanogpt.sh: could not clone github.com/karpathy/nanoGPT; pass a git directory" >&2; exit 1; }
 fi
-REV=$COMMIT
-git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null || REV=HEAD
-rm -rf "$DEST"
+if ! git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
+    echo "fetch_nanogpt.sh: commit $COMMIT is not in $GIT_DIR: fetch it there, or give a git directory that has it" >&2
+    exit 1
+fi
 mkdir -p "$DEST"
-git --git-dir="$GIT_DIR" archive "$REV" | tar -x -C "$DEST"
-git --git-dir="$GIT_DIR" rev-parse "$REV" > "$DEST/COMMIT"
-echo "nanoGPT $(cut -c1-7 "$DEST/COMMIT") in $DEST ($(du -sh "$DEST" | cut -f1))"
+for name in "${FILES[@]}"; do
+    git --git-dir="$GIT_DIR" show "$COMMIT:$name" > "$DEST/$name"
+done
+echo "nanoGPT ${COMMIT:0:7}: ${FILES[*]} in $DEST"

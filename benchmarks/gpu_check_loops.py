@@ -9,9 +9,12 @@
   waits for the next batch and the GPU idles.
 
 Both print ``step N | loss L | step_time Xms`` lines (gputop's generic log format) to stdout, and run until
-``--seconds`` have passed.
+``--seconds`` have passed. The launch-bound loop with a lever pulled (the check's measurement of it): ``--graphs``
+captures its whole step (forward, backward, AdamW with capturable=True) in one CUDA graph and replays it, the most
+CUDA graphs can win on it; ``--batch N`` gives each kernel N samples.
 
     python benchmarks/gpu_check_loops.py --mode launch_bound|data_starved [--device cuda|cpu] [--seconds S]
+                                         [--graphs] [--batch N]
 """
 
 from __future__ import annotations
@@ -37,16 +40,37 @@ def tiny_deep_model() -> torch.nn.Module:
     return torch.nn.Sequential(*blocks)
 
 
-def launch_bound(device: str, end: float) -> None:
+def launch_bound(device: str, end: float, graphs: bool = False, batch: int = 1) -> None:
     model = tiny_deep_model().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(1, LAUNCH_WIDTH, device=device)
-    step, logged_step, since = 0, 0, time.perf_counter()
-    while time.monotonic() < end:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=graphs)
+    x = torch.randn(batch, LAUNCH_WIDTH, device=device)
+
+    def step_once() -> torch.Tensor:
         loss = model(x).square().mean()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # graphs: the gradients stay in the captured memory
         loss.backward()
         optimizer.step()
+        return loss
+
+    run = step_once
+    if graphs:  # PyTorch's whole-network capture: warm up on a side stream, capture one step, replay it
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step_once()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured_loss = step_once()
+
+        def run() -> torch.Tensor:
+            graph.replay()
+            return captured_loss
+
+    step, logged_step, since = 0, 0, time.perf_counter()
+    while time.monotonic() < end:
+        loss = run()
         step += 1
         if (now := time.perf_counter()) - since >= LAUNCH_LOG_EVERY_S:
             value = loss.item()  # the sync first, so the line's time covers the steps' GPU work too
@@ -92,16 +116,22 @@ def data_starved(device: str, end: float) -> None:
             break
 
 
-MODES = {"launch_bound": launch_bound, "data_starved": data_starved}
+MODES = ("launch_bound", "data_starved")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=sorted(MODES), required=True)
+    parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seconds", type=float, default=120.0, help="stop after this long (the check ends it sooner)")
+    parser.add_argument("--graphs", action="store_true", help="launch_bound: its whole step in one CUDA graph")
+    parser.add_argument("--batch", type=int, default=1, help="launch_bound: samples a step (default 1)")
     args = parser.parse_args()
-    MODES[args.mode](args.device, time.monotonic() + args.seconds)
+    end = time.monotonic() + args.seconds
+    if args.mode == "launch_bound":
+        launch_bound(args.device, end, graphs=args.graphs, batch=args.batch)
+    else:
+        data_starved(args.device, end)
 
 
 if __name__ == "__main__":

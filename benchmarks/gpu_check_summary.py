@@ -3,14 +3,17 @@ snapshot (a watched case) or its `gputop probe --json` result, and the Markdown 
 
 Only what the files say is put in a row: the verdict's bottleneck, its evidence and advice, the pace (s/iter, MFU,
 the share of the probe's reference rate as gputop worked it out), the GPU's readings. "as built" means that the
-bottleneck gputop named is one of those the case was built to be; nothing else is judged here.
+bottleneck gputop named is one of those the case was built to be. The levers are judged by gpu_check_levers.judge:
+an offered lever the job already pulls, the lever a case is built for not offered (on the GPU), the top lever's
+measured gain outside what its prediction states. A case passes when it ran, as built, with no lever problem.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_check_cases import Case
+import gpu_check_levers as levers
+from gpu_check_cases import Case, pulled_levers
 
 GiB = 2**30
 EVIDENCE_SHOWN = 8  # evidence lines per case in the Markdown (summary.json keeps them all)
@@ -38,7 +41,7 @@ def watched_row(case: Case, outcome: dict, snapshot: dict | None, judge: bool = 
     row: dict[str, Any] = {"case": case.name, "kind": case.kind, "summary": case.summary, "built": case.built,
                            "expected": list(case.expected), **outcome}
     if snapshot is None:
-        return row
+        return row | {"verdict": case_verdict(row)}
     verdict = snapshot.get("verdict") or {}
     progress = snapshot.get("progress") or {}
     baseline = progress.get("baseline") or {}
@@ -57,7 +60,17 @@ def watched_row(case: Case, outcome: dict, snapshot: dict | None, judge: bool = 
         "gpu": gpu_readings(snapshot), "time_shares": snapshot.get("time_shares"),
         "cannot_see": snapshot.get("cannot_see") or [], "frames": snapshot.get("frames"),
     }
-    return row
+    measurement = outcome.get("measurement")
+    row |= levers.judge(levers.offered_levers(snapshot), pulled_levers(case, cpu=not judge), measurement,
+                        case.lever, on_gpu=judge)
+    return row | {"verdict": case_verdict(row)}
+
+
+def case_verdict(row: dict[str, Any]) -> str:
+    """pass: it ran, was what it was built to be (where judged) and its levers hold; fail otherwise."""
+    if row["status"] != "ok" or row.get("as_built") is False or row.get("lever_problems"):
+        return "fail"
+    return "pass"
 
 
 def probe_row(case: Case, outcome: dict, probe: dict | None) -> dict[str, Any]:
@@ -65,7 +78,7 @@ def probe_row(case: Case, outcome: dict, probe: dict | None) -> dict[str, Any]:
     row: dict[str, Any] = {"case": case.name, "kind": case.kind, "summary": case.summary, "built": case.built,
                            "expected": [], **outcome}
     if probe is None:
-        return row
+        return row | {"verdict": case_verdict(row)}
     mfu = _number(probe.get("mfu"))
     peak = _number(probe.get("peak_memory_bytes"))
     row |= {
@@ -77,7 +90,7 @@ def probe_row(case: Case, outcome: dict, probe: dict | None) -> dict[str, Any]:
         "peak_memory_gib": None if peak is None else peak / GiB,
         "clean": (probe.get("other_load") or {}).get("clean"), "load_note": (probe.get("other_load") or {}).get("note"),
     }
-    return row
+    return row | {"verdict": case_verdict(row)}
 
 
 def _pct(value: float | None, label: str) -> str | None:
@@ -127,15 +140,56 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def table_rows(gpu: str, rows: list[dict[str, Any]]) -> list[str]:
+def top_lever(row: dict[str, Any]) -> str:
+    offered = row.get("levers") or []
+    if row["kind"] == "probe" or "levers" not in row:
+        return "–"
+    if not offered:
+        return "none offered"
+    return f"{offered[0]['lever']} (1st of {len(offered)})"
+
+
+def predicted(row: dict[str, Any]) -> str:
+    offered = row.get("levers") or []
+    if not offered:
+        return "–"
+    top = offered[0]
+    return f"{top['most']} ({top['kind']})" if top.get("most") else "no gain claimed"
+
+
+def measured(row: dict[str, Any]) -> str:
+    """The measured gain of the lever the check pulled, and by whose run; or why none was."""
+    measurement = row.get("measurement")
+    if row["kind"] == "probe" or not measurement:
+        return "–"
+    if measurement.get("saved_pct") is None:
+        return f"not measured: {measurement.get('note') or 'no time left'}" if measurement.get("note") else "–"
+    pulled = measurement["lever"]
+    top = row.get("top_lever")
+    label = "" if pulled == top else f"{pulled} (not gputop's top lever): "
+    return (f"{label}{measurement['saved_pct']:.0f}% of the time saved ({measurement['speedup_pct']:+.0f}% "
+            f"speed), by {measurement['by']}")
+
+
+def judged(row: dict[str, Any]) -> str:
+    verdict = row.get("verdict", "–")
+    problems = [*row.get("lever_problems", [])]
+    if row.get("as_built") is False:
+        problems.insert(0, f"{row.get('bottleneck')} is not {' or '.join(row['expected'])}")
+    if row["status"] != "ok":
+        problems.insert(0, row["status"])
+    return "pass" if verdict == "pass" else "**fail**: " + "; ".join(problems)
+
+
+def table_rows(gpu: str, rows: list[dict[str, Any]], date: str = "–") -> list[str]:
     """The rows of docs/benchmarks.md's results table ("The GPU check"), one per case."""
     return ["| " + " | ".join(_cell(cell) for cell in (
-        gpu, row["case"], row["summary"], " or ".join(row["expected"]) or "–", said(row), figures(row),
-        as_built(row))) + " |" for row in rows]
+        gpu, date, row["case"], row["summary"], said(row), figures(row), as_built(row), top_lever(row),
+        predicted(row), measured(row), judged(row))) + " |" for row in rows]
 
 
-TABLE_HEAD = ("| GPU | case | built in | expected | gputop said | figures | as built |\n"
-              "| --- | --- | --- | --- | --- | --- | --- |")
+TABLE_HEAD = ("| GPU | date | case | built in | gputop said | figures | as built | top lever | predicted gain | "
+              "measured gain | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -152,8 +206,10 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(f"GPU: {machine['gpu_name']}, {memory / GiB:.0f} GiB, driver {machine.get('driver')}, power limit "
                      f"{machine.get('power_limit_w')} W; GPT-2 XL batch {summary['xl_batch']}." if memory else "")
     lines += [f"Took {summary['wall_s']:.0f} s of the {summary['limit_s']:.0f} s budget; "
-              f"{summary['ok']} of {len(summary['cases'])} cases ran; as built: {summary['as_built']}.", "",
-              TABLE_HEAD, *table_rows(gpu, summary["cases"]), ""]
+              f"{summary['ok']} of {len(summary['cases'])} cases ran; as built: {summary['as_built']}; levers hold: "
+              f"{summary.get('levers_hold', 'none judged')}; {summary.get('passed', 0)} passed.", "",
+              *[f"- preflight: {line}" for line in machine.get("preflight", [])], "",
+              TABLE_HEAD, *table_rows(gpu, summary["cases"], summary["date"]), ""]
     for row in summary["cases"]:
         lines += [f"## {row['case']}", "", row["built"], "", f"- outcome: {said(row)} ({row.get('wall_s', 0):.0f} s"
                   + (f"; steady after {row['steady_after_s']:.0f} s" if row.get("steady_after_s") is not None else "")
@@ -161,7 +217,14 @@ def markdown(summary: dict[str, Any]) -> str:
         if row.get("steady") is False:
             lines.append("- watched before the job's steady state: it had not printed enough progress lines in time")
         lines += [f"- evidence: {line}" for line in row.get("evidence", [])[:EVIDENCE_SHOWN]]
-        lines += [f"- advice: {line}" for line in row.get("advice", [])[:3]]
+        lines += [f"- advice: {line['text'] if isinstance(line, dict) else line}" for line in row.get("advice", [])[:3]]
+        lines += [f"- lever offered: {lever['lever']}: {lever['most'] or 'no gain claimed'}"
+                  + (f" ({lever['kind']}: {lever['basis']})" if lever.get("kind") else "")
+                  for lever in row.get("levers", [])]
+        if row.get("measurement"):
+            lines.append(f"- lever measured: {measured(row)}"
+                         + (f"; stated: {row['stated']['words']}" if row.get("stated") else ""))
+        lines += [f"- problem: {problem}" for problem in row.get("lever_problems", [])]
         lines += [f"- pace: {line}" for line in row.get("pace_lines", [])[:2]]
         lines.append(f"- figures: {figures(row)}")
         lines.append("")
