@@ -27,6 +27,7 @@ evidence and on CPUs shared with other work are picked out by their kind (verdic
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ from probes.diagnosis.stacks import (
     describe,
     format_where,
     is_reducer_wait,
+    place_key,
 )
 from probes.diagnosis.verdict import (
     CONFIDENCE_FULL_SAMPLES,
@@ -252,11 +254,42 @@ def _is_collective_frame(frame: StackFrame) -> bool:
     return classify_stack((frame,), idle=False).activity == COMMS
 
 
-def _busy_place(main: ThreadProfile) -> tuple[str, float]:
-    """(where a rank's main thread spends the samples it does not wait in, share of all its samples there)."""
-    working = [a for a in ACTIVITIES if a != COMMS]
-    responsible, user_frame, share_of_working = main.top(*working)
-    return format_where(responsible, user_frame), share_of_working * main.share(*working)
+# The straggler's place is its own only where the other ranks spend less than this share of its time there.
+SHARED_PLACE_RATIO = 0.5
+
+
+def _place_shares(main: ThreadProfile) -> dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]]:
+    """{spot: (share of all the thread's samples there, its commonest exact frames)} over its working activities
+    (all but the collectives), spots grouped by function and file as ThreadProfile.top groups them."""
+    exact: Counter = Counter()
+    for activity in ACTIVITIES:
+        if activity != COMMS:
+            exact.update(main.where.get(activity, {}))
+    spots: dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]] = {}
+    for pair, samples in exact.items():
+        spot = place_key(*pair)
+        share, best = spots.get(spot, (0.0, pair))
+        best = pair if exact[pair] > exact.get(best, 0) else best
+        spots[spot] = (share + samples / max(1, main.samples), best)
+    return spots
+
+
+def _excess_place(slow: ThreadProfile, others: Sequence[ThreadProfile]) -> tuple[str, float, float]:
+    """(where the straggler spends more of its time than the other ranks do, its share there, theirs on average).
+
+    Every rank runs the same loop, so the place every rank works in (backward, the optimizer) is no reason one of
+    them is late; the straggler's reason is the place where its share most exceeds the others' (issue 39: a rank
+    whose own all-reduce samples were read awake was named for backward, which every rank runs)."""
+    mine = _place_shares(slow)
+    theirs = [_place_shares(o) for o in others]
+    best: tuple[float, str, float, float] | None = None
+    for spot, (share, pair) in mine.items():
+        average = sum(t.get(spot, (0.0, pair))[0] for t in theirs) / max(1, len(theirs))
+        if best is None or share - average > best[0]:
+            best = (share - average, format_where(*pair), share, average)
+    if best is None:
+        return "an unknown frame", 0.0, 0.0
+    return best[1], best[2], best[3]
 
 
 def collective_backend(history: Sequence[Frame], members: Sequence[DiagnosedRank]) -> tuple[str | None, str]:
@@ -449,7 +482,11 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
     need_wait, need_margin = (STAY_WAITING_SHARE, STAY_MARGIN) if named_before else (WAITING_SHARE, STRAGGLER_MARGIN)
     if least < need_wait or least - slow_wait < need_margin:
         return None
-    where, share = _busy_place(slow_main)
+    where, share, usual = _excess_place(slow_main, [m for d, m, _ in measured if d is not slow])
+    if usual >= share * SHARED_PLACE_RATIO:
+        # The others spend about as much of their time in the same place (two data-starved ranks, each waiting for
+        # its batch and then for the other in the all-reduce): a cause they share, not this rank's own.
+        return None
     first, first_wait = others[0]
     if len(others) == 1:
         waits = f"rank {first.rank} waits for it in {wait_place(first)} {_pct(first_wait)} of the time"
@@ -457,7 +494,9 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
         top = max(wait for _, wait in others)
         waits = (f"{ranks_text([d for d, _ in others])} wait for it in {wait_place(first)} {_pct(least)}–"
                  f"{_pct(top)} of the time")
-    lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}; {waits}"]
+    others_there = "the other rank" if len(others) == 1 else "the other ranks"
+    lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}, {others_there} "
+             f"{_pct(usual)}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
     advice = list(slow.verdict.advice)
@@ -481,11 +520,16 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
 
 
 def _shared(live: list[DiagnosedRank]) -> _Finding | None:
+    """Every rank with the same bottleneck; or that one on some ranks while the rest wait for them in a collective
+    (comms_bound): the collective wait is the others' time spent on it, downstream of the same cause (two
+    data-starved ranks take turns waiting for each other's batch in the all-reduce)."""
     bottlenecks = {d.verdict.bottleneck for d in live}
+    if len(bottlenecks) > 1:
+        bottlenecks.discard("comms_bound")
     if len(live) < 2 or len(bottlenecks) != 1:
         return None
     (bottleneck,) = bottlenecks
-    lead = max(live, key=lambda d: (d.verdict.confidence, -d.rank))
+    lead = max((d for d in live if d.verdict.bottleneck == bottleneck), key=lambda d: (d.verdict.confidence, -d.rank))
     own = without(lead.verdict.evidence, *THIN_EVIDENCE_NOTES, "contention")
     head = f"all {len(live)} ranks: {bottleneck}"
     if own:

@@ -401,13 +401,15 @@ class ThreadProfile:
             return None, None, 0.0
         groups: Counter = Counter()
         for (responsible, user_frame), samples in exact.items():
-            groups[_spot(responsible, user_frame)] += samples
+            groups[place_key(responsible, user_frame)] += samples
         best_group, samples = groups.most_common(1)[0]
-        responsible, user_frame = max((pair for pair in exact if _spot(*pair) == best_group), key=exact.__getitem__)
+        responsible, user_frame = max((pair for pair in exact if place_key(*pair) == best_group), key=exact.__getitem__)
         return responsible, user_frame, samples / max(1, sum(exact.values()))
 
 
-def _spot(responsible: StackFrame | None, user_frame: StackFrame | None) -> tuple:
+def place_key(responsible: StackFrame | None, user_frame: StackFrame | None) -> tuple:
+    """A place in the code as the profiles group it: by function and file, lines aside (a hot loop spreads over
+    several lines)."""
     return tuple((f.function, f.file) if f is not None else None for f in (responsible, user_frame))
 
 

@@ -58,6 +58,7 @@ from probes.sampling.sampling_policy import (
     main_thread_stack,
     stack_check_interval_s,
 )
+from probes.sampling.sleep_lines import asleep_at_sleep_lines
 from probes.sampling.stacks import merge_counts
 from probes.sampling.tree_sampling import TreeSamplingPolicy
 
@@ -524,7 +525,7 @@ def read_pair(pid: int, pair: RecordPair, files: _WindowFiles, every_ok: bool, n
         active_raw = read_output(files.active_out)
         active = parse_raw(active_raw, pid, native=native) if active_raw else []
         if every:
-            return samples_in(every), split_by_activity(every, active), None
+            return samples_in(every), asleep_at_sleep_lines(split_by_activity(every, active)), None
         if not active:
             return 0, [], None
         return (samples_in(active), active,

@@ -173,8 +173,8 @@ def test_straggler_is_named_with_its_function_and_the_others_wait():
     assert job.finding == "straggler" and job.responsible_rank == 1
     assert job.verdict.bottleneck == "data_bound" and job.verdict.liveness == "progressing"
     assert job.verdict.evidence[0] == (
-        "rank 1 is the straggler: 80% of its samples in slow_augment (train.py:9); rank 0 waits for it in the "
-        "gradient all-reduce (DDP, inside backward) 80% of the time")
+        "rank 1 is the straggler: 80% of its samples in slow_augment (train.py:9), the other rank 0%; rank 0 waits for "
+        "it in the gradient all-reduce (DDP, inside backward) 80% of the time")
     assert "rank 1: main thread: 80% of 80 samples preparing data on the main thread" in text(job.verdict)
     assert any(line.startswith("Confirm across ranks") for line in job.verdict.advice)
     assert job.verdict.advice[0].startswith("Move this work off the training loop")  # the straggler's own advice
@@ -344,8 +344,8 @@ def test_nccl_ranks_spinning_at_a_sync_wait_for_the_straggler(wait_stack, sm_act
         count(RANK1, SLOW_AUGMENT, n=9), count(RANK1, FORWARD, n=1)], gpu=gpu, threads=threads) for i in range(8)]
     job = run_job(frames)[-1]
     assert (job.finding, job.responsible_rank, job.verdict.bottleneck) == ("straggler", 1, "data_bound")
-    assert "rank 1 is the straggler: 90% of its samples in slow_augment (train.py:9); rank 0 waits for it in a " \
-           "GPU synchronisation" in job.verdict.evidence[0]
+    assert ("rank 1 is the straggler: 90% of its samples in slow_augment (train.py:9), the other rank 0%; rank 0 waits "
+            "for it in a GPU synchronisation") in job.verdict.evidence[0]
     assert "while its GPU spins (NCCL waiting for peers) 80% of the time" in job.verdict.evidence[0]
     rank0 = job.ranks[0]
     assert (rank0.gpu_index, rank0.collective_wait_ratio) == (0, 0.8)
@@ -524,3 +524,31 @@ def test_a_job_whose_stacks_cannot_be_read_is_cannot_see_on_every_rank():
     assert "cannot see: ptrace denied" in job.verdict.evidence[0]
     assert not any(line.startswith("provisional:") for line in job.verdict.evidence)  # no samples is the premise
     assert "CAP_SYS_PTRACE" in job.verdict.advice[0]
+
+
+def test_the_straggler_is_named_by_the_place_it_exceeds_the_others_not_by_backward():
+    """Issue 39: where the straggler's own all-reduce samples come out awake, its busiest working place is backward,
+    which every rank runs. It is named by its excess over the waiting ranks' working profile: slow_augment, which
+    only it runs, though backward holds more of its samples."""
+    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=40.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
+        count(RANK0, DDP_WAIT, n=6, idle=True), count(RANK0, DDP_WAIT, n=4),  # backward: its wait, then its work
+        count(RANK1, DDP_WAIT, n=6), count(RANK1, SLOW_AUGMENT, n=4),
+    ]) for i in range(8)]
+    job = run_job(frames)[-1]
+    assert (job.finding, job.responsible_rank) == ("straggler", 1)
+    assert job.verdict.evidence[0].startswith(
+        "rank 1 is the straggler: 40% of its samples in slow_augment (train.py:9), the other rank 0%; rank 0 waits for "
+        "it in the gradient all-reduce (DDP, inside backward) 60% of the time"), job.verdict.evidence[0]
+
+
+def test_two_data_starved_ranks_are_shared_data_bound_not_a_straggler():
+    """Each sample's wait measured (issue 39), a data-starved rank 1 shows its wait for rank 0 in the all-reduce
+    (44%) beside its own wait for batches; rank 0 waited for batches all the time. The place rank 0 'exceeds' in is
+    one rank 1 spends half its time in too: a shared cause, said once for the job."""
+    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=20.0), rank_proc(RANK1, 1, cpu=20.0)], counts=[
+        count(RANK0, DATALOADER_WAIT, n=9, idle=True),
+        count(RANK1, DDP_WAIT, n=4, idle=True), count(RANK1, DATALOADER_WAIT, n=5, idle=True),
+    ]) for i in range(8)]
+    job = run_job(frames)[-1]
+    assert (job.finding, job.verdict.bottleneck) == ("shared", "data_bound"), (job.finding, job.verdict.evidence)
+    assert job.verdict.evidence[0].startswith("all 2 ranks: data_bound — rank "), job.verdict.evidence
