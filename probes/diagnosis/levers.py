@@ -153,9 +153,13 @@ def _fp32_seen(seen: Seen) -> str:
 
 
 def _bf16_applies(seen: Seen) -> bool:
-    if seen.step.autocast is not None:  # autocast seen (bf16, fp16 or its dtype unread): the job already does it
-        return False
     dtype = seen.step.compute_dtype
+    autocast = seen.step.autocast
+    # Autocast seen (bf16, fp16, or its dtype unread): the job already does it; except autocast whose dtype is unread
+    # in a job that says it computes in float32 (nanoGPT's --dtype=float32 wraps each step in
+    # torch.amp.autocast(dtype=torch.float32): autocast's dispatch runs, its precision stays fp32).
+    if autocast is not None and not (autocast.value == "on" and dtype is not None and dtype.value == "float32"):
+        return False
     if dtype is not None and dtype.value != "float32":
         return False
     return (seen.limit is not None and seen.limit.kind == "fp32_math") or dtype is not None

@@ -74,6 +74,17 @@ def test_bf16_where_fp32_math_is_measured_or_the_compiled_buffers_are_float32():
     assert "(estimate: the H200 SXM's dense bf16 tensor-core peak is about 15× its FP32 rate" in advice
 
 
+def test_autocast_to_float32_is_no_mixed_precision():
+    """nanoGPT's --dtype=float32 still wraps each step in torch.amp.autocast(dtype=torch.float32): autocast's native
+    dispatch shows in the stacks, its dtype unread. Read as "the job already autocasts", the bf16 lever was dropped
+    for an fp32 job (found preparing the GPU check, issue 41)."""
+    said_fp32 = Fact("float32", "command line", "--dtype=float32")
+    native = stacks("on", where="native frame at::autocast::WrapFunction_")
+    assert "bf16_autocast" in names(seen(FP32, autocast=native, compute_dtype=said_fp32))
+    assert "bf16_autocast" not in names(seen(FP32, autocast=native))  # dtype unknown: it may be bf16 already
+    assert "bf16_autocast" not in names(seen(FP32, autocast=stacks("bfloat16"), compute_dtype=said_fp32))
+
+
 def test_drop_checkpointing_when_memory_allows():
     on = Fact("on", "stacks", "checkpoint (torch/utils/checkpoint.py:488)", 3, 40)
     assert "drop_checkpointing" in names(seen(TENSOR_BOUND, checkpointing=on, gpu_memory=ROOM))
