@@ -7,6 +7,7 @@ OOM killer then ends it. And after the kill, the exited verdict says the OOM kil
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 
 import pytest
@@ -61,3 +62,27 @@ def test_a_job_growing_toward_its_limit_is_told_when_and_then_why_it_died(memory
     exited = watched.document["verdict"]["evidence"][0]
     assert exited.startswith(f"PID {target.pid} has exited: killed by the OOM killer at its memory cgroup's limit "
                              f"/{group.path.name}"), exited
+
+
+def test_a_worker_killed_by_the_oom_killer_is_named_in_the_exited_headline(memory_group, spawn_target, tmp_path):
+    """The classic "DataLoader worker (pid X) is killed by signal: Killed.": the worker grows past the cgroup's
+    limit, the kernel's OOM killer ends it, PyTorch raises in the main process; the exited verdict's first line says
+    the worker was killed by the OOM killer at the limit (the kernel's record), not a bare SIGKILL."""
+    group = memory_group(512 * MIB)
+    grow = tmp_path / "grow"
+    target = spawn_target("worker_grows.py", str(grow), stdout=-1, stderr=subprocess.DEVNULL, text=True,
+                          preexec_fn=group.join, ready=lambda proc: True, timeout=120)
+    line = target.stdout.readline().split()
+    assert line[:1] == ["ready"], line
+    worker = int(line[1])
+
+    def grown_then_exited(view) -> bool:
+        if not grow.exists() and view.latest.process(worker) is not None:
+            grow.touch()  # gputop has seen the worker: now it grows
+        return view.verdict.liveness == "exited"
+
+    watched = watch_until(target.pid, tmp_path, grown_then_exited, timeout=200)
+    first = watched.document["verdict"]["evidence"][0]
+    assert first.startswith(f"PID {target.pid} has exited: "), first
+    assert f"after its DataLoader worker PID {worker} was killed by the OOM killer at its memory cgroup's limit " \
+           f"/{group.path.name}" in first, first
