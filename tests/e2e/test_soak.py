@@ -24,6 +24,7 @@ DURATION_S = 40.0
 # The sampler keeps at most a record window's pair of `py-spy record`s (with and without --idle: each sample's
 # wait measured, issue 39) and a `py-spy dump` per process; gputop also runs `py-spy --version` once as it starts.
 PYSPY_PER_PROCESS = 3
+CUT_PAIR_ENDING = 2
 
 
 @pytest.mark.starts_first  # its 40 s of watching wait on the clock, not a CPU
@@ -42,7 +43,9 @@ def test_short_soak_nothing_accumulates(tmp_path):
         assert values["end"] <= values["warmup_max"] + soak.SLACK[name], f"{name} grew\n{report}"
     target_procs = s["target_procs"]["max"]
     assert target_procs >= 3, report  # the main process and its two DataLoader workers
-    assert s["pyspy_children"]["max_whole_run"] <= PYSPY_PER_PROCESS * target_procs + 1, report
+    # A wake cuts a record window; its pair, writing its output, is waited for by a thread of its own while the next
+    # window's pair starts (process_sampler._hand_off_cut): one such pair at a time beside the rest.
+    assert s["pyspy_children"]["max_whole_run"] <= PYSPY_PER_PROCESS * target_procs + CUT_PAIR_ENDING + 1, report
 
     assert s["zombie_children"]["persistent_pids"] == [], report
     assert s["zombie_children"]["end"] <= 2, report

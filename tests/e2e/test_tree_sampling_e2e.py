@@ -62,6 +62,17 @@ def overlapping(windows) -> int:
                if p != q and s < e2 - OVERLAP_TOLERANCE_S and s2 < e - OVERLAP_TOLERANCE_S)
 
 
+def input_bound(job) -> bool:
+    """The job's verdict is its input pipeline: both ranks starved alike (shared), or, each sample's wait measured
+    (issue 39), one rank later for its batches every step while the other waits for it in the all-reduce (on two
+    shared cores one rank's workers get less CPU): "rank 0 is the straggler: 100% of its samples waiting for the next
+    batch in _BaseDataLoaderIter.__next__". Either way the bottleneck, and the fix, is the data."""
+    if job.verdict.bottleneck != "data_bound":
+        return False
+    return job.finding == "shared" or (job.finding == "straggler" and "_BaseDataLoaderIter.__next__" in
+                                       job.verdict.evidence[0])
+
+
 def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_path: Path):
     out = tmp_path / "job.out"
     with out.open("w") as handle:
@@ -77,7 +88,7 @@ def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_
         last_seen.update(frames=len(frames_seen), finding=job and job.finding,
                          verdict=job and (job.verdict.bottleneck, settled(job), job.verdict.evidence[:2]),
                          turns={owner: [pid for pid, _, _ in turns(ws)] for owner, ws in by_owner.items()})
-        if job is None or job.finding != "shared" or job.verdict.bottleneck != "data_bound" or not settled(job):
+        if job is None or not input_bound(job) or not settled(job):
             return False
         return len(by_owner) == 2 and all(
             len({p for p, _, _ in ws}) == 2 and len(turns(ws)) >= TURNS_WANTED for ws in by_owner.values())
@@ -87,7 +98,7 @@ def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_
     except pytest.fail.Exception as failed:
         pytest.fail(f"{failed}; the latest view: {last_seen}")
     verdict = document["verdict"]
-    assert document["job"]["finding"] == "shared" and verdict["bottleneck"] == "data_bound", verdict
+    assert document["job"]["finding"] in ("shared", "straggler") and verdict["bottleneck"] == "data_bound", verdict
     assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung"
     by_owner = worker_windows(frames)
     for owner, windows in by_owner.items():
