@@ -275,11 +275,9 @@ def _place_shares(main: ThreadProfile) -> dict[tuple, tuple[float, tuple[StackFr
 
 
 def _excess_place(slow: ThreadProfile, others: Sequence[ThreadProfile]) -> tuple[str, float, float]:
-    """(where the straggler spends more of its time than the other ranks do, its share there, theirs on average).
-
-    Every rank runs the same loop, so the place every rank works in (backward, the optimizer) is no reason one of
-    them is late; the straggler's reason is the place where its share most exceeds the others' (issue 39: a rank
-    whose own all-reduce samples were read awake was named for backward, which every rank runs)."""
+    """(where the straggler spends more of its time than the other ranks do, its share there, theirs on average):
+    every rank runs the same loop, so a place every rank works in (backward) is no reason one of them is late (issue
+    39: a rank whose own all-reduce samples were read awake was named for backward)."""
     mine = _place_shares(slow)
     theirs = [_place_shares(o) for o in others]
     best: tuple[float, str, float, float] | None = None
