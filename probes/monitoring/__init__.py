@@ -16,8 +16,9 @@ __all__ names the same (tests/unit/test_import_floors.py keeps the three equal).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from probes.lazy_door import door_getattr
 
 if TYPE_CHECKING:
     from probes.diagnosis.verdict import DEFAULT_HANG_AFTER_S
@@ -145,10 +146,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """A name of the door, read from its home module (imported on first use), so a light command that reads one
-    name pays for that module only. Not kept here: the home's own binding is the one read, each time."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = door_getattr(__name__, _HOMES)

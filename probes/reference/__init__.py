@@ -18,8 +18,9 @@ run time, and __all__ names the same (tests/unit/test_import_floors.py keeps the
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from probes.lazy_door import door_getattr
 
 if TYPE_CHECKING:
     from probes.jobs.job_command_line import stated_model
@@ -97,10 +98,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """A name of the door, read from its home module (imported on first use), so a light command that reads one
-    name pays for that module only. Not kept here: the home's own binding is the one read, each time."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = door_getattr(__name__, _HOMES)

@@ -39,20 +39,7 @@ def tiny_cpu_quota(name: str) -> Iterator[Callable[[int], None]]:
     try:
         yield enter
     finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            try:
-                (root / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # already gone
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        remove_group(root, group)
 
 
 def group_name() -> str:
@@ -96,20 +83,7 @@ class MemoryGroup:
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
     def remove(self) -> None:
-        for pid in (self.path / "cgroup.procs").read_text().split():
-            try:
-                (self.root / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # it exited meanwhile
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)  # a process just killed can hold the group a moment
+        remove_group(self.root, self.path)
 
 
 class PressureGroup:
@@ -135,17 +109,23 @@ class PressureGroup:
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
     def remove(self) -> None:
-        for pid in (self.path / "cgroup.procs").read_text().split():
-            try:
-                (self.root / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass  # it exited meanwhile
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        remove_group(self.root, self.path)
+
+
+def remove_group(root: Path, group: Path, wait_s: float = 10.0) -> None:
+    """Move the group's processes back to the root, then remove it, waiting up to `wait_s` for it to empty (a process
+    just killed can hold the group a moment)."""
+    for pid in (group / "cgroup.procs").read_text().split():
+        try:
+            (root / "cgroup.procs").write_text(pid)
+        except OSError:
+            pass  # it exited meanwhile
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

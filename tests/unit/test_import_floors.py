@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Lowest first. A module's floor is that of its package under probes/ (probes/diagnosis/rules/gpu.py: "diagnosis"),
 # or its own name for a module at probes/'s top.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"probes", "frame", "machine_records", "recent", "redact", "lru", "gpu_metrics", "stack_identity"}),
+    frozenset({"probes", "frame", "machine_records", "lazy_door", "recent", "redact", "lru", "gpu_metrics",
+               "stack_identity"}),
     frozenset({"models", "logformats", "pace"}),
     frozenset({"sensors"}),
     frozenset({"jobs"}),
