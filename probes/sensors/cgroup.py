@@ -151,6 +151,14 @@ class _CgroupReader:
             return self._sys_root + mount_point[len(DEFAULT_SYS_ROOT) :]
         return mount_point
 
+    def _entries(self) -> tuple[list[tuple[frozenset[str], str]] | None, str | None]:
+        """The target's /proc/PID/cgroup lines (controllers, path), or None and why it cannot be read (gone)."""
+        cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
+        text = read_text(cgroup_file)
+        if text is None:
+            return None, f"cannot read {cgroup_file}"
+        return parse_proc_cgroup(text), None
+
     def _find_mounts(self) -> list[_Mount]:
         if self._mounts is not None:
             return self._mounts
@@ -232,13 +240,10 @@ class CgroupCpuProbe(_CgroupReader):
     # --- locating the cgroup ----------------------------------------------------------------------
 
     def _locate(self) -> tuple[_Location | None, str | None]:
-        cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
-        text = read_text(cgroup_file)
-        if text is None:
-            if self._location is not None:
-                return self._location, "target gone; reading its last cgroup"
-            return None, f"cannot read {cgroup_file}"
-        entries = parse_proc_cgroup(text)
+        entries, unread = self._entries()
+        if entries is None:
+            return (self._location, "target gone; reading its last cgroup") if self._location is not None \
+                else (None, unread)
         mounts = self._find_mounts()
         v2_path = next((path for controllers, path in entries if not controllers), None)
         v1_paths = {c: path for controllers, path in entries for c in controllers}
@@ -456,14 +461,10 @@ class CgroupMemoryProbe(_CgroupReader):
             return MemoryReading(reason=f"cgroup memory read failed: {error}")
 
     def _locate(self) -> tuple[_MemoryLocation | None, str | None]:
-        cgroup_file = os.path.join(self._proc_root, str(self.pid), "cgroup")
-        text = read_text(cgroup_file)
-        if text is None:
-            if self._location is not None:
-                # A target the OOM killer ended is the case to explain: its group and counters outlive it.
-                return self._location, "target gone; reading its last cgroup"
-            return None, f"cannot read {cgroup_file}"
-        entries = parse_proc_cgroup(text)
+        entries, unread = self._entries()
+        if entries is None:  # a target the OOM killer ended is the case to explain: its group outlives it
+            return (self._location, "target gone; reading its last cgroup") if self._location is not None \
+                else (None, unread)
         mounts = self._find_mounts()
         v2_path = next((path for controllers, path in entries if not controllers), None)
         v1_path = next((path for controllers, path in entries if "memory" in controllers), None)
