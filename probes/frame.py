@@ -305,6 +305,10 @@ class SampledWindow:
     # seconds: py-spy takes a set number of samples (length x rate) at random, exponentially spaced times, so a
     # 10 s turn at 1 Hz ran 6.4-18.2 s of wall time for its 9 samples (20 windows, one sleeping target).
     rate_hz: float | None = None
+    # Of `seconds`, the part py-spy was sampling: from its first sample to the window's end. The rest is its
+    # start-up (attaching, reading the interpreter), which no sample covers: a second or more on a crowded machine.
+    # None where it was not seen (recordings made before it was kept): the window then counts as sampled throughout.
+    sampled_seconds: float | None = None
 
 
 @dataclass(frozen=True)

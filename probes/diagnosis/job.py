@@ -27,7 +27,6 @@ evidence and on CPUs shared with other work are picked out by their kind (verdic
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,16 +44,14 @@ from probes.diagnosis.evidence import Evidence
 from probes.diagnosis.exit_causes import account, ended, failure_line, kernel_records, last_log_failure, log_failures
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
-    ACTIVITIES,
     COMMS,
     PEER_WAIT_SYNC,
-    ThreadProfile,
     classify_stack,
     describe,
     format_where,
     is_reducer_wait,
-    place_key,
 )
+from probes.diagnosis.straggler_place import RankTimes, excess_place
 from probes.diagnosis.verdict import (
     CONFIDENCE_FULL_SAMPLES,
     CONFIDENCE_FULL_SECONDS,
@@ -110,6 +107,7 @@ class DiagnosedRank:
     member: _Member
     verdict: Verdict
     evidence: Evidence | None
+    history: Sequence[Frame] = ()  # the rank's own history (RankHistory: its node's frames, cut down to it)
 
     @property
     def rank(self) -> int:
@@ -182,9 +180,9 @@ def _launched(latest: Frame, job: JobInfo) -> list[_Member]:
 
 def diagnose_rank(history: Sequence[Frame], member: _Member, previous: RankVerdict | None,
                    hang_after_s: float) -> DiagnosedRank:
-    verdict, evidence = diagnose_with_evidence(RankHistory(history, member.pid),
-                                               previous.verdict if previous is not None else None, hang_after_s)
-    return DiagnosedRank(member, verdict, evidence)
+    own = RankHistory(history, member.pid)
+    verdict, evidence = diagnose_with_evidence(own, previous.verdict if previous is not None else None, hang_after_s)
+    return DiagnosedRank(member, verdict, evidence, own)
 
 
 def _rank_verdict(d: DiagnosedRank) -> RankVerdict:
@@ -254,42 +252,6 @@ def _is_collective_frame(frame: StackFrame) -> bool:
     return classify_stack((frame,), idle=False).activity == COMMS
 
 
-# The straggler's place is its own only where the other ranks spend less than this share of its time there.
-SHARED_PLACE_RATIO = 0.5
-
-
-def _place_shares(main: ThreadProfile) -> dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]]:
-    """{spot: (share of all the thread's samples there, its commonest exact frames)} over its working activities
-    (all but the collectives), spots grouped by function and file as ThreadProfile.top groups them."""
-    exact: Counter = Counter()
-    for activity in ACTIVITIES:
-        if activity != COMMS:
-            exact.update(main.where.get(activity, {}))
-    spots: dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]] = {}
-    for pair, samples in exact.items():
-        spot = place_key(*pair)
-        share, best = spots.get(spot, (0.0, pair))
-        best = pair if exact[pair] > exact.get(best, 0) else best
-        spots[spot] = (share + samples / max(1, main.samples), best)
-    return spots
-
-
-def _excess_place(slow: ThreadProfile, others: Sequence[ThreadProfile]) -> tuple[str, float, float]:
-    """(where the straggler spends more of its time than the other ranks do, its share there, theirs on average):
-    every rank runs the same loop, so a place every rank works in (backward) is no reason one of them is late (issue
-    39: a rank whose own all-reduce samples were read awake was named for backward)."""
-    mine = _place_shares(slow)
-    theirs = [_place_shares(o) for o in others]
-    best: tuple[float, str, float, float] | None = None
-    for spot, (share, pair) in mine.items():
-        average = sum(t.get(spot, (0.0, pair))[0] for t in theirs) / max(1, len(theirs))
-        if best is None or share - average > best[0]:
-            best = (share - average, format_where(*pair), share, average)
-    if best is None:
-        return "an unknown frame", 0.0, 0.0
-    return best[1], best[2], best[3]
-
-
 def collective_backend(history: Sequence[Frame], members: Sequence[DiagnosedRank]) -> tuple[str | None, str]:
     """(the process group's backend, how that is known), from NCCL's threads in the stacks, the job's
     environment, or the absence of GPUs (NCCL needs them); (None, '') when nothing says."""
@@ -310,9 +272,11 @@ def collective_backend(history: Sequence[Frame], members: Sequence[DiagnosedRank
 
 
 def timeout_text(backend: str | None, why: str) -> str:
+    """Until when ranks wait in a collective: the process group's timeout, whose default is all that is known
+    (init_process_group(timeout=...) in the job's code is not read)."""
     if backend is None:
-        return "the default collective timeout: 30 min with gloo, 10 min with NCCL"
-    return f"{backend}'s default collective timeout, {COLLECTIVE_TIMEOUT_MIN[backend]} min ({why})"
+        return "the process group's timeout (by default 30 min with gloo, 10 min with NCCL)"
+    return f"the process group's timeout ({COLLECTIVE_TIMEOUT_MIN[backend]} min by {backend}'s default; {why})"
 
 
 def _job_liveness(ranks: Sequence[DiagnosedRank]) -> Liveness:
@@ -355,8 +319,7 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     gone = sorted(gone, key=lambda d: exits[d.member.pid].seen_at if d.member.pid in exits else float("inf"))
     first = gone[0]
     # How the first one ended goes in the headline, and its own last words in the log right after it; the others' below.
-    first_how = (f" ({'first, ' if len(gone) > 1 else ''}{account(exits[first.member.pid], kernel, log).how})"
-                 if first.member.pid in exits else "")
+    first_how = account(exits[first.member.pid], kernel, log).how if first.member.pid in exits else None
     failure = last_log_failure(log, exits[first.member.pid].seen_at if first.member.pid in exits else None,
                                first.rank, first.member.pid)
     how_lines = [failure_line(failure, f"{first.label}'s")] if failure is not None else []
@@ -364,9 +327,12 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
                   for d in gone[1:RANKS_LISTED] if d.member.pid in exits]
     backend, why = collective_backend(history, live + gone)
     timeout = timeout_text(backend, why)
-    gone_text = (f"{gone[0].label} (PID {gone[0].member.pid}){first_how}" if len(gone) == 1 else
-                 f"{ranks_text(gone)} (PID {', '.join(str(d.member.pid) for d in gone[:RANKS_LISTED])})"
-                 + (f"; {first.label}{first_how}" if first_how else ""))
+    if len(gone) == 1:
+        gone_words = f"{first.label} (PID {first.member.pid}) has ended"
+    else:
+        pids = ", ".join(str(d.member.pid) for d in gone[:RANKS_LISTED])
+        gone_words = f"{ranks_text(gone)} (PID {pids}) have ended" + (f", {first.label} first" if first_how else "")
+    gone_words += f": {first_how}" if first_how else ""
     advice = [
         (f"Find why {ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "
          "whether the OOM killer ended it."),
@@ -376,15 +342,15 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     ]
     if not live:
         launcher = history[-1].target
-        lines = [f"all ranks have exited: {gone_text}; the launcher (PID {launcher.pid}) is still running: it is "
+        lines = [f"{gone_words}; no rank runs now, and the launcher (PID {launcher.pid}) is still running: it is "
                  "finishing, or about to restart them", *how_lines]
         bottleneck = previous.verdict.bottleneck if previous is not None else "unknown"
         return _Finding("rank_exited", Verdict(bottleneck, "exited", 1.0, tuple(lines), tuple(advice)),
                         first.rank)
     waiting = [d for d in live if in_collective_now(d)]
-    verb = "has" if len(gone) == 1 else "have"
-    lines = [f"{gone_text} {verb} exited while {ranks_text(live)} still run: they wait for it at their next "
-             f"collective until {timeout}", *how_lines]
+    still = f"{ranks_text(live)} still runs: it waits" if len(live) == 1 else f"{ranks_text(live)} still run: they wait"
+    lines = [f"{gone_words}; {still} for {'it' if len(gone) == 1 else 'them'} at the next collective until {timeout}",
+             *how_lines]
     for d in live[:RANKS_LISTED]:
         if d in waiting:
             lines.append(f"rank {d.rank} waits in {wait_place(d)}" +
@@ -480,10 +446,9 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
     need_wait, need_margin = (STAY_WAITING_SHARE, STAY_MARGIN) if named_before else (WAITING_SHARE, STRAGGLER_MARGIN)
     if least < need_wait or least - slow_wait < need_margin:
         return None
-    where, share, usual = _excess_place(slow_main, [m for d, m, _ in measured if d is not slow])
-    if usual >= share * SHARED_PLACE_RATIO:
-        # The others spend about as much of their time in the same place (two data-starved ranks, each waiting for
-        # its batch and then for the other in the all-reduce): a cause they share, not this rank's own.
+    place = excess_place(RankTimes(slow.history, slow.member.pid, slow_main),
+                         [RankTimes(d.history, d.member.pid, m) for d, m, _ in measured if d is not slow])
+    if place.shared:
         return None
     first, first_wait = others[0]
     if len(others) == 1:
@@ -493,8 +458,8 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
         waits = (f"{ranks_text([d for d, _ in others])} wait for it in {wait_place(first)} {_pct(least)}–"
                  f"{_pct(top)} of the time")
     others_there = "the other rank" if len(others) == 1 else "the other ranks"
-    lines = [f"{slow.label} is the straggler: {_pct(share)} of its samples in {where}, {others_there} "
-             f"{_pct(usual)}; {waits}"]
+    lines = [f"{slow.label} is the straggler: {_pct(place.share)} of its samples in {place.where}, {others_there} "
+             f"{_pct(place.usual)}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
     advice = list(slow.verdict.advice)

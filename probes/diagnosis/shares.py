@@ -41,7 +41,7 @@ from probes.diagnosis.stacks import (
     is_evaluation,
     is_logging,
 )
-from probes.frame import Bottleneck, Frame, StackCount
+from probes.frame import Bottleneck, Frame, SampledWindow, StackCount
 from probes.recent import recent_frames
 
 SHARES_WINDOW_S = 120.0  # "the last minutes": long enough to hold several cycles of a periodic phase
@@ -81,6 +81,9 @@ _OUTSIDE_UPPER_95 = (3.0, 4.74, 6.30)
 # of the time (0.87^30). Under 30 the shares are shown and no gain is: at 5 Hz that is 6 s, at the settled 1 Hz
 # half a minute.
 SPEEDUP_MIN_SAMPLES = 30
+# py-spy samples in windows with a start-up between them (a second or more on a crowded machine), and a phase that
+# falls in those gaps is in no share: the summary says what part of the time went unsampled once it is this much.
+SAID_UNSAMPLED_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class TimeShares:
     recurring: tuple[RecurringPhase, ...] = ()
     gpu_util_pct: float | None = None  # the target's GPUs over the window, mean, where NVML reads them
     samples: int = 0  # the main thread's samples the shares rest on
+    # The part of the time from the first window's start to the last one's end that no py-spy window of the main
+    # process covered (None: the frames keep no windows, as recordings made before them).
+    unsampled: float | None = None
 
     def share(self, *phases: str) -> float:
         return sum(self.shares.get(phase, 0.0) for phase in phases)
@@ -148,14 +154,15 @@ def _phase_seconds(frame: Frame, main_pid: int) -> dict[Phase, float]:
 
 
 def _seconds_per_sample(frame: Frame, main_pid: int) -> float:
-    """The wall time one of the main thread's samples in this frame stands for: the wall seconds of the process's
-    windows that ended this tick over their samples. A wake cuts a window at 20 Hz where the picture moves and the
-    settled ones run at 5 Hz or less, so a tick can hold windows of both; weighed by one rate for the whole tick
-    (the newest window's), a 1.75 s tick of 23 samples counted 5 s, and a checkpoint's share came out 2x the log's.
-    The tick's rate where the frame has no windows (a recording made before they were kept)."""
+    """The wall time one of the main thread's samples in this frame stands for: the seconds the process's windows
+    that ended this tick sampled (py-spy's start-up left out: unsampled_share says it) over their samples. A wake
+    cuts a window at 20 Hz where the picture moves and the settled ones run at 5 Hz or less, so a tick can hold
+    windows of both; weighed by one rate for the whole tick (the newest window's), a 1.75 s tick of 23 samples
+    counted 5 s, and a checkpoint's share came out 2x the log's. The tick's rate where the frame has no windows (a
+    recording made before they were kept)."""
     windows = [w for w in frame.stacks.windows if w.pid == main_pid and w.samples > 0]
     if windows:
-        return sum(w.seconds for w in windows) / sum(w.samples for w in windows)
+        return sum(_sampled_seconds(w) for w in windows) / sum(w.samples for w in windows)
     rate = frame.stacks.achieved_rate_hz or frame.stacks.rate_hz
     return 1.0 / rate if rate else 1.0
 
@@ -189,7 +196,37 @@ def time_shares(history: Sequence[Frame], main_pid: int | None = None,
     shares: dict[str, float] = {phase: totals[phase] / total for phase in PHASES if totals.get(phase, 0) > 0}
     span = frames[-1].time - (frames[0].time - frames[0].interval_s)
     return TimeShares(window_s=span, shares=shares, recurring=_recurring(per_frame, shares),
-                      gpu_util_pct=target_gpu_util_pct(frames), samples=samples)
+                      gpu_util_pct=target_gpu_util_pct(frames), samples=samples,
+                      unsampled=unsampled_share(frames, main_pid))
+
+
+def unsampled_share(frames: Sequence[Frame], pid: int) -> float | None:
+    """The part of the time from the first of the process's py-spy windows in `frames` starting to the last one
+    ending that no window sampled: each py-spy's start-up (attaching, reading the interpreter) and the moments
+    between one window and the next, where a phase goes unseen. None with fewer than two windows."""
+    windows = [w for frame in frames for w in frame.stacks.windows if w.pid == pid]
+    if len(windows) < 2:
+        return None
+    first = reach = min(w.started for w in windows)
+    spans = sorted(_sampled_span(w) for w in windows)
+    covered = 0.0
+    for start, end in spans:  # the union of the spans, walked in order of their starts
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
+    whole = reach - first
+    return max(0.0, 1.0 - covered / whole) if whole > 0 else None
+
+
+def _sampled_seconds(window: SampledWindow) -> float:
+    """How long the window sampled: from its first sample to its end (the whole window where that is not known)."""
+    return window.seconds if window.sampled_seconds is None else window.sampled_seconds
+
+
+def _sampled_span(window: SampledWindow) -> tuple[float, float]:
+    """When the window sampled, as wall-clock times."""
+    end = window.started + window.seconds
+    return end - _sampled_seconds(window), end
 
 
 def _watched_pid(frame: Frame) -> int:
@@ -295,8 +332,12 @@ def _gain(factor: float) -> str:
 
 
 def shares_summary(shares: TimeShares) -> str:
-    """'time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10%', largest first."""
+    """'time, last 2 min: compute 75% · checkpoint 15% (every ~18 s) · evaluation 10%', largest first; with
+    '(of the 88% sampled)' where py-spy's gaps left SAID_UNSAMPLED_SHARE of the time or more unseen."""
     periods = {r.phase: r.period_s for r in shares.recurring}
     parts = [f"{phase_label(phase)} {_pct(share)}" + (f" (every ~{periods[phase]:.0f} s)" if phase in periods else "")
              for phase, share in sorted(shares.shares.items(), key=lambda item: -item[1]) if share >= 0.005]
-    return f"time, last {_span(shares.window_s)}: " + " · ".join(parts)
+    sampled = ""
+    if shares.unsampled is not None and shares.unsampled >= SAID_UNSAMPLED_SHARE:
+        sampled = f" (of the {_pct(1.0 - shares.unsampled)} sampled)"
+    return f"time, last {_span(shares.window_s)}{sampled}: " + " · ".join(parts)

@@ -137,6 +137,8 @@ def build_snapshot(frames: Sequence[Frame], verdict: Verdict,
         # The main thread's share of wall time per phase over the last minutes, and the phases that recur.
         "time_shares": {phase: round(share, 3) for phase, share in shares.shares.items()} if shares else None,
         "time_shares_window_s": round(shares.window_s, 1) if shares else None,
+        # The part of that time between py-spy's windows, which no share holds (null: no windows recorded).
+        "time_shares_unsampled": round(shares.unsampled, 3) if shares and shares.unsampled is not None else None,
         # From this GPU util on, the main thread's idle samples were counted gpu_wait; its presence also says this
         # snapshot's `idle` holds no waits for a busy GPU (older ones' did: `gputop compare` reads them so).
         "time_shares_gpu_wait_util_pct": GPU_WAIT_UTIL_PCT,

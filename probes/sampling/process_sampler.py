@@ -248,9 +248,7 @@ class ProcessSampler:
                                                self._settings.native)
         files.remove()
         if counts and not self.stop.is_set():
-            wall_seconds = (pair.ended or time.monotonic()) - started
-            self._deliver_window(Window(self.pid, counts, samples, wall_seconds, plan.epoch,
-                                        time.time() - (time.monotonic() - started), plan.rate_hz), problem)
+            self._deliver_window(_window(self.pid, counts, samples, pair, plan, started), problem)
         else:
             self._window_gone(plan.epoch)
 
@@ -295,7 +293,6 @@ class ProcessSampler:
             else:
                 spawn_error = None
                 returncode, killed_by, handed_off = self._drive(pair, timeout=3 * plan.seconds + 10, record=True)
-            wall_seconds = ((pair.ended if isinstance(pair, RecordPair) else None) or time.monotonic()) - started
             with self._lock:
                 self.window_epoch = None
                 self._tree.window_dropped(pid)  # a window with samples says what it showed below
@@ -320,9 +317,8 @@ class ProcessSampler:
             samples, counts, problem = (read_pair(pid, pair, files, returncode == 0 or cut, settings.native)
                                         if isinstance(pair, RecordPair) else (0, [], None))
             files.remove()
-            if counts:
-                self._deliver_window(Window(pid, counts, samples, wall_seconds, plan.epoch,
-                                            time.time() - (time.monotonic() - started), plan.rate_hz), problem)
+            if counts and isinstance(pair, RecordPair):
+                self._deliver_window(_window(pid, counts, samples, pair, plan, started), problem)
             else:
                 self._window_gone(plan.epoch)
             if returncode == 0 and "process exited" in log:
@@ -501,6 +497,17 @@ class ProcessSampler:
     def _note_failure(self, kind: str, reason: str) -> None:
         with self._lock:
             self._results.note_failure(self._current_state(), kind, reason)
+
+
+def _window(pid: int, counts: list[StackCount], samples: int, pair: RecordPair, plan: WindowPlan,
+            started: float) -> Window:
+    """The finished window as delivered: its span from the pair's start (``started``, time.monotonic()) to its
+    samples' end, and of that span the part after py-spy's start-up, where it sampled."""
+    ended = pair.ended or time.monotonic()
+    sampling_from = pair.sampling_from
+    sampled = ended - sampling_from if sampling_from is not None and started <= sampling_from <= ended else None
+    return Window(pid, counts, samples, ended - started, plan.epoch, time.time() - (time.monotonic() - started),
+                  plan.rate_hz, sampled)
 
 
 def read_pair(pid: int, pair: RecordPair, files: _WindowFiles, every_ok: bool, native: bool

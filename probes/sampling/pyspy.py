@@ -288,7 +288,9 @@ class StackSampler:
             phase_change=taken.phase_change,
             gil=taken.gil,
             windows=tuple(SampledWindow(pid=w.pid, started=round(w.started, 3), seconds=round(w.wall_seconds, 3),
-                                        samples=w.samples, rate_hz=w.rate_hz) for w in windows),
+                                        samples=w.samples, rate_hz=w.rate_hz,
+                                        sampled_seconds=None if w.sampled_seconds is None
+                                        else round(w.sampled_seconds, 3)) for w in windows),
         )
 
     def worker_pids(self) -> set[int]:

@@ -38,6 +38,11 @@ from probes.sensors.textfiles import read_text
 MAX_BACKOFF_S = 30.0
 DUMP_TIMEOUT_S = 15.0
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+# A record run prints this line once it samples (then nothing until its end): its moment is the window's first sample.
+SAMPLING_LINE = b"py-spy> Sampling process"
+SAMPLING_LINE_MAX_BYTES = 200
+# How often a record window's wait looks for that line while it has not come: the error on the moment, at most.
+SAMPLING_START_POLL_S = 0.05
 
 # What a failed py-spy run means (explain_failure's kinds).
 FAILURE_EXITED = "exited"
@@ -189,6 +194,9 @@ class PyspyRun:
         self.signalled = False  # gputop itself sent it a signal (a window's end, close)
         self.cut = False  # a record window ended early because the picture may have moved
         self.ended: float | None = None  # time.monotonic() when it was seen to have exited
+        self.stdout_path = stdout_path
+        # time.monotonic() of its first sample, for a record (note_sampling_start); None until seen
+        self.sampling_from: float | None = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions: list[tuple[int | str, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -242,6 +250,22 @@ class PyspyRun:
                     if ready:
                         return False
         return True
+
+    def note_sampling_start(self) -> None:
+        """Note when this record run began to sample, if it has and it is not known yet. py-spy prints "Sampling
+        process ..." once it has attached and read the interpreter (a second or more on a crowded machine, seen up
+        to 3 s) and writes nothing more until its end, so the file's mtime while it holds that one line is when
+        sampling began; once the end's line is written too the moment is lost, and it stays None."""
+        if self.sampling_from is not None:
+            return
+        try:
+            with open(self.stdout_path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                head = handle.read(SAMPLING_LINE_MAX_BYTES + 1)
+        except OSError:
+            return
+        if head.startswith(SAMPLING_LINE) and head.count(b"\n") == 1 and len(head) <= SAMPLING_LINE_MAX_BYTES:
+            self.sampling_from = time.monotonic() - max(0.0, time.time() - stat.st_mtime)
 
     def _reap(self, block: bool) -> None:
         with self._lock:
@@ -351,10 +375,18 @@ class RecordPair:
         active = self.active.ended if self.active is not None else None
         return active if active is not None else self.every.ended
 
+    @property
+    def sampling_from(self) -> float | None:
+        """When the window's samples begin (time.monotonic()): the active half's first sample, as ``ended`` is its
+        last; None where it was not seen (a recording's window then counts from its start)."""
+        return self.active.sampling_from if self.active is not None else self.every.sampling_from
+
     def wait(self, timeout: float, interrupt_fd: int | None = None) -> bool:
         """Wait up to ``timeout`` seconds for both; True once both have exited and been reaped (see PyspyRun.wait).
-        Each is reaped as soon as it exits, whichever first, so that its end time is its own."""
+        Each is reaped as soon as it exits, whichever first, so that its end time is its own. Until the window's
+        half that times it has begun to sample, it looks every SAMPLING_START_POLL_S for that moment."""
         deadline = time.monotonic() + timeout
+        timing = self.active if self.active is not None else self.every
         while True:
             running = [run for run in self.runs if run.running]
             if not running:
@@ -363,8 +395,12 @@ class RecordPair:
             if len(fds) < len(running):  # no pidfd (kernels before 5.3): one after the other
                 return all(run.wait(max(0.0, deadline - time.monotonic()), interrupt_fd) for run in running)
             remaining = deadline - time.monotonic()
+            looking = timing.running and timing.sampling_from is None
+            if looking:
+                timing.note_sampling_start()
+                looking = timing.sampling_from is None
             ready, _, _ = select.select([*fds, *([interrupt_fd] if interrupt_fd is not None else [])], [], [],
-                                        max(remaining, 0.0))
+                                        max(min(remaining, SAMPLING_START_POLL_S) if looking else remaining, 0.0))
             for run in running:
                 if run._pidfd in ready:
                     run._reap(block=True)

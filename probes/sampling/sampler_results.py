@@ -44,6 +44,7 @@ class Window:
     epoch: int = 0  # the process's policy epoch when the window started
     started: float = 0.0  # time.time() when it started
     rate_hz: float | None = None  # the rate py-spy was asked for
+    sampled_seconds: float | None = None  # of wall_seconds, the part after py-spy's start-up (None: not seen)
 
 
 @dataclass

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]  # torch's import in t
 
 HANG_AFTER_S = 5.0
 HEAD = ("rank 1 of 2 is not running (the job runs only on this machine: MASTER_ADDR 127.0.0.1); rank 0 waits for "
-        "it in {place}: hung until gloo's default collective timeout, 30 min (no rank uses a GPU)")
+        "it in {place}: hung until the process group's timeout (30 min by gloo's default; no rank uses a GPU)")
 
 
 @contextlib.contextmanager

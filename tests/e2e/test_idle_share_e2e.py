@@ -53,7 +53,8 @@ def test_the_idle_share_of_a_line_that_works_and_waits_follows_its_switch(spawn_
     target = spawn_target("duty_switch.py", str(truth), str(switch),
                           ready=lambda _: truth.exists() and len(truth_cycles(truth)) >= 5)
     sampler = StackSampler(rate_hz=RATE_HZ, first_window_s=WINDOW_S, max_window_s=WINDOW_S, stack_check_every_s=None)
-    windows: list[tuple[float, float, int, int]] = []  # started, seconds, main thread's idle and working samples
+    # when each window's sampling started, for how long, the main thread's idle and working samples
+    windows: list[tuple[float, float, int, int]] = []
 
     def collect() -> None:
         reading = sampler.collect()
@@ -61,9 +62,13 @@ def test_the_idle_share_of_a_line_that_works_and_waits_follows_its_switch(spawn_
         assert len(mine) <= 1, mine  # windows come one at a time, each on its own reading
         assert not reading.errors, reading.errors
         if mine:
+            # The window's samples span its end less what py-spy sampled (its start-up before the first sample left
+            # out: its "Sampling process" line's moment, seen by the pair's wait).
+            window = mine[0]
+            assert window.sampled_seconds is not None and 0 < window.sampled_seconds < window.seconds, window
             main = [c for c in reading.counts if c.pid == target.pid and c.tid == target.pid]
-            windows.append((mine[0].started, mine[0].seconds, sum(c.count for c in main if c.idle),
-                            sum(c.count for c in main if not c.idle)))
+            windows.append((window.started + window.seconds - window.sampled_seconds, window.sampled_seconds,
+                            sum(c.count for c in main if c.idle), sum(c.count for c in main if not c.idle)))
 
     try:
         sampler.set_targets([target.pid])
@@ -100,8 +105,9 @@ def fake_pair(tmp_path, monkeypatch):
     wrapper.chmod(0o755)
     monkeypatch.setenv("FAKE_PYSPY_LOG", str(tmp_path / "pyspy.log"))
 
-    def start(failing_half: str) -> StackSampler:
+    def start(failing_half: str = "", start_up_s: float = 0.0) -> StackSampler:
         monkeypatch.setenv("FAKE_PYSPY_FAILING_HALF", failing_half)
+        monkeypatch.setenv("FAKE_PYSPY_START_UP_S", str(start_up_s))
         sampler = StackSampler(rate_hz=5.0, pyspy_path=str(wrapper), first_window_s=1, max_window_s=1)
         sampler.set_targets([os.getpid()])
         return sampler
@@ -128,3 +134,18 @@ def test_a_window_one_of_whose_idle_pair_failed_says_its_waiting_was_not_measure
     counts = [c for r in readings for c in r.counts]
     assert counts and all(not c.idle for c in counts)  # the stand-in's one stack is never at a known wait
     assert errors and all("waiting was not measured" in e for e in errors), errors
+
+
+def test_a_windows_start_up_before_its_first_sample_is_told_apart_from_its_sampling(fake_pair):
+    """py-spy attaches before it samples (a second or more on a crowded machine) and says when it begins; a window
+    keeps the part it sampled, which the shares weigh and whose gaps they say (probes/diagnosis/shares.py). The
+    stand-in takes 0.4 s to attach, then samples its 1 s: both are lower bounds, whatever the machine's load."""
+    sampler = fake_pair(start_up_s=0.4)
+    try:
+        windows = []
+        wait_for(lambda: windows.extend(sampler.collect().windows) or len(windows) >= 2, timeout=30, interval=0.1)
+    finally:
+        sampler.close()
+    for window in windows:
+        assert window.sampled_seconds is not None and window.sampled_seconds >= 0.99, window
+        assert window.seconds - window.sampled_seconds >= 0.39, window

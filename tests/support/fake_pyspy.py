@@ -2,7 +2,8 @@
 """A stand-in for py-spy that samples nothing: ``record`` sleeps its --duration (or until SIGINT, as py-spy 0.4
 does) and then writes one raw line counting rate x elapsed samples of ``work (/app/fake.py:1)``, all of them working
 (a record window's half without ``--idle`` logs its start and SIGINT as "record-active" and "sigint-active", so
-that a test counts windows by the --idle half); ``dump`` prints
+that a test counts windows by the --idle half; it first waits $FAKE_PYSPY_START_UP_S, as py-spy attaches, and prints
+py-spy's "Sampling process" line as it begins); ``dump`` prints
 one busy thread, in ``work (/app/fake.py:1)`` or, when the file $FAKE_PYSPY_DUMP_AT exists, at the "function file"
 it holds. Every start and every SIGINT is appended to $FAKE_PYSPY_LOG as a line of JSON."""
 
@@ -28,7 +29,6 @@ def option(argv: list[str], name: str) -> str:
 
 def record(argv: list[str]) -> None:
     pid, rate, duration = int(option(argv, "--pid")), float(option(argv, "--rate")), float(option(argv, "--duration"))
-    started = time.monotonic()
     interrupted = []
     signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     half = "" if "--idle" in argv else "-active"
@@ -36,6 +36,11 @@ def record(argv: list[str]) -> None:
     if os.environ.get("FAKE_PYSPY_FAILING_HALF") == ("idle" if half == "" else "active"):
         print("Error: fake failure of this half")
         sys.exit(1)
+    # py-spy attaches before it samples: $FAKE_PYSPY_START_UP_S of that, then its "Sampling process" line.
+    time.sleep(float(os.environ.get("FAKE_PYSPY_START_UP_S", "0")))
+    print(f"py-spy> Sampling process {rate:g} times a second for {duration:g} seconds. Press Control-C to exit.",
+          flush=True)
+    started = time.monotonic()
     while not interrupted and time.monotonic() - started < duration:
         time.sleep(0.01)
     if interrupted:

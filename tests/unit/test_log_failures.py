@@ -327,8 +327,8 @@ def test_the_jobs_rank_exited_says_the_ranks_own_last_error():
         for i in range(4, 10)]
     job = run_job(frames)[-1]
     assert job.finding == "rank_exited"
-    assert job.verdict.evidence[0].startswith("rank 1 (PID 502) (exited with status 1, as Python does on an uncaught "
-                                              "exception) has exited while rank 0 still run")
+    assert job.verdict.evidence[0].startswith("rank 1 (PID 502) has ended: exited with status 1, as Python does on an "
+                                              "uncaught exception; rank 0 still runs: it waits for it")
     assert job.verdict.evidence[1] == (
         "rank 1's last error: RuntimeError: [unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to "
         "complete — gloo: a collective waited past the process group's timeout for a peer")

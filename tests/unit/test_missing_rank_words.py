@@ -95,8 +95,8 @@ def test_the_verdict_names_a_rank_seen_then_gone_as_exited_with_how_it_is_known(
     assert (job.finding, job.responsible_rank, job.verdict.liveness) == ("rank_exited", 1, "hung")
     assert job.verdict.evidence[0] == (
         f"rank 1 of 2 exited by {clock(frames[4].time)} (PID {OUTSIDE_PID}, seen running outside the watched tree at "
-        f"{clock(frames[3].time)}); rank 0 waits for it in all_reduce: hung until gloo's default collective timeout, "
-        "30 min (no rank uses a GPU)")
+        f"{clock(frames[3].time)}); rank 0 waits for it in all_reduce: hung until the process group's timeout "
+        "(30 min by gloo's default; no rank uses a GPU)")
     assert job.verdict.advice[0] == ("Find why rank 1 exited: the terminal or log it was started from has the exit "
                                      "code and traceback; dmesg shows whether the OOM killer ended it.")
 

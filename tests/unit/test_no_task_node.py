@@ -261,7 +261,7 @@ def test_the_merge_names_the_gone_rank_with_its_end_and_the_node_is_not_lost():
     assert (view.verdict.bottleneck, view.verdict.liveness) == ("comms_bound", "hung")
     assert view.verdict.evidence[0] == (
         f"rank 1 on n2 is gone: its task exited with status 1 at {clock(T0 - 30)}; rank 0 waits for it in "
-        "all_reduce until gloo's default collective timeout, 30 min (no rank uses a GPU)")
+        "all_reduce until the process group's timeout (30 min by gloo's default; no rank uses a GPU)")
     assert view.verdict.evidence[1] == f"n2: {no_task([end]).line()}"
     n1, n2 = view.nodes
     assert (n1.state, n2.state, n2.lost_at) == ("live", "no_task", None)

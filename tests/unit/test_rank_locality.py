@@ -46,8 +46,8 @@ from probes.sensors.proctree import NodeProcess
 NAMES = frozenset({"trainbox", "10.1.2.3", "fe80::1"})
 LOCAL_PEERS = ["127.0.0.1:29500", "[::ffff:127.0.0.1]:44831", "127.0.0.1:53120"]
 EXPECTED_HEAD = ("rank 1 of 2 is not running (the job runs only on this machine: MASTER_ADDR 127.0.0.1); rank 0 "
-                 "waits for it in all_reduce: hung until gloo's default collective timeout, 30 min (no rank uses a "
-                 "GPU)")
+                 "waits for it in all_reduce: hung until the process group's timeout (30 min by gloo's default; no "
+                 "rank uses a GPU)")
 
 
 # --- this machine -----------------------------------------------------------------------------------------

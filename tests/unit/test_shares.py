@@ -316,3 +316,48 @@ def test_each_frame_is_judged_by_its_own_gpu_reading():
     busy, quiet = _gpu_step_frames(util=100.0, n=10), _gpu_step_frames(util=0.0, n=20)[10:]
     shares = time_shares(busy + quiet).shares
     assert shares == {"compute": pytest.approx(0.6), "gpu_wait": pytest.approx(0.2), "idle": pytest.approx(0.2)}
+
+
+def _windowed(spans: list[tuple[float, float]], sampled: list[float | None] | None = None):
+    """Frames each holding one main-process window (start, end) of which `sampled` seconds sampled, computing."""
+    frames = []
+    for index, (start, end) in enumerate(spans):
+        frame = make_frame(index, counts=[main_count(FORWARD, n=10)], cpu=100.0)
+        window = SampledWindow(pid=frame.target.pid, started=start, seconds=end - start, samples=10,
+                               sampled_seconds=sampled[index] if sampled else None)
+        frames.append(dataclasses.replace(frame, stacks=dataclasses.replace(frame.stacks, windows=(window,))))
+    return frames
+
+
+def test_the_gaps_between_pyspys_windows_are_said_as_unsampled_time():
+    """Each window is a py-spy started anew; on a crowded machine the start-up leaves seconds between two, and a
+    phase there is in no share. 8 s of windows over 10 s: 20% unsampled, said beside the shares."""
+    frames = _windowed([(100.0, 104.0), (105.0, 107.0), (106.5, 108.0), (109.0, 110.0)])
+    shares = time_shares(frames)
+    assert shares.unsampled == pytest.approx(0.2)
+    assert shares_summary(shares).startswith("time, last ") and "(of the 80% sampled): compute 100%" in \
+        shares_summary(shares)
+    assert json.loads(json.dumps(fold(frames).snapshot()))["time_shares_unsampled"] == 0.2
+
+
+def test_windows_that_meet_leave_nothing_unsampled_and_say_nothing():
+    shares = time_shares(_windowed([(100.0, 105.0), (105.0, 110.0), (110.0, 115.0)]))
+    assert shares.unsampled == pytest.approx(0.0)
+    assert "sampled" not in shares_summary(shares)
+    assert time_shares([make_frame(0, counts=[main_count(FORWARD, n=10)], cpu=100.0)]).unsampled is None
+
+
+def test_pyspys_start_up_inside_each_window_is_unsampled_time_too():
+    """A window runs from py-spy's start; its samples begin once it has attached (a second or more under load)."""
+    frames = _windowed([(100.0, 105.0), (105.0, 110.0)], sampled=[4.0, 3.0])
+    assert time_shares(frames).unsampled == pytest.approx(0.3)
+    assert "(of the 70% sampled)" in shares_summary(time_shares(frames))
+
+
+def test_a_windows_samples_stand_for_the_time_it_sampled_not_its_start_up():
+    """Two ticks of 10 samples: the first window sampled 1 s of its 3 s (a slow start-up), the second 3 s of 3 s:
+    the first one's samples stand for 1 s, so its phase holds a quarter of the time, not half."""
+    computing, waiting = _windowed([(100.0, 103.0), (103.0, 106.0)], sampled=[1.0, 3.0])
+    waiting = dataclasses.replace(waiting, stacks=dataclasses.replace(
+        waiting.stacks, counts=(main_count(DATALOADER_WAIT, n=10, idle=True),)))
+    assert time_shares([computing, waiting]).shares == {"compute": pytest.approx(0.25), "data": pytest.approx(0.75)}

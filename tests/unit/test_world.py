@@ -79,8 +79,8 @@ def test_a_rank_gone_before_attach_is_named_and_the_waiting_rank_is_hung_until_t
     job = run_job(frames)[-1]
     assert (job.finding, job.responsible_rank) == ("rank_exited", 1)
     assert job.verdict.evidence[0] == (
-        "rank 1 of 2 is gone (exited before attach); rank 0 waits in all_reduce: hung until gloo's default "
-        "collective timeout, 30 min (no rank uses a GPU)")
+        "rank 1 of 2 is gone (exited before attach); rank 0 waits in all_reduce: hung until the process group's "
+        "timeout (30 min by gloo's default; no rank uses a GPU)")
     assert (job.verdict.bottleneck, job.verdict.liveness) == ("comms_bound", "hung")
     assert [r.rank for r in job.ranks] == [0]
 

@@ -1,0 +1,120 @@
+"""Where a straggler rank spends the time the other ranks do not: its excess place (issue 39).
+
+Every rank runs the same loop, so the busiest place of the late rank's samples is no reason it is late where the
+others spend as much there (backward, which every rank runs, and whose all-reduce samples py-spy may read awake).
+The place named is the one where its share of samples most exceeds the other ranks' average share: the ranks
+step together (each waits for the slowest in the all-reduce), so a share of samples is a share of the same step
+time on every rank.
+
+The shares rest on PLACE_MIN_SAMPLES of the straggler's samples at least: the verdict's 10 s stack window where it
+holds that many (at the fast 5 Hz), else the frames before it too, back to PLACE_WINDOW_S at most and never past
+the latest phase-change mark (the sampler settles to 1 Hz only once the picture holds still). At the settled rate
+the 10 s window holds about 13 samples a rank, and a place worth about 40% of the straggler's step and 7% of the
+other's came out 39% against 23% (3 of rank 0's 13 samples), behind a DataLoader wait at 23% against 0% (3
+samples): the named place flipped with a sample or two (a real accelerate job beside two busy processes). On 40
+samples a share is known within about 8 points.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from probes.diagnosis.frame_stacks import main_thread_counts
+from probes.diagnosis.stacks import ACTIVITIES, COMMS, ThreadProfile, format_where, place_key
+from probes.diagnosis.windows import STACK_WINDOW_S, recent
+from probes.frame import Frame, StackFrame
+
+PLACE_MIN_SAMPLES = 40
+PLACE_WINDOW_S = 60.0
+# The straggler's place is its own only where the other ranks spend less than this share of its time there.
+SHARED_PLACE_RATIO = 0.5
+
+
+class RankTimes(NamedTuple):
+    """One rank as the place is read: its own history (a RankHistory), its PID, and its main thread's profile over
+    the verdict's window, whose way of waiting for the others (peer_wait) classifies the longer window's samples."""
+
+    history: Sequence[Frame]
+    pid: int
+    profile: ThreadProfile
+
+
+@dataclass(frozen=True)
+class ExcessPlace:
+    """Where the straggler spends more of its time than the others do: its share of its samples there, the others'
+    average share there, and how many samples of its own the shares rest on, over `seconds`."""
+
+    where: str
+    share: float
+    usual: float
+    samples: int
+    seconds: float
+
+    @property
+    def shared(self) -> bool:
+        """The others spend about as much of their time there (two data-starved ranks, each waiting for its batch and
+        then for the other in the all-reduce): a cause they share, not this rank's own."""
+        return self.usual >= self.share * SHARED_PLACE_RATIO
+
+
+def excess_place(slow: RankTimes, others: Sequence[RankTimes]) -> ExcessPlace:
+    """The straggler's excess place, over the frames that give its main thread PLACE_MIN_SAMPLES samples (see the
+    module docstring), and the same span of each other rank's own history (a rank on another node: its node's)."""
+    start = _start(slow)
+    mine = _profile(slow, start)
+    theirs = [_place_shares(_profile(other, start)) for other in others]
+    best: tuple[float, str, float, float] | None = None
+    for spot, (share, pair) in _place_shares(mine).items():
+        average = sum(t.get(spot, (0.0, pair))[0] for t in theirs) / max(1, len(theirs))
+        if best is None or share - average > best[0]:
+            best = (share - average, format_where(*pair), share, average)
+    seconds = slow.history[-1].time - start if slow.history else 0.0
+    if best is None:
+        return ExcessPlace("an unknown frame", 0.0, 0.0, mine.samples, seconds)
+    return ExcessPlace(best[1], best[2], best[3], mine.samples, seconds)
+
+
+def _start(rank: RankTimes) -> float:
+    """Where the frames the place is read over begin (a frame counts where its time is later): the verdict's stack
+    window's start, or earlier until the rank's main thread has PLACE_MIN_SAMPLES samples, within PLACE_WINDOW_S
+    and after the latest phase-change mark."""
+    if not rank.history:
+        return 0.0
+    window_start = rank.history[-1].time - STACK_WINDOW_S
+    start = rank.history[-1].time
+    samples = 0
+    for frame in reversed(recent(rank.history, PLACE_WINDOW_S)):
+        if frame.stacks.phase_change or (frame.time <= window_start and samples >= PLACE_MIN_SAMPLES):
+            break
+        start = frame.time - frame.interval_s
+        samples += sum(count.count for count in main_thread_counts(frame, rank.pid))
+    return start
+
+
+def _profile(rank: RankTimes, start: float) -> ThreadProfile:
+    """The rank's main thread over its frames that end after `start`, classified as its own profile classifies."""
+    profile = ThreadProfile(peer_wait=rank.profile.peer_wait)
+    for frame in recent(rank.history, PLACE_WINDOW_S) if rank.history else ():
+        if frame.time > start:
+            for count in main_thread_counts(frame, rank.pid):
+                profile.add(count)
+    return profile
+
+
+def _place_shares(main: ThreadProfile) -> dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]]:
+    """{spot: (share of all the thread's samples there, its commonest exact frames)} over its working activities
+    (all but the collectives), spots grouped by function and file as ThreadProfile.top groups them."""
+    exact: Counter = Counter()
+    for activity in ACTIVITIES:
+        if activity != COMMS:
+            exact.update(main.where.get(activity, {}))
+    spots: dict[tuple, tuple[float, tuple[StackFrame | None, StackFrame | None]]] = {}
+    for pair, samples in exact.items():
+        spot = place_key(*pair)
+        share, best = spots.get(spot, (0.0, pair))
+        best = pair if exact[pair] > exact.get(best, 0) else best
+        spots[spot] = (share + samples / max(1, main.samples), best)
+    return spots
