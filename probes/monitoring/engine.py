@@ -38,7 +38,7 @@ from probes.sampling.tree_sampling import TreePart, TreeRoles
 from probes.sensors.cgroup import CgroupCpuProbe, CgroupMemoryProbe
 from probes.sensors.flight_recorder import FlightRecorderProbe
 from probes.sensors.hostcpu import HostCpuProbe
-from probes.sensors.kernel_log import KernelLog
+from probes.sensors.kernel_log import KernelLog, KernelLogView
 from probes.sensors.nccl_ras import RasPoller, ras_address
 from probes.sensors.nvml import NvmlGpuProbe
 from probes.sensors.proctree import ProcessTreeProbe
@@ -114,10 +114,11 @@ class Engine:
     """Reads the target once per tick(); call close() to stop the samplers it started."""
 
     def __init__(self, pid: int, config: EngineConfig = EngineConfig(), nvml=None, gpu=None,
-                 kernel_log: KernelLog | None = None) -> None:
+                 kernel_log: KernelLog | KernelLogView | None = None) -> None:
         """nvml: a module with pynvml's API (tests pass a fake). gpu: a reader shared with other engines
         (nvml.SharedGpuReading, refreshed by its owner once per tick), which this engine does not close.
-        kernel_log: the node's kernel log reader (tests pass one over a fake /dev/kmsg); by default /dev/kmsg."""
+        kernel_log: the node's kernel log reader (tests pass one over a fake /dev/kmsg; several engines share one
+        through a SharedKernelLog's views); by default /dev/kmsg, read by this engine."""
         self.pid = pid  # the PID the user named
         self.config = config
         self._seq = 0

@@ -8,7 +8,8 @@ root (the launcher, or the top of the training process), so a job found through 
 watched once.
 
 GPUs are read once a tick for every target (probes.sensors.nvml.SharedGpuReading), not once per target: on an 8-GPU
-node with several jobs, NVML is the costly read.
+node with several jobs, NVML is the costly read. So is the kernel log (probes.sensors.kernel_log.SharedKernelLog):
+each job's engine reads its view, and keeps the records of its own processes.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class NodeWatch:
             from probes.sensors.nvml import SharedGpuReading
 
             self._gpu = SharedGpuReading()
+        # The kernel log is read once a tick too, each job's engine reading its own view (its PIDs' records).
+        from probes.sensors.kernel_log import SharedKernelLog
+
+        self._kernel_log = SharedKernelLog()
         if pid is not None:
             self.watch(pid, f"PID {pid}")
 
@@ -73,6 +78,7 @@ class NodeWatch:
         whose reading fails is left out of this tick (and said): the others' frames still come."""
         if self._gpu is not None:
             self._gpu.refresh()
+        self._kernel_log.refresh()
         if self.follow and self._scan_due():
             self._scan()
         frames = []
@@ -99,7 +105,7 @@ class NodeWatch:
         root = pid if self.config.process_only else resolve_root_safely(pid).root_pid
         if root in self.watched:
             return False
-        engine = Engine(pid, self.config, gpu=self._gpu)
+        engine = Engine(pid, self.config, gpu=self._gpu, kernel_log=self._kernel_log.view())
         root = engine.root_pid
         if root in self.watched:  # the tree changed between the two looks
             engine.close()
@@ -117,6 +123,7 @@ class NodeWatch:
         for watched in self.watched.values():
             watched.engine.close()
         self.watched.clear()
+        self._kernel_log.close()
         if self._gpu is not None:
             self._gpu.close()
 

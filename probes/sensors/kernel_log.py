@@ -515,3 +515,56 @@ __all__ = [
     "parse_line",
     "xid_meaning",
 ]
+
+
+class SharedKernelLog:
+    """One kernel log reader for every job a process watches (`gputop serve`, the agent): read once a tick by its
+    owner (refresh()), as the GPUs are (nvml.SharedGpuReading), and handed to each job's Engine as a view of its
+    own. N engines with a KernelLog each opened /dev/kmsg N times and parsed every record N times a tick."""
+
+    def __init__(self, log: KernelLog | None = None) -> None:
+        self._log = log if log is not None else KernelLog()
+        self._kept: deque[tuple[int, KernelEvent]] = deque(maxlen=MAX_EVENTS)  # (number, event), oldest first
+        self._numbered = 0
+
+    @property
+    def reason(self) -> str | None:
+        return self._log.reason
+
+    def refresh(self) -> None:
+        """Read what the kernel recorded since the last refresh (the first: the last LOOK_BACK_S)."""
+        for event in self._log.read_new():
+            self._numbered += 1
+            self._kept.append((self._numbered, event))
+
+    def view(self) -> KernelLogView:
+        """A reader for one engine: its first read_new() returns the events kept (the look-back, and what came
+        since), each later one what the refreshes read since its previous call."""
+        return KernelLogView(self)
+
+    def since(self, number: int) -> tuple[tuple[KernelEvent, ...], int]:
+        """(the kept events numbered after `number`, the newest number)."""
+        return tuple(event for n, event in self._kept if n > number), self._numbered
+
+    def close(self) -> None:
+        self._log.close()
+
+
+class KernelLogView:
+    """One engine's reader of a SharedKernelLog: the KernelLog calls an Engine makes (read_new, reason, close),
+    reading nothing itself. Closing it leaves the shared log to its owner."""
+
+    def __init__(self, shared: SharedKernelLog) -> None:
+        self._shared = shared
+        self._seen = 0
+
+    @property
+    def reason(self) -> str | None:
+        return self._shared.reason
+
+    def read_new(self) -> tuple[KernelEvent, ...]:
+        events, self._seen = self._shared.since(self._seen)
+        return events
+
+    def close(self) -> None:
+        pass

@@ -41,6 +41,7 @@ from probes.sensors.kernel_log import (
     MAX_EVENTS,
     XID_MEANINGS,
     KernelLog,
+    SharedKernelLog,
     join_oom,
     normalise_pci_bus_id,
     parse_kmsg_record,
@@ -326,6 +327,28 @@ def test_first_read_returns_the_look_back_then_only_what_is_new():
     again = log.read_new()
     assert len(again) == 1 and again[0].wall_time == pytest.approx(BOOT_WALL + 2001.0)
     assert log.recent == first + again
+
+
+def test_one_shared_read_a_tick_gives_each_engine_its_own_view():
+    """`gputop serve` watching several jobs reads the log once a tick: each engine's view gets every event once,
+    and one that starts later gets what was kept (the look-back included) at its first read."""
+    fake = FakeKmsg([record(1, 1990.0, XID_79)])
+    log, clock = reader(fake, now=2000.0, look_back_s=600)
+    shared = SharedKernelLog(log)
+    first = shared.view()
+    shared.refresh()
+    assert [e.kind for e in first.read_new()] == ["xid"] and first.read_new() == ()
+    fake.add(record(2, 2001.0, XID_79.replace("3b", "3c")))
+    clock[0] = 2001.5
+    shared.refresh()
+    later = shared.view()  # a job found after both reads
+    reads = fake.reads
+    assert [e.pci_bus_id for e in first.read_new()] == ["00000000:3C:00.0"]
+    assert [e.pci_bus_id for e in later.read_new()] == ["00000000:3B:00.0", "00000000:3C:00.0"]
+    assert later.read_new() == () and fake.reads == reads  # the views read nothing themselves
+    later.close()  # an engine closing its view leaves the shared log open
+    shared.refresh()
+    assert shared.reason is None
 
 
 def test_epipe_skips_ahead_and_reading_goes_on():
