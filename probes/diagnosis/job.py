@@ -458,8 +458,9 @@ def _straggler(live: list[DiagnosedRank], previous: JobVerdict | None, launcher_
         waits = (f"{ranks_text([d for d, _ in others])} wait for it in {wait_place(first)} {_pct(least)}–"
                  f"{_pct(top)} of the time")
     others_there = "the other rank" if len(others) == 1 else "the other ranks"
-    lines = [f"{slow.label} is the straggler: {_pct(place.share)} of its samples in {place.where}, {others_there} "
-             f"{_pct(place.usual)}; {waits}"]
+    places = "; ".join(f"{_pct(p.share)}{' of its samples' if not i else ''} in {p.where}, {others_there} "
+                       f"{_pct(p.usual)}" for i, p in enumerate(place.places))
+    lines = [f"{slow.label} is the straggler: {places}; {waits}"]
     lines += _evidence_of(slow, limit=2)
     lines.append("collective waits: " + ", ".join(f"rank {d.rank} {_pct(wait)}" for d, _, wait in measured[:8]))
     advice = list(slow.verdict.advice)

@@ -57,22 +57,22 @@ class MemoryRisk:
 
     def words(self) -> str:
         grow = f"memory: {self.who} grow{'s' if self.who.startswith('the ') else ''} " \
-               f"{_bytes(self.rate_bytes_per_s)}/s (over the last {self.window_s:.0f} s)"
+               f"{byte_words(self.rate_bytes_per_s)}/s (over the last {self.window_s:.0f} s)"
         if self.copy_on_read_bytes_per_s is not None:
             workers = _workers(self.copy_on_read_workers, self.workers)
             if self.copy_on_read_bytes_per_s == self.rate_bytes_per_s:
                 together = " together" if self.copy_on_read_workers > 1 else ""
                 grow = (f"memory: {workers} grow{'s' if self.copy_on_read_workers == 1 else ''} "
-                        f"{_bytes(self.rate_bytes_per_s)}/s{together} (over the last {self.window_s:.0f} s): "
+                        f"{byte_words(self.rate_bytes_per_s)}/s{together} (over the last {self.window_s:.0f} s): "
                         f"{COPY_ON_READ_WORDS}")
             else:
-                grow += f", {_bytes(self.copy_on_read_bytes_per_s)}/s of it {workers}' copy-on-read: " + \
+                grow += f", {byte_words(self.copy_on_read_bytes_per_s)}/s of it {workers}' copy-on-read: " + \
                     COPY_ON_READ_WORDS.split(" (", 1)[0]
         if self.limit_bytes is None or self.seconds_to_limit is None:
             return grow + "; no memory limit read for it"
         where = f" (set on {self.limit_source})" if self.limit_source else ""
-        return (f"{grow}; its memory cgroup's {_bytes(self.limit_bytes)} limit{where} is reached in "
-                f"~{_duration(self.seconds_to_limit)} at that rate")
+        return (f"{grow}; its memory cgroup's {byte_words(self.limit_bytes)} limit{where} is reached in "
+                f"~{duration_words(self.seconds_to_limit)} at that rate")
 
 
 def memory_risk(history: Sequence[Frame]) -> MemoryRisk | None:
@@ -179,14 +179,14 @@ def _headroom(memory: MemoryReading) -> float | None:
     return max(0.0, memory.limit_bytes - (used - reclaimable))
 
 
-def _bytes(value: float) -> str:
+def byte_words(value: float) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(value) >= size:
             return f"{value / size:.1f} {unit}"
     return f"{value:.0f} B"
 
 
-def _duration(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
+from probes.diagnosis.gpu_memory_risk import GPU_MEMORY_ADVICE, GpuMemoryRisk
 from probes.diagnosis.levers import beside_reference
 from probes.diagnosis.machine_faults import NODE_ADVICE, GpuFault
 from probes.diagnosis.memory_risk import MemoryRisk
@@ -123,15 +124,16 @@ def _lever_advice(verdict: Verdict, pace: Pace | None) -> tuple[str, ...]:
 
 def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None,
                   risk: MemoryRisk | None = None, faults: Sequence[GpuFault] = (),
-                  nccl: Sequence[str] = ()) -> Verdict:
+                  nccl: Sequence[str] = (), gpu_risk: GpuMemoryRisk | None = None) -> Verdict:
     """The verdict as shown (the one fed back to diagnose() stays without these): under its headline the phases
     that recur beside it (a checkpoint of a few seconds every few iterations is never a window's majority), then
     the pace lines, the rule's second line, and the most its fix can win, with that figure in max_speedup. On an
     80×24 screen two evidence lines show: what recurs and the pace come first, the gain where there is room.
-    Memory growing toward its limit (memory_risk.py) is said in any live state: first where the limit is near. The
+    Memory growing toward its limit (memory_risk.py), and a process's GPU memory toward its GPU's total
+    (gpu_memory_risk.py), are said in any live state: first where the limit is near. The
     machine's faults on the job's GPUs (machine_faults.py) are said in every state: a node's first of all; NCCL's own
     view (nccl_view.py) under the headline, in every state."""
-    verdict = _with_faults(_with_risk(verdict, risk), faults)
+    verdict = _with_faults(_with_risk(_with_risk(verdict, gpu_risk), risk), faults)
     if nccl:
         verdict = dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], *nccl, *verdict.evidence[1:]))
     if verdict.liveness in ("hung", "sleeping", "exited"):
@@ -145,7 +147,7 @@ def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None
     if not paced and not also and gain is None and advice == verdict.advice:
         return verdict
     # The headline stays first: the rule's own, or the node's fault or memory risk that went before it.
-    head = 1 + (risk is not None and risk.imminent) + (any(f.node for f in faults))
+    head = 1 + sum(r is not None and r.imminent for r in (risk, gpu_risk)) + (any(f.node for f in faults))
     evidence = (*verdict.evidence[:head], *also, *paced, *verdict.evidence[head:head + 1],
                 *((gain.words,) if gain is not None else ()), *verdict.evidence[head + 1:])
     return dataclasses.replace(verdict, evidence=evidence, advice=advice,
@@ -153,17 +155,18 @@ def shown_verdict(verdict: Verdict, pace: Pace | None, shares: TimeShares | None
                                min_speedup=round(gain.factor, 2) if gain is not None and gain.at_least else None)
 
 
-def _with_risk(verdict: Verdict, risk: MemoryRisk | None) -> Verdict:
-    """The memory risk's line in the evidence: the headline where the limit is reached within HEADLINE_WITHIN_S, else
+def _with_risk(verdict: Verdict, risk: MemoryRisk | GpuMemoryRisk | None) -> Verdict:
+    """A memory risk's line in the evidence: the headline where the limit is reached within HEADLINE_WITHIN_S, else
     after the rule's headline; with its advice where the limit is near, and where the workers copy their parent's
     pages (copy-on-read, a cause with its own fix) in any case."""
     if risk is None or verdict.liveness == "exited":
         return verdict
     line = risk.words()
-    advice = COPY_ON_READ_ADVICE if risk.copy_on_read_bytes_per_s is not None else MEMORY_ADVICE
+    copying = isinstance(risk, MemoryRisk) and risk.copy_on_read_bytes_per_s is not None
+    advice = COPY_ON_READ_ADVICE if copying else MEMORY_ADVICE if isinstance(risk, MemoryRisk) else GPU_MEMORY_ADVICE
     if risk.imminent:
         return dataclasses.replace(verdict, evidence=(line, *verdict.evidence), advice=(advice, *verdict.advice))
-    later = (advice,) if risk.copy_on_read_bytes_per_s is not None else ()
+    later = (advice,) if copying else ()
     return dataclasses.replace(verdict, evidence=(*verdict.evidence[:1], line, *verdict.evidence[1:]),
                                advice=(*verdict.advice, *later))
 

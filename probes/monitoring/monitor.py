@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from probes.diagnosis.absent_ranks import SeenRunning
+from probes.diagnosis.gpu_memory_risk import gpu_memory_risk
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.machine_faults import gpu_faults
 from probes.diagnosis.memory_risk import memory_risk
@@ -130,7 +131,7 @@ class Monitor:
         pace = self._pace(frame)
         shares = time_shares(frames)
         shown = shown_verdict(self._verdict, pace, shares, memory_risk(frames), gpu_faults(frames),
-                              nccl_lines(frames))
+                              nccl_lines(frames), gpu_memory_risk(frames))
         self._view = MonitorView(frames=frames, verdict=shown, timeline=tuple(self._timeline),
                                  first_time=self._first_time, replay=self.replay, pace=pace, job=self._job,
                                  shares=shares, cannot_see=blind_spots(frame, self.startup_checks),

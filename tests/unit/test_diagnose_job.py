@@ -573,3 +573,19 @@ def test_at_the_settled_rate_the_straggler_s_place_rests_on_more_than_the_verdic
     assert (job.finding, job.responsible_rank) == ("straggler", 1), job.verdict.evidence
     assert job.verdict.evidence[0].startswith("rank 1 is the straggler: 40% of its samples in slow_augment "
                                               "(train.py:9), the other rank 8%"), job.verdict.evidence[0]
+
+
+def test_two_places_of_the_same_excess_are_both_named():
+    """From a real accelerate job beside two busy processes, 13 samples a rank: rank 1 packed in 4 samples and freed
+    the last step's rows (its own line, 6 times rank 0's rows too) in 4, rank 0 was in each once. Which came first
+    was chance: both are named, and a third place with little excess is not."""
+    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
+        count(RANK0, DDP_WAIT, n=8, idle=True), count(RANK0, SLOW_AUGMENT, n=1), count(RANK0, SLOW_PYTHON, n=1),
+        count(RANK1, SLOW_AUGMENT, n=4), count(RANK1, SLOW_PYTHON, n=4), count(RANK1, FORWARD, n=2),
+    ]) for i in range(8)]
+    job = run_job(frames)[-1]
+    assert (job.finding, job.responsible_rank) == ("straggler", 1), job.verdict.evidence
+    assert job.verdict.evidence[0] == (
+        "rank 1 is the straggler: 40% of its samples in slow_augment (train.py:9), the other rank 10%; 40% in "
+        "score_examples (train.py:14), the other rank 10%; rank 0 waits for it in the gradient all-reduce (DDP, "
+        "inside backward) 80% of the time")
