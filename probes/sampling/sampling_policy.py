@@ -294,6 +294,8 @@ class SamplingPolicy:
                 return None
             before = self._recent_spines[-2].positions
             spine = tuple(p for p in spine if p in before) if before[:1] == spine[:1] else ()
+        elif len(self._recent_spines) >= 2 and _held_the_change(self._recent_spines[-2], latest):
+            spine = self._recent_spines[-2].positions
         if len(spine) < 2 or spine[0] != main_stack[0]:
             return None  # no spine beyond the script's outermost frame, or a dump that does not reach it
         on_stack = set(main_stack)
@@ -312,6 +314,15 @@ class SamplingPolicy:
         if self.settled:
             return max(self.dump_every_s, self.settled_dump_every_s)
         return self.dump_every_s
+
+
+def _held_the_change(before: MainSpine, latest: MainSpine) -> bool:
+    """The latest window's samples left part of the spine the window before held whole: its spine is that one's,
+    cut short. Such a window straddled a change of phase (a settled 10 s window whose last seconds were the next
+    phase), and its spine and functions hold the new phase as if seen: dumps are judged by the window before's
+    spine, or the change would wait for the next window's end (beside two busy processes, 8.5 s after the switch)."""
+    return (before.samples >= SPINE_MIN_SAMPLES and len(before.positions) > len(latest.positions)
+            and before.positions[:len(latest.positions)] == latest.positions)
 
 
 class MainSpine(NamedTuple):

@@ -184,3 +184,20 @@ def test_a_window_all_in_one_library_function_makes_no_spine_of_it():
     assert main_thread_spine(counts(BACKWARD, n=9), PID).positions[-1] == ("train_step", SCRIPT)
     for _ in range(3):
         assert [check(policy, stack) for stack in (FORWARD, ADAM, FORWARD, ADAM)] == [None] * 4
+
+
+def test_a_switch_inside_a_settled_window_is_followed_after_that_window_ends():
+    """Beside two busy processes a switch from data to training came 8 s into a settled 10 s window: the window
+    ended 2.5 s later holding both phases, its dominant still the data's (no go-back), its functions the training's
+    too (no dump unseen) and its spine cut to the script's main (no dump outside it); the verdict waited 9.5 s for a
+    cheap signal. That window's spine is the one before it, cut short: dumps are judged by that one."""
+    policy = settled_on_data_after_a_warm_up()
+    window(policy, counts(TOKENIZE, n=7) + counts(FORWARD, BACKWARD, ADAM, n=1))  # the data phase, then training
+    assert policy.settled and policy.checking_stacks
+    said = [check(policy, stack) for stack in (FORWARD, BACKWARD, ADAM, FORWARD)]
+    assert said[:-1] == [None] * (SPINE_CONFIRMATIONS - 1) and said[-1] is not None, said
+    assert "outside prepare_dataset (phase_switch.py)" in said[-1]
+    # while the data phase goes on, dumps inside its spine stay quiet
+    policy = settled_on_data_after_a_warm_up()
+    window(policy, counts(TOKENIZE, n=7) + counts(FORWARD, BACKWARD, ADAM, n=1))
+    assert [check(policy, stack) for stack in (TOKENIZE, PREPARE_LOOP) * 4] == [None] * 8
