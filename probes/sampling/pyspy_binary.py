@@ -264,7 +264,9 @@ class PyspyRun:
                 head = handle.read(SAMPLING_LINE_MAX_BYTES + 1)
         except OSError:
             return
-        if head.startswith(SAMPLING_LINE) and head.count(b"\n") == 1 and len(head) <= SAMPLING_LINE_MAX_BYTES:
+        # The line and the blank line py-spy prints after it, nothing more yet.
+        if head.startswith(SAMPLING_LINE) and head.endswith(b"\n") and b"\n" not in head.rstrip(b"\n") \
+                and len(head) <= SAMPLING_LINE_MAX_BYTES:
             self.sampling_from = time.monotonic() - max(0.0, time.time() - stat.st_mtime)
 
     def _reap(self, block: bool) -> None:

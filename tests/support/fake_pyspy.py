@@ -38,8 +38,8 @@ def record(argv: list[str]) -> None:
         sys.exit(1)
     # py-spy attaches before it samples: $FAKE_PYSPY_START_UP_S of that, then its "Sampling process" line.
     time.sleep(float(os.environ.get("FAKE_PYSPY_START_UP_S", "0")))
-    print(f"py-spy> Sampling process {rate:g} times a second for {duration:g} seconds. Press Control-C to exit.",
-          flush=True)
+    print(f"py-spy> Sampling process {rate:g} times a second for {duration:g} seconds. Press Control-C to exit.\n",
+          flush=True)  # and a blank line, as py-spy 0.4 prints it
     started = time.monotonic()
     while not interrupted and time.monotonic() - started < duration:
         time.sleep(0.01)
