@@ -589,3 +589,19 @@ def test_two_places_of_the_same_excess_are_both_named():
         "rank 1 is the straggler: 40% of its samples in slow_augment (train.py:9), the other rank 10%; 40% in "
         "score_examples (train.py:14), the other rank 10%; rank 0 waits for it in the gradient all-reduce (DDP, "
         "inside backward) 80% of the time")
+
+
+def test_the_straggler_s_own_backward_is_no_excess_where_the_others_wait_there():
+    """A real accelerate job beside two busy processes: rank 1's backward samples came out working (its own part of
+    the all-reduce), rank 0's in the same backward waiting for it. Counted as work only, rank 0 had 0% there and
+    rank 1's backward read as a second excess place (3 of 10 runs); the others' time there, waiting included, is the
+    baseline."""
+    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
+        count(RANK0, DDP_WAIT, n=7, idle=True), count(RANK0, FORWARD, n=2), count(RANK0, SLOW_AUGMENT, n=1),
+        count(RANK1, SLOW_AUGMENT, n=5), count(RANK1, DDP_WAIT, n=3), count(RANK1, FORWARD, n=2),
+    ]) for i in range(8)]
+    job = run_job(frames)[-1]
+    assert (job.finding, job.responsible_rank) == ("straggler", 1), job.verdict.evidence
+    assert job.verdict.evidence[0] == (
+        "rank 1 is the straggler: 50% of its samples in slow_augment (train.py:9), the other rank 10%; rank 0 waits "
+        "for it in the gradient all-reduce (DDP, inside backward) 70% of the time")
