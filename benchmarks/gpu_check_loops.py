@@ -6,7 +6,9 @@
   is "busy" in nvidia-smi's sense while few of its SMs do anything. One host sync per log line, 4 a second.
 - ``data_starved``: a small MLP fed by a DataLoader whose 2 workers "decode" each sample in pure Python (several
   passes over 3,072 values, about as long as a JPEG decode and augmentation written in Python): the main thread
-  waits for the next batch and the GPU idles.
+  waits for the next batch and the GPU idles. On a GPU it is also a one-rank NCCL job (a process group of world size
+  1, the loss all-reduced each step): NCCL 2.24 and later answer on their RAS port (localhost:28028) in any NCCL
+  job, so gputop's snapshot of this case holds what RAS said (issue 40: the one real check of that reading).
 
 Both print ``step N | loss L | step_time Xms`` lines (gputop's generic log format) to stdout, and run until
 ``--seconds`` have passed. The launch-bound loop with a lever pulled (the check's measurement of it): ``--graphs``
@@ -20,9 +22,12 @@ CUDA graphs can win on it; ``--batch N`` gives each kernel N samples.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import time
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
 LAUNCH_WIDTH = 64
@@ -97,7 +102,20 @@ class PythonDecodedImages(Dataset):
         return torch.tensor(values, dtype=torch.float32) / 255.0
 
 
+def one_rank_nccl_group() -> None:
+    """A process group of one rank on NCCL (its RAS thread starts with the communicator, at the first collective)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+
+
 def data_starved(device: str, end: float) -> None:
+    nccl = device.startswith("cuda")
+    if nccl:
+        one_rank_nccl_group()
     model = torch.nn.Sequential(torch.nn.Linear(SAMPLE_VALUES, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -109,6 +127,8 @@ def data_starved(device: str, end: float) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if nccl:
+            dist.all_reduce(loss.detach())  # one rank: NCCL copies it, and its communicator (and RAS) are up
         now = time.perf_counter()
         print(f"step {step} | loss {loss.item():.4f} | step_time {(now - since) * 1e3:.1f}ms", flush=True)
         since = now

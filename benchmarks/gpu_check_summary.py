@@ -59,6 +59,9 @@ def watched_row(case: Case, outcome: dict, snapshot: dict | None, judge: bool = 
         "model": baseline.get("model"), "pace_lines": list(baseline.get("lines") or []),
         "gpu": gpu_readings(snapshot), "time_shares": snapshot.get("time_shares"),
         "cannot_see": snapshot.get("cannot_see") or [], "frames": snapshot.get("frames"),
+        # What NCCL's RAS port answered where the job is an NCCL one (the data-starved loop on a GPU): issue 40's
+        # reading, checked nowhere else on real NCCL.
+        "nccl_ras": (snapshot.get("machine") or {}).get("nccl_ras"),
     }
     measurement = outcome.get("measurement")
     row |= levers.judge(levers.offered_levers(snapshot), pulled_levers(case, cpu=not judge), measurement,
