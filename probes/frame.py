@@ -127,6 +127,7 @@ class ProcessExit:
     signal: int | None = None  # where a signal ended it: its number (9: SIGKILL, 11: SIGSEGV)
     core_dumped: bool = False
     read_from: str = ""  # where the above came from, or why nothing is known
+    rank: int | None = None  # a rank of a job: its number, as the job was last read before it ended
 
 
 @dataclass(frozen=True)

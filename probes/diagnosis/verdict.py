@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
@@ -151,8 +152,11 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
     # A child whose death the machine recorded (a signal, the OOM killer) is often the cause: said in the headline.
     # Where /proc could not say how a child ended, its main process's log may ("DataLoader worker (pid 57) is killed by
     # signal: Killed.").
-    cause = next((child for child in children if child.signal is not None or child.pid in kernel
-                  or _killed_per_log(child, log)), None)
+    # Of those, one that crashed (a fault, the OOM killer) before one that was asked to stop: a launcher stops the
+    # other ranks after one fails, and torchrun's log names their SIGTERM.
+    recorded = [child for child in children if child.signal is not None or child.pid in kernel
+                or _killed_per_log(child, log)]
+    cause = min(recorded, key=lambda child: _asked_to_stop(child, log), default=None)
     if cause is not None:
         how = account(cause, kernel, log).how  # "killed by …": a signal, the kernel's or the log's record is known
         headline += f", after its {_role_words(cause)} PID {cause.pid} was {how}"
@@ -212,7 +216,22 @@ def _killed_per_log(child: ProcessExit, log: Sequence[LogFailure]) -> bool:
     return told is not None and told.signal is not None
 
 
+def _asked_to_stop(child: ProcessExit, log: Sequence[LogFailure]) -> bool:
+    """It ended by a signal that asks a process to stop (SIGTERM, SIGINT, SIGHUP), by /proc or by the log: the
+    consequence of another's end more often than a cause."""
+    number = child.signal
+    if number is None:
+        told = told_in_log(log, child.pid)
+        number = told.signal if told is not None else None
+    return number in STOP_SIGNALS
+
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 def _role_words(process: ProcessExit) -> str:
+    if process.rank is not None:
+        return f"rank {process.rank}"
     return process.role.replace("_", " ").replace("dataloader", "DataLoader")
 
 

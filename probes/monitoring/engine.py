@@ -8,6 +8,7 @@ stack sampler runs on its own threads at its own rate; a tick only drains what i
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -18,6 +19,7 @@ import psutil
 
 from probes.frame import (
     ROLE_DATALOADER_WORKER,
+    ROLE_OTHER,
     ROLE_RANK,
     Frame,
     GpuReading,
@@ -149,6 +151,7 @@ class Engine:
             self._sampler = StackSampler(rate_hz=rate_hz, native=config.native, nonblocking=config.nonblocking,
                                          settled_rate_hz=settled_rate_hz)
         self._programs: dict[int, tuple[str, ...]] = {}  # each live process's command line, last tick
+        self._last_seen: dict[int, ProcessSample] = {}  # the last frame's processes, by PID
         self._me = psutil.Process()
         self._last_tick_end: float | None = None
         self._last_cpu: tuple[float, float] | None = None  # (monitor cpu s, sampler cpu s)
@@ -188,7 +191,8 @@ class Engine:
         # The training process's log, not only the named one's: a rank's, or the python a shell wrapper runs.
         progress = self._progress.read(log_owners(processes, self.root_pid))
         collectives = self._collectives.read(processes)
-        exits = self._tree.exits()
+        exits = self._as_last_seen(self._tree.exits())
+        self._last_seen = {p.pid: p for p in processes}
         kernel_events = self._job_kernel_events(processes, exits)
         self._ras.want(_ras_address(target, processes, gpu))
         ras = self._ras.take()
@@ -217,6 +221,17 @@ class Engine:
             nccl_ras=NcclRasReading(ras[0], f"{ras[1].address[0]}:{ras[1].address[1]}", ras[1].answered, ras[1].raw,
                                     ras[1].reason) if ras is not None else None,
         )
+
+    def _as_last_seen(self, exits: Sequence[ProcessExit]) -> tuple[ProcessExit, ...]:
+        """Each ended process with its role and rank as the last tick's frame had them: the tree's walk knows a rank
+        only as a child process until the job is read (a torchrun job's ranks ended as "its other PID")."""
+        known = []
+        for end in exits:
+            seen = self._last_seen.get(end.pid)
+            if seen is not None and seen.role != ROLE_OTHER:
+                end = dataclasses.replace(end, role=seen.role, rank=seen.rank)
+            known.append(end)
+        return tuple(known)
 
     def _job_kernel_events(self, processes: Sequence[ProcessSample],
                            exits: Sequence[ProcessExit]) -> tuple[KernelEvent, ...]:

@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from support.jobwatch import watch_until
+from support.jobwatch import watch_job_until, watch_until
 from support.processes import wait_for
 
+from probes.monitoring.monitor import fold
 from probes.sensors.proc_readers import decode_wait_status, read_stat
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -91,3 +92,32 @@ def test_a_zombies_stat_keeps_the_signal_that_ended_it():
         assert decode_wait_status(stat.exit_status) == (None, signal.SIGKILL, False)
     finally:
         child.wait()
+
+
+def test_a_rank_dead_of_sigsegv_is_named_in_the_first_line_within_a_tick(spawn_target, tmp_path):
+    """A real 2-rank torchrun job on gloo: rank 1 reads address 0 (SIGUSR1 makes it, tests/targets/ddp_job.py).
+    torchrun then stops rank 0 (SIGTERM) and exits, often within the same tick. From the tick that first records rank
+    1's end, the verdict's first line names rank 1 and its SIGSEGV, whichever of the job's ends it speaks of."""
+    out = tmp_path / "job.out"
+    with out.open("w") as handle:
+        launcher = spawn_target("ddp_job.py", "straggler", "--launch", stdout=handle, stderr=subprocess.STDOUT,
+                                timeout=150, ready=lambda _: "ready" in out.read_text())
+    crashed = []
+
+    def reached(job) -> bool:
+        ranks = {rank.rank: rank.pid for rank in job.ranks}
+        if not crashed:
+            if set(ranks) == {0, 1}:
+                os.kill(ranks[1], signal.SIGUSR1)
+                crashed.append(ranks[1])
+            return False
+        return any(rank.rank == 1 and rank.verdict.liveness == "exited" for rank in job.ranks)
+
+    watched = watch_job_until(launcher.pid, tmp_path, reached, timeout=150)
+    pid = crashed[0]
+    ended_at = next(index for index, frame in enumerate(watched.frames) if any(e.pid == pid for e in frame.exits))
+    (end,) = [e for e in watched.frames[ended_at].exits if e.pid == pid]
+    assert (end.role, end.rank) == ("rank", 1), end
+    first = fold(watched.frames[:ended_at + 1]).view.verdict.evidence[0]
+    assert f"rank 1 (PID {pid}) has ended: killed by SIGSEGV: a crash in native code" in first or \
+        f"its rank 1 PID {pid} was killed by SIGSEGV: a crash in native code" in first, first

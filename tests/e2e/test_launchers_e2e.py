@@ -173,8 +173,8 @@ def test_a_rank_gone_before_attach_is_named_while_rank_0_waits_in_all_reduce(tmp
         verdict = verdicts[-1]
         assert verdict.responsible_rank == 1 and verdict.verdict.bottleneck == "comms_bound"
         assert verdict.verdict.evidence[0] == (
-            "rank 1 of 2 is gone (exited before attach); rank 0 waits in all_reduce: hung until gloo's default "
-            "collective timeout, 30 min (no rank uses a GPU)")
+            "rank 1 of 2 is gone (exited before attach); rank 0 waits in all_reduce: hung until the process group's "
+            "timeout (30 min by gloo's default; no rank uses a GPU)")
         assert not any(v is not None and v.finding == "rank_exited" and "has exited" in v.verdict.evidence[0]
                        for v in verdicts), "a rank never seen here is gone before attach, not 'has exited'"
 

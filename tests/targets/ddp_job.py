@@ -10,7 +10,8 @@ Run it under torchrun (``ddp_job.py --launch MODE`` execs ``python -m torch.dist
 - data_starved: both ranks read batches from a DataLoader whose one worker (--workers N: N alike workers) is
   slow; both wait for data.
 
-Rank 0 prints "ready" once both ranks have finished a step together.
+Rank 0 prints "ready" once both ranks have finished a step together. SIGUSR1 makes a rank read address 0 (a real
+SIGSEGV).
 
 As "two nodes" on this one machine (tests/e2e/test_cluster_e2e.py): ``ddp_job.py --launch-node K --nnodes 2
 --master-port P --slow-rank 3 straggler`` execs torchrun with ``--nnodes 2 --node_rank K --nproc_per_node 2``
@@ -20,7 +21,9 @@ and a static rendezvous at 127.0.0.1:P; the two launchers together make a 4-rank
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import socket
 import sys
 import threading
@@ -67,6 +70,8 @@ def train(mode: str, slow_rank: int = 1, workers: int = 1) -> None:
     from torch.utils.data import DataLoader, Dataset
 
     torch.set_num_threads(1)
+    # SIGUSR1 makes a rank read address 0: a real segfault, as a bug in native code makes one (why it died, issue 40).
+    signal.signal(signal.SIGUSR1, lambda *_: ctypes.string_at(0))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),

@@ -295,6 +295,24 @@ def test_a_worker_reaped_before_gputop_read_it_is_said_killed_per_the_main_proce
            "gputop read how it ended)" in unknown.evidence[1]
 
 
+def test_a_rank_that_crashed_is_the_cause_before_one_its_launcher_stopped():
+    """torchrun stops the other ranks once one fails and exits, often in the same tick: rank 0 killed by SIGTERM (per
+    torchrun's log), rank 1 by SIGSEGV (its zombie). The crash is the cause in the headline, named by its rank."""
+    stopped = LogFailure("rank_failed", "exitcode  : -15 (pid: 501)", pid=501, signal=signal.SIGTERM,
+                         logged_at=T0 + 3.4)
+    rank0 = ProcessExit(pid=501, role="rank", name="python", seen_at=T0 + 3.0, rank=0,
+                        read_from="reaped by its parent before gputop read how it ended")
+    rank1 = ProcessExit(pid=502, role="rank", name="python", seen_at=T0 + 3.0, signal=signal.SIGSEGV, rank=1,
+                        read_from="zombie")
+    own = ProcessExit(pid=PID, role="launcher", name="torchrun", seen_at=T0 + 4.0, exit_code=1, read_from="zombie")
+    verdict = fold(_died((stopped,), (rank0, rank1, own))).view.verdict
+    assert verdict.evidence[0].startswith(
+        f"PID {PID} has exited: exited with status 1, as Python does on an uncaught exception, after its rank 1 PID "
+        "502 was killed by SIGSEGV"), verdict.evidence[0]
+    assert any(line.startswith("its rank 0 PID 501 (python) ended") and "SIGTERM" in line
+               for line in verdict.evidence), verdict.evidence
+
+
 def test_an_old_failure_is_not_this_exits_and_a_launchers_account_gives_way_to_the_jobs_own_words():
     stale = LogFailure("exception", "ValueError: from a run before", logged_at=T0 + 3.5 - LOG_FAILURE_BEFORE_S - 1)
     assert last_log_failure((stale,), near=T0 + 3.5) is None
