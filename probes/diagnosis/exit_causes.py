@@ -108,6 +108,20 @@ def log_failures(history: Sequence[Frame]) -> tuple[LogFailure, ...]:
     return ()
 
 
+# Signals that ask a process to stop: a launcher stops the other ranks this way once one fails.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def asked_to_stop(exit_: ProcessExit, log: Sequence[LogFailure]) -> bool:
+    """It ended by a signal that asks a process to stop (STOP_SIGNALS), by /proc or by the log: the consequence of
+    another's end more often than a cause."""
+    number = exit_.signal
+    if number is None:
+        told = told_in_log(log, exit_.pid)
+        number = told.signal if told is not None else None
+    return number in STOP_SIGNALS
+
+
 def told_in_log(log: Sequence[LogFailure], pid: int) -> LogFailure | None:
     """The newest failure line that says how process `pid` ended (a signal or an exit status), or None."""
     return next((failure for failure in reversed(log) if failure.pid == pid and failure.kind in _TOLD_BY

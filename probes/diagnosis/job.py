@@ -41,7 +41,15 @@ from probes.diagnosis.absent_ranks import (
 from probes.diagnosis.collectives import collective_gaps, gap_line
 from probes.diagnosis.contention import with_job_contention
 from probes.diagnosis.evidence import Evidence
-from probes.diagnosis.exit_causes import account, ended, failure_line, kernel_records, last_log_failure, log_failures
+from probes.diagnosis.exit_causes import (
+    account,
+    asked_to_stop,
+    ended,
+    failure_line,
+    kernel_records,
+    last_log_failure,
+    log_failures,
+)
 from probes.diagnosis.rank_projection import RankHistory
 from probes.diagnosis.stacks import (
     COMMS,
@@ -315,9 +323,15 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     kernel = kernel_records(history)
     log = log_failures(history)
     # The rank that ended first is the one to look at: the others often end because it did (a launcher stops them,
-    # or their collective times out).
-    gone = sorted(gone, key=lambda d: exits[d.member.pid].seen_at if d.member.pid in exits else float("inf"))
+    # or their collective times out). One asked to stop (SIGTERM from torchrun) comes after one that was not, seen in
+    # the same tick or not.
+    gone = sorted(gone, key=lambda d: (d.member.pid not in exits, d.member.pid in exits and
+                                       asked_to_stop(exits[d.member.pid], log),
+                                       exits[d.member.pid].seen_at if d.member.pid in exits else 0.0))
     first = gone[0]
+    # "first" only where it was seen to end before the others
+    ended_first = first.member.pid in exits and all(
+        d.member.pid in exits and exits[d.member.pid].seen_at > exits[first.member.pid].seen_at for d in gone[1:])
     # How the first one ended goes in the headline, and its own last words in the log right after it; the others' below.
     first_how = account(exits[first.member.pid], kernel, log).how if first.member.pid in exits else None
     failure = last_log_failure(log, exits[first.member.pid].seen_at if first.member.pid in exits else None,
@@ -330,8 +344,10 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     if len(gone) == 1:
         gone_words = f"{first.label} (PID {first.member.pid}) has ended"
     else:
-        pids = ", ".join(str(d.member.pid) for d in gone[:RANKS_LISTED])
-        gone_words = f"{ranks_text(gone)} (PID {pids}) have ended" + (f", {first.label} first" if first_how else "")
+        listed = sorted(gone, key=lambda d: d.rank)
+        pids = ", ".join(str(d.member.pid) for d in listed[:RANKS_LISTED])
+        gone_words = f"{ranks_text(listed)} (PID {pids}) have ended" + \
+            (f", {first.label}{' first' if ended_first else ''}" if first_how else "")
     gone_words += f": {first_how}" if first_how else ""
     advice = [
         (f"Find why {ranks_text(gone)} ended: the launcher's output has its exit code and traceback; dmesg shows "

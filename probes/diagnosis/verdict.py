@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 from collections.abc import Sequence
 
 from probes.diagnosis.bottlenecks import FACTS_BY_NAME
@@ -29,6 +28,7 @@ from probes.diagnosis.contention import contention
 from probes.diagnosis.evidence import Evidence, gather
 from probes.diagnosis.exit_causes import (
     account,
+    asked_to_stop,
     ended,
     failure_line,
     kernel_records,
@@ -156,7 +156,7 @@ def _exited(history: Sequence[Frame], previous: Verdict | None) -> Verdict:
     # other ranks after one fails, and torchrun's log names their SIGTERM.
     recorded = [child for child in children if child.signal is not None or child.pid in kernel
                 or _killed_per_log(child, log)]
-    cause = min(recorded, key=lambda child: _asked_to_stop(child, log), default=None)
+    cause = min(recorded, key=lambda child: asked_to_stop(child, log), default=None)
     if cause is not None:
         how = account(cause, kernel, log).how  # "killed by …": a signal, the kernel's or the log's record is known
         headline += f", after its {_role_words(cause)} PID {cause.pid} was {how}"
@@ -214,19 +214,6 @@ def _killed_per_log(child: ProcessExit, log: Sequence[LogFailure]) -> bool:
     """/proc could not say how the child ended, and the log says a signal ended it."""
     told = told_in_log(log, child.pid) if child.signal is None and child.exit_code is None else None
     return told is not None and told.signal is not None
-
-
-def _asked_to_stop(child: ProcessExit, log: Sequence[LogFailure]) -> bool:
-    """It ended by a signal that asks a process to stop (SIGTERM, SIGINT, SIGHUP), by /proc or by the log: the
-    consequence of another's end more often than a cause."""
-    number = child.signal
-    if number is None:
-        told = told_in_log(log, child.pid)
-        number = told.signal if told is not None else None
-    return number in STOP_SIGNALS
-
-
-STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 def _role_words(process: ProcessExit) -> str:

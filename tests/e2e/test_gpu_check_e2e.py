@@ -60,8 +60,11 @@ def test_the_dry_run_runs_every_case_end_to_end_on_the_cpu(tmp_path):
         "xl_compiled": None, "xl_eager": "compile", "xl_checkpointed": "drop_checkpointing",
         "xl_eager_tf32": "bf16_autocast", "xl_eager_fp32": "bf16_autocast", "launch_bound": "launch_batch",
         "data_starved": None}
-    assert measured["xl_eager"]["by"] == "xl_compiled's run"  # on the CPU the compiled case's job is the eager one
-    assert measured["xl_checkpointed"]["by"] == "xl_compiled's run"
+    # On the CPU the compiled case's job is the eager one: the run of it with the most steady lines measures their
+    # fixes (the compiled case's, the eager case's own), or where none has enough (a loaded machine), a run of its own.
+    eager_runs = ("xl_compiled's run", "xl_eager's run", "its own run (xl_eager.compile.log)")
+    assert measured["xl_eager"]["by"] in eager_runs
+    assert measured["xl_checkpointed"]["by"] in (*eager_runs, "its own run (xl_checkpointed.drop_checkpointing.log)")
     assert measured["xl_eager_fp32"]["by"] == "its own run (xl_eager_tf32.bf16_autocast.log)"  # one run, two cases
     for name, found in measured.items():
         if found["lever"] is None:

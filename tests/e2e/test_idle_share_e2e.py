@@ -60,7 +60,9 @@ def test_the_idle_share_of_a_line_that_works_and_waits_follows_its_switch(spawn_
         reading = sampler.collect()
         mine = [w for w in reading.windows if w.pid == target.pid]
         assert len(mine) <= 1, mine  # windows come one at a time, each on its own reading
-        assert not reading.errors, reading.errors
+        # py-spy falling behind 200 Hz on a loaded machine is said, and is no error of the share: the window then
+        # takes longer to gather its set number of samples, and is compared over the span it sampled.
+        assert not [e for e in reading.errors if "py-spy fell behind" not in e], reading.errors
         if mine:
             # The window's samples span its end less what py-spy sampled (its start-up before the first sample left
             # out: its "Sampling process" line's moment, seen by the pair's wait).

@@ -44,10 +44,14 @@ def train() -> None:
         dist.all_reduce(value)
         value.fill_(1.0)
         step += 1
+        # Each line one write: the two ranks share the log, and print()'s text and newline as two writes interleaved
+        # ("rank 0 pid 41rank 1 pid 42"), which the test could not read.
         if step == 1:
-            print(f"rank {rank} pid {os.getpid()}", flush=True)
+            sys.stdout.write(f"rank {rank} pid {os.getpid()}\n")
+            sys.stdout.flush()
         if step % 10 == 0:
-            print(f"step {step} | loss {1.0 / step:.4f}", flush=True)
+            sys.stdout.write(f"step {step} | loss {1.0 / step:.4f}\n")
+            sys.stdout.flush()
         time.sleep(0.05)
 
 

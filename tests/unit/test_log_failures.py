@@ -357,3 +357,23 @@ def test_the_failures_ride_in_a_recorded_frame():
                          pid=57, signal=signal.SIGKILL, logged_at=T0 + 1.5)
     frame = make_frame(0, progress=_progress(failure))
     assert from_jsonable(Frame, json.loads(json.dumps(to_jsonable(frame)))) == frame
+
+
+def test_of_two_ranks_gone_in_one_tick_the_one_that_crashed_is_named_not_the_one_stopped():
+    """A loaded CI run: rank 1 read address 0, torchrun stopped rank 0 (SIGTERM) and both were gone by the next tick,
+    its launcher still running. The headline named rank 0 "first" by the order of the exits; the crash leads, and
+    "first" is not claimed of two ends seen in one tick."""
+    stopped = LogFailure("rank_failed", "exitcode  : -15 (pid: 501)", pid=RANK0, signal=signal.SIGTERM,
+                         logged_at=T0 + 4.6)
+    frames = straggler_frames(4)
+    rank0 = ProcessExit(pid=RANK0, role="rank", name="python", seen_at=T0 + 5.0, rank=0,
+                        read_from="reaped by its parent before gputop read how it ended")
+    rank1 = ProcessExit(pid=RANK1, role="rank", name="python", seen_at=T0 + 5.0, signal=signal.SIGSEGV, rank=1,
+                        read_from="zombie")
+    frames += [dataclasses.replace(job_frame(i, [], job=job_info(ranks=())), exits=(rank0, rank1) if i == 4 else (),
+                                   progress=_progress(stopped)) for i in range(4, 6)]
+    job = run_job(frames)[-1]
+    assert job.finding == "rank_exited" and job.responsible_rank == 1, job
+    assert job.verdict.evidence[0].startswith(
+        f"ranks 0, 1 (PID {RANK0}, {RANK1}) have ended, rank 1: killed by SIGSEGV: a crash in native code"), \
+        job.verdict.evidence[0]
