@@ -143,6 +143,35 @@ class StepPace:
             return None
         return sum(p.seconds for p in spanned) / len(spanned), spanned[-1]
 
+    def _printed_over_time(self) -> float | None:
+        """The printed figures of the window weighted by the time each stood (from the line before to it): the mean
+        the per-line one is checked against (see _ratio)."""
+        start, end = self._sightings[0][0], self._sightings[-1][0]
+        weighted = total = 0.0
+        before = start
+        for printed in self._printed:
+            if start < printed.time <= end:
+                weighted += printed.seconds * (printed.time - before)
+                total += printed.time - before
+                before = printed.time
+        return weighted / total if total > 0 else None
+
+    def _ratio(self, per_line: float, counted: float) -> float:
+        """How far the printed figures stand from the counter, as a ratio of at least 1: by their mean per line, and
+        by their mean over time, whichever is nearer the counter (1.0 where the two stand on either side of it).
+        Per line is exact for a figure printed per step (nanoGPT's dt: the lines' mean is the window's time over
+        its steps, however the steps alternate); a figure that is itself a moving average (the demo's, Megatron's
+        over its log interval) weighs fast stretches more per line, since their lines are denser: on a pace that
+        varied with a loaded CI machine's load, the demo's printed 10 s means averaged 34 ms per line against the
+        counter's 42 ms, and a disagreement was claimed. Over time that figure comes right; a per-step figure that
+        alternates (batches in pairs) comes out long there. A real disagreement shows in both."""
+        over_time = self._printed_over_time()
+        if over_time is None or over_time <= 0:
+            return max(per_line, counted) / min(per_line, counted)
+        if (per_line - counted) * (over_time - counted) <= 0:
+            return 1.0
+        return min(max(per_line, counted) / min(per_line, counted), max(over_time, counted) / min(over_time, counted))
+
     def _judge_newest(self) -> None:
         if self._unjudged:
             self._unjudged = False
@@ -156,7 +185,7 @@ class StepPace:
         if compared is None or compared[0] <= 0 or counted <= 0:
             self._held = 0  # no evidence at this line: a run of lines past a threshold is broken
             return
-        ratio = max(compared[0], counted) / min(compared[0], counted)
+        ratio = self._ratio(compared[0], counted)
         if self._claimed and ratio < SAME_IN_WORDS:
             self._claimed, self._held = False, 0
             return

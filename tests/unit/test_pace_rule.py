@@ -4,6 +4,8 @@ cases are tests/e2e/test_pace_rule_e2e.py)."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from probes.pace import (
@@ -173,3 +175,40 @@ def test_memory_is_bounded_whatever_the_log_prints():
         pace.note_step(step, step * 0.001)
     assert len(pace._sightings) <= 4096 and len(pace._printed) <= 4096
     assert pace.figures().seconds_per_iter == pytest.approx(0.001)
+
+
+def _moving_average_log(phases: list[tuple[float, float]], average_s: float = 10.0, read_every_s: float = 1.0):
+    """A log that prints, at each step, its mean step time over the last `average_s` (the demo's, Megatron's way),
+    for `phases` of (seconds, step time), read every `read_every_s`: the figures after each read."""
+    pace = StepPace()
+    clock, step, ends, lines = 0.0, 0, deque([0.0]), []
+    for seconds, step_s in phases:
+        stop = clock + seconds
+        while clock < stop:
+            clock += step_s
+            step += 1
+            ends.append(clock)
+            while len(ends) > 2 and clock - ends[1] >= average_s:
+                ends.popleft()
+            lines.append((clock, step, (clock - ends[0]) / (len(ends) - 1)))
+    figures, index, read_at = [], 0, read_every_s
+    while index < len(lines):
+        while index < len(lines) and lines[index][0] <= read_at:
+            _, number, printed = lines[index]
+            pace.note_printed(printed, None, read_at)
+            pace.note_step(number, read_at)
+            index += 1
+        figures.append(pace.figures())
+        read_at += read_every_s
+    return figures
+
+
+def test_a_moving_average_that_follows_a_slowdown_claims_no_disagreement():
+    """A loaded CI run: the demo prints its mean step time over the last 10 s, and its pace slowed as the machine's
+    load rose. Its lines are dense while fast and sparse while slow, so per line the printed means weigh the fast
+    stretch more: 10.6 ms against the counter's 13.7 ms, and a disagreement was claimed. Over time they come right,
+    and a claim needs both."""
+    figures = _moving_average_log([(20.0, 0.01), (10.0, 0.06)])
+    assert all(f.printed_seconds_per_iter is None for f in figures), \
+        [f.printed_seconds_per_iter for f in figures if f.printed_seconds_per_iter is not None][:3]
+    assert figures[-1].seconds_per_iter == pytest.approx(29.0 / (2000 + 167 - 100), rel=0.05)  # from the 1st read
