@@ -204,10 +204,10 @@ def _moving_average_log(phases: list[tuple[float, float]], average_s: float = 10
 
 
 def test_a_moving_average_that_follows_a_slowdown_claims_no_disagreement():
-    """A loaded CI run: the demo prints its mean step time over the last 10 s, and its pace slowed as the machine's
-    load rose. Its lines are dense while fast and sparse while slow, so per line the printed means weigh the fast
-    stretch more: 10.6 ms against the counter's 13.7 ms, and a disagreement was claimed. Over time they come right,
-    and a claim needs both."""
+    """The demo prints its mean step time over the last 10 s (a loaded CI run claimed its printed 34 ms disagreed
+    with the counter's 42 ms). Where the pace slows, its lines are dense while fast and sparse while slow, so per line
+    the printed means weigh the fast stretch more: here 10.6 ms against the counter's 13.7 ms, claimed by the rule
+    before. Over time they come right, and a claim needs both."""
     figures = _moving_average_log([(20.0, 0.01), (10.0, 0.06)])
     assert all(f.printed_seconds_per_iter is None for f in figures), \
         [f.printed_seconds_per_iter for f in figures if f.printed_seconds_per_iter is not None][:3]
