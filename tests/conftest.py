@@ -189,22 +189,10 @@ def tiny_cpu_quota():
 def memory_group():
     """memory_group(limit_bytes) -> a real memory cgroup without swap (tests/support/cgroups.py MemoryGroup); each
     one made is removed when the test ends."""
-    from support.cgroups import MemoryGroup
+    from support.cgroups import MemoryGroup, groups_made
 
-    if os.geteuid() != 0:
-        pytest.skip("making cgroups needs root")
-    made: list = []
-
-    def make(limit_bytes: int):
-        group = MemoryGroup(f"gputop_memory_{os.getpid()}_{len(made)}", limit_bytes)
-        made.append(group)
-        return group
-
-    try:
-        yield make
-    finally:
-        for group in made:
-            group.remove()
+    yield from groups_made(lambda number, limit_bytes: MemoryGroup(f"gputop_memory_{os.getpid()}_{number}",
+                                                                   limit_bytes))
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ class DiagnosedRank:
     member: _Member
     verdict: Verdict
     evidence: Evidence | None
-    history: Sequence[Frame] = ()  # the rank's own history (RankHistory: its node's frames, cut down to it)
+    history: Sequence[Frame]  # the rank's own history (RankHistory: its node's frames, cut down to it)
 
     @property
     def rank(self) -> int:
@@ -325,9 +325,11 @@ def _rank_exited(history: Sequence[Frame], live: list[DiagnosedRank], gone: list
     # The rank that ended first is the one to look at: the others often end because it did (a launcher stops them,
     # or their collective times out). One asked to stop (SIGTERM from torchrun) comes after one that was not, seen in
     # the same tick or not.
-    gone = sorted(gone, key=lambda d: (d.member.pid not in exits, d.member.pid in exits and
-                                       asked_to_stop(exits[d.member.pid], log),
-                                       exits[d.member.pid].seen_at if d.member.pid in exits else 0.0))
+    def end_order(d: DiagnosedRank) -> tuple[bool, bool, float]:
+        end = exits.get(d.member.pid)
+        return (end is None, end is not None and asked_to_stop(end, log), end.seen_at if end is not None else 0.0)
+
+    gone = sorted(gone, key=end_order)
     first = gone[0]
     # "first" only where it was seen to end before the others
     ended_first = first.member.pid in exits and all(

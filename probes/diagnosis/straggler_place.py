@@ -89,7 +89,7 @@ def excess_place(slow: RankTimes, others: Sequence[RankTimes]) -> ExcessPlace:
         average = sum(t.get(spot, (0.0, pair))[0] for t in theirs) / max(1, len(theirs))
         places.append(PlaceShare(format_where(*pair), share, average))
     places.sort(key=lambda place: -place.excess)  # stable: of equal excesses, the place first sampled first
-    seconds = slow.history[-1].time - start if slow.history else 0.0
+    seconds = slow.history[-1].time - start
     if not places:
         return ExcessPlace((PlaceShare("an unknown frame", 0.0, 0.0),), mine.samples, seconds)
     best = places[0]
@@ -102,8 +102,6 @@ def _start(rank: RankTimes) -> float:
     """Where the frames the place is read over begin (a frame counts where its time is later): the verdict's stack
     window's start, or earlier until the rank's main thread has PLACE_MIN_SAMPLES samples, within PLACE_WINDOW_S
     and after the latest phase-change mark."""
-    if not rank.history:
-        return 0.0
     window_start = rank.history[-1].time - STACK_WINDOW_S
     start = rank.history[-1].time
     samples = 0
@@ -118,7 +116,7 @@ def _start(rank: RankTimes) -> float:
 def _profile(rank: RankTimes, start: float) -> ThreadProfile:
     """The rank's main thread over its frames that end after `start`, classified as its own profile classifies."""
     profile = ThreadProfile(peer_wait=rank.profile.peer_wait)
-    for frame in recent(rank.history, PLACE_WINDOW_S) if rank.history else ():
+    for frame in recent(rank.history, PLACE_WINDOW_S):
         if frame.time > start:
             for count in main_thread_counts(frame, rank.pid):
                 profile.add(count)

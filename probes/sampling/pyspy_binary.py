@@ -195,8 +195,10 @@ class PyspyRun:
         self.cut = False  # a record window ended early because the picture may have moved
         self.ended: float | None = None  # time.monotonic() when it was seen to have exited
         self.stdout_path = stdout_path
-        # time.monotonic() of its first sample, for a record (note_sampling_start); None until seen
+        # time.monotonic() of its first sample, for a record (note_sampling_start); None until seen, or where its
+        # output showed something else first (`sampling_read` then says to stop looking)
         self.sampling_from: float | None = None
+        self.sampling_read = False
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         actions: list[tuple[int | str, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -255,8 +257,9 @@ class PyspyRun:
         """Note when this record run began to sample, if it has and it is not known yet. py-spy prints "Sampling
         process ..." once it has attached and read the interpreter (a second or more on a crowded machine, seen up
         to 3 s) and writes nothing more until its end, so the file's mtime while it holds that one line is when
-        sampling began; once the end's line is written too the moment is lost, and it stays None."""
-        if self.sampling_from is not None:
+        sampling began; once the end's line is written too the moment is lost, and it stays None. Whatever the
+        output holds first settles it (`sampling_read`): an error, another py-spy's words, or the line."""
+        if self.sampling_read:
             return
         try:
             with open(self.stdout_path, "rb") as handle:
@@ -264,9 +267,11 @@ class PyspyRun:
                 head = handle.read(SAMPLING_LINE_MAX_BYTES + 1)
         except OSError:
             return
+        if not head.endswith(b"\n") and len(head) <= SAMPLING_LINE_MAX_BYTES:
+            return  # still attaching, or a short line not yet whole
+        self.sampling_read = True
         # The line and the blank line py-spy prints after it, nothing more yet.
-        if head.startswith(SAMPLING_LINE) and head.endswith(b"\n") and b"\n" not in head.rstrip(b"\n") \
-                and len(head) <= SAMPLING_LINE_MAX_BYTES:
+        if head.startswith(SAMPLING_LINE) and b"\n" not in head.rstrip(b"\n") and len(head) <= SAMPLING_LINE_MAX_BYTES:
             self.sampling_from = time.monotonic() - max(0.0, time.time() - stat.st_mtime)
 
     def _reap(self, block: bool) -> None:
@@ -397,10 +402,10 @@ class RecordPair:
             if len(fds) < len(running):  # no pidfd (kernels before 5.3): one after the other
                 return all(run.wait(max(0.0, deadline - time.monotonic()), interrupt_fd) for run in running)
             remaining = deadline - time.monotonic()
-            looking = timing.running and timing.sampling_from is None
+            looking = timing.running and not timing.sampling_read
             if looking:
                 timing.note_sampling_start()
-                looking = timing.sampling_from is None
+                looking = not timing.sampling_read
             ready, _, _ = select.select([*fds, *([interrupt_fd] if interrupt_fd is not None else [])], [], [],
                                         max(min(remaining, SAMPLING_START_POLL_S) if looking else remaining, 0.0))
             for run in running:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from support.jobwatch import watch_job_until, watch_until
+from support.jobwatch import watch_job_until, watch_until_ended
 from support.processes import wait_for
 
 from probes.monitoring.monitor import fold
@@ -30,20 +30,7 @@ def _start(spawn_target):
 def _dies(spawn_target, tmp_path, kill, expected: str):
     """Watch the job, kill it with `kill(target, workers)` once gputop has seen it, and wait for the verdict."""
     target, workers = _start(spawn_target)
-    killed = []
-
-    def said(view) -> bool:
-        if not killed:
-            if view.verdict.liveness != "exited" and view.latest.process(target.pid) is not None:
-                kill(target, workers)
-                killed.append(True)
-            return False
-        return view.verdict.liveness == "exited"
-
-    watched = watch_until(target.pid, tmp_path, said, timeout=120)
-    verdict = watched.document["verdict"]
-    assert verdict["liveness"] == "exited", verdict
-    assert verdict["evidence"][0].startswith(f"PID {target.pid} has exited: "), verdict["evidence"]
+    verdict = watch_until_ended(target.pid, tmp_path, lambda: kill(target, workers)).document["verdict"]
     assert expected in verdict["evidence"][0] or any(expected in line for line in verdict["evidence"]), \
         verdict["evidence"]
     return verdict

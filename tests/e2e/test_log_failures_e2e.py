@@ -11,7 +11,7 @@ import signal
 import subprocess
 
 import pytest
-from support.jobwatch import watch_job_until, watch_until
+from support.jobwatch import watch_job_until, watch_until_ended
 from support.processes import free_port, start_logged, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -30,21 +30,10 @@ def _dies(spawn_target, tmp_path, kill, *args: str):
     """Watch the job, kill it with `kill(target, workers)` once gputop has seen it, and wait until the exited verdict
     says the log's last error."""
     target, workers, log = _logged_target(spawn_target, tmp_path, *args)
-    killed = []
-
-    def said(view) -> bool:
-        if not killed:
-            if view.verdict.liveness != "exited" and view.latest.process(target.pid) is not None:
-                kill(target, workers)
-                killed.append(True)
-            return False
-        return view.verdict.liveness == "exited" and any(
-            line.startswith("the log's last error: ") for line in view.verdict.evidence)
-
-    watched = watch_until(target.pid, tmp_path, said, timeout=120)
+    watched = watch_until_ended(
+        target.pid, tmp_path, lambda: kill(target, workers),
+        ended=lambda view: any(line.startswith("the log's last error: ") for line in view.verdict.evidence))
     verdict = watched.document["verdict"]
-    assert verdict["liveness"] == "exited", verdict
-    assert verdict["evidence"][0].startswith(f"PID {target.pid} has exited: "), verdict["evidence"]
     return watched, verdict, workers, log.read_text()
 
 

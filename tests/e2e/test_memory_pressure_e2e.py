@@ -17,7 +17,7 @@ import re
 import threading
 
 import pytest
-from support.cgroups import PressureGroup
+from support.cgroups import PressureGroup, groups_made
 from support.jobwatch import HANG_AFTER_S, watch_until
 
 from probes.monitoring.monitor import Monitor
@@ -36,20 +36,7 @@ MACHINE = re.compile(r"^memory pressure on the whole machine: (all of the machin
 
 @pytest.fixture
 def pressure_group():
-    if os.geteuid() != 0:
-        pytest.skip("making cgroups needs root")
-    made: list[PressureGroup] = []
-
-    def make() -> PressureGroup:
-        group = PressureGroup(f"gputop_psi_{os.getpid()}_{len(made)}")
-        made.append(group)
-        return group
-
-    try:
-        yield make
-    finally:
-        for group in made:
-            group.remove()
+    yield from groups_made(lambda number: PressureGroup(f"gputop_psi_{os.getpid()}_{number}"))
 
 
 def _collect(stream, lines: list[str]) -> None:

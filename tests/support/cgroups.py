@@ -129,3 +129,22 @@ def remove_group(root: Path, group: Path, wait_s: float = 10.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def groups_made(make_group: Callable[..., MemoryGroup | PressureGroup]) -> Iterator[Callable[..., object]]:
+    """A cgroup fixture's body (`yield from` it): a factory whose groups (`make_group(number, *args)`, the number
+    telling one test's groups apart) are removed when the test ends; the test skips without root."""
+    if os.geteuid() != 0:
+        pytest.skip("making cgroups needs root")
+    made: list[MemoryGroup | PressureGroup] = []
+
+    def make(*args: object) -> MemoryGroup | PressureGroup:
+        group = make_group(len(made), *args)
+        made.append(group)
+        return group
+
+    try:
+        yield make
+    finally:
+        for group in made:
+            group.remove()

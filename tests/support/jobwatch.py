@@ -82,3 +82,24 @@ def watch_job_until(target: int | list[str], tmp_path: Path, reached, *, timeout
 def settled(job) -> bool:
     """The job verdict is neither provisional nor held over from before: what the screen states plainly."""
     return not any(line.startswith(("provisional:", "holding:")) for line in job.verdict.evidence)
+
+
+def watch_until_ended(target_pid: int, tmp_path: Path, kill, ended=lambda view: True,
+                      timeout: float = 120.0) -> WatchedJob:
+    """Watch a target, call `kill()` once gputop has seen it alive, and wait for an exited verdict that `ended(view)`
+    accepts; its headline is the exited one."""
+    killed = []
+
+    def said(view) -> bool:
+        if not killed:
+            if view.verdict.liveness != "exited" and view.latest.process(target_pid) is not None:
+                kill()
+                killed.append(True)
+            return False
+        return view.verdict.liveness == "exited" and ended(view)
+
+    watched = watch_until(target_pid, tmp_path, said, timeout=timeout)
+    verdict = watched.document["verdict"]
+    assert verdict["liveness"] == "exited", verdict
+    assert verdict["evidence"][0].startswith(f"PID {target_pid} has exited: "), verdict["evidence"]
+    return watched

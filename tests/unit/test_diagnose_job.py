@@ -554,14 +554,19 @@ def test_two_data_starved_ranks_are_shared_data_bound_not_a_straggler():
     assert job.verdict.evidence[0].startswith("all 2 ranks: data_bound — rank "), job.verdict.evidence
 
 
+def _rank1_busy(i: int, counts):
+    """Frame i of a two-rank job whose rank 1 runs flat out and rank 0 at 30%, with these stack counts."""
+    return job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=counts)
+
+
 def test_at_the_settled_rate_the_straggler_s_place_rests_on_more_than_the_verdicts_window():
     """Issue 39, from a real accelerate job beside two busy processes: at 1 Hz the verdict's 10 s window holds about
     ten samples a rank, and three of rank 0's fell in the place rank 1 does six times more of, so a DataLoader wait
     (3 of rank 1's ten, none of rank 0's) looked the larger excess. The place rests on 40 samples at least."""
 
     def second(i: int, rank1, rank0):
-        return job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
-            count(RANK0, rank0, n=1, idle=rank0 is DDP_WAIT), count(RANK1, rank1, n=1, idle=rank1 is DATALOADER_WAIT)])
+        return _rank1_busy(i, [count(RANK0, rank0, n=1, idle=rank0 is DDP_WAIT),
+                               count(RANK1, rank1, n=1, idle=rank1 is DATALOADER_WAIT)])
 
     usual_1 = [SLOW_AUGMENT] * 4 + [FORWARD] * 4 + [DATALOADER_WAIT] + [DDP_WAIT]
     usual_0 = [DDP_WAIT] * 7 + [FORWARD] * 3
@@ -579,7 +584,7 @@ def test_two_places_of_the_same_excess_are_both_named():
     """From a real accelerate job beside two busy processes, 13 samples a rank: rank 1 packed in 4 samples and freed
     the last step's rows (its own line, 6 times rank 0's rows too) in 4, rank 0 was in each once. Which came first
     was chance: both are named, and a third place with little excess is not."""
-    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
+    frames = [_rank1_busy(i, [
         count(RANK0, DDP_WAIT, n=8, idle=True), count(RANK0, SLOW_AUGMENT, n=1), count(RANK0, SLOW_PYTHON, n=1),
         count(RANK1, SLOW_AUGMENT, n=4), count(RANK1, SLOW_PYTHON, n=4), count(RANK1, FORWARD, n=2),
     ]) for i in range(8)]
@@ -596,7 +601,7 @@ def test_the_straggler_s_own_backward_is_no_excess_where_the_others_wait_there()
     the all-reduce), rank 0's in the same backward waiting for it. Counted as work only, rank 0 had 0% there and
     rank 1's backward read as a second excess place (3 of 10 runs); the others' time there, waiting included, is the
     baseline."""
-    frames = [job_frame(i, [rank_proc(RANK0, 0, cpu=30.0), rank_proc(RANK1, 1, cpu=100.0)], counts=[
+    frames = [_rank1_busy(i, [
         count(RANK0, DDP_WAIT, n=7, idle=True), count(RANK0, FORWARD, n=2), count(RANK0, SLOW_AUGMENT, n=1),
         count(RANK1, SLOW_AUGMENT, n=5), count(RANK1, DDP_WAIT, n=3), count(RANK1, FORWARD, n=2),
     ]) for i in range(8)]
