@@ -64,7 +64,10 @@ def test_a_killed_dataloader_worker_is_named_beside_the_jobs_exit(spawn_target, 
         killed.append(workers[0])
 
     verdict = _dies(spawn_target, tmp_path, kill_worker, "exited with status 1")
-    assert any(line.startswith(f"its DataLoader worker PID {killed[0]} ") for line in verdict["evidence"]), \
+    # Named beside the exit: the headline's cause where its SIGKILL was read (before a sibling the main process
+    # stopped as it raised: a stop is a consequence), else a line of its own (reaped before a tick read how it ended).
+    assert f"after its DataLoader worker PID {killed[0]} was killed by SIGKILL" in verdict["evidence"][0] or \
+        any(line.startswith(f"its DataLoader worker PID {killed[0]} ") for line in verdict["evidence"]), \
         verdict["evidence"]
 
 
