@@ -15,7 +15,7 @@ from typing import Literal
 
 from probes.diagnosis.compile_history import CompileHistory, compile_history, compiled_code_share
 from probes.diagnosis.exit_causes import account, ended, kernel_records
-from probes.diagnosis.frame_stacks import FrameStacks, Stack, frame_stacks
+from probes.diagnosis.frame_stacks import FrameStacks, Stack, frame_stacks, frames_sampled_enough
 from probes.diagnosis.gil import GIL_WINDOW_S, GilSummary, gil_summary
 from probes.diagnosis.gpu_summary import GpuSummary, gpu_summary, target_devices
 from probes.diagnosis.stacks import (
@@ -52,6 +52,8 @@ ProgressSignal = Literal["cpu", "producers", "reads", "io", "stack", "gpu", "log
 # Main-thread samples after a phase-change mark that let the stack window start at the mark: diagnose's
 # THIN_SAMPLES, the fewest a verdict is reached on.
 PHASE_CHANGE_SAMPLES = 10
+# ... and, with fewer in the stack window and no phase change in it, how far back the window reaches for that many
+SAMPLES_REACH_S = 60.0
 UNCHANGED_LOOKBACK_S = 60.0  # how far back a still main-thread stack is followed
 CPU_PROGRESS_PCT = 2.0  # processes' CPU below this (percent of one core, 10 ms tick) is "no CPU time"
 # The main thread's CPU (schedstat, nanoseconds) above this is progress: 2 ms a second. A thread blocked
@@ -411,6 +413,11 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
 
     main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     after_change = _after_phase_change(stack_frames)
+    if after_change is None and main.samples < PHASE_CHANGE_SAMPLES:
+        # Too few samples in the window and no change in it: the samples before it are the same picture's (the
+        # sampler settles only while the picture holds still), and the verdict is reached on them.
+        stack_frames = frames_sampled_enough(history, main_pid, PHASE_CHANGE_SAMPLES, SAMPLES_REACH_S)
+        main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
     if after_change is None and main.share(CHECKPOINT) > 0:
         after_change = _after_ended_save(stack_frames, main_pid)
     if after_change is not None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from probes.diagnosis.stacks import COMPILE, classify_cached, runs_compiled_code
-from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES
+from probes.diagnosis.windows import MAX_LOOKBACK_FRAMES, STACK_WINDOW_S, recent
 from probes.frame import ROLE_DATALOADER_WORKER, Frame, StackCount, StackFrame
 from probes.stack_identity import is_main_thread
 
@@ -98,6 +98,29 @@ def frame_stacks(frame: Frame, main_pid: int) -> FrameStacks:
 def main_thread_counts(frame: Frame, main_pid: int) -> tuple[StackCount, ...]:
     """The main thread's stack counts in one frame (memoised with the rest of the frame's summary)."""
     return frame_stacks(frame, main_pid).main_counts
+
+
+def frames_sampled_enough(history: Sequence[Frame], main_pid: int, min_samples: int, reach_s: float) -> list[Frame]:
+    """The frames of the last STACK_WINDOW_S, and earlier ones too until the main thread's samples in them reach
+    `min_samples`: back `reach_s` at most, and never past a phase-change mark (the frames up to it are another
+    phase). Oldest first.
+
+    A window of fixed length can hold none of a thread's samples: once the sampler has settled (1 Hz, the picture
+    holding still) a process's record window of 10 samples took up to 18 s beside two busy processes, and the
+    processes of a tree take turns, so a 10 s look-back held no finished window of a rank for seconds at a time
+    (a steady data-starved DDP job read "provisional: only 1 sample" a third of the time)."""
+    frames = recent(history, reach_s)
+    if not frames:
+        return []
+    window_start = frames[-1].time - STACK_WINDOW_S
+    taken = 0
+    samples = 0
+    for frame in reversed(frames):
+        if frame.stacks.phase_change or (frame.time <= window_start and samples >= min_samples):
+            break
+        taken += 1
+        samples += sum(count.count for count in main_thread_counts(frame, main_pid))
+    return frames[len(frames) - taken:]
 
 
 def reaches_root(frames: Sequence[StackFrame]) -> bool:

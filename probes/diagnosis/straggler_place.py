@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from probes.diagnosis.frame_stacks import main_thread_counts
+from probes.diagnosis.frame_stacks import frames_sampled_enough, main_thread_counts
 from probes.diagnosis.stacks import ACTIVITIES, COMMS, ThreadProfile, format_where, place_key
-from probes.diagnosis.windows import STACK_WINDOW_S, recent
+from probes.diagnosis.windows import recent
 from probes.frame import Frame, StackFrame
 
 PLACE_MIN_SAMPLES = 40
@@ -102,15 +102,8 @@ def _start(rank: RankTimes) -> float:
     """Where the frames the place is read over begin (a frame counts where its time is later): the verdict's stack
     window's start, or earlier until the rank's main thread has PLACE_MIN_SAMPLES samples, within PLACE_WINDOW_S
     and after the latest phase-change mark."""
-    window_start = rank.history[-1].time - STACK_WINDOW_S
-    start = rank.history[-1].time
-    samples = 0
-    for frame in reversed(recent(rank.history, PLACE_WINDOW_S)):
-        if frame.stacks.phase_change or (frame.time <= window_start and samples >= PLACE_MIN_SAMPLES):
-            break
-        start = frame.time - frame.interval_s
-        samples += sum(count.count for count in main_thread_counts(frame, rank.pid))
-    return start
+    frames = frames_sampled_enough(rank.history, rank.pid, PLACE_MIN_SAMPLES, PLACE_WINDOW_S)
+    return frames[0].time - frames[0].interval_s if frames else rank.history[-1].time
 
 
 def _profile(rank: RankTimes, start: float) -> ThreadProfile:

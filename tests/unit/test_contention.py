@@ -27,12 +27,14 @@ from support.job_frames import (
 )
 
 from probes.diagnosis.contention import LINE_PREFIX, _said, job_contention, with_job_contention
+from probes.diagnosis.evidence import SAMPLES_REACH_S
 from probes.diagnosis.rank_projection import project_rank
 from probes.diagnosis.verdict_lines import VerdictLine, kind_of
 from probes.frame import CpuReading, HostCpuReading, Verdict
 from probes.monitoring.monitor import fold
 
 CPUS = 2
+AGED_OUT = 8 + int(SAMPLES_REACH_S) + 1  # the frame from which the first 8 frames' samples are out of reach
 
 
 def _frames(busy_cpus: float, n: int = 8):
@@ -90,9 +92,9 @@ def test_a_held_job_verdict_keeps_one_shared_cpus_line():
     frames = _frames(busy_cpus=1.9, n=8)
     host = frames[0].host
     quiet = [dataclasses.replace(job_frame(i, [rank_proc(RANK0, 0, cpu=20.0), rank_proc(RANK1, 1, cpu=60.0)]),
-                                 host=host) for i in range(8, 18)]  # the straggler's samples age out
+                                 host=host) for i in range(8, AGED_OUT)]  # the straggler's samples age out
     few = [dataclasses.replace(job_frame(i, [rank_proc(RANK0, 0, cpu=20.0), rank_proc(RANK1, 1, cpu=60.0)], counts=[
-        count(RANK0, FORWARD, n=1), count(RANK1, FORWARD, n=1)]), host=host) for i in range(18, 21)]
+        count(RANK0, FORWARD, n=1), count(RANK1, FORWARD, n=1)]), host=host) for i in range(AGED_OUT, AGED_OUT + 3)]
     held = run_job(frames + quiet + few)[-1]
     assert held.finding == "straggler" and any(line.startswith("holding:") for line in held.verdict.evidence)
     assert _contention_lines(held.verdict.evidence) == [

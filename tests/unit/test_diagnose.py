@@ -44,6 +44,7 @@ from support.frames import (
 )
 from support.work import lines_run
 
+from probes.diagnosis.evidence import SAMPLES_REACH_S
 from probes.diagnosis.stacks import (
     COMPILE,
     COMPUTE,
@@ -870,11 +871,12 @@ def test_a_held_verdict_keeps_its_findings_once_and_its_notes_are_told_by_kind()
     """The notes a held verdict leaves out of what it keeps (how thin, holding, the shared CPUs added afresh each
     tick) are picked by their kind, never by their words: each is said once, and each line is still its text."""
     frames = [make_frame(i, counts=[main_count(TOKENIZE, n=5)], cpu=45.0) for i in range(12)]
-    frames += [make_frame(i, cpu=45.0) for i in range(12, 22)]  # the tokenising samples age out of the window
-    frames += [make_frame(i, counts=[main_count(FORWARD, n=1)], cpu=45.0) for i in range(22, 25)]
+    aged_out = 12 + int(SAMPLES_REACH_S) + 1  # the tokenising samples age out of the window's reach
+    frames += [make_frame(i, cpu=45.0) for i in range(12, aged_out)]
+    frames += [make_frame(i, counts=[main_count(FORWARD, n=1)], cpu=45.0) for i in range(aged_out, aged_out + 3)]
     frames = [dataclasses.replace(f, host=_host(1.95)) for f in frames]
     verdicts = run(frames)
-    held = verdicts[24]
+    held = verdicts[aged_out + 2]
     assert held.bottleneck == "data_bound"
     kinds = [kind_of(line) for line in held.evidence]
     assert kinds.count("holding") == 1 and kinds.count("contention") == 1 and "provisional" not in kinds
@@ -884,7 +886,7 @@ def test_a_held_verdict_keeps_its_findings_once_and_its_notes_are_told_by_kind()
     assert json.loads(json.dumps(list(held.evidence))) == [str(line) for line in held.evidence]
     # The rule's findings are plain lines, kept as they were however long the verdict is held.
     assert [line for line in held.evidence if kind_of(line) == "finding"] == \
-        [line for line in verdicts[22].evidence if kind_of(line) == "finding"]
+        [line for line in verdicts[aged_out].evidence if kind_of(line) == "finding"]
     first = diagnose([make_frame(0, counts=[main_count(TOKENIZE, n=4)], cpu=None)])
     assert [kind_of(line) for line in first.evidence].count("provisional") == 1
 
@@ -1023,6 +1025,29 @@ def test_a_phase_change_mark_lets_the_new_phase_win_without_waiting_out_the_old_
     assert "main thread: 100% of 11 samples running on the CPU" in marked[27].evidence[0]
     unmarked = run(frames(marked=False))
     assert unmarked[27].bottleneck == "data_bound"  # 16 + 10 tokenising samples still in the window
+
+
+def test_a_window_longer_than_the_look_back_still_gives_its_samples_to_the_verdict():
+    """At the settled rate a process's record window of 13 samples can take 18 s (a rank of a loaded DDP job, its
+    workers taking turns beside it): the 10 s look-back held none of its samples for seconds at a time and the
+    verdict fell back to one dump, "provisional" a third of the time on a steady job. The look-back reaches back to
+    the samples before, but not past a phase-change mark."""
+    def frames(marked: bool) -> list[Frame]:
+        out = [make_frame(i, counts=[main_count(TOKENIZE, n=13)] if i in (0, 18) else [], cpu=100.0)
+               for i in range(34)]
+        if marked:
+            out[24] = dataclasses.replace(out[24], stacks=dataclasses.replace(out[24].stacks,
+                                                                              phase_change="PID 4242: CPU moved"))
+        return out
+
+    steady = run(frames(marked=False))
+    assert all(v.bottleneck == "data_bound" and not {kind_of(line) for line in v.evidence} & {"provisional", "holding"}
+               for v in steady[18:]), [v.evidence for v in steady[18:]]
+    assert "13 samples" in steady[33].evidence[0]  # 15 s after its window ended, its samples are the verdict's
+    # After a mark the samples before it are another phase's: too few since then, and the verdict is held or
+    # provisional, never reached on them.
+    changed = run(frames(marked=True))
+    assert {kind_of(line) for line in changed[33].evidence} & {"provisional", "holding"}, changed[33].evidence
 
 
 def test_confidence_does_not_swing_while_nothing_changes():

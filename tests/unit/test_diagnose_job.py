@@ -44,6 +44,7 @@ from support.job_frames import (
 )
 from support.work import lines_run
 
+from probes.diagnosis.evidence import SAMPLES_REACH_S
 from probes.diagnosis.job import diagnose_job
 from probes.diagnosis.rank_projection import RankHistory, project_rank
 from probes.diagnosis.stacks import (
@@ -377,10 +378,12 @@ def test_a_first_job_verdict_on_few_samples_is_provisional():
 
 def test_a_handful_of_samples_does_not_flip_the_job_verdict():
     frames = straggler_frames(10)
-    # Ten quiet seconds age the samples out of the window; then a few samples with the roles swapped.
-    frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]) for i in range(10, 21)]
+    # Quiet seconds age the samples out of the window's reach; then a few samples with the roles swapped.
+    aged_out = 10 + int(SAMPLES_REACH_S) + 1
+    frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]) for i in range(10, aged_out)]
     frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)], counts=[
-        count(RANK0, SLOW_AUGMENT, n=1), count(RANK1, DDP_WAIT, n=1, idle=True)]) for i in range(21, 24)]
+        count(RANK0, SLOW_AUGMENT, n=1), count(RANK1, DDP_WAIT, n=1, idle=True)])
+        for i in range(aged_out, aged_out + 3)]
     verdicts = run_job(frames)
     assert verdicts[9].finding == "straggler" and verdicts[9].verdict.confidence >= 0.45
     assert all((v.finding, v.responsible_rank) == ("straggler", 1) for v in verdicts[9:]), \
@@ -388,7 +391,8 @@ def test_a_handful_of_samples_does_not_flip_the_job_verdict():
     assert any(line.startswith("holding: the latest samples point to") for line in verdicts[-1].verdict.evidence)
     # Once the new picture has enough samples, it wins.
     frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1, cpu=15.0)], counts=[
-        count(RANK0, SLOW_AUGMENT, n=8), count(RANK1, DDP_WAIT, n=8, idle=True)]) for i in range(24, 30)]
+        count(RANK0, SLOW_AUGMENT, n=8), count(RANK1, DDP_WAIT, n=8, idle=True)])
+        for i in range(aged_out + 3, aged_out + 9)]
     last = run_job(frames)[-1]
     assert (last.finding, last.responsible_rank) == ("straggler", 0)
 

@@ -27,6 +27,7 @@ from support.job_frames import (
     straggler_frames,
 )
 
+from probes.diagnosis.evidence import SAMPLES_REACH_S
 from probes.frame import JobInfo, from_jsonable, to_jsonable
 from probes.jobs import locality
 from probes.jobs.facts import ProcessFacts
@@ -255,9 +256,11 @@ def test_ranks_on_other_nodes_are_said_once_even_while_a_verdict_is_held():
     # The straggler, then quiet seconds that age its samples out, then a few samples with the roles swapped: the
     # verdict is held, with the lines it had.
     frames = straggler_frames(10)
-    frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]) for i in range(10, 21)]
+    aged_out = 10 + int(SAMPLES_REACH_S) + 1
+    frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)]) for i in range(10, aged_out)]
     frames += [job_frame(i, [rank_proc(RANK0, 0), rank_proc(RANK1, 1)], counts=[
-        count(RANK0, SLOW_AUGMENT, n=1), count(RANK1, DDP_WAIT, n=1, idle=True)]) for i in range(21, 24)]
+        count(RANK0, SLOW_AUGMENT, n=1), count(RANK1, DDP_WAIT, n=1, idle=True)])
+        for i in range(aged_out, aged_out + 3)]
     verdicts = run_job([dataclasses.replace(frame, job=multi_node) for frame in frames])
     assert any(line.startswith("holding:") for line in verdicts[-1].verdict.evidence)
     for verdict in verdicts:
