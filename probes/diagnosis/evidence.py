@@ -366,12 +366,22 @@ def _profiles(frames: Sequence[Frame], main_pid: int,
     return main, others, workers
 
 
-def _after_phase_change(frames: Sequence[Frame]) -> list[Frame] | None:
-    """The frames after the latest one marked with a phase change, or None when none is marked."""
+def _after_phase_change(frames: Sequence[Frame], main_pid: int) -> list[Frame] | None:
+    """The frames after the latest one marked with a phase change, or None when none is marked; less those whose
+    main-process samples all come from windows that started before the mark. The window running when the signals
+    moved is read out a tick or more later (py-spy writes its samples at its end): its samples are the phase before,
+    and counted as after they held a data-bound verdict for 10 s past a switch to compute (a CI run, loaded)."""
     for index in range(len(frames) - 1, -1, -1):
-        if frames[index].stacks.phase_change:
-            return list(frames[index + 1:])
+        marked = frames[index]
+        if marked.stacks.phase_change:
+            return [f for f in frames[index + 1:] if not _sampled_before(f, main_pid, marked.time)]
     return None
+
+
+def _sampled_before(frame: Frame, main_pid: int, moment: float) -> bool:
+    """Every record window of the main process this frame carries started before `moment` (and it carries one)."""
+    own = [w for w in frame.stacks.windows if w.pid == main_pid]
+    return bool(own) and all(w.started < moment for w in own)
 
 
 def _after_ended_save(frames: Sequence[Frame], main_pid: int) -> list[Frame] | None:
@@ -412,7 +422,7 @@ def gather(history: Sequence[Frame], hang_after_s: float) -> Evidence:
     waits_for_peers = peer_wait(latest, main_pid, gpu)
 
     main, others, workers = _profiles(stack_frames, main_pid, waits_for_peers)
-    after_change = _after_phase_change(stack_frames)
+    after_change = _after_phase_change(stack_frames, main_pid)
     if after_change is None and main.samples < PHASE_CHANGE_SAMPLES:
         # Too few samples in the window and no change in it: the samples before it are the same picture's (the
         # sampler settles only while the picture holds still), and the verdict is reached on them.

@@ -65,6 +65,7 @@ from probes.frame import (
     GpuReading,
     HostCpuReading,
     ProgressReading,
+    SampledWindow,
     StackCount,
     ThreadStack,
     Verdict,
@@ -1025,6 +1026,27 @@ def test_a_phase_change_mark_lets_the_new_phase_win_without_waiting_out_the_old_
     assert "main thread: 100% of 11 samples running on the CPU" in marked[27].evidence[0]
     unmarked = run(frames(marked=False))
     assert unmarked[27].bottleneck == "data_bound"  # 16 + 10 tokenising samples still in the window
+
+
+def test_the_window_running_when_the_signals_moved_counts_as_the_phase_before():
+    """py-spy writes a window's samples at its end, so the window running when the signals moved is read out a tick
+    or two after the mark. Counted after it, its 19 samples of the old phase held data_bound for 10 s past a switch
+    to compute (a loaded CI run: window -1.4 s to +0.1 s around the switch, the mark at -0.4 s, read out at +0.6 s)."""
+    def with_window(frame: Frame, started: float, samples: int) -> Frame:
+        window = SampledWindow(pid=PID, started=started, seconds=frame.time - started, samples=samples, rate_hz=5.0)
+        return dataclasses.replace(frame, stacks=dataclasses.replace(frame.stacks, windows=(window,)))
+
+    frames = [with_window(make_frame(i, counts=[main_count(TOKENIZE, n=10)], cpu=100.0), T0 + i - 1.0, 10)
+              for i in range(0, 24, 2)]
+    marked = make_frame(24, cpu=180.0)
+    frames.append(dataclasses.replace(marked, stacks=dataclasses.replace(marked.stacks,
+                                                                         phase_change="PID 4242: CPU moved")))
+    frames.append(with_window(make_frame(25, counts=[main_count(TOKENIZE, n=19)], cpu=190.0), marked.time - 1.0, 19))
+    frames += [with_window(make_frame(i, counts=[main_count(FORWARD, n=6)], cpu=190.0), marked.time + 0.5, 6)
+               for i in (26, 27)]
+    verdicts = run(frames)
+    assert verdicts[-1].bottleneck == "cpu_bound", verdicts[-1].evidence
+    assert "12 samples" in verdicts[-1].evidence[0]  # the two windows after the mark, not the one read out after it
 
 
 def test_a_window_longer_than_the_look_back_still_gives_its_samples_to_the_verdict():
