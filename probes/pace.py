@@ -11,6 +11,9 @@ it is the pace only while the counter has not moved yet (one step line seen), an
 counter over the window: the printed figures of the lines the counter spans, averaged, against the counter, with
 at least ``MIN_INTERVALS`` counted intervals and printed figures behind each. So a loop whose printed times
 alternate (batches arriving in pairs from two DataLoader workers) but average to the counter's rate claims nothing.
+A figure that is a moving average of its own (the demo's last 10 s, Megatron's log interval) is also set against
+the counter over trailing spans of the window: where one of them fits it, it describes the last stretch rightly,
+and no claim starts.
 
 That they disagree is a claim with two thresholds (hysteresis), judged at each new step line once no more lines can
 join it: lines read together share one arrival time (the file's modification time, the newest write's), so only the
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 
 PACE_WINDOW_S = 60.0  # the last minute of step lines: long enough to average a log's jitter, short enough to follow
 # More than 25% apart, measured over the window: the issue's bound for saying what a printed time is, and well
@@ -45,6 +49,11 @@ AGREES = 1.15
 HOLD_LINES = 3
 SAME_IN_WORDS = 1.05  # below this the ratio reads "1.0×": nothing left to say, so the claim ends at once
 MIN_INTERVALS = 2  # a disagreement rests on two counted intervals and two printed figures at least
+# The trailing spans a printed figure is also set against (a moving average of its own span): the shortest holds this
+# many steps (fewer, and batches arriving in pairs make a span's pace anything), the first is this many sightings
+# back and each next one twice as far, to the window's start: a few spans whatever the window holds.
+TRAILING_MIN_STEPS = 10
+TRAILING_FIRST_SIGHTINGS = 4
 STEP_COUNTER = "step counter"
 BAR_RATE = "the bar's own rate"  # printed_from for a progress bar's rate (tqdm, Lightning): its own moving average
 # Bounds the memory of a log that prints thousands of timestamped lines a minute; the window then spans fewer
@@ -156,6 +165,34 @@ class StepPace:
                 before = printed.time
         return weighted / total if total > 0 else None
 
+    def _trailing_ratio(self) -> float | None:
+        """How far the newest printed figures (the mean of the last HOLD_LINES) stand from the counter's pace over the
+        trailing span that fits them best: spans ending at the newest sighting, of TRAILING_MIN_STEPS steps at least,
+        doubling back to the window's start. None where the window holds no such span.
+
+        A figure that is a moving average over its own span (the demo's 10 s, Megatron's log interval) describes the
+        last stretch, not the window: where the pace sped up, every figure still held the slow start while the
+        counter's window took in the fast end, and both means over the window stood 1.2 to 1.5× the counter (a
+        loaded CI run: the demo's printed 34 ms against the counter's 27 ms). A figure that is simply wrong (the model
+        step alone, a micro-step) fits no span of the counter."""
+        newest_time, newest_step = self._sightings[-1]
+        recent = [p.seconds for p in islice(reversed(self._printed), HOLD_LINES)]
+        if not recent:
+            return None
+        printed = sum(recent) / len(recent)
+        best: float | None = None
+        back = TRAILING_FIRST_SIGHTINGS
+        while True:
+            index = max(0, len(self._sightings) - 1 - back)
+            then_time, then_step = self._sightings[index]
+            if newest_step - then_step >= TRAILING_MIN_STEPS and newest_time > then_time:
+                pace = (newest_time - then_time) / (newest_step - then_step)
+                ratio = max(printed, pace) / min(printed, pace)
+                best = ratio if best is None else min(best, ratio)
+            if index == 0:
+                return best
+            back *= 2
+
     def _ratio(self, per_line: float, counted: float) -> float:
         """How far the printed figures stand from the counter, as a ratio of at least 1: by their mean per line, and
         by their mean over time, whichever is nearer the counter (1.0 where the two stand on either side of it).
@@ -167,10 +204,13 @@ class StepPace:
         alternates (batches in pairs) comes out long there. A real disagreement shows in both."""
         over_time = self._printed_over_time()
         if over_time is None or over_time <= 0:
-            return max(per_line, counted) / min(per_line, counted)
-        if (per_line - counted) * (over_time - counted) <= 0:
+            ratio = max(per_line, counted) / min(per_line, counted)
+        elif (per_line - counted) * (over_time - counted) <= 0:
             return 1.0
-        return min(max(per_line, counted) / min(per_line, counted), max(over_time, counted) / min(over_time, counted))
+        else:
+            ratio = min(max(per_line, counted) / min(per_line, counted),
+                        max(over_time, counted) / min(over_time, counted))
+        return ratio
 
     def _judge_newest(self) -> None:
         if self._unjudged:
@@ -186,6 +226,12 @@ class StepPace:
             self._held = 0  # no evidence at this line: a run of lines past a threshold is broken
             return
         ratio = self._ratio(compared[0], counted)
+        if not self._claimed:
+            # A claim starts only where no trailing span of the counter fits the newest figures either; once made it
+            # ends by the window's means alone (a per-step figure's jitter fits some short span now and then, and
+            # would end a steady claim).
+            trailing = self._trailing_ratio()
+            ratio = min(ratio, trailing) if trailing is not None else ratio
         if self._claimed and ratio < SAME_IN_WORDS:
             self._claimed, self._held = False, 0
             return

@@ -32,14 +32,16 @@ def pytest_addoption(parser):
 
 # Workers per core for `-n auto` (pyproject's addopts). The end-to-end tests mostly wait (sampling windows, start-up),
 # so more workers than cores shorten the run; each was made to hold beside busy processes. Measured on the 2-core
-# CI machine: docs/benchmarks.md, "The test loop". PYTEST_XDIST_AUTO_NUM_WORKERS overrides it.
-WORKERS_PER_CPU = 2
+# CI machine: docs/benchmarks.md, "The test loop": with 4 workers (2 a core) all 4 ran a test in every minute but the
+# last while the CPU stood 71% busy, so the workers were the limit; 5 took the main run from 13.4 to 12.1 min.
+# PYTEST_XDIST_AUTO_NUM_WORKERS overrides it.
+WORKERS_PER_CPU = 2.5
 MAX_WORKERS = 16
 
 
 def pytest_xdist_auto_num_workers(config):
     cpus = len(os.sched_getaffinity(0))
-    return max(2, min(MAX_WORKERS, WORKERS_PER_CPU * cpus))
+    return max(2, min(MAX_WORKERS, int(WORKERS_PER_CPU * cpus)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -55,9 +57,9 @@ def pytest_runtestloop(session):
 E2E = REPO / "tests" / "e2e"
 
 # GPUTOP_TEST_CPU_LOG=FILE: each test's wall time and the CPU seconds it cost (this process and the children it
-# reaped: targets, the gputop command, py-spy), one tab-separated line a test, appended. Where a run's time goes when
-# the machine's cores are the limit (scripts/test_cpu.py sums it by file); daemons a test leaves to init (Slurm's,
-# sshd) are not counted.
+# reaped: targets, the gputop command, py-spy), when it started (Unix time) and on which xdist worker, one
+# tab-separated line a test, appended. Where a run's time goes when the machine's cores are the limit, and what ran
+# alone at its end (scripts/test_cpu.py); daemons a test leaves to init (Slurm's, sshd) are not counted.
 CPU_LOG = os.environ.get("GPUTOP_TEST_CPU_LOG")
 
 
@@ -70,12 +72,14 @@ def _cpu_seconds() -> float:
 def pytest_runtest_protocol(item, nextitem):
     if not CPU_LOG:
         return (yield)
-    wall, cpu = time.monotonic(), _cpu_seconds()
+    started, wall, cpu = time.time(), time.monotonic(), _cpu_seconds()
     try:
         return (yield)
     finally:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(CPU_LOG, "a", encoding="utf-8") as log:
-            log.write(f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{_cpu_seconds() - cpu:.2f}\n")
+            log.write(f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{_cpu_seconds() - cpu:.2f}\t{started:.2f}\t"
+                      f"{worker}\n")
 
 
 
