@@ -65,6 +65,9 @@ class MemoryReading:
     max_events_new: int | None = None
     host_oom_kills_total: int | None = None  # OOM kills on the whole machine (/proc/vmstat oom_kill)
     host_oom_kills_new: int | None = None
+    # Bytes the whole machine swapped in since the previous read (/proc/vmstat pswpin, pages): a job whose memory sits
+    # in swap and whose main process faults is being read back from it while this moves (no cgroup file counts it).
+    host_swapped_in_bytes_new: int | None = None
     pressure_some_avg10: float | None = None  # memory PSI "some avg10", percent: a task stalled on memory
     pressure_full_avg10: float | None = None  # "full avg10": all non-idle tasks stalled at once
     pressure_source: str | None = None  # the file read: the cgroup's memory.pressure or /proc/pressure/memory

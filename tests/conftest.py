@@ -191,12 +191,12 @@ def tiny_cpu_quota():
 
 @pytest.fixture
 def memory_group():
-    """memory_group(limit_bytes) -> a real memory cgroup without swap (tests/support/cgroups.py MemoryGroup); each
-    one made is removed when the test ends."""
+    """memory_group(limit_bytes, swap=False) -> a real memory cgroup, without swap unless asked
+    (tests/support/cgroups.py MemoryGroup); each one made is removed when the test ends."""
     from support.cgroups import MemoryGroup, groups_made
 
-    yield from groups_made(lambda number, limit_bytes: MemoryGroup(f"gputop_memory_{os.getpid()}_{number}",
-                                                                   limit_bytes))
+    yield from groups_made(lambda number, limit_bytes, swap=False: MemoryGroup(
+        f"gputop_memory_{os.getpid()}_{number}", limit_bytes, swap))
 
 
 @pytest.fixture

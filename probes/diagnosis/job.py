@@ -519,7 +519,12 @@ def _shared(live: list[DiagnosedRank]) -> _Finding | None:
     lines = [head, *own[1:3]]
     waits = [(d.rank, d.wait) for d in live if d.wait is not None]
     if waits:
-        lines.append("collective waits: " + ", ".join(f"rank {rank} {_pct(wait)}" for rank, wait in waits[:8]))
+        line = "collective waits: " + ", ".join(f"rank {rank} {_pct(wait)}" for rank, wait in waits[:8])
+        waiting = [d for d in live if d.verdict.bottleneck == "comms_bound"]
+        if waiting:  # their own verdicts in the list say comms_bound: say that it is the same cause
+            own_words = "its own" if len(waiting) == 1 else "their own"
+            line += f" ({ranks_text(waiting)} comms_bound on {own_words}: the wait for the others, the same cause)"
+        lines.append(line)
     confidence = min(d.verdict.confidence for d in live)
     verdict = Verdict(bottleneck, _job_liveness(live), confidence, tuple(lines), lead.verdict.advice,
                       one_time_cost=lead.verdict.one_time_cost,  # a warm-up on every rank promises no speed-up

@@ -509,10 +509,13 @@ class CgroupMemoryProbe(_CgroupReader):
             reasons.append(problem)
         vmstat = _parse_keyed(read_text(os.path.join(self._proc_root, "vmstat")) or "")
         host_kills = self._counter("host", "vmstat", vmstat.get("oom_kill"))
+        swapped_in_pages = self._counter("host_swap_in", "vmstat", vmstat.get("pswpin"))[1]
+        swapped_in = None if swapped_in_pages is None else swapped_in_pages * os.sysconf("SC_PAGE_SIZE")
         if location is None:
             some, full, source, machine = self._pressure(None, reasons)
             return MemoryReading(
-                host_oom_kills_total=host_kills[0], host_oom_kills_new=host_kills[1], pressure_some_avg10=some,
+                host_oom_kills_total=host_kills[0], host_oom_kills_new=host_kills[1],
+                host_swapped_in_bytes_new=swapped_in, pressure_some_avg10=some,
                 pressure_full_avg10=full, pressure_source=source, pressure_whole_machine=machine,
                 reason="; ".join(reasons) or None,
             )
@@ -578,6 +581,7 @@ class CgroupMemoryProbe(_CgroupReader):
             max_events_new=max_events[1],
             host_oom_kills_total=host_kills[0],
             host_oom_kills_new=host_kills[1],
+            host_swapped_in_bytes_new=swapped_in,
             pressure_some_avg10=some,
             pressure_full_avg10=full,
             pressure_source=source,

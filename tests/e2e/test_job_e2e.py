@@ -77,6 +77,13 @@ def test_both_ranks_data_starved_is_said_once(spawn_target, tmp_path):
     verdict = document["verdict"]
     assert verdict["bottleneck"] == "data_bound" and verdict["evidence"][0].startswith("all 2 ranks: data_bound")
     assert "\n".join(verdict["evidence"]).count("waiting for the next batch") == 1
-    assert [r["verdict"]["bottleneck"] for r in job["ranks"]] == ["data_bound", "data_bound"]
+    # Each rank's own verdict is the data, or, for a rank that got its batch first and then waited for the other's in
+    # the all-reduce (each sample's wait measured: issue 39), the collective (a CI run: rank 1, 31% of 13 samples in
+    # the all-reduce), said beside the waits as the same cause. The job's verdict is the data either way.
+    bottlenecks = [r["verdict"]["bottleneck"] for r in job["ranks"]]
+    assert "data_bound" in bottlenecks and set(bottlenecks) <= {"data_bound", "comms_bound"}, bottlenecks
+    if "comms_bound" in bottlenecks:
+        assert any(line.startswith("collective waits: ") and "comms_bound on its own: the wait for the others, the "
+                   "same cause)" in line for line in verdict["evidence"]), verdict["evidence"]
     assert not any(j is not None and j.verdict.liveness == "hung" for j in jobs), "a false hung on a slow job"
     print(f"shared data_bound after {seconds_to(frames, jobs, lambda j: j.finding == 'shared'):.1f} s")

@@ -8,7 +8,9 @@ kernel reclaim, watched by the real command until the verdict is memory_bound.
 * in its v1 group alone, the only PSI is the whole machine's: said so, and called memory_bound only with the job's own
   major faults beside it;
 * a quiet job beside another process thrashing (not in its tree) is never called memory_bound, however high the
-  machine's PSI goes."""
+  machine's PSI goes;
+* with a swap file on, a job whose own memory (a dataset loaded whole) is three times its limit swaps it out and
+  back in each pass: memory_bound, and said to be swapping."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import re
 import threading
 
 import pytest
-from support.cgroups import PressureGroup, groups_made
+from support.cgroups import PressureGroup, groups_made, swap_file
 from support.jobwatch import HANG_AFTER_S, watch_until
 
 from probes.monitoring.monitor import Monitor
@@ -46,13 +48,20 @@ def _collect(stream, lines: list[str]) -> None:
     threading.Thread(target=pump, daemon=True).start()
 
 
-def _thrasher(spawn_target, tmp_path, name: str, joins) -> tuple[object, list[str]]:
+@pytest.fixture
+def swap_on(tmp_path):
+    with swap_file(tmp_path / "swapfile", 512 * MIB):
+        yield
+
+
+def _thrasher(spawn_target, tmp_path, name: str, joins, *data: str) -> tuple[object, list[str]]:
+    """The thrashing target in the groups `joins` enter, reading `data` (a file of 256 MiB unless said)."""
     def enter() -> None:
         for join in joins:
             join()
 
-    target = spawn_target("memory_thrash.py", "--path", str(tmp_path / f"{name}.bin"), "--file-mib", "256",
-                          "--seconds", "240", stdout=-1, text=True, preexec_fn=enter)
+    data = data or ("--path", str(tmp_path / f"{name}.bin"), "--file-mib", "256")
+    target = spawn_target("memory_thrash.py", *data, "--seconds", "240", stdout=-1, text=True, preexec_fn=enter)
     assert target.stdout.readline().strip() == "ready"
     lines: list[str] = []
     _collect(target.stdout, lines)
@@ -130,3 +139,28 @@ def test_a_quiet_job_beside_another_process_thrashing_is_never_memory_bound(
     verdicts.add(watched.document["verdict"]["bottleneck"])
     print(f"the machine's PSI some avg10 up to {peak:.0f}%; the quiet job's verdicts {sorted(verdicts)}")
     assert "memory_bound" not in verdicts
+
+
+def test_a_job_swapping_its_own_memory_is_memory_bound_and_said_to_swap(
+        swap_on, memory_group, pressure_group, spawn_target, tmp_path):
+    limit = memory_group(64 * MIB, swap=True)
+    joins = [limit.join] + ([pressure_group().join] if limit.version == "v1" else [])
+    target, lines = _thrasher(spawn_target, tmp_path, "swap", joins, "--anonymous", "--file-mib", "192")
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def swapping(view) -> bool:
+        seen.append((view.verdict.bottleneck, view.verdict.evidence[:3]))
+        # Once its first passes have put it in swap its swap use holds about still (a page read back keeps its
+        # slot): what says it swaps is the machine reading pages back from swap while it faults.
+        return view.verdict.bottleneck == "memory_bound" and any(
+            e.startswith("swapping: ") and "; the machine swapped in " in e for e in view.verdict.evidence)
+
+    try:
+        watched = watch_until(target.pid, tmp_path, swapping, timeout=150)
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; the last verdicts: {seen[-3:]}; the job's last steps: {lines[-3:]}")
+    verdict = watched.document["verdict"]
+    print("\n".join(verdict["evidence"]))
+    swap = watched.frames[-1].memory.swap_usage_bytes
+    assert swap is not None and swap > 64 * MIB, swap  # a third of its 192 MiB fits under the limit
+    assert any(a.startswith("No swap on training nodes") for a in verdict["advice_text"]), verdict["advice_text"]

@@ -5,6 +5,7 @@ conftest's tiny_cpu_quota and memory_group fixtures."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,9 +48,10 @@ def group_name() -> str:
 
 
 class MemoryGroup:
-    """A memory cgroup with a limit and no swap, made for one test and removed after it."""
+    """A memory cgroup with a limit and no swap (or, with `swap`, swap as the machine has it), made for one test and
+    removed after it."""
 
-    def __init__(self, name: str, limit_bytes: int) -> None:
+    def __init__(self, name: str, limit_bytes: int, swap: bool = False) -> None:
         with open("/proc/self/mountinfo") as f:
             mounts = parse_mountinfo(f.read())
         v1 = [point for root, point, fstype, opts in mounts
@@ -71,11 +73,11 @@ class MemoryGroup:
         if self.version == "v1":
             (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
             if (self.path / "memory.swappiness").exists():
-                (self.path / "memory.swappiness").write_text("0")
+                (self.path / "memory.swappiness").write_text("60" if swap else "0")  # 60: the kernel's default
         else:
             (self.path / "memory.max").write_text(str(limit_bytes))
             if (self.path / "memory.swap.max").exists():
-                (self.path / "memory.swap.max").write_text("0")
+                (self.path / "memory.swap.max").write_text("max" if swap else "0")
 
     def join(self) -> None:
         """Moves the calling process in: run in the target's child before exec, so all it allocates is charged
@@ -138,8 +140,8 @@ def groups_made(make_group: Callable[..., MemoryGroup | PressureGroup]) -> Itera
         pytest.skip("making cgroups needs root")
     made: list[MemoryGroup | PressureGroup] = []
 
-    def make(*args: object) -> MemoryGroup | PressureGroup:
-        group = make_group(len(made), *args)
+    def make(*args: object, **kwargs: object) -> MemoryGroup | PressureGroup:
+        group = make_group(len(made), *args, **kwargs)
         made.append(group)
         return group
 
@@ -148,3 +150,30 @@ def groups_made(make_group: Callable[..., MemoryGroup | PressureGroup]) -> Itera
     finally:
         for group in made:
             group.remove()
+
+
+@contextmanager
+def swap_file(path: Path, size_bytes: int) -> Iterator[None]:
+    """A swap file of `size_bytes` at `path`, on (swapon) while the block runs, then off and removed. Skips where
+    this machine cannot make one (not root, a file system that takes no swap, a container that forbids swapon).
+    Groups made with MemoryGroup's default (no swap) never use it; the machine's other processes swap only under
+    the machine's own pressure."""
+    if os.geteuid() != 0:
+        pytest.skip("turning swap on needs root")
+    with open(path, "wb") as handle:
+        handle.truncate(0)
+        chunk = bytes(1 << 20)
+        for _ in range(size_bytes >> 20):  # written, not sparse: swapon refuses a file with holes
+            handle.write(chunk)
+    path.chmod(0o600)
+    made = subprocess.run(["mkswap", str(path)], capture_output=True, text=True)
+    on = made.returncode == 0 and subprocess.run(["swapon", str(path)], capture_output=True, text=True)
+    if not on or on.returncode != 0:
+        path.unlink()
+        said = made.stderr if made.returncode != 0 else on.stderr if on else ""
+        pytest.skip(f"no swap file here: {said.strip() or 'mkswap or swapon failed'}")
+    try:
+        yield
+    finally:
+        subprocess.run(["swapoff", str(path)], capture_output=True)
+        path.unlink()

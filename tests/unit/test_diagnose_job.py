@@ -556,6 +556,11 @@ def test_two_data_starved_ranks_are_shared_data_bound_not_a_straggler():
     job = run_job(frames)[-1]
     assert (job.finding, job.verdict.bottleneck) == ("shared", "data_bound"), (job.finding, job.verdict.evidence)
     assert job.verdict.evidence[0].startswith("all 2 ranks: data_bound — rank "), job.verdict.evidence
+    # Rank 1's own verdict in the list is comms_bound (the rules weigh its wait for rank 0 first): the job's lines say
+    # that it is the same cause, not another.
+    assert [r.verdict.bottleneck for r in job.ranks] == ["data_bound", "comms_bound"]
+    assert "collective waits: rank 0 0%, rank 1 44% (rank 1 comms_bound on its own: the wait for the others, the " \
+           "same cause)" in job.verdict.evidence, job.verdict.evidence
 
 
 def _rank1_busy(i: int, counts):

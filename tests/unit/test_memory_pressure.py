@@ -17,9 +17,11 @@ OWN = "/sys/fs/cgroup/unified/train/memory.pressure"
 
 
 def frames(full: float = 0.0, some: float = 0.0, machine: bool = False, faults: float | None = 0.0,
-           swap: tuple[int, int] | None = None, cpu: CpuReading | None = None, n: int = 8):
+           swap: tuple[int, int] | None = None, cpu: CpuReading | None = None, n: int = 8,
+           swapped_in: int | None = None):
     """A main process training on the CPU (its stacks in forward) in a 1 GB cgroup holding 990 MB, with the PSI, the
-    main process's major faults and the swap use given (swap: from, to over the frames)."""
+    main process's major faults and the swap use given (swap: from, to over the frames), and the bytes the machine
+    swapped in each tick."""
     made = []
     for i in range(n):
         swap_now = None if swap is None else swap[0] + (swap[1] - swap[0]) * i // (n - 1)
@@ -27,7 +29,8 @@ def frames(full: float = 0.0, some: float = 0.0, machine: bool = False, faults: 
             cgroup_version="v1", cgroup_path="/train", usage_bytes=990 * MB, file_bytes=20 * MB,
             limit_bytes=1000 * MB, limit_source=GROUP, limit_usage_bytes=990 * MB, swap_usage_bytes=swap_now,
             pressure_some_avg10=some, pressure_full_avg10=full,
-            pressure_source="/proc/pressure/memory" if machine else OWN, pressure_whole_machine=machine)
+            pressure_source="/proc/pressure/memory" if machine else OWN, pressure_whole_machine=machine,
+            host_swapped_in_bytes_new=swapped_in)
         frame = make_frame(i, counts=[main_count(FORWARD, n=10)], cpu_reading=cpu,
                            processes=[proc(cpu=60.0, rss_bytes=900 * MB, major_faults_per_s=faults)])
         made.append(dataclasses.replace(frame, memory=memory))
@@ -77,6 +80,23 @@ def test_swapping_with_major_faults_is_memory_bound_and_says_no_swap():
     assert any(a.startswith("No swap on training nodes") for a in last.advice)
     # swap held still (swapped out once, not read back) is no stall of the steps
     assert run(frames(faults=0.0, swap=(100 * MB, 100 * MB)))[-1].bottleneck != "memory_bound"
+
+
+def test_swap_use_held_still_while_the_machine_swaps_in_and_the_job_faults_is_swapping():
+    """Swapped out and back in at the same pace, a job's swap use holds still (a page read back keeps its slot): a real
+    one held 141 MB in swap, rising by a few hundred kB or not at all. The machine's swap-ins, beside the job's own
+    faults and its memory in swap, say it is read back from swap."""
+    steady = run(frames(faults=9000.0, swap=(141 * MB, 141 * MB), swapped_in=36 * MB))[-1]
+    assert steady.bottleneck == "memory_bound", steady.evidence
+    assert steady.evidence[0] == ("swapping: 141.0 MB of the job's memory is in swap; the machine swapped in 36.0 MB a "
+                                  "second (/proc/vmstat pswpin, every process's); the main process takes 9000 major "
+                                  "page faults a second")
+    assert any(a.startswith("No swap on training nodes") for a in steady.advice)
+    # the machine swapping in for another process, this job not faulting: not this job's stall
+    assert run(frames(faults=0.0, swap=(141 * MB, 141 * MB), swapped_in=36 * MB))[-1].bottleneck != "memory_bound"
+    # nothing swapped in and the swap use still: the faults are no swap-ins
+    assert not any(line.startswith("swapping:") for line in run(frames(faults=9000.0, swap=(141 * MB, 141 * MB),
+                                                                      swapped_in=0))[-1].evidence)
 
 
 def test_memory_pressure_comes_before_a_throttled_quota():

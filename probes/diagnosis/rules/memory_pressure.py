@@ -64,11 +64,24 @@ def evaluate(ev: Evidence) -> Candidate | None:
     elif some is not None and some >= SOME_PCT and faulting:
         lines.append(_pressure_words(memory, "some", some, own))
         stall = some / 2
-    swapping = swapped is not None and swapped > 0 and faulting
-    if swapping and swapped is not None:
-        now = f" (now {_bytes(memory.swap_usage_bytes)})" if memory.swap_usage_bytes is not None else ""
-        lines.append(f"swapping: the job's swap use rose {_bytes(swapped)} over the last "
-                     f"{_window_s(ev.metric_frames):.0f} s{now}")
+    # Swapping: the job's swap use rising, or its memory in swap while the machine reads pages back from swap. A job
+    # swapping out and in at the same pace holds its swap use still (a page read back keeps its slot): one whose 192
+    # MiB sat a third under its limit held 141 MB in swap, rising a few hundred kB a second or not at all.
+    in_swap = memory.swap_usage_bytes or 0
+    swapped_in = _host_swapped_in(ev.metric_frames)
+    rose = swapped is not None and swapped > 0
+    swapping = faulting and (rose or (in_swap > 0 and bool(swapped_in)))
+    if swapping:
+        window = _window_s(ev.metric_frames)
+        if rose and swapped is not None:
+            now = f" (now {_bytes(memory.swap_usage_bytes)})" if memory.swap_usage_bytes is not None else ""
+            said = f"the job's swap use rose {_bytes(swapped)} over the last {window:.0f} s{now}"
+        else:
+            said = f"{_bytes(in_swap)} of the job's memory is in swap"
+        if swapped_in and window > 0:
+            said += (f"; the machine swapped in {_bytes(swapped_in / window)} a second (/proc/vmstat pswpin, every "
+                     "process's)")
+        lines.append(f"swapping: {said}")
     if not lines:
         return None
     if faults is not None:
@@ -126,6 +139,13 @@ def _swap_rise(frames: list[Frame]) -> int | None:
     """How much the job's swap use rose over the frames (None where it is not read at both ends)."""
     read = [f.memory.swap_usage_bytes for f in frames if f.memory.swap_usage_bytes is not None]
     return read[-1] - read[0] if len(read) >= 2 else None
+
+
+def _host_swapped_in(frames: list[Frame]) -> int | None:
+    """Bytes the machine swapped in over the frames after the first (each frame's count is since the one before);
+    None where none read it."""
+    read = [f.memory.host_swapped_in_bytes_new for f in frames[1:] if f.memory.host_swapped_in_bytes_new is not None]
+    return sum(read) if read else None
 
 
 def _window_s(frames: list[Frame]) -> float:
