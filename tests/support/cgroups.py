@@ -5,6 +5,7 @@ conftest's tiny_cpu_quota and memory_group fixtures."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -160,8 +161,10 @@ def swap_file(path: Path, size_bytes: int) -> Iterator[None]:
     the machine's own pressure."""
     if os.geteuid() != 0:
         pytest.skip("turning swap on needs root")
+    free = shutil.disk_usage(path.parent).free
+    if free < 2 * size_bytes:  # a machine's disk can be nearly full (287 MB free was seen on one of this kind)
+        pytest.skip(f"no room for a swap file: {free >> 20} MiB free under {path.parent}")
     with open(path, "wb") as handle:
-        handle.truncate(0)
         chunk = bytes(1 << 20)
         for _ in range(size_bytes >> 20):  # written, not sparse: swapon refuses a file with holes
             handle.write(chunk)
