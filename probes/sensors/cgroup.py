@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from probes.frame import CpuReading
 from probes.machine_records import MemoryReading
+from probes.sensors.proc_readers import PAGE_BYTES
 from probes.sensors.textfiles import read_text
 
 DEFAULT_SYS_ROOT = "/sys/fs/cgroup"
@@ -510,7 +511,7 @@ class CgroupMemoryProbe(_CgroupReader):
         vmstat = _parse_keyed(read_text(os.path.join(self._proc_root, "vmstat")) or "")
         host_kills = self._counter("host", "vmstat", vmstat.get("oom_kill"))
         swapped_in_pages = self._counter("host_swap_in", "vmstat", vmstat.get("pswpin"))[1]
-        swapped_in = None if swapped_in_pages is None else swapped_in_pages * os.sysconf("SC_PAGE_SIZE")
+        swapped_in = None if swapped_in_pages is None else swapped_in_pages * PAGE_BYTES
         if location is None:
             some, full, source, machine = self._pressure(None, reasons)
             return MemoryReading(
