@@ -43,20 +43,27 @@ class SshJob:
 
     def start_job(self) -> None:
         """One torchrun launcher inside each node; returns once rank 0 printed 'ready' (both ranks stepped)."""
+        launchers = {}
         for rank, node in enumerate((self.n1, self.n2)):
             out = self.folder / f"torchrun_{node.name}.out"
             self.outs[node.name] = out
             env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME=node.interface)
             with out.open("w") as handle:
-                node.spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
-                            "--nproc_per_node", "1", "--master_addr", self.n1.address, "--master_port", MASTER_PORT,
-                            str(TARGETS / "ddp_job.py"), "straggler", "--slow-rank", "1"],
-                           env=env, stdout=handle, stderr=subprocess.STDOUT)
+                launchers[node.name] = node.spawn(
+                    [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
+                     "--nproc_per_node", "1", "--master_addr", self.n1.address, "--master_port", MASTER_PORT,
+                     str(TARGETS / "ddp_job.py"), "straggler", "--slow-rank", "1"],
+                    env=env, stdout=handle, stderr=subprocess.STDOUT)
 
         def ready():
+            # A launcher that ended fails at once, with its output; one not yet forked into its node (nsenter
+            # on a loaded machine) is waited for, as is each node's rank.
             for node in (self.n1, self.n2):
-                assert node_pids(node, "ddp_job.py"), f"{node.name}: {self.outs[node.name].read_text()[-2000:]}"
-            return "ready" in self.outs["n1"].read_text()
+                launcher = launchers[node.name]
+                assert launcher.poll() is None, \
+                    f"{node.name}: exited {launcher.returncode}: {self.outs[node.name].read_text()[-2000:]}"
+            return "ready" in self.outs["n1"].read_text() and all(
+                node_pids(node, "ddp_job.py") for node in (self.n1, self.n2))
 
         wait_for(ready, timeout=TIMEOUT_S, interval=0.5)
 
