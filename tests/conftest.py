@@ -95,10 +95,16 @@ def pytest_collection_modifyitems(config, items):
         elif item.get_closest_marker("slow") is not None:
             misplaced.append(item.nodeid)
     # The fast layer first, each layer in its own order, but for the end-to-end tests marked starts_first: those
-    # wait minutes on a mostly idle CPU (the tree-sampling test: 88 s alone, 243 s in a loaded run), and one of them
-    # started late ended a run alone, two minutes after the rest. Handing out all the longest first (by a recorded
-    # --durations=0) was tried: it started the heaviest together and the run took 19.9 min against 16.3.
-    items.sort(key=lambda item: (in_e2e[item], item.get_closest_marker("starts_first") is None))
+    # take minutes (the tree-sampling test: 88 s alone, 243 s in a loaded run), and one of them started late ended
+    # a run alone, two minutes after the rest. Handing out all the longest first (by a recorded --durations=0) was
+    # tried: it started the heaviest together and the run took 19.9 min against 16.3. xdist hands them to one
+    # worker, one after the other, so those that wait on the clock go before one that takes a core
+    # (starts_first(cpu_bound=True)): put first, the GPU check's dry run held the tree-sampling test back 150 s.
+    def order(item):
+        first = item.get_closest_marker("starts_first")
+        return in_e2e[item], first is None, first is not None and first.kwargs.get("cpu_bound", False)
+
+    items.sort(key=order)
     if misplaced:
         raise pytest.UsageError(f"{len(misplaced)} test(s) marked slow outside tests/e2e/, first {misplaced[0]}: "
                                 "a test that starts a process belongs in tests/e2e/")

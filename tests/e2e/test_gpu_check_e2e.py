@@ -27,9 +27,9 @@ BY_NAME = {case.name: case for case in cases.CASES}
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # a bound on a broken run only: the check runs each case to its own end (--no-deadlines)
-# The longest end-to-end test (85 s of one core in a CI run), handed out first: started late it ended a run alone,
-# its last minute holding two tests where five run.
-@pytest.mark.starts_first
+# The longest end-to-end test on a core (85 s of one in a CI run), handed out early: started late it ended a run
+# alone, its last minute holding two tests where five run.
+@pytest.mark.starts_first(cpu_bound=True)
 def test_the_dry_run_runs_every_case_end_to_end_on_the_cpu(tmp_path):
     """`gpu_check.py --cpu`: real gputop on real jobs (nanoGPT's own train.py, vendored in benchmarks/nanogpt/),
     every case run, the baseline comparison made, each case's lever pulled and its gain measured from the runs'

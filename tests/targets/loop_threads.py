@@ -1,9 +1,9 @@
 """Target: the main thread burns CPU in a named function while other threads sit idle.
 
 Usage: loop_threads.py [--threads N] [--sleepers M] [--seconds S]. Prints "ready" once every thread
-has started. The main thread spins in ``busy_spin_for_gputop``; N threads named idle-K wait on an
-Event (a Python-level wait); M threads named sleeper-K loop on time.sleep in ``sleep_loop_for_gputop``
-(a C-level wait, invisible in Python frames).
+has started, from inside the busy function. The main thread spins in ``busy_spin_for_gputop``; N threads named
+idle-K wait on an Event (a Python-level wait); M threads named sleeper-K loop on time.sleep in
+``sleep_loop_for_gputop`` (a C-level wait, invisible in Python frames).
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ def sleep_loop_for_gputop(stop: threading.Event) -> None:
 
 
 def busy_spin_for_gputop(until: float) -> int:
+    # "ready" is said from in here: a test that reads it and then dumps the main thread finds it in this function.
+    # Said in main() before the call, a dump on a loaded machine could land before the call was made (the main
+    # thread descheduled right after its write) and show main() innermost.
+    print("ready", flush=True)
     total = 0
     while time.monotonic() < until:
         for i in range(10_000):
@@ -46,7 +50,6 @@ def main() -> None:
     ]
     for thread in threads:
         thread.start()
-    print("ready", flush=True)
     busy_spin_for_gputop(time.monotonic() + args.seconds)
     stop.set()
 
