@@ -380,3 +380,28 @@ async def test_verdict_pane_shows_every_advice_line_and_marks_what_is_below():
         pane.scroll_end(animate=False)
         await pilot.pause()
         assert MORE_BELOW not in pane.border_title
+
+
+@pilot_test
+async def test_every_evidence_line_is_in_the_verdict_pane_those_past_the_first_three_under_the_advice():
+    # Seen in the demo at 120x36: "The workers are CPU-starved" over "2 DataLoader workers at 6% CPU each", while the
+    # line it rests on (the workers runnable in most samples yet given 6% CPU) was the rule's fifth, past the cap of
+    # three evidence lines, and no key brought it into view.
+    from probes.frame import Verdict
+    from tui.panes.verdict import MAX_EVIDENCE_LINES, VerdictPane
+
+    for size in ((120, 36), (80, 24)):
+        app = make_app(replay_frames=frames_of("data_bound"))
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            pane = app.query_one(VerdictPane)
+            view = app.view
+            evidence = tuple(f"evidence line {i}" for i in range(MAX_EVIDENCE_LINES + 2))
+            advice = ("The workers are CPU-starved: more workers will not help until CPUs are free.",)
+            pane.show(dataclasses.replace(view, verdict=Verdict("data_bound", "progressing", 0.9, evidence, advice)),
+                      view.latest.time)
+            await pilot.pause()
+            shown = text_of(pane.query_one("#verdict-text", Static).content)
+            assert all(line in shown for line in evidence), (size, shown)
+            # the first advice line comes before the lines past the cap: what to do stays near the top
+            assert shown.index(advice[0][:40]) < shown.index(evidence[MAX_EVIDENCE_LINES]), (size, shown)

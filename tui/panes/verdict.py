@@ -56,8 +56,7 @@ def verdict_badge(verdict: Verdict) -> Text:
 
 def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EVIDENCE_LINES,
                        selected_rank: RankRow | None = None, *, shares_line: bool | None = None,
-                       clip_evidence_from: int | None = None, max_advice: int | None = None,
-                       evidence_below: int = 0) -> Group:
+                       clip_evidence_from: int | None = None, max_advice: int | None = None) -> Group:
     """Everything the pane says, given the monitor's view and the time to measure "since" against.
 
     For a distributed job the verdict is the job's: its first line names the rank that holds the others
@@ -65,8 +64,10 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
     Evidence and advice sit in a two-column grid so wrapped lines hang under their text, not the bullet.
     `shares_line` (default: where all the evidence lines show) adds the whole run's time shares;
     `clip_evidence_from` cuts the evidence lines from that one on to a row each; `max_advice` leaves out the advice
-    after that many lines and what follows the advice (to measure the rows up to it); `evidence_below` lists that
-    many evidence lines after `max_evidence` under the advice (the ones a short pane made room by).
+    after that many lines and what follows the advice (to measure the rows up to it). The evidence lines after
+    `max_evidence` follow the advice: a rule's later lines are often what its advice rests on ("the workers are
+    runnable in 80% of their samples yet get 6% CPU each" under "CPU-starved"), and a cap that dropped them left
+    the advice with its reason out of reach.
     """
     verdict = view.verdict
     found = finding_words(view.job) if view.job is not None else None
@@ -98,7 +99,7 @@ def verdict_renderable(view: MonitorView, now: float, max_evidence: int = MAX_EV
         lines.add_row(Text("•", style="dim"), Text(line, no_wrap=True, overflow="ellipsis") if clipped else Text(line))
     for line in verdict.advice[:max_advice]:
         lines.add_row(Text("→", style="bold cyan"), Text(line, style="cyan"))
-    for line in verdict.evidence[max_evidence:max_evidence + evidence_below] if max_advice is None else ():
+    for line in verdict.evidence[max_evidence:] if max_advice is None else ():
         lines.add_row(Text("•", style="dim"), Text(line))
     if not verdict.evidence and verdict.bottleneck == "unknown" and verdict.liveness != "exited":
         lines.add_row(Text("•", style="dim"),
@@ -130,8 +131,7 @@ def fitted_renderable(view: MonitorView, now: float, max_evidence: int, selected
 
     def drawn(count: int, clip_from: int | None, max_advice: int | None = None) -> Group:
         return verdict_renderable(view, now, count, selected_rank, shares_line=shares_line,
-                                  clip_evidence_from=clip_from, max_advice=max_advice,
-                                  evidence_below=max(0, max_evidence - count))
+                                  clip_evidence_from=clip_from, max_advice=max_advice)
 
     if not view.verdict.advice:
         return drawn(max_evidence, None)
