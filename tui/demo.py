@@ -80,8 +80,22 @@ def run_demo(interval_s: float) -> int:
             app = make_app(engine=engine)
             # From here the app exits and restores the terminal; after the message in hand, so a signal that lands
             # while the screen is being built does not tear it down under its own on_mount.
-            for sig in previous_handlers:
-                signal.signal(sig, lambda *_: app.call_next(app.exit))
+            signal.signal(signal.SIGTERM, lambda *_: app.call_next(app.exit))
+
+            def hung_up(signum, _frame) -> None:
+                # The terminal is gone (a dropped SSH session, a closed tmux): there is no screen to restore, so
+                # the training is stopped here and gputop leaves, not through Textual's shutdown. That shutdown
+                # waits on its writes to the terminal, and after tmux's kill-server (SIGHUP, then the SIGCONT that
+                # restarts Textual's output) it waited forever, with the training still running.
+                for sig in previous_handlers:
+                    signal.signal(sig, signal.SIG_IGN)
+                try:
+                    stop_process_group(target)
+                    shutil.rmtree(workdir, ignore_errors=True)
+                finally:
+                    os._exit(128 + signum)
+
+            signal.signal(signal.SIGHUP, hung_up)
             app.run()
         finally:
             # Said as soon as the screen is gone: stopping the sampler and the training can take seconds, which

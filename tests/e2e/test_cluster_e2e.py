@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support.paths import REPO
-from support.processes import free_port, wait_for
+from support.processes import free_port, said_ready, wait_for
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording
@@ -41,7 +41,7 @@ def start_two_nodes(spawn_target, tmp_path: Path, mode: str = "straggler"):
             launchers.append(spawn_target("ddp_job.py", mode, "--launch-node", str(k), "--nnodes", "2",
                                           "--master-port", port, "--slow-rank", "3",
                                           stdout=handle, stderr=subprocess.STDOUT))
-    wait_for(lambda: "ready" in outs[0].read_text() or any(p.poll() is not None for p in launchers),
+    wait_for(lambda: said_ready(outs[0].read_text()) or any(p.poll() is not None for p in launchers),
              timeout=TIMEOUT_S, interval=0.5)
     assert all(p.poll() is None for p in launchers), [o.read_text()[-2000:] for o in outs]
     return launchers

@@ -27,6 +27,13 @@ def _gputop_demo(pane_shell: int) -> psutil.Process | None:
     return None
 
 
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _demo_target(gputop: psutil.Process) -> psutil.Process | None:
     for child in gputop.children():
         try:
@@ -59,6 +66,35 @@ def test_demo_leaves_no_temporary_folder(tmp_path, sig, screen_up):
         screen = tmux.wait_for(lambda s: "GPUTOP_EXIT=" in s, 30, "gputop demo exiting")
         assert "Traceback" not in screen, screen
         wait_for(lambda: not target.is_running() or target.status() == psutil.STATUS_ZOMBIE, timeout=15)
+        left = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("gputop-demo"))
+        assert not left, f"left behind in TMPDIR: {left}"
+    finally:
+        tmux.kill()
+        time.sleep(0.2)
+        for pid in family:
+            kill_tree(pid)
+
+
+def test_a_closed_terminal_stops_the_demo_and_its_training(tmp_path):
+    # A dropped SSH session, as tmux's kill-server makes it: SIGHUP, then SIGCONT. Through Textual's shutdown the
+    # demo hung in 2 of 5 tries by hand (after a resize: alive in its writer thread's stop, its training running);
+    # it now stops the training and leaves from its SIGHUP handler. This checks that way out; the hang itself did
+    # not come on demand.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    tmux = Tmux("demo-cleanup-hangup")
+    family: list[int] = []
+    try:
+        tmux.start(f"env TMPDIR={tmpdir} {sys.executable} -m tui demo", 120, 36)
+        pane_shell = int(tmux.run("display-message", "-p", "#{pane_pid}").strip())
+        gputop = wait_for(lambda: _gputop_demo(pane_shell), timeout=60)
+        target = wait_for(lambda: _demo_target(gputop), timeout=60)
+        family = [gputop.pid, target.pid]
+        tmux.wait_for(lambda s: s.count("DataLoader worker") >= 2, 90, "the demo's DataLoader workers")
+        tmux.run("resize-window", "-x", "160", "-y", "60")
+        tmux.wait_for(lambda s: len(s.splitlines()) >= 60 and "DataLoader worker" in s, 30, "the demo at 160x60")
+        tmux.run("kill-server")
+        wait_for(lambda: all(_gone(process) for process in (target, gputop)), timeout=30)
         left = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("gputop-demo"))
         assert not left, f"left behind in TMPDIR: {left}"
     finally:

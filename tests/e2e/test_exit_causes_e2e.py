@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from support.jobwatch import watch_job_until, watch_until_ended
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 
 from probes.monitoring.monitor import fold
 from probes.sensors.proc_readers import decode_wait_status, read_stat
@@ -91,7 +91,7 @@ def test_a_rank_dead_of_sigsegv_is_named_in_the_first_line_within_a_tick(spawn_t
     out = tmp_path / "job.out"
     with out.open("w") as handle:
         launcher = spawn_target("ddp_job.py", "straggler", "--launch", stdout=handle, stderr=subprocess.STDOUT,
-                                timeout=150, ready=lambda _: "ready" in out.read_text())
+                                timeout=150, ready=lambda _: said_ready(out.read_text()))
     crashed = []
 
     def reached(job) -> bool:

@@ -22,7 +22,7 @@ import urllib.request
 import psutil
 import pytest
 from support.paths import REPO
-from support.processes import free_port, start_logged, wait_for
+from support.processes import free_port, said_ready, start_logged, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -262,7 +262,7 @@ def test_prometheus_names_the_straggler_rank_and_its_host_across_two_serve_insta
             launchers.append(spawn_target("ddp_job.py", "straggler", "--launch-node", str(k), "--nnodes", "2",
                                           "--master-port", port, "--slow-rank", "3", env=slurm, stdout=handle,
                                           stderr=subprocess.STDOUT))
-    wait_for(lambda: "ready" in outs[0].read_text() or any(p.poll() is not None for p in launchers), timeout=180,
+    wait_for(lambda: said_ready(outs[0].read_text()) or any(p.poll() is not None for p in launchers), timeout=180,
              interval=0.5)
     assert all(p.poll() is None for p in launchers), [o.read_text()[-2000:] for o in outs]
     nodes = [serve("--pid", str(launcher.pid), "--no-gpu", "--hang-after", "30", env={"SLURMD_NODENAME": f"n{k + 1}"})

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.jobwatch import TIMEOUT_S, watch_job_until
+from support.processes import said_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * TIMEOUT_S + 60)]
 
@@ -32,7 +33,7 @@ def start_job(spawn_target, tmp_path: Path, *args: str):
     out = tmp_path / "job.out"
     with out.open("w") as handle:
         target = spawn_target("fr_job.py", "--launch", *args, stdout=handle, stderr=subprocess.STDOUT,
-                              timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+                              timeout=TIMEOUT_S, ready=lambda proc: said_ready(out.read_text()))
     return target, out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support.jobwatch import TIMEOUT_S, settled, watch_job_until, watch_until
-from support.processes import busy_neighbours, free_port
+from support.processes import busy_neighbours, free_port, said_ready
 
 from probes.frame import ROLE_DATALOADER_WORKER
 
@@ -34,7 +34,7 @@ def start_lightning(spawn_target, tmp_path: Path, mode: str):
     with out.open("w") as handle:
         return spawn_target("lightning_ddp.py", mode, env={"MASTER_PORT": str(free_port())}, cwd=tmp_path,
                             stdout=handle, stderr=subprocess.STDOUT, timeout=TIMEOUT_S,
-                            ready=lambda proc: "ready" in out.read_text())
+                            ready=lambda proc: said_ready(out.read_text()))
 
 
 def test_lightning_straggler_is_named_attached_to_the_users_command(spawn_target, tmp_path):
@@ -105,7 +105,7 @@ def test_accelerator_job_under_torchrun_names_its_hung_rank(spawn_target, tmp_pa
     out = tmp_path / "accelerate.out"
     with out.open("w") as handle:
         agent = spawn_target("accelerate_job.py", "--launch", stdout=handle, stderr=subprocess.STDOUT,
-                             timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+                             timeout=TIMEOUT_S, ready=lambda proc: said_ready(out.read_text()))
     document, _, _, _ = watch_job_until(
         agent.pid, tmp_path, lambda job: job.finding == "hung_rank" and job.verdict.liveness == "hung")
     job = document["job"]
@@ -125,7 +125,7 @@ def test_accelerate_launch_straggler_is_named_beside_two_busy_processes(spawn_ta
         out = tmp_path / "accelerate_straggler.out"
         with out.open("w") as handle:
             launcher = spawn_target("accelerate_straggler.py", "--launch", stdout=handle, stderr=subprocess.STDOUT,
-                                    timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+                                    timeout=TIMEOUT_S, ready=lambda proc: said_ready(out.read_text()))
         document, _, _, _ = watch_job_until(
             launcher.pid, tmp_path,
             lambda job: job.finding == "straggler" and job.responsible_rank == 1 and settled(job))

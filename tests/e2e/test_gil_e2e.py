@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 from support.recorded import frames_so_far
 
 from probes.diagnosis.gil import gil_summary
@@ -39,7 +39,7 @@ def start(spawn_target, tmp_path: Path, helper: str):
     handle = out.open("w")
     try:
         return spawn_target("gil_threads.py", "--helper", helper, "--seconds", "600", stdout=handle,
-                            stderr=subprocess.STDOUT, timeout=90, ready=lambda proc: "ready" in out.read_text())
+                            stderr=subprocess.STDOUT, timeout=90, ready=lambda proc: said_ready(out.read_text()))
     finally:
         handle.close()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO, TARGETS
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 
 from probes.monitoring.cluster import ClusterMonitor
 from probes.outputs.recording import read_recording
@@ -62,7 +62,7 @@ class SshJob:
                 launcher = launchers[node.name]
                 assert launcher.poll() is None, \
                     f"{node.name}: exited {launcher.returncode}: {self.outs[node.name].read_text()[-2000:]}"
-            return "ready" in self.outs["n1"].read_text() and all(
+            return said_ready(self.outs["n1"].read_text()) and all(
                 node_pids(node, "ddp_job.py") for node in (self.n1, self.n2))
 
         wait_for(ready, timeout=TIMEOUT_S, interval=0.5)

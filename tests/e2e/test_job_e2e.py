@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.jobwatch import TIMEOUT_S, settled, watch_job_until
+from support.processes import said_ready
 
 # Each test waits for its job to start and for its verdict, each wait bounded by TIMEOUT_S: pytest's own
 # limit must cover both on a busy 2-core machine, or it cuts a slow but passing run short.
@@ -25,7 +26,7 @@ def start_job(spawn_target, tmp_path: Path, mode: str):
     out = tmp_path / f"{mode}.out"
     with out.open("w") as handle:
         return spawn_target("ddp_job.py", mode, "--launch", stdout=handle, stderr=subprocess.STDOUT,
-                            timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+                            timeout=TIMEOUT_S, ready=lambda proc: said_ready(out.read_text()))
 
 
 def seconds_to(frames, jobs, predicate) -> float | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 
 from probes.frame import (
     ROLE_COMPILE_WORKER,
@@ -215,7 +215,7 @@ def test_main_thread_counters_and_tcp_bytes_of_a_slow_stream(spawn_target, tmp_p
     client_out = tmp_path / "client.out"
     with client_out.open("w") as handle:
         client = spawn_target("diag_http_stream.py", f"http://127.0.0.1:{port}/shard", stdout=handle,
-                              ready=lambda proc: "ready" in client_out.read_text())
+                              ready=lambda proc: said_ready(client_out.read_text()))
     probe = ProcessTreeProbe(client.pid)
     probe.read()
 
@@ -249,7 +249,7 @@ def test_cached_command_line_is_read_again_at_once_after_an_exec(spawn_target, t
     script = str(Path(__file__).parents[1] / "targets" / "busy_loop.py")
     with out.open("w") as handle:
         target = spawn_target("exec_on_signal.py", sys.executable, script, stdout=handle,
-                              ready=lambda _: "ready" in out.read_text())
+                              ready=lambda _: said_ready(out.read_text()))
     probe = ProcessTreeProbe(target.pid)
     probe.read()
     assert "exec_on_signal.py" in " ".join(probe.read()[1][0].cmdline)
@@ -281,7 +281,7 @@ def test_children_of_the_main_thread_at_the_next_read_and_of_other_threads_withi
     ready_file, out = tmp_path / "pids.json", tmp_path / "out"
     with out.open("w") as handle:
         target = spawn_target("thread_children.py", str(ready_file), stdout=handle,
-                              ready=lambda _: "ready" in out.read_text())
+                              ready=lambda _: said_ready(out.read_text()))
     probe = ProcessTreeProbe(target.pid)
     probe.read()
     probe.read()  # the side threads' children were read at the first read: not due again for a while

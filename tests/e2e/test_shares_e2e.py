@@ -10,6 +10,7 @@ import time
 
 import pytest
 from support.jobwatch import watch_until
+from support.processes import said_ready
 
 TIMEOUT_S = 150.0
 # pytest's own limit covers the bounded wait for the verdict plus the job's start and the command's stop.
@@ -22,7 +23,7 @@ def test_a_periodic_checkpoint_is_named_beside_the_training_verdict(spawn_target
     out = tmp_path / "train.out"
     with out.open("w") as handle:
         trainer = spawn_target("periodic_checkpoint.py", str(tmp_path), stdout=handle, stderr=subprocess.STDOUT,
-                               ready=lambda proc: "ready" in out.read_text())
+                               ready=lambda proc: said_ready(out.read_text()))
 
     def checkpoint_named_beside_training(view) -> bool:
         shares = view.shares

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.jobwatch import TIMEOUT_S, settled, watch_job_until
 from support.paths import REPO, TARGETS
-from support.processes import free_port, stop_process_tree, wait_for
+from support.processes import free_port, said_ready, stop_process_tree, wait_for
 from support.slurm_cluster import list_pids
 
 from probes.sensors.slurm import SlurmError, SlurmStep, show_steps
@@ -57,7 +57,7 @@ class SrunJob:
                 (s.step for s in steps if s.srun_pid == self.srun.pid), None)
 
         self.step = wait_for(started, timeout=TIMEOUT_S)
-        wait_for(lambda: "ready" in self.out.read_text(), timeout=TIMEOUT_S)
+        wait_for(lambda: said_ready(self.out.read_text()), timeout=TIMEOUT_S)
 
     def stop(self) -> None:
         stop_process_tree(self.srun)
@@ -138,7 +138,7 @@ def test_sbatch_straggler_attached_to_the_batch_script(slurm_env, tmp_path):
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
     try:
-        wait_for(lambda: out.exists() and "ready" in out.read_text(), timeout=TIMEOUT_S)
+        wait_for(lambda: out.exists() and said_ready(out.read_text()), timeout=TIMEOUT_S)
         listed = list_pids(SlurmStep(job_id))  # scontrol lists a job's steps, not a batch step alone
         assert not isinstance(listed, SlurmError), listed
         shell = next(p.pid for p in listed if p.step.step == "batch" and "slurm_script" in " ".join(_cmdline(p.pid)))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO, TARGETS
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 from support.slurm_cluster import stop_merge
 
 from probes.monitoring.cluster import ClusterMonitor
@@ -59,7 +59,7 @@ def wait_task_ended(cluster, job_id: str, out: Path) -> None:
                                text=True, timeout=30).stdout.strip()
         text = out.read_text() if out.exists() else ""
         assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} is {state!r}: {text}"
-        return "ready" in text and SRUN_LINE in text
+        return said_ready(text) and SRUN_LINE in text
 
     wait_for(ended, timeout=TIMEOUT_S, interval=0.5)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO, TARGETS
-from support.processes import wait_for
+from support.processes import said_ready, wait_for
 from support.slurm_cluster import stop_merge
 
 from probes.monitoring.cluster import ClusterMonitor
@@ -61,7 +61,7 @@ class BatchJob:
                                    capture_output=True, text=True, timeout=30).stdout.strip()
             text = self.out.read_text() if self.out.exists() else ""
             assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {self.job_id} is {state!r}: {text}"
-            return "ready" in text
+            return said_ready(text)
 
         wait_for(ready, timeout=TIMEOUT_S, interval=0.5)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.jobwatch import TIMEOUT_S, settled, watch_until
+from support.processes import said_ready
 
 from probes.frame import ROLE_DATALOADER_WORKER
 from probes.sampling.sampling_policy import SETTLED_RATE_HZ
@@ -77,7 +78,7 @@ def test_alike_workers_take_turns_while_the_job_verdict_holds(spawn_target, tmp_
     out = tmp_path / "job.out"
     with out.open("w") as handle:
         target = spawn_target("ddp_job.py", "data_starved", "--launch", "--workers", "2", stdout=handle,
-                     stderr=subprocess.STDOUT, timeout=TIMEOUT_S, ready=lambda proc: "ready" in out.read_text())
+                     stderr=subprocess.STDOUT, timeout=TIMEOUT_S, ready=lambda proc: said_ready(out.read_text()))
     frames_seen = []
     last_seen = {}  # what the latest view showed, for the message if the state never comes
 

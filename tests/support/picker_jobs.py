@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from support.paths import TARGETS
-from support.processes import free_port, stop_process_tree
+from support.processes import free_port, said_ready, stop_process_tree
 
 START_TIMEOUT_S = 240.0  # torch's import in every rank and worker, and gloo's rendezvous, on a busy 2-core box
 
@@ -49,7 +49,7 @@ class Jobs:
         while time.monotonic() < deadline:
             for proc in self.started:
                 assert proc.poll() is None, f"a target exited early: {proc.args}"
-            if "ready" in self.plain_log.read_text() and self.torchrun_log.read_text().count("ready ") >= 2:
+            if said_ready(self.plain_log.read_text()) and self.torchrun_log.read_text().count("ready ") >= 2:
                 return
             time.sleep(0.2)
         raise AssertionError(f"targets not ready in {START_TIMEOUT_S} s:\n{self.torchrun_log.read_text()[-2000:]}")

@@ -8,6 +8,8 @@ import _posixsubprocess
 import contextlib
 import functools
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -56,6 +58,17 @@ def stop_process_tree(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
     proc.wait(timeout=wait_s)
 
 
+# "ready" as a word of a line: a target's own "ready" (or "rank 1 ready PID 42"), never the "already" of an error a
+# dying target printed ("address already in use"), which once passed a Slurm job's readiness check with its rank 0
+# dead.
+_READY = re.compile(r"\bready\b")
+
+
+def said_ready(text: str) -> bool:
+    """Whether a target's output holds its ready line."""
+    return _READY.search(text) is not None
+
+
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
     """Poll predicate() until it returns something truthy; return it, or fail the test on timeout."""
     deadline = time.monotonic() + timeout
@@ -73,14 +86,37 @@ def start_logged(spawn_target, tmp_path: Path, script: str, *args: str, timeout:
     handle = out.open("w")
     try:
         return spawn_target(script, *args, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout,
-                            ready=lambda proc: "ready" in out.read_text())
+                            ready=lambda proc: said_ready(out.read_text()))
     finally:
         handle.close()
 
 
+# Ports free_port() picks from: below the kernel's ephemeral range, which a bind to port 0 draws from and so does
+# every outgoing connection on the machine. A rendezvous port from that range was taken by some connection in the
+# seconds before the job's rank 0 bound it (a Slurm job's TCPStore: EADDRINUSE, in a loaded CI run). Skipped: the
+# ports jobs take by default here (torch's 29500, NCCL RAS's 28028).
+FREE_PORT_FLOOR = 20000
+RESERVED_PORTS = frozenset({28028, 29500})
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a job's rendezvous."""
-    with socket.socket() as s:
+    """A TCP port free on 127.0.0.1 now, for a job's rendezvous, from below the ephemeral range (see above)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as handle:
+            ephemeral_from = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_from = 32768
+    for _ in range(200):
+        port = random.randrange(FREE_PORT_FLOOR, max(FREE_PORT_FLOOR + 1, ephemeral_from))
+        if port in RESERVED_PORTS:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range is crowded: any free port rather than none
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
